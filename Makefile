@@ -1,0 +1,30 @@
+# Two entry points (see README): `make run` runs the main job, `make test` runs the tests.
+# Each creates or refreshes its own virtualenv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The real dataset copies live beside the checkout in ../shared/data when present;
+# otherwise set UQBENCH_DATA yourself (or use the Hugging Face hub online).
+UQBENCH_DATA ?= $(if $(wildcard ../shared/data/MANIFEST.txt),$(abspath ../shared/data),)
+export UQBENCH_DATA
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+SUITE ?= pooled
+PROFILE ?= cpu
+ARGS ?=
+
+.PHONY: venv run test bench
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	touch $@
+
+run: venv
+	$(VENV)/bin/uqbench run --suite $(SUITE) --profile $(PROFILE) $(ARGS)
+
+test: venv
+	$(PY) -m pytest -q $(ARGS)
+
+bench: venv
+	$(PY) -m benchmarks $(ARGS)

@@ -1,0 +1,1 @@
+"""Plots drawn from arrays that `uqbench.metrics` curve functions return."""

@@ -1,0 +1,1 @@
+"""Built-in uncertainty scorers, one small numpy module each. Importing registers them."""

@@ -1,0 +1,3 @@
+from uqbench.cli import main
+
+raise SystemExit(main())

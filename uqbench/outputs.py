@@ -1,0 +1,165 @@
+"""The `Outputs` record: everything a scorer may read about one (model, gate, split).
+
+All arrays are numpy. ``N`` examples, ``C`` choices, ``T`` MC-dropout passes, ``M`` ensemble
+members. Router statistics are pooled per example over non-padding tokens and MoE layers.
+Missing optional fields are ``None``; a scorer declares the fields it needs in ``requires``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+#: Logit given to a padded (absent) choice when splits with different C are pooled.
+#: Finite so validation stays strict; its softmax probability is exactly 0 in float64.
+PAD_LOGIT = -1e9
+
+ROUTER_FIELDS = ("route_entropy", "top1_mass", "disagreement", "experts")
+REQUIRED_FIELDS = ("ids", "labels", "logits", "domain")
+OPTIONAL_FIELDS = (*ROUTER_FIELDS, "mc_logits", "member_logits")
+
+
+@dataclass(frozen=True, eq=False)
+class Outputs:
+    """Forward records of one model x gate x split.
+
+    Attributes
+    ----------
+    ids : (N,) example ids (str).
+    labels : (N,) int gold choice index in ``[0, C)``.
+    logits : (N, C) float, from the deterministic pass.
+    domain : (N,) str domain of each example.
+    route_entropy : (N,) normalised router entropy ``H(p)/log N_experts`` in [0, 1].
+    top1_mass : (N,) largest router probability in [0, 1].
+    disagreement : (N,) CARE disagreement ``D`` of the admitted experts, in [0, 1].
+    experts : (N,) mean number of active experts.
+    mc_logits : (T, N, C) MC-dropout logits.
+    member_logits : (M, N, C) deep-ensemble member logits.
+    tokens : optional per-token arrays for mechanism figures (name -> 1-D array, plus
+        ``"example"`` mapping each token to its example row).
+    """
+
+    ids: NDArray[Any]
+    labels: NDArray[np.int64]
+    logits: NDArray[np.float64]
+    domain: NDArray[Any]
+    route_entropy: NDArray[np.float64] | None = None
+    top1_mass: NDArray[np.float64] | None = None
+    disagreement: NDArray[np.float64] | None = None
+    experts: NDArray[np.float64] | None = None
+    mc_logits: NDArray[np.float64] | None = None
+    member_logits: NDArray[np.float64] | None = None
+    tokens: Mapping[str, NDArray[Any]] | None = None
+
+    def __post_init__(self) -> None:
+        conv = {
+            "ids": np.asarray(self.ids),
+            "labels": np.asarray(self.labels),
+            "logits": np.asarray(self.logits, dtype=np.float64),
+            "domain": np.asarray(self.domain),
+        }
+        for name in OPTIONAL_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                conv[name] = np.asarray(value, dtype=np.float64)
+        for name, value in conv.items():
+            object.__setattr__(self, name, value)
+        self._validate()
+
+    # -- validation ------------------------------------------------------------------------
+    def _validate(self) -> None:
+        logits = self.logits
+        if logits.ndim != 2 or logits.shape[0] == 0 or logits.shape[1] < 2:
+            raise ValueError(f"Outputs.logits must have shape (N>0, C>=2), got {logits.shape}")
+        n, c = logits.shape
+        for name in ("ids", "labels", "domain"):
+            arr = getattr(self, name)
+            if arr.shape != (n,):
+                raise ValueError(f"Outputs.{name} must have shape ({n},) like logits, got {arr.shape}")
+        if not np.issubdtype(self.labels.dtype, np.integer):
+            raise ValueError(f"Outputs.labels must be integers, got dtype {self.labels.dtype}")
+        if self.labels.min() < 0 or self.labels.max() >= c:
+            raise ValueError(f"Outputs.labels must lie in [0, {c}), got range "
+                             f"[{self.labels.min()}, {self.labels.max()}]")
+        _check_finite("logits", logits)
+        for name in ROUTER_FIELDS:
+            arr = getattr(self, name)
+            if arr is None:
+                continue
+            if arr.shape != (n,):
+                raise ValueError(f"Outputs.{name} must have shape ({n},), got {arr.shape}")
+            _check_finite(name, arr)
+        for name in ("mc_logits", "member_logits"):
+            arr = getattr(self, name)
+            if arr is None:
+                continue
+            if arr.ndim != 3 or arr.shape[1:] != (n, c) or arr.shape[0] == 0:
+                raise ValueError(f"Outputs.{name} must have shape (K>0, {n}, {c}), got {arr.shape}")
+            _check_finite(name, arr)
+
+    # -- views -----------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        return int(self.logits.shape[0])
+
+    def available(self) -> frozenset[str]:
+        """Names of the fields that are present (required ones always are)."""
+        present = [f for f in OPTIONAL_FIELDS if getattr(self, f) is not None]
+        return frozenset((*REQUIRED_FIELDS, *present))
+
+    def select(self, mask: NDArray[Any]) -> Outputs:
+        """Rows selected by a boolean mask or index array (e.g. one domain)."""
+        idx = np.asarray(mask)
+        kw: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is None or f.name == "tokens":
+                kw[f.name] = None
+            elif f.name in ("mc_logits", "member_logits"):
+                kw[f.name] = v[:, idx]
+            else:
+                kw[f.name] = v[idx]
+        return Outputs(**kw)
+
+    @staticmethod
+    def concat(parts: Sequence[Outputs]) -> Outputs:
+        """Stack examples of several Outputs (e.g. domains into ``pooled``).
+
+        Choices are padded to the largest C with `PAD_LOGIT` (probability exactly 0). An
+        optional field is kept only if every part has it, with the same T or M.
+        """
+        if not parts:
+            raise ValueError("Outputs.concat needs at least one Outputs")
+        c = max(p.logits.shape[1] for p in parts)
+
+        def pad(a: NDArray[Any]) -> NDArray[Any]:
+            width = [(0, 0)] * (a.ndim - 1) + [(0, c - a.shape[-1])]
+            return np.pad(a, width, constant_values=PAD_LOGIT)
+
+        kw: dict[str, Any] = {}
+        for name in (*REQUIRED_FIELDS, *ROUTER_FIELDS):
+            vals = [getattr(p, name) for p in parts]
+            if any(v is None for v in vals):
+                kw[name] = None
+            elif name == "logits":
+                kw[name] = np.concatenate([pad(v) for v in vals])
+            else:
+                kw[name] = np.concatenate(vals)
+        for name in ("mc_logits", "member_logits"):
+            vals = [getattr(p, name) for p in parts]
+            ok = all(v is not None for v in vals) and len({v.shape[0] for v in vals}) == 1
+            kw[name] = np.concatenate([pad(v) for v in vals], axis=1) if ok else None
+        return Outputs(**kw)
+
+
+def _check_finite(name: str, arr: NDArray[Any]) -> None:
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(
+            f"Outputs.{name} has {bad} NaN/inf value(s); the model produced non-finite numbers "
+            "(check the checkpoint and the input data)"
+        )

@@ -1,0 +1,109 @@
+"""A small generic registry: decorator registration, duplicate -> ValueError, unknown -> KeyError.
+
+Modelled on lm-evaluation-harness' ``api/registry.py``. Built-in members are imported lazily (so
+``import uqbench`` stays light) and third-party members arrive through an entry-point group.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterable
+from importlib.metadata import entry_points
+from typing import Generic, TypeVar
+
+from uqbench.errors import PluginError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name -> object map for one kind of thing (scorers, suites, backbones...).
+
+    Parameters
+    ----------
+    kind : str
+        What is registered, used in error messages ("scorer").
+    builtins : iterable of str
+        Modules imported on first lookup; importing them registers the built-in members.
+    entry_point_group : str, optional
+        Entry-point group scanned on first lookup ("uqbench.scorers").
+    """
+
+    def __init__(
+        self, kind: str, *, builtins: Iterable[str] = (), entry_point_group: str | None = None
+    ) -> None:
+        self.kind = kind
+        self._builtins = tuple(builtins)
+        self._group = entry_point_group
+        self._items: dict[str, T] = {}
+        self._loaded = False
+
+    def add(self, name: str, obj: T) -> T:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
+        if name in self._items and self._items[name] is not obj:
+            raise ValueError(
+                f"{self.kind} {name!r} is already registered (by {self._items[name]!r}); "
+                "pick another name"
+            )
+        self._items[name] = obj
+        return obj
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: ``@registry.register("name")``."""
+
+        def deco(obj: T) -> T:
+            return self.add(name, obj)
+
+        return deco
+
+    def get(self, name: str) -> T:
+        self.load()
+        try:
+            return self._items[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, self._items, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise KeyError(
+                f"unknown {self.kind} {name!r}{hint} Valid: {', '.join(sorted(self._items))}"
+            ) from None
+
+    def names(self) -> list[str]:
+        self.load()
+        return sorted(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        self.load()
+        return name in self._items
+
+    def load(self) -> None:
+        """Import built-in modules and entry points once."""
+        if self._loaded:
+            return
+        self._loaded = True
+        for module in self._builtins:
+            importlib.import_module(module)
+        if self._group is None:
+            return
+        for ep in entry_points(group=self._group):
+            try:
+                obj = ep.load()
+            except Exception as exc:  # a broken plugin must name itself
+                raise PluginError(
+                    f"{self.kind} plugin {ep.name!r} ({ep.value}) from entry-point group "
+                    f"{self._group!r} failed to import: {type(exc).__name__}: {exc}. "
+                    "Fix or uninstall that package."
+                ) from exc
+            if ep.name not in self._items:
+                self.add(ep.name, obj)
+
+
+def import_plugin(module: str) -> None:
+    """Import a user module (``--plugin``) whose import registers things."""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        raise PluginError(
+            f"plugin module {module!r} failed to import: {type(exc).__name__}: {exc}. "
+            "Check that it is importable (on PYTHONPATH or installed) and runs without error."
+        ) from exc

@@ -1,0 +1,133 @@
+"""The `Scorer` contract and its registry.
+
+A scorer maps an `Outputs` to a per-example uncertainty, **higher = more uncertain**. It declares
+the fields it reads in ``requires``; the runner computes exactly those (and only those) once.
+
+Example
+-------
+>>> import numpy as np
+>>> from uqbench import Outputs, Scorer, register_scorer
+>>> @register_scorer("doc_example_margin")
+... class Margin(Scorer):
+...     requires = frozenset({"logits"})
+...     def __call__(self, outputs):
+...         p = np.sort(self.predictive(outputs), axis=1)
+...         return 1.0 - (p[:, -1] - p[:, -2])
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from uqbench.errors import ConfigError, PluginError
+from uqbench.outputs import Outputs
+from uqbench.probs import softmax
+from uqbench.registry import Registry
+
+SCORERS: Registry[type[Scorer]] = Registry(
+    "scorer", builtins=("scorers",), entry_point_group="uqbench.scorers"
+)
+S = TypeVar("S", bound="type[Scorer]")
+
+
+class Scorer:
+    """Base class for uncertainty scorers.
+
+    Subclasses set ``requires`` and implement ``__call__``. They may override `predictive` (the
+    method's predictive distribution, e.g. the mean over MC-dropout passes) and `confidence`
+    (used for calibration; default: the max probability of `predictive`).
+    """
+
+    name: ClassVar[str] = ""
+    requires: ClassVar[frozenset[str]] = frozenset({"logits"})
+
+    def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
+        raise NotImplementedError
+
+    def predictive(self, outputs: Outputs) -> NDArray[np.float64]:
+        """(N, C) predictive distribution; default softmax of the deterministic logits."""
+        return softmax(outputs.logits)
+
+    def confidence(self, outputs: Outputs) -> NDArray[np.float64]:
+        """(N,) confidence in [0, 1] for calibration: MSP of `predictive`."""
+        return self.predictive(outputs).max(axis=1)
+
+    def passes(self, outputs: Outputs) -> int:
+        """Forward passes this method needs per example (1 + MC passes or members)."""
+        if "member_logits" in self.requires and outputs.member_logits is not None:
+            return int(outputs.member_logits.shape[0])
+        if "mc_logits" in self.requires and outputs.mc_logits is not None:
+            return int(outputs.mc_logits.shape[0])
+        return 1
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+def register_scorer(name: str) -> Callable[[S], S]:
+    """Class decorator registering a `Scorer` subclass under ``name``.
+
+    Duplicate names raise ``ValueError``.
+    """
+
+    def deco(cls: S) -> S:
+        if not (isinstance(cls, type) and issubclass(cls, Scorer)):
+            raise TypeError(f"@register_scorer({name!r}) must decorate a Scorer subclass, got {cls!r}")
+        SCORERS.add(name, cls)
+        cls.name = name
+        return cls
+
+    return deco
+
+
+def get_scorer(name: str, **kwargs: Any) -> Scorer:
+    """Instantiate the scorer registered as ``name`` (unknown -> KeyError with close matches)."""
+    cls = SCORERS.get(name)
+    inst = cls(**kwargs)
+    if not inst.name:
+        inst.name = name  # registered through an entry point without the decorator
+    return inst
+
+
+def list_scorers() -> list[str]:
+    return SCORERS.names()
+
+
+def check_requirements(scorers: Iterable[Scorer], available: Iterable[str], source: str) -> None:
+    """Fail before any forward pass if a scorer needs a field ``source`` cannot produce."""
+    have = set(available)
+    for sc in scorers:
+        missing = sorted(set(sc.requires) - have)
+        if missing:
+            raise ConfigError(
+                f"scorer {sc.name!r} needs field(s) {', '.join(map(repr, missing))}, which "
+                f"{source} does not produce. Drop the scorer (--scorers) or choose a model that "
+                "provides them."
+            )
+
+
+def run_scorer(scorer: Scorer, outputs: Outputs) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Call a scorer and validate what it returns: (uncertainty, confidence), both (N,) finite."""
+    result = []
+    for what, fn in (("uncertainty", scorer), ("confidence", scorer.confidence)):
+        try:
+            arr = np.asarray(fn(outputs), dtype=np.float64)
+        except Exception as exc:
+            raise PluginError(
+                f"scorer {scorer.name!r} raised while computing {what}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if arr.shape != (outputs.n,):
+            raise PluginError(f"scorer {scorer.name!r} returned {what} of shape {arr.shape}; "
+                              f"expected ({outputs.n},), one value per example")
+        if not np.all(np.isfinite(arr)):
+            raise PluginError(f"scorer {scorer.name!r} returned NaN/inf {what} for "
+                              f"{int(np.sum(~np.isfinite(arr)))} of {outputs.n} examples")
+        if what == "confidence" and (arr.min() < 0 or arr.max() > 1):
+            raise PluginError(f"scorer {scorer.name!r} returned confidence outside [0, 1] "
+                              f"(range [{arr.min():.3g}, {arr.max():.3g}])")
+        result.append(arr)
+    return result[0], result[1]
