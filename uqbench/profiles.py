@@ -1,0 +1,52 @@
+"""Run profiles: how much data and compute one run uses.
+
+``smoke`` is for CI (minutes on 2 CPU cores), ``cpu`` is the default (the full protocol at capped
+sizes on a laptop), ``full`` uses all data and is meant for a GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uqbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    # data caps per domain (None = all); seeded subsampling
+    train_cap: int | None
+    calib_cap: int | None
+    id_cap: int | None
+    shift_cap: int | None
+    # training / inference
+    epochs: int
+    max_length: int
+    batch_size: int
+    eval_batch_size: int
+    mc_passes: int  # T
+    ensemble_members: int  # M
+    seeds: int  # independent repetitions for mean +- std
+    bootstrap: int  # bootstrap resamples for CIs
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile("smoke", train_cap=48, calib_cap=16, id_cap=32, shift_cap=32, epochs=1,
+                max_length=96, batch_size=16, eval_batch_size=64, mc_passes=4,
+                ensemble_members=2, seeds=1, bootstrap=200),
+        Profile("cpu", train_cap=200, calib_cap=32, id_cap=150, shift_cap=150, epochs=1,
+                max_length=128, batch_size=16, eval_batch_size=64, mc_passes=8,
+                ensemble_members=3, seeds=1, bootstrap=1000),
+        Profile("full", train_cap=None, calib_cap=256, id_cap=None, shift_cap=None, epochs=3,
+                max_length=256, batch_size=16, eval_batch_size=64, mc_passes=10,
+                ensemble_members=5, seeds=3, bootstrap=1000),
+    )
+}
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError(f"unknown profile {name!r}; valid: {', '.join(PROFILES)}") from None
