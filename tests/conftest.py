@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from uqbench import Outputs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def data_dir() -> Path | None:
+    """The real dataset copies: $UQBENCH_DATA, else ../shared/data beside the checkout."""
+    env = os.environ.get("UQBENCH_DATA")
+    for cand in ([Path(env)] if env else []) + [REPO.parent / "shared" / "data"]:
+        if (cand / "MANIFEST.txt").exists():
+            return cand
+    return None
+
+
+@pytest.fixture
+def real_data_dir() -> Path:
+    d = data_dir()
+    if d is None:
+        pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
+    return d
+
+
+def make_outputs(n: int = 5, c: int = 4, *, seed: int = 0, t: int = 3, m: int = 2) -> Outputs:
+    """Random but valid Outputs with every optional field."""
+    rng = np.random.default_rng(seed)
+    return Outputs(
+        ids=np.array([f"ex{i}" for i in range(n)]),
+        labels=rng.integers(0, c, n),
+        logits=rng.normal(size=(n, c)) * 2,
+        domain=np.array(["a", "b"] * (n // 2) + ["a"] * (n % 2)),
+        route_entropy=rng.uniform(size=n),
+        top1_mass=rng.uniform(0.1, 1, size=n),
+        disagreement=rng.uniform(size=n),
+        experts=rng.uniform(1, 8, size=n),
+        mc_logits=rng.normal(size=(t, n, c)),
+        member_logits=rng.normal(size=(m, n, c)),
+    )
+
+
+@pytest.fixture
+def outputs() -> Outputs:
+    return make_outputs(n=37, seed=1)

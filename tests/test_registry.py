@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from uqbench import Outputs, Scorer, get_scorer, list_scorers, register_scorer
+from uqbench.errors import ConfigError, PluginError
+from uqbench.registry import Registry, import_plugin
+from uqbench.scorer import SCORERS, check_requirements, run_scorer
+
+
+def test_builtins_are_registered():
+    assert {"msp", "entropy", "care", "ensemble_mutual_info"} <= set(list_scorers())
+
+
+def test_duplicate_name_raises_value_error():
+    with pytest.raises(ValueError, match="already registered"):
+        @register_scorer("msp")
+        class Dup(Scorer):
+            pass
+
+
+def test_unknown_name_suggests_close_matches():
+    with pytest.raises(KeyError, match="did you mean 'entropy'"):
+        get_scorer("entropi")
+
+
+def test_register_non_scorer_is_type_error():
+    with pytest.raises(TypeError):
+        register_scorer("not_a_scorer")(object)
+
+
+def test_decorator_registration_reaches_get_scorer():
+    @register_scorer("test_registry_const")
+    class Const(Scorer):
+        def __call__(self, outputs):
+            return np.zeros(outputs.n)
+
+    try:
+        sc = get_scorer("test_registry_const")
+        assert sc.name == "test_registry_const" and isinstance(sc, Const)
+    finally:
+        SCORERS._items.pop("test_registry_const")
+
+
+def _write_plugin_dist(root, body, ep_value="myplug:Plug"):
+    (root / "myplug.py").write_text(textwrap.dedent(body))
+    dist = root / "myplug-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[uqbench.scorers]\nplug_scorer = {ep_value}\n")
+
+
+def test_entry_point_registration_in_a_fresh_interpreter(tmp_path):
+    # The plugin class is NOT decorated: the entry point alone registers it.
+    _write_plugin_dist(tmp_path, """
+        import numpy as np
+        from uqbench import Scorer
+        class Plug(Scorer):
+            def __call__(self, outputs):
+                return np.full(outputs.n, 0.5)
+    """)
+    code = ("from uqbench import get_scorer, list_scorers; s = get_scorer('plug_scorer'); "
+            "print(s.name, 'plug_scorer' in list_scorers())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": ""}, check=True)
+    assert out.stdout.split() == ["plug_scorer", "True"]
+
+
+def test_broken_entry_point_names_itself(tmp_path, monkeypatch):
+    _write_plugin_dist(tmp_path, "raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry("scorer", entry_point_group="uqbench.scorers")
+    with pytest.raises(PluginError, match=r"plugin 'plug_scorer'.*RuntimeError: boom"):
+        reg.names()
+
+
+def test_import_plugin_failure_is_plugin_error():
+    with pytest.raises(PluginError, match="'no_such_module_xyz' failed to import"):
+        import_plugin("no_such_module_xyz")
+
+
+def test_check_requirements_names_scorer_and_field():
+    with pytest.raises(ConfigError, match=r"scorer 'care' needs field\(s\) 'disagreement', "
+                                          r"'route_entropy', which model 'lora'"):
+        check_requirements([get_scorer("care")], {"logits", "labels"}, "model 'lora'")
+
+
+class _Bad(Scorer):
+    def __init__(self, fn):
+        self.fn, self.name = fn, "bad"
+
+    def __call__(self, outputs):
+        return self.fn(outputs)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda o: np.zeros(o.n + 1), r"shape \(38,\); expected \(37,\)"),
+    (lambda o: np.full(o.n, np.nan), "NaN/inf uncertainty for 37 of 37"),
+    (lambda o: 1 / 0, "raised while computing uncertainty: ZeroDivisionError"),
+])
+def test_run_scorer_rejects_bad_plugin_output(outputs: Outputs, fn, match):
+    with pytest.raises(PluginError, match=match):
+        run_scorer(_Bad(fn), outputs)
