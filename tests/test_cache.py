@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from uqbench.cache import ArrayCache, DirCache, StaleCacheWarning, key_hash
+
+KEY = {"backbone": "minilm", "split": "abc", "protocol": "1"}
+
+
+def test_round_trip_and_hit(tmp_path):
+    c = ArrayCache(tmp_path)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"logits": np.arange(6.0).reshape(3, 2)}
+
+    a, hit = c.get_or_compute("fwd", KEY, compute)
+    b, hit2 = c.get_or_compute("fwd", KEY, compute)
+    assert (hit, hit2) == (False, True) and len(calls) == 1
+    np.testing.assert_array_equal(a["logits"], b["logits"])
+    assert not list((tmp_path / "fwd").glob("*.tmp"))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_corrupt_entry_is_recomputed(tmp_path, damage):
+    c = ArrayCache(tmp_path)
+    path = c.put("fwd", KEY, {"x": np.ones(1000)})
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"not a zip" * 10)
+    with pytest.warns(StaleCacheWarning, match="unreadable"):
+        assert c.get("fwd", KEY) is None
+    assert not path.exists()
+
+
+def test_key_mismatch_is_stale(tmp_path):
+    c = ArrayCache(tmp_path)
+    other = dict(KEY, split="changed")
+    # simulate a collision: the file for KEY holds arrays written for another key
+    c.put("fwd", other, {"x": np.zeros(2)})
+    c.path("fwd", other).rename(c.path("fwd", KEY))
+    with pytest.warns(StaleCacheWarning, match="does not match"):
+        assert c.get("fwd", KEY) is None
+
+
+def test_changed_material_changes_address():
+    assert key_hash(KEY) != key_hash(dict(KEY, protocol="2"))
+    assert key_hash({"a": 1, "b": 2}) == key_hash({"b": 2, "a": 1})
+
+
+def test_dir_cache_publishes_sealed_folder_and_detects_tampering(tmp_path):
+    c = DirCache(tmp_path)
+    assert c.get("models", KEY) is None
+    path = c.build("models", KEY, lambda d: (d / "w.bin").write_bytes(b"weights"))
+    assert c.get("models", KEY) == path
+    (path / "w.bin").write_bytes(b"tampered")
+    with pytest.warns(StaleCacheWarning):
+        assert c.get("models", KEY) is None
+
+
+def test_dir_cache_failed_build_leaves_nothing(tmp_path):
+    c = DirCache(tmp_path)
+
+    def boom(d):
+        (d / "partial").write_text("x")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        c.build("models", KEY, boom)
+    assert c.get("models", KEY) is None
+    assert not any((tmp_path / "models").iterdir())

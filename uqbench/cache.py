@@ -1,0 +1,172 @@
+"""On-disk cache of forward records and trained adapters.
+
+Every entry is addressed by the sha256 of its *key material* (a JSON-able dict: backbone, adapter
+checkpoint hash, gate config, split hash, mode, protocol version...) and stores that material
+beside the payload. On read the material is compared and the payload fully loaded; a truncated,
+corrupt or stale entry is reported, removed and recomputed, never reused. Writes go to a unique
+temporary name in the same folder and are published with ``os.replace`` (files) or ``os.rename``
+(folders), so a crash or a concurrent run never leaves a half-written entry under the final name.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+import warnings
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+#: Bump when anything that changes forward records or metrics changes meaning.
+PROTOCOL_VERSION = "1"
+
+
+class StaleCacheWarning(UserWarning):
+    """A cache entry was unreadable or did not match its key and is being recomputed."""
+
+
+def key_hash(material: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of ``material``."""
+    blob = json.dumps(material, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+class ArrayCache:
+    """``kind/<hash>.npz`` entries of named numpy arrays plus their key material."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def path(self, kind: str, material: Mapping[str, Any]) -> Path:
+        return self.root / kind / f"{key_hash(material)}.npz"
+
+    def get(self, kind: str, material: Mapping[str, Any]) -> dict[str, NDArray[Any]] | None:
+        path = self.path(kind, material)
+        if not path.exists():
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}  # reads every member: catches truncation
+            stored = json.loads(str(arrays.pop("__key__")))
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            self._discard(path, f"unreadable ({type(exc).__name__}: {exc})")
+            return None
+        if stored != json.loads(json.dumps(material, sort_keys=True, default=str)):
+            self._discard(path, "its key does not match (stale entry)")
+            return None
+        return arrays
+
+    def put(self, kind: str, material: Mapping[str, Any], arrays: Mapping[str, NDArray[Any]]) -> Path:
+        path = self.path(kind, material)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _tmp_name(path)
+        key = np.array(json.dumps(material, sort_keys=True, default=str))
+        with open(tmp, "wb") as f:
+            np.savez(f, __key__=key, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return path
+
+    def get_or_compute(
+        self, kind: str, material: Mapping[str, Any], compute: Callable[[], Mapping[str, NDArray[Any]]]
+    ) -> tuple[dict[str, NDArray[Any]], bool]:
+        """Return ``(arrays, hit)``; on a miss compute, store and return."""
+        hit = self.get(kind, material)
+        if hit is not None:
+            return hit, True
+        arrays = dict(compute())
+        self.put(kind, material, arrays)
+        return arrays, False
+
+    @staticmethod
+    def _discard(path: Path, why: str) -> None:
+        warnings.warn(f"cache entry {path.name} is {why}; recomputing it", StaleCacheWarning,
+                      stacklevel=3)
+        path.unlink(missing_ok=True)
+
+
+class DirCache:
+    """``kind/<hash>/`` folders (trained adapters) published atomically with a ``DONE`` marker.
+
+    ``DONE`` holds the key material plus a sha256 of every file, checked on read.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def path(self, kind: str, material: Mapping[str, Any]) -> Path:
+        return self.root / kind / key_hash(material)
+
+    def get(self, kind: str, material: Mapping[str, Any]) -> Path | None:
+        path = self.path(kind, material)
+        done = path / "DONE"
+        if not path.exists():
+            return None
+        try:
+            meta = json.loads(done.read_text())
+            ok = meta["key"] == json.loads(json.dumps(material, sort_keys=True, default=str)) and all(
+                file_sha256(path / name) == digest for name, digest in meta["files"].items()
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            ok, why = False, f"incomplete ({type(exc).__name__})"
+        else:
+            why = "stale or corrupt (key or file hash mismatch)"
+        if ok:
+            return path
+        warnings.warn(f"cached folder {path} is {why}; rebuilding it", StaleCacheWarning,
+                      stacklevel=2)
+        shutil.rmtree(path, ignore_errors=True)
+        return None
+
+    def build(self, kind: str, material: Mapping[str, Any], write: Callable[[Path], None]) -> Path:
+        """Run ``write(tmpdir)``, seal it with ``DONE`` and publish it under the final name."""
+        final = self.path(kind, material)
+        tmp = final.with_name(f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp.mkdir(parents=True)
+        try:
+            write(tmp)
+            files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+            meta = {"key": json.loads(json.dumps(material, sort_keys=True, default=str)),
+                    "files": files}
+            atomic_write_text(tmp / "DONE", json.dumps(meta, indent=1))
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another run published the same entry first: keep theirs
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
