@@ -1,36 +1,121 @@
-"""The `uqbench` command line: parses arguments and calls library functions, nothing more."""
+"""The `uqbench` command line: parses arguments and calls library functions, nothing more.
+
+    uqbench run --suite pooled [--profile cpu] [--backbone minilm] [--scorers a,b]
+                [--plugin MODULE] [--out DIR] [--cache-dir DIR] [--data-dir DIR] [--seeds N]
+                [--experiment NAME]
+    uqbench list scorers|suites|backbones|experiments|profiles
+    uqbench report RUN_DIR        # reprint a finished run's tables
+    uqbench plot RUN_DIR          # redraw a finished run's figures
+    uqbench data build --suite pooled --profile PROFILE
+"""
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from uqbench.errors import UserError
 
 
+def _csv(s: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in s.split(",") if x.strip())
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="uqbench", description=__doc__)
+    ap = argparse.ArgumentParser(prog="uqbench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
+
     run = sub.add_parser("run", help="train/load models, score uncertainty, write the report")
-    run.add_argument("--suite", default="pooled")
-    run.add_argument("--profile", default="cpu")
+    run.add_argument("--suite", default="pooled", help="built-in suite name or a suite YAML file")
+    run.add_argument("--profile", default="cpu", help="smoke | cpu | full")
+    run.add_argument("--backbone", default="minilm",
+                     help="minilm | smollm2 | a Hugging Face model id or local path")
+    run.add_argument("--scorers", type=_csv, default=(), help="comma-separated (default: all)")
+    run.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                     help="import MODULE first (it may @register_scorer); repeatable")
+    run.add_argument("--out", type=Path, help="results folder (default runs/SUITE-PROFILE-BACKBONE)")
+    run.add_argument("--cache-dir", type=Path, help="cache folder (default $UQBENCH_CACHE or "
+                     ".uqbench-cache)")
+    run.add_argument("--data-dir", type=Path, help="local dataset copies (default $UQBENCH_DATA)")
+    run.add_argument("--seeds", type=int, help="repetitions (default: the profile's)")
+    run.add_argument("--budget", type=float, default=4.0, help="CARE average experts budget B")
+    run.add_argument("--experiment", help="a paper experiment (uqbench list experiments)")
+    run.add_argument("--no-figures", action="store_true")
+    run.add_argument("--no-progress", action="store_true")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace an --out folder holding another configuration's results")
+
     lst = sub.add_parser("list", help="list registered names")
-    lst.add_argument("what", choices=["scorers"])
+    lst.add_argument("what", choices=["scorers", "suites", "backbones", "experiments", "profiles"])
+
+    rep = sub.add_parser("report", help="print a finished run's table")
+    rep.add_argument("run_dir", type=Path)
+    rep.add_argument("--domain", default="pooled")
+
+    plot = sub.add_parser("plot", help="redraw a finished run's figures")
+    plot.add_argument("run_dir", type=Path)
+
+    data = sub.add_parser("data", help="data utilities")
+    dsub = data.add_subparsers(dest="data_command", required=True)
+    build = dsub.add_parser("build", help="build and cache a suite's splits, print their table")
+    build.add_argument("--suite", default="pooled")
+    build.add_argument("--profile", default="cpu")
+    build.add_argument("--data-dir", type=Path)
+    build.add_argument("--cache-dir", type=Path)
     return ap
+
+
+def _list(what: str) -> list[str]:
+    if what == "scorers":
+        from uqbench.scorer import list_scorers
+        return list_scorers()
+    if what == "suites":
+        from uqbench.data.suites import list_suites
+        return list_suites()
+    if what == "backbones":
+        from baselines.backbones import list_backbones
+        return list_backbones()
+    if what == "experiments":
+        from uqbench.experiments import EXPERIMENTS
+        return [f"{e.name:<11} {e.doc}" for e in EXPERIMENTS.values()]
+    from uqbench.profiles import PROFILES
+    return list(PROFILES)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
         if args.command == "list":
-            from uqbench.scorer import list_scorers
+            print("\n".join(_list(args.what)))
+        elif args.command == "run":
+            from uqbench.runner import RunConfig, run
+            run(RunConfig(
+                suite=args.suite, profile=args.profile, backbone=args.backbone,
+                scorers=args.scorers, plugins=tuple(args.plugin), out=args.out,
+                cache_dir=args.cache_dir, data_dir=args.data_dir, seeds=args.seeds,
+                budget=args.budget, experiment=args.experiment, figures=not args.no_figures,
+                progress=not args.no_progress, overwrite=args.overwrite))
+        elif args.command == "report":
+            from uqbench.report import markdown_table, read_results, rows_for
+            print(markdown_table(rows_for(read_results(args.run_dir), domain=args.domain)))
+        elif args.command == "plot":
+            from figures import draw_run
+            for path in draw_run(args.run_dir):
+                print(path)
+        elif args.command == "data":
+            import os
 
-            print("\n".join(list_scorers()))
-            return 0
-        if args.command == "run":
-            print("uqbench run: the runner is not implemented yet; nothing was computed.",
-                  file=sys.stderr)
-            return 3
+            from uqbench.data.build import build_report, format_report
+            data_dir = args.data_dir or os.environ.get("UQBENCH_DATA")
+            cache = args.cache_dir or Path(os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
+            print(format_report(build_report(args.suite, args.profile, data_dir=data_dir,
+                                             cache_dir=cache / "splits", seed=0)))
     except UserError as exc:
         print(f"uqbench: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("uqbench: interrupted; finished cache entries are kept, rerun to resume",
+              file=sys.stderr)
+        return 130
     return 0

@@ -1,0 +1,105 @@
+"""Score one method on an ID split and its shifted split: metrics, bootstrap CIs, seed spread.
+
+A *method* is (model, gate, scorer). Every metric is computed per seed and reported as the mean
+over seeds with its standard deviation; 95% CIs are percentile-bootstrap intervals of that
+seed-mean, resampling examples (the same examples for every seed, since all seeds see the same
+split). ID metrics resample the ID split; OOD metrics resample ID and shifted splits independently.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from uqbench import metrics as M
+from uqbench.outputs import Outputs
+from uqbench.scorer import Scorer, run_scorer
+
+#: Metrics that get a bootstrap CI (the others are reported as mean +- std over seeds).
+CI_METRICS = ("accuracy", "ece", "ood_auroc", "aurc", "sel_acc_80")
+COLUMNS = ("accuracy", "ece", "ood_auroc", "aupr_out", "fpr95", "aurc", "e_aurc", "sel_acc_80",
+           "shift_accuracy", "shift_sel_acc_80", "avg_experts", "shift_avg_experts")
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One method's per-example arrays on one split, stacked over seeds: shape (N, S)."""
+
+    uncertainty: NDArray[np.float64]
+    confidence: NDArray[np.float64]
+    correct: NDArray[np.float64]
+    experts: NDArray[np.float64] | None
+
+    @staticmethod
+    def of(scorer: Scorer, per_seed: Sequence[Outputs]) -> Scored:
+        u, conf, corr, exp = [], [], [], []
+        for out in per_seed:
+            ui, ci = run_scorer(scorer, out)
+            u.append(ui)
+            conf.append(ci)
+            corr.append((scorer.predictive(out).argmax(axis=1) == out.labels).astype(float))
+            exp.append(out.experts)
+        experts = None if any(e is None for e in exp) else np.stack(exp, axis=1)
+        return Scored(np.stack(u, 1), np.stack(conf, 1), np.stack(corr, 1), experts)
+
+
+def _seed_mean(metric: Callable[..., float]) -> Callable[..., float]:
+    """Lift a 1-D metric to (n, S) arrays: the mean over the S seed columns."""
+
+    def lifted(*arrays: NDArray[Any]) -> float:
+        return float(np.mean([metric(*(a[:, s] for a in arrays)) for s in range(arrays[0].shape[1])]))
+
+    return lifted
+
+
+def _per_seed(metric: Callable[..., float], *arrays: NDArray[Any]) -> tuple[float, float]:
+    return M.mean_std([metric(*(a[:, s] for a in arrays)) for s in range(arrays[0].shape[1])])
+
+
+def evaluate(id_: Scored, shift: Scored, *, n_bins: int = 12, n_boot: int = 1000,
+             seed: int = 0) -> dict[str, float]:
+    """All table metrics of one method. Keys: metric, ``metric_std`` and, for `CI_METRICS`,
+    ``metric_lo``/``metric_hi``."""
+
+    def acc(c: NDArray[Any]) -> float:
+        return float(np.mean(c))
+
+    def ece(conf: NDArray[Any], c: NDArray[Any]) -> float:
+        return M.expected_calibration_error(conf, c.astype(bool), n_bins=n_bins)
+
+    def sel80(u: NDArray[Any], c: NDArray[Any]) -> float:
+        return M.selective_accuracy(u, c.astype(bool), coverage=0.8)
+
+    def rc(fn: Callable[..., float]) -> Callable[..., float]:
+        return lambda u, c: fn(u, c.astype(bool))
+
+    one_sample: dict[str, tuple[Callable[..., float], tuple[NDArray[Any], ...]]] = {
+        "accuracy": (acc, (id_.correct,)),
+        "ece": (ece, (id_.confidence, id_.correct)),
+        "aurc": (rc(M.aurc), (id_.uncertainty, id_.correct)),
+        "e_aurc": (rc(M.e_aurc), (id_.uncertainty, id_.correct)),
+        "sel_acc_80": (sel80, (id_.uncertainty, id_.correct)),
+        "shift_accuracy": (acc, (shift.correct,)),
+        "shift_sel_acc_80": (sel80, (shift.uncertainty, shift.correct)),
+    }
+    two_sample = {"ood_auroc": M.ood_auroc, "aupr_out": M.aupr_out, "fpr95": M.fpr_at_95_tpr}
+    row: dict[str, float] = {}
+    for name, (fn, arrays) in one_sample.items():
+        row[name], row[f"{name}_std"] = _per_seed(fn, *arrays)
+        if name in CI_METRICS:
+            _, row[f"{name}_lo"], row[f"{name}_hi"] = M.bootstrap_ci(
+                _seed_mean(fn), *arrays, n_resamples=n_boot, seed=seed)
+    for name, fn in two_sample.items():
+        row[name], row[f"{name}_std"] = _per_seed(fn, id_.uncertainty, shift.uncertainty)
+        if name in CI_METRICS:
+            _, row[f"{name}_lo"], row[f"{name}_hi"] = M.bootstrap_ci_two_sample(
+                _seed_mean(fn), id_.uncertainty, shift.uncertainty, n_resamples=n_boot, seed=seed)
+    for name, scored in (("avg_experts", id_), ("shift_avg_experts", shift)):
+        if scored.experts is None:
+            row[name] = row[f"{name}_std"] = float("nan")
+        else:
+            row[name], row[f"{name}_std"] = M.mean_std(list(scored.experts.mean(axis=0)))
+    return row

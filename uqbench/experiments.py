@@ -1,0 +1,79 @@
+"""The CARE paper's experiments as sets of (model, gate) pairs and scorers on the same runner.
+
+``uqbench run --suite pooled --experiment NAME`` evaluates the experiment's pairs; the results
+table has the usual columns, and `uqbench.paper` turns them into the paper's tables with a
+verdict per claim. All gates at a budget are calibrated by the thermostat on the unlabeled
+calibration split; the achieved budget is in ``run.json`` and in the ``avg_experts`` column.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from uqbench.errors import ConfigError
+from uqbench.plan import MOE, ROUTER, TOP4, GateSpec, Pair, default_pairs
+
+TAUS = (0.4, 0.5, 0.6, 0.7, 0.8)
+FIXED_K = (1, 2, 3, 4, 5, 6, 8)
+CARE_BUDGETS = (2.0, 3.0, 4.0, 5.0)
+KMAX = (4, 6, 8, 12)
+W_BLEND = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    doc: str
+    pairs: Callable[[float], list[Pair]]
+    #: scorer name -> (registered scorer, constructor kwargs); None = the run's scorers
+    scorers: dict[str, tuple[str, dict[str, float]]] | None = None
+
+
+def _moe(gate: GateSpec) -> Pair:
+    return Pair(MOE, gate, ROUTER)
+
+
+def _ablation(b: float) -> list[Pair]:
+    return [_moe(GateSpec("fixed-k", "topk", params={"k": int(round(b))})),
+            _moe(GateSpec("random-k", "randomk", budget=b)),
+            _moe(GateSpec("entropy-k", "entropyk", budget=b)),
+            _moe(GateSpec("nucleus-only", "nucleus", budget=b)),
+            _moe(GateSpec("care", "care", budget=b))]
+
+
+EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
+    Experiment("uq", "Table 'uq': dense LoRA + MSP; MoE top-4 + MSP/entropy/routing entropy; "
+               "MC-dropout; deep ensemble; CARE", default_pairs),
+    Experiment("ablation", "Table 'ablation': fixed-k, random-k, entropy-k, nucleus-only, CARE at "
+               "matched budget", _ablation),
+    Experiment("thermostat", "Table 'tau': tau -> mean experts, accuracy", lambda b: [
+        _moe(GateSpec(f"care-tau{t:g}", "care", params={"tau": t})) for t in TAUS]),
+    Experiment("frontier", "Table 'frontier': fixed k vs CARE at budgets", lambda b: [
+        *[_moe(GateSpec(f"top{k}", "topk", params={"k": k})) for k in FIXED_K],
+        *[_moe(GateSpec(f"care-b{c:g}", "care", budget=c)) for c in CARE_BUDGETS]]),
+    Experiment("kmax", "Table 'kmax': CARE k_max at budget B", lambda b: [
+        _moe(GateSpec(f"care-kmax{k}", "care", budget=b, params={"k_max": k})) for k in KMAX]),
+    Experiment("wblend", "Table 'wblend': CARE read-out blend weight w -> OOD-AUROC",
+               lambda b: [_moe(GateSpec("care", "care", budget=b))],
+               scorers={f"care_w{w:g}": ("care", {"w": w}) for w in W_BLEND}),
+    Experiment("selective", "Selective accuracy at 80% coverage, ID and shifted: MSP vs CARE",
+               lambda b: [Pair(MOE, TOP4, ROUTER), _moe(GateSpec("care", "care", budget=b))],
+               scorers={"msp": ("msp", {}), "care": ("care", {})}),
+    Experiment("robustness", "Accuracy on shifted splits at budget B: fixed top-4 vs CARE",
+               lambda b: [Pair(MOE, TOP4, ROUTER), _moe(GateSpec("care", "care", budget=b))],
+               scorers={"msp": ("msp", {})}),
+    Experiment("allocation", "Mean experts per domain under one global tau (CARE at budget B)",
+               lambda b: [_moe(GateSpec("care", "care", budget=b))],
+               scorers={"care": ("care", {})}),
+)}
+
+
+def get_experiment(name: str) -> Experiment:
+    try:
+        return EXPERIMENTS[name]
+    except KeyError:
+        raise ConfigError(f"unknown experiment {name!r}; valid: {', '.join(EXPERIMENTS)}") from None
+
+
+def experiment_pairs(name: str, budget: float) -> list[Pair]:
+    return get_experiment(name).pairs(budget)

@@ -1,0 +1,105 @@
+"""What a run computes: models, the gates each is evaluated under, and the methods (scorers).
+
+Pure data, no torch. A *pair* is (model, gate); a *method* is (pair, scorer). Each pair declares
+the Outputs fields it can produce; a scorer is paired with every pair that covers its
+``requires``. Multi-pass fields (MC-dropout, ensemble members) are produced only for the pairs
+that list them, and only when a chosen scorer needs them.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from uqbench.errors import ConfigError
+from uqbench.outputs import REQUIRED_FIELDS, ROUTER_FIELDS
+from uqbench.scorer import Scorer
+
+DET = frozenset((*REQUIRED_FIELDS,))
+ROUTER = DET | frozenset(ROUTER_FIELDS)
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """A gate by name. ``kind``: topk | care | nucleus | randomk | entropyk | dense.
+
+    ``budget`` set -> the thermostat calibrates the gate's free knob (tau or scale) on the
+    unlabeled calibration split so that the mean number of active experts equals it; ``params``
+    are passed to the gate (k, tau, gamma, delta, k_min, k_max).
+    """
+
+    name: str
+    kind: str
+    budget: float | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "budget": self.budget,
+                "params": dict(sorted(self.params.items()))}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A trained model family: ``kind`` moe (MoE-LoRA, trained with fixed top-k) or lora/dora/
+    adalora (dense peft baselines)."""
+
+    name: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class Pair:
+    model: ModelSpec
+    gate: GateSpec
+    fields: frozenset[str]  # what this pair can produce
+
+    @property
+    def name(self) -> str:
+        return f"{self.model.name}/{self.gate.name}"
+
+
+@dataclass(frozen=True)
+class Method:
+    pair: Pair
+    scorer: Scorer
+
+    @property
+    def name(self) -> str:
+        return f"{self.pair.name}/{self.scorer.name}"
+
+
+MOE = ModelSpec("moe-lora", "moe")
+LORA = ModelSpec("lora", "lora")
+TOP4 = GateSpec("top4", "topk", params={"k": 4})
+CARE = GateSpec("care", "care", budget=4.0)
+DENSE = GateSpec("dense", "dense")
+
+
+def default_pairs(budget: float = 4.0) -> list[Pair]:
+    """The pooled run: dense LoRA; MoE-LoRA under its training gate (fixed top-4, with MC-dropout
+    and the deep ensemble of independently seeded MoE-LoRA models); MoE-LoRA under CARE
+    calibrated to the same average budget."""
+    return [
+        Pair(LORA, DENSE, DET),
+        Pair(MOE, TOP4, ROUTER | {"mc_logits", "member_logits"}),
+        Pair(MOE, GateSpec("care", "care", budget=budget), ROUTER),
+    ]
+
+
+def methods(pairs: Sequence[Pair], scorers: Sequence[Scorer]) -> list[Method]:
+    """Every (pair, scorer) whose requirements the pair covers. A scorer that no pair can serve
+    is a configuration error, raised before any model work."""
+    out = [Method(p, s) for p in pairs for s in scorers if s.requires <= p.fields]
+    for s in scorers:
+        if not any(m.scorer is s for m in out):
+            need = sorted(s.requires - set().union(*(p.fields for p in pairs)))
+            raise ConfigError(
+                f"scorer {s.name!r} needs field(s) {', '.join(map(repr, need))}, which no model "
+                f"in this run produces (pairs: {', '.join(p.name for p in pairs)}). Drop it from "
+                "--scorers or add a model that provides them.")
+    return out
+
+
+def needed_fields(pair: Pair, ms: Sequence[Method]) -> frozenset[str]:
+    """The fields of ``pair`` some method actually reads (so MC passes run only if needed)."""
+    return frozenset().union(*(m.scorer.requires for m in ms if m.pair == pair)) | DET

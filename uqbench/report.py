@@ -1,0 +1,112 @@
+"""Result tables: ``results.{jsonl,csv,md,tex}`` and the printed summary.
+
+AURC and E-AURC are fractions (not x1000). ECE uses 12 equal-width bins on the MSP of the
+method's predictive distribution (the paper's convention). OOD-AUROC is ID vs the shifted split
+of the same domain, OOD = positive, score = uncertainty.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from uqbench.cache import atomic_write_text
+from uqbench.errors import UserError
+
+KEY_COLUMNS = ("method", "model", "gate", "scorer", "domain")
+SHOWN = (  # (column, header, digits)
+    ("accuracy", "Acc", 3), ("ece", "ECE", 3), ("ood_auroc", "OOD-AUROC", 3),
+    ("aurc", "AURC", 3), ("sel_acc_80", "SelAcc@80", 3), ("shift_accuracy", "ShiftAcc", 3),
+    ("avg_experts", "Experts", 2), ("forward_passes", "Passes", 0),
+)
+
+
+def _fmt(row: Mapping[str, Any], col: str, digits: int, *, ci: bool) -> str:
+    v = row.get(col)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    s = f"{v:.{digits}f}"
+    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
+    if ci and lo is not None and hi is not None and not math.isnan(lo):
+        s += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
+    elif row.get("seeds", 1) > 1 and row.get(f"{col}_std") is not None:
+        s += f" ± {row[f'{col}_std']:.{digits}f}"
+    return s
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True) -> str:
+    head = ["Method", "Domain", *(h for _, h, _ in SHOWN)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["method"], r["domain"], *(_fmt(r, c, d, ci=ci) for c, _, d in SHOWN)]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines)
+
+
+def latex_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    head = ["Method", "Domain", *(h for _, h, _ in SHOWN)]
+    out = ["\\begin{tabular}{ll" + "c" * len(SHOWN) + "}", "\\toprule",
+           " & ".join(head) + " \\\\", "\\midrule"]
+    for r in rows:
+        cells = [r["method"], r["domain"], *(_fmt(r, c, d, ci=False) for c, _, d in SHOWN)]
+        out.append(" & ".join(str(c).replace("_", "\\_").replace("–", "--") for c in cells)
+                   + " \\\\")
+    out += ["\\bottomrule", "\\end{tabular}"]
+    return "\n".join(out)
+
+
+def summary(rows: Sequence[Mapping[str, Any]], *, domain: str = "pooled") -> str:
+    """The paper's Table "uq" layout (Method | ECE | OOD-AUROC), plus Acc and AURC, one domain."""
+    sel = [r for r in rows if r["domain"] == domain]
+    width = max((len(r["method"]) for r in sel), default=6)
+    lines = [f"{'Method':<{width}}  {'Acc':>6}  {'ECE':>6}  {'OOD-AUROC':>9}  {'AURC':>6}  "
+             f"{'Experts':>7}  {'Passes':>6}"]
+    for r in sel:
+        lines.append(
+            f"{r['method']:<{width}}  {r['accuracy']:6.3f}  {r['ece']:6.3f}  "
+            f"{r['ood_auroc']:9.3f}  {r['aurc']:6.3f}  "
+            f"{_fmt(r, 'avg_experts', 2, ci=False):>7}  {int(r['forward_passes']):6d}")
+    return "\n".join(lines)
+
+
+def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]],
+                  meta: Mapping[str, Any]) -> dict[str, Path]:
+    """Write every table format atomically; returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    paths = {
+        "jsonl": out_dir / "results.jsonl",
+        "csv": out_dir / "results.csv",
+        "md": out_dir / "results.md",
+        "tex": out_dir / "results.tex",
+        "meta": out_dir / "run.json",
+    }
+    atomic_write_text(paths["jsonl"], "".join(json.dumps(r) + "\n" for r in rows))
+    atomic_write_text(paths["csv"], buf.getvalue())
+    md = (f"# uqbench results: suite `{meta.get('suite')}`, profile `{meta.get('profile')}`, "
+          f"backbone `{meta.get('backbone')}`\n\n{__doc__.strip()}\nCells: value [95% bootstrap "
+          "CI] (mean over seeds when several).\n\n" + markdown_table(rows) + "\n")
+    atomic_write_text(paths["md"], md)
+    atomic_write_text(paths["tex"], latex_table(rows) + "\n")
+    atomic_write_text(paths["meta"], json.dumps(dict(meta), indent=1, default=str))
+    return paths
+
+
+def read_results(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "results.jsonl"
+    if not path.exists():
+        raise UserError(f"{path} not found: {run_dir} is not a finished uqbench run "
+                        "(run `uqbench run --out DIR` first)")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def rows_for(rows: Iterable[Mapping[str, Any]], **match: Any) -> list[Mapping[str, Any]]:
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items())]

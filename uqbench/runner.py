@@ -1,0 +1,338 @@
+"""The main job: suite -> models (train or load) -> forward records (cached) -> scorers -> report.
+
+This is the only module of the core that touches torch, and only through `baselines`, imported
+lazily inside `Engine`. Order of work, so that bad input fails before anything expensive:
+profile, plugins, scorers, backbone name, methods, output folder -> data -> models -> passes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from uqbench.cache import PROTOCOL_VERSION, ArrayCache, DirCache, atomic_write_bytes, file_sha256
+from uqbench.errors import ConfigError, UserError
+from uqbench.evaluate import Scored, evaluate
+from uqbench.outputs import Outputs
+from uqbench.plan import Method, ModelSpec, Pair, default_pairs, methods, needed_fields
+from uqbench.profiles import Profile, get_profile
+from uqbench.registry import import_plugin
+from uqbench.report import summary, write_results
+from uqbench.scorer import get_scorer, list_scorers
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run (the CLI fills it from flags)."""
+
+    suite: str = "pooled"
+    profile: str = "cpu"
+    backbone: str = "minilm"
+    scorers: tuple[str, ...] = ()  # empty: every registered scorer
+    plugins: tuple[str, ...] = ()
+    out: Path | None = None
+    cache_dir: Path | None = None
+    data_dir: Path | None = None
+    seeds: int | None = None  # repetitions; default: the profile's
+    budget: float = 4.0
+    experiment: str | None = None
+    figures: bool = True
+    progress: bool = True
+    overwrite: bool = False
+
+    def identity(self) -> dict[str, Any]:
+        """What must match for an existing --out folder to be refreshed in place."""
+        d = asdict(self)
+        for k in ("out", "cache_dir", "data_dir", "figures", "progress", "overwrite"):
+            d.pop(k)
+        return d
+
+
+@dataclass
+class RunStats:
+    """Forward passes actually executed (cache misses), keyed by (model, seed, gate, split, mode)."""
+
+    passes: Counter[tuple[str, int, str, str, str]] = field(default_factory=Counter)
+    cache_hits: int = 0
+    trained: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def total(self, mode: str | None = None) -> int:
+        return sum(v for k, v in self.passes.items() if mode is None or k[4] == mode)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    out: Path
+    rows: list[dict[str, Any]]
+    stats: RunStats
+
+
+def resolve_dirs(cfg: RunConfig) -> tuple[Path, Path, Path | None]:
+    data = cfg.data_dir or (Path(os.environ["UQBENCH_DATA"]) if os.environ.get("UQBENCH_DATA") else None)
+    cache = cfg.cache_dir or Path(os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
+    stem = lambda s: Path(s).stem if ("/" in s or s.endswith((".yaml", ".yml"))) else s  # noqa: E731
+    out = cfg.out or Path("runs") / f"{stem(cfg.suite)}-{cfg.profile}-{stem(cfg.backbone)}" \
+        f"{'-' + cfg.experiment if cfg.experiment else ''}"
+    return out, cache, data
+
+
+def _check_out_dir(out: Path, cfg: RunConfig) -> None:
+    """Never silently replace a finished run of another configuration."""
+    meta = out / "run.json"
+    if not (out / "results.jsonl").exists() or cfg.overwrite:
+        return
+    try:
+        old = json.loads(meta.read_text()).get("config", {})
+    except (OSError, ValueError):
+        old = {}
+    if old != json.loads(json.dumps(cfg.identity(), default=str)):
+        raise UserError(f"{out} already holds the results of a different run configuration; "
+                        "pass another --out, or --overwrite to replace them")
+
+
+def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | None]:
+    """All validation that needs no data and no model. Raises UserError subclasses."""
+    prof = get_profile(cfg.profile)
+    for p in cfg.plugins:
+        import_plugin(p)
+    from uqbench.experiments import get_experiment  # noqa: PLC0415
+
+    exp = get_experiment(cfg.experiment) if cfg.experiment else None
+    pairs = exp.pairs(cfg.budget) if exp else default_pairs(cfg.budget)
+    try:
+        if exp and exp.scorers and not cfg.scorers:
+            scorers = [get_scorer(base, **kw) for base, kw in exp.scorers.values()]
+            for sc, name in zip(scorers, exp.scorers):
+                sc.name = name
+        else:
+            scorers = [get_scorer(n) for n in cfg.scorers or list_scorers()]
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from None
+    ms = methods(pairs, scorers)
+    from baselines.backbones import check_backbone  # noqa: PLC0415  (cheap: no weights loaded)
+
+    check_backbone(cfg.backbone)
+    out, cache, data = resolve_dirs(cfg)
+    _check_out_dir(out, cfg)
+    return prof, ms, out, cache, data
+
+
+def run(cfg: RunConfig) -> RunResult:
+    t0 = time.perf_counter()
+    prof, ms, out, cache, data = prepare(cfg)
+    from uqbench.data.suites import build_suite  # noqa: PLC0415
+
+    suite = build_suite(cfg.suite, prof, data_dir=data, cache_dir=cache / "splits",
+                        progress=cfg.progress)
+    stats = RunStats()
+    stats.seconds["data"] = time.perf_counter() - t0
+    engine = Engine(cfg.backbone, prof, suite, cache, stats, progress=cfg.progress)
+    n_seeds = cfg.seeds or prof.seeds
+    pairs = list(dict.fromkeys(m.pair for m in ms))
+    eval_splits = [s for s in suite.splits.values() if s.role in ("id", "shift")]
+    outs: dict[tuple[str, str, int], Outputs] = {}
+    for rep in range(n_seeds):
+        for pair in pairs:
+            need = needed_fields(pair, ms)
+            for split in eval_splits:
+                outs[pair.name, split.name, rep] = engine.outputs(pair, split, rep, need)
+    stats.seconds["models+passes"] = time.perf_counter() - t0 - stats.seconds["data"]
+    rows, arrays = score_all(ms, suite, outs, n_seeds, prof)
+    meta = {
+        "config": cfg.identity(), "protocol": PROTOCOL_VERSION, "profile": asdict(prof),
+        "suite": cfg.suite, "backbone": cfg.backbone,
+        "splits": {s.name: {"hash": s.hash, "n": len(s.records), "recipe": s.recipe}
+                   for s in suite.splits.values()},
+        "gates": engine.gate_log,
+        "forward_passes_run": {"/".join(map(str, k)): v for k, v in sorted(stats.passes.items())},
+        "cache_hits": stats.cache_hits, "trained": stats.trained,
+        "seconds": {**stats.seconds, "total": time.perf_counter() - t0},
+    }
+    write_results(out, rows, meta)
+    _save_scores(out / "scores.npz", arrays)
+    if cfg.figures:
+        from figures import draw_run  # noqa: PLC0415
+
+        draw_run(out)
+    print(summary(rows), flush=True)
+    print(f"\nwrote {out}/results.{{md,csv,jsonl,tex}}; forward passes run: {stats.total()}, "
+          f"cache hits: {stats.cache_hits}", flush=True)
+    return RunResult(out, rows, stats)
+
+
+def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, int], Outputs],
+              n_seeds: int, prof: Profile) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """One row per method per domain and ``pooled``; also the per-example arrays for figures."""
+    rows: list[dict[str, Any]] = []
+    arrays: dict[str, np.ndarray] = {}
+    domains = list(suite.domains)
+    for m in ms:
+        for dom in [*domains, "pooled"]:
+            parts = domains if dom == "pooled" else [dom]
+
+            def per_seed(role: str) -> list[Outputs]:
+                return [Outputs.concat([outs[m.pair.name, f"{d}/{role}", r] for d in parts])
+                        for r in range(n_seeds)]
+
+            id_outs, sh_outs = per_seed("id"), per_seed("shift")
+            id_s, sh_s = Scored.of(m.scorer, id_outs), Scored.of(m.scorer, sh_outs)
+            row: dict[str, Any] = {
+                "method": m.name, "model": m.pair.model.name, "gate": m.pair.gate.name,
+                "scorer": m.scorer.name, "domain": dom,
+                **evaluate(id_s, sh_s, n_bins=12, n_boot=prof.bootstrap, seed=0),
+                "forward_passes": m.scorer.passes(id_outs[0]),
+                "n_id": id_outs[0].n, "n_shift": sh_outs[0].n, "seeds": n_seeds,
+                "protocol": PROTOCOL_VERSION,
+                "split_hashes": ",".join(suite.split(d, r).hash for d in parts for r in ("id", "shift")),
+            }
+            rows.append(row)
+            for role, sc in (("id", id_s), ("shift", sh_s)):
+                key = f"{m.name}|{dom}|{role}"
+                arrays[f"{key}|uncertainty"] = sc.uncertainty[:, 0]
+                arrays[f"{key}|confidence"] = sc.confidence[:, 0]
+                arrays[f"{key}|correct"] = sc.correct[:, 0]
+                if sc.experts is not None:
+                    arrays[f"{key}|experts"] = sc.experts[:, 0]
+    return rows, arrays
+
+
+def _save_scores(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    import io  # noqa: PLC0415
+
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+class Engine:
+    """Trains/loads models, calibrates gates and runs cached forward passes (torch side)."""
+
+    def __init__(self, backbone: str, prof: Profile, suite: Any, cache_root: Path,
+                 stats: RunStats, *, progress: bool = True) -> None:
+        self.backbone_name, self.prof, self.suite = backbone, prof, suite
+        self.arrays, self.dirs = ArrayCache(cache_root), DirCache(cache_root)
+        self.stats, self.progress = stats, progress
+        self._models: dict[tuple[str, int], tuple[Any, str]] = {}
+        self._gates: dict[tuple[str, int, str], tuple[Any, dict[str, Any]]] = {}
+        self.gate_log: dict[str, Any] = {}
+        self._backbone_id: dict[str, Any] | None = None
+
+    # -- models -----------------------------------------------------------------------------
+    def backbone_identity(self) -> dict[str, Any]:
+        if self._backbone_id is None:
+            from baselines.backbones import load_backbone  # noqa: PLC0415
+
+            self._backbone_id = dict(load_backbone(self.backbone_name).identity)
+        return self._backbone_id
+
+    def model(self, spec: ModelSpec, seed: int) -> tuple[Any, str]:
+        """(model, checkpoint sha256): trained once per config, then loaded from the cache."""
+        key = (spec.name, seed)
+        if key in self._models:
+            return self._models[key]
+        from baselines import checkpoint, train  # noqa: PLC0415
+        from baselines.backbones import load_backbone  # noqa: PLC0415
+
+        train_cfg = train.TrainConfig(epochs=self.prof.epochs, batch_size=self.prof.batch_size,
+                                      max_length=self.prof.max_length, seed=seed)
+        train_splits = self.suite.role("train")
+        material = {
+            "protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
+            "model": spec.kind, "train": asdict(train_cfg),
+            "data": sorted(s.hash for s in train_splits), "seed": seed,
+        }
+        path = self.dirs.get("models", material)
+        if path is None:
+            def write(tmp: Path) -> None:
+                t = time.perf_counter()
+                model = self._fresh(spec, seed)
+                records = [r for s in train_splits for r in s.records]
+                train.train(model, records, train_cfg, progress=self.progress)
+                checkpoint.save_adapter(model, tmp, meta={"model": spec.name, "seed": seed})
+                self.stats.trained.append(f"{spec.name}@{seed}")
+                self.stats.seconds[f"train {spec.name}@{seed}"] = time.perf_counter() - t
+
+            path = self.dirs.build("models", material, write)
+        model = checkpoint.load_adapter(path, load_backbone(self.backbone_name))
+        sha = file_sha256(path / checkpoint.WEIGHTS_FILE)
+        self._models[key] = (model, sha)
+        return model, sha
+
+    def _fresh(self, spec: ModelSpec, seed: int) -> Any:
+        import torch  # noqa: PLC0415
+
+        from baselines import dense, heads, moe  # noqa: PLC0415
+        from baselines.backbones import load_backbone  # noqa: PLC0415
+
+        torch.manual_seed(seed)
+        bb = load_backbone(self.backbone_name)
+        if spec.kind == "moe":
+            moe.inject(bb.model, moe.MoELoRAConfig(seed=seed))
+            return heads.MultipleChoiceModel(bb)
+        return dense.make_dense(bb, kind=spec.kind)
+
+    # -- gates ------------------------------------------------------------------------------
+    def gate(self, pair: Pair, seed: int) -> tuple[Any, dict[str, Any]]:
+        """The gate object and its full description (calibrated knob, achieved budget)."""
+        key = (pair.model.name, seed, pair.gate.name)
+        if key in self._gates:
+            return self._gates[key]
+        from uqbench.gating import make_gate  # noqa: PLC0415
+
+        model, sha = self.model(pair.model, seed)
+        gate, desc = make_gate(pair.gate, model, sha, self)
+        self._gates[key] = (gate, desc)
+        self.gate_log[f"{pair.name}@{seed}"] = desc
+        return gate, desc
+
+    # -- forward records ----------------------------------------------------------------------
+    def forward(self, spec: ModelSpec, seed: int, pair: Pair, split: Any, mode: str,
+                index: int = 0) -> dict[str, np.ndarray]:
+        from baselines import forward, moe  # noqa: PLC0415
+
+        model, sha = self.model(spec, seed)
+        gate, desc = self.gate(Pair(spec, pair.gate, pair.fields), seed)
+        material = {"protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
+                    "adapter": sha, "gate": desc, "split": split.hash, "mode": mode,
+                    "index": index, "max_length": self.prof.max_length}
+
+        def compute() -> dict[str, np.ndarray]:
+            if gate is not None:
+                moe.set_gate(model.backbone, gate)
+            self.stats.passes[spec.name, seed, pair.gate.name, split.name, mode] += 1
+            return forward.collect(model, split.records, batch_size=self.prof.eval_batch_size,
+                                   max_length=self.prof.max_length, mode=mode, seed=index,
+                                   progress=self.progress)
+
+        arrays, hit = self.arrays.get_or_compute("forward", material, compute)
+        self.stats.cache_hits += hit
+        return arrays
+
+    def outputs(self, pair: Pair, split: Any, rep: int, need: frozenset[str]) -> Outputs:
+        """Assemble the `Outputs` of one pair on one split for repetition ``rep``."""
+        base = 1000 * rep
+        det = self.forward(pair.model, base, pair, split, "deterministic")
+        kw: dict[str, Any] = {k: det[k] for k in ("route_entropy", "top1_mass", "disagreement",
+                                                   "experts") if k in det and k in need}
+        if "mc_logits" in need:
+            kw["mc_logits"] = np.stack([
+                self.forward(pair.model, base, pair, split, "mc_dropout", t)["logits"]
+                for t in range(self.prof.mc_passes)])
+        if "member_logits" in need:
+            kw["member_logits"] = np.stack([
+                self.forward(pair.model, base + m, pair, split, "deterministic")["logits"]
+                for m in range(self.prof.ensemble_members)])
+        recs = split.records
+        return Outputs(ids=np.array([r.id for r in recs]), labels=np.array([r.answer for r in recs]),
+                       logits=det["logits"], domain=np.array([r.domain for r in recs]), **kw)
+
+
+__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "run", "replace"]
