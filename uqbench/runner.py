@@ -194,13 +194,15 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
                 "split_hashes": ",".join(suite.split(d, r).hash for d in parts for r in ("id", "shift")),
             }
             rows.append(row)
+            for role, o in (("id", id_outs[0]), ("shift", sh_outs[0])):
+                for f in ("route_entropy", "top1_mass", "disagreement", "experts", "labels"):
+                    if getattr(o, f) is not None:
+                        arrays[f"{m.pair.name}|{dom}|{role}|{f}"] = getattr(o, f)
             for role, sc in (("id", id_s), ("shift", sh_s)):
                 key = f"{m.name}|{dom}|{role}"
                 arrays[f"{key}|uncertainty"] = sc.uncertainty[:, 0]
                 arrays[f"{key}|confidence"] = sc.confidence[:, 0]
                 arrays[f"{key}|correct"] = sc.correct[:, 0]
-                if sc.experts is not None:
-                    arrays[f"{key}|experts"] = sc.experts[:, 0]
     return rows, arrays
 
 
