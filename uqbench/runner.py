@@ -298,7 +298,7 @@ class Engine:
     # -- forward records ----------------------------------------------------------------------
     def forward(self, spec: ModelSpec, seed: int, pair: Pair, split: Any, mode: str,
                 index: int = 0) -> dict[str, np.ndarray]:
-        from baselines import forward, moe  # noqa: PLC0415
+        from baselines import forward, gates, moe  # noqa: PLC0415
 
         model, sha = self.model(spec, seed)
         gate, desc = self.gate(Pair(spec, pair.gate, pair.fields), seed)
@@ -307,8 +307,8 @@ class Engine:
                     "index": index, "max_length": self.prof.max_length}
 
         def compute() -> dict[str, np.ndarray]:
-            if gate is not None:
-                moe.set_gate(model.backbone, gate)
+            if gate is not None:  # a fresh gate per pass: RandomK's draws restart from its seed
+                moe.set_gate(model, gates.gate_from_dict(desc["gate"]))
             self.stats.passes[spec.name, seed, pair.gate.name, split.name, mode] += 1
             return forward.collect(model, split.records, batch_size=self.prof.eval_batch_size,
                                    max_length=self.prof.max_length, mode=mode, seed=index,

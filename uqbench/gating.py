@@ -1,0 +1,66 @@
+"""Turn a `GateSpec` into a gate for one trained model, calibrating it when it has a budget.
+
+Calibration (the CARE thermostat) runs on the union of the suite's unlabeled ``calib`` splits and
+is cached by (adapter checkpoint hash, calibration split hashes, gate spec), so a warm run does no
+bisection. The returned description (gate fields, calibrated knob, achieved budget, whether the
+budget was met) keys the forward-record cache and is written to ``run.json``.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from uqbench.cache import PROTOCOL_VERSION
+from uqbench.plan import GateSpec
+
+
+def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any) -> tuple[Any, dict[str, Any]]:
+    from baselines import gates as G  # noqa: PLC0415
+
+    if spec.kind == "dense":
+        return None, {"spec": spec.describe()}
+    if spec.kind == "topk":
+        gate = G.TopK(**spec.params)
+        return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
+    if spec.budget is None:  # a fixed threshold, e.g. the thermostat sweep's tau
+        cls = {"care": G.Care, "nucleus": G.NucleusOnly}[spec.kind]
+        gate = cls(**spec.params)
+        return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
+    calib = engine.suite.role("calib")
+    material = {"protocol": PROTOCOL_VERSION, "adapter": adapter_sha, "spec": spec.describe(),
+                "calib": sorted(s.hash for s in calib), "max_length": engine.prof.max_length}
+    cached = engine.arrays.get("thermostat", material)
+    if cached is not None:
+        desc = json.loads(str(cached["desc"]))
+    else:
+        desc = _calibrate(spec, model, [r for s in calib for r in s.records], engine.prof)
+        engine.arrays.put("thermostat", material, {"desc": np.array(json.dumps(desc))})
+    return G.gate_from_dict(desc["gate"]), desc
+
+
+def _calibrate(spec: GateSpec, model: Any, records: list[Any], prof: Any) -> dict[str, Any]:
+    from baselines import gates as G  # noqa: PLC0415
+    from baselines import thermostat as TH  # noqa: PLC0415
+
+    bs = prof.eval_batch_size
+    batches = [model.encode(records[i:i + bs], max_length=prof.max_length)
+               for i in range(0, len(records), bs)]
+    fwd = lambda m, b: m(b)  # noqa: E731
+    p = dict(spec.params)
+    budget = float(spec.budget)  # type: ignore[arg-type]
+    if spec.kind == "entropyk":
+        res = TH.calibrate_entropy_k(model, batches, budget, forward=fwd, **p)
+        gate = G.EntropyK(res.tau, **p)  # type: ignore[arg-type]
+    else:
+        nucleus = spec.kind == "nucleus"
+        factory = (lambda t: G.NucleusOnly(t, **p)) if nucleus else (lambda t: G.Care(t, **p))
+        res = TH.calibrate(model, batches, budget, gate_factory=factory, forward=fwd)
+        gate = factory(res.tau)
+        if spec.kind == "randomk":  # CARE's k histogram at this budget, re-assigned at random
+            gate = TH.random_k_from_care(model, batches, res.tau, seed=0, care=factory, forward=fwd)
+    return {"spec": spec.describe(), "gate": G.gate_to_dict(gate),
+            "calibration": {"knob": res.tau, "achieved": res.achieved, "target": res.target,
+                            "met": res.met, "iterations": res.iterations,
+                            "calib_tokens_from": len(records)}}
