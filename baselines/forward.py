@@ -1,0 +1,178 @@
+"""Forward records for the runner: logits and router statistics from ONE pass over a split.
+
+`collect` runs the model once over the records and returns numpy arrays: the logits and, when
+the model has MoE-LoRA layers, per-example router statistics pooled (a plain mean) over every
+non-padding token of all the example's sequences (one per option, or one in ``letters`` mode)
+and over all MoE layers. The statistics come from the same forward that produced the logits.
+
+`FORWARD_PASSES` counts calls per mode, so the runner (and its tests) can prove that a split was
+run exactly once deterministically, plus T times with dropout for MC-dropout scorers.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from baselines.heads import MultipleChoiceModel
+from baselines.train import length_key
+from uqbench.data.records import MCRecord
+from uqbench.errors import ConfigError
+from uqbench.outputs import PAD_LOGIT
+
+#: forward passes over a split, by mode ("deterministic", "mc_dropout"); one per `collect` call
+FORWARD_PASSES: Counter[str] = Counter()
+
+MODES = ("deterministic", "mc_dropout")
+#: Outputs field <- MoE layer statistic
+STAT_FIELDS = {"route_entropy": "entropy", "top1_mass": "top1", "disagreement": "disagreement",
+               "experts": "k"}
+#: per-token array <- MoE layer statistic (keep_tokens=True)
+TOKEN_FIELDS = {"tok_entropy": "entropy", "tok_top1": "top1",
+                "tok_disagreement": "disagreement", "tok_k": "k"}
+
+
+def plan_batches(model: MultipleChoiceModel, records: Sequence[MCRecord], batch_size: int
+                 ) -> list[list[int]]:
+    """Record indices per forward batch: sorted by length (less padding), at most
+    ``batch_size`` sequences per batch (at least one whole example)."""
+    order = sorted(range(len(records)), key=lambda i: length_key(records[i]))
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    n_seq = 0
+    for i in order:
+        s = 1 if model.mode == "letters" else len(records[i].choices)
+        if cur and n_seq + s > batch_size:
+            batches.append(cur)
+            cur, n_seq = [], 0
+        cur.append(i)
+        n_seq += s
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_size: int = 64,
+            max_length: int = 128, mode: str = "deterministic", seed: int = 0,
+            progress: bool = True, keep_tokens: bool = False) -> dict[str, NDArray[np.generic]]:
+    """Run the model once over ``records``.
+
+    Parameters
+    ----------
+    model : MultipleChoiceModel
+        Its MoE gate (if any) is used as set (`baselines.moe.set_gate`).
+    records : sequence of MCRecord
+    batch_size : int
+        Max token sequences per forward (an example contributes one per option, or one in
+        ``letters`` mode); examples are sorted by length to cut padding, results come back in
+        the order of ``records``.
+    max_length : int
+        Max tokens per sequence.
+    mode : {"deterministic", "mc_dropout"}
+        ``mc_dropout``: every ``nn.Dropout`` in train mode, everything else in eval mode, the
+        dropout masks drawn from ``seed`` (same seed -> same logits). Attention-probability
+        dropout that HF implements functionally (gated by the attention module's own flag) stays
+        off; hidden, adapter and head dropout are sampled.
+    seed : int
+        Seed of the dropout masks (global RNG state is restored afterwards).
+    progress : bool
+        Show a tqdm bar.
+    keep_tokens : bool
+        Also return per-token router statistics (averaged over MoE layers) of every
+        non-padding token: ``tok_entropy``, ``tok_top1``, ``tok_disagreement``, ``tok_k`` and
+        ``tok_example`` (row in ``records``), grouped by example in record order.
+
+    Returns
+    -------
+    dict of numpy arrays
+        ``logits`` (N, C_max) float64 (absent options: `PAD_LOGIT`); with MoE layers also
+        ``route_entropy``, ``top1_mass``, ``disagreement``, ``experts`` (N,) float64: means over
+        the example's non-padding tokens and all MoE layers of ``H(p)/log N``, ``p_(1)``, ``D``
+        and ``k``.
+
+    Examples
+    --------
+    >>> rec = collect(model, split.records, batch_size=64)      # doctest: +SKIP
+    >>> rec["logits"].shape, rec["route_entropy"].shape          # doctest: +SKIP
+    ((150, 4), (150,))
+    """
+    if mode not in MODES:
+        raise ConfigError(f"collect: mode {mode!r} unknown; valid: {', '.join(MODES)}")
+    if not records:
+        raise ValueError("collect: no records (empty split)")
+    if batch_size < 1:
+        raise ConfigError(f"collect: batch_size must be >= 1, got {batch_size}")
+    n, c_max = len(records), max(len(r.choices) for r in records)
+    logits = np.full((n, c_max), PAD_LOGIT, dtype=np.float64)
+    sums = {f: np.zeros(n) for f in STAT_FIELDS} if model.has_moe else {}
+    counts = np.zeros(n)
+    tok_parts: dict[str, list[Tensor]] = {f: [] for f in (*TOKEN_FIELDS, "tok_example")}
+    if keep_tokens and not model.has_moe:
+        raise ConfigError("collect: keep_tokens=True needs router statistics, but the model has "
+                          "no MoE-LoRA layers")
+
+    flags = {m: m.training for m in model.modules()}
+    model.eval()
+    if mode == "mc_dropout":
+        for m in model.modules():
+            if isinstance(m, nn.Dropout):
+                m.train()
+    if model.has_moe:
+        from baselines.moe import layer_stats, record_stats
+        record_stats(model.backbone, True)
+    FORWARD_PASSES[mode] += 1
+    batches = plan_batches(model, records, batch_size)
+    dev = model.device
+    try:
+        with torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []), \
+                torch.inference_mode():
+            torch.manual_seed(seed)
+            for idx in tqdm(batches, desc=f"forward ({mode})", disable=not progress,
+                            leave=False):
+                batch = model.encode([records[i] for i in idx], max_length)
+                out = model(batch)                                        # (B, C)
+                logits[idx, :out.shape[1]] = out.double().cpu().numpy()
+                if not model.has_moe:
+                    continue
+                mask = batch["attention_mask"].to(dev).bool()             # (S, L)
+                n_ch = batch["n_choices"].to(dev)
+                seq_ex = (torch.arange(len(idx), device=dev) if model.mode == "letters"
+                          else torch.repeat_interleave(torch.arange(len(idx), device=dev), n_ch))
+                stats = layer_stats(model.backbone)                       # per layer (S, L)
+                mean = {k: torch.stack([s[k].double() for s in stats]).mean(0)  # (S, L)
+                        for k in STAT_FIELDS.values()}
+                tok_ex = seq_ex[:, None].expand_as(mask)[mask]            # (K,) batch row
+                ex_count = torch.zeros(len(idx), dtype=torch.float64, device=dev
+                                       ).index_add_(0, tok_ex, torch.ones_like(tok_ex,
+                                                                               dtype=torch.float64))
+                counts[idx] = ex_count.cpu().numpy()
+                for field, key in STAT_FIELDS.items():
+                    vals = mean[key][mask]                                # (K,)
+                    total = torch.zeros(len(idx), dtype=torch.float64, device=dev
+                                        ).index_add_(0, tok_ex, vals)
+                    sums[field][idx] = total.cpu().numpy()
+                if keep_tokens:
+                    for field, key in TOKEN_FIELDS.items():
+                        tok_parts[field].append(mean[key][mask].cpu())
+                    tok_parts["tok_example"].append(torch.as_tensor(idx)[tok_ex.cpu()])
+    finally:
+        if model.has_moe:
+            record_stats(model.backbone, False)
+        for m, was_training in flags.items():
+            m.train(was_training)
+
+    result: dict[str, NDArray[np.generic]] = {"logits": logits}
+    for field, total in sums.items():
+        result[field] = total / np.maximum(counts, 1.0)
+    if keep_tokens:
+        ex = torch.cat(tok_parts["tok_example"]).numpy().astype(np.int64)
+        order = np.argsort(ex, kind="stable")
+        result["tok_example"] = ex[order]
+        for field in TOKEN_FIELDS:
+            result[field] = torch.cat(tok_parts[field]).numpy().astype(np.float64)[order]
+    return result

@@ -1,0 +1,353 @@
+"""Multiple-choice models on a frozen backbone: one score per option -> logits (B, C).
+
+Three heads, one interface (`MultipleChoiceModel.encode` then `forward`):
+
+``cross_encoder`` (encoder backbones)
+    Each (question, option) pair is one sequence ``[CLS] question [SEP] option [SEP]``; the
+    question is truncated first (``only_first``; ``longest_first`` for a pair whose option alone
+    is too long). Token states are mean-pooled over non-padding tokens (the sentence-transformers
+    pooling all-MiniLM-L6-v2 was trained with), then ``dropout -> Linear(hidden, 1)`` gives the
+    option's score.
+``cloze`` (decoder backbones)
+    Score of an option = mean log-likelihood of its tokens given ``"Question: q\\nAnswer:"``
+    (length-normalised, as lm-evaluation-harness' ``acc_norm`` by tokens). No extra parameters.
+``letters`` (decoder backbones; the default for decoders)
+    One sequence per question listing the lettered options, ending in ``"Answer:"``; the logits
+    of the tokens ``" A"``, ``" B"``, ... at the last position. One sequence per question, so C
+    times cheaper than ``cloze``. No extra parameters.
+
+Choice counts may differ within a batch: absent options get `uqbench.outputs.PAD_LOGIT` (finite,
+probability exactly 0 in float64, zero gradient), so logits are always (B, C_max) and finite.
+
+When the backbone has MoE-LoRA layers, `forward` hands them the token mask (padding excluded
+from routing statistics and the load-balancing loss).
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from baselines.backbones import Backbone
+from uqbench.data.records import MCRecord
+from uqbench.errors import ConfigError
+from uqbench.outputs import PAD_LOGIT
+
+HEAD_MODES = ("cross_encoder", "cloze", "letters")
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _pad(rows: Sequence[Sequence[int]], value: int) -> Tensor:
+    """Right-pad lists of ints into a (len(rows), max_len) long tensor."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.as_tensor(r, dtype=torch.long)
+    return out
+
+
+def _scatter_choices(scores: Tensor, n_choices: Tensor) -> Tensor:
+    """(S,) scores of the real options, S = sum(n_choices) -> (B, C_max), PAD_LOGIT elsewhere."""
+    b, c = n_choices.numel(), int(n_choices.max())
+    col = torch.arange(c, device=n_choices.device)
+    present = col[None, :] < n_choices[:, None]                          # (B, C)
+    out = scores.new_full((b, c), PAD_LOGIT)
+    return out.masked_scatter(present, scores)                           # row-major fill
+
+
+def adapter_layers(model: nn.Module) -> list[str]:
+    """Names of adapter modules (MoE-LoRA layers, peft tuner layers) already in ``model``."""
+    from baselines.moe import MoELoRALinear
+
+    kinds: tuple[type, ...] = (MoELoRALinear,)
+    if "peft" in sys.modules:   # peft layers exist only if peft was imported (slow import)
+        from peft.tuners.tuners_utils import BaseTunerLayer
+        kinds += (BaseTunerLayer,)
+    return [n for n, m in model.named_modules() if isinstance(m, kinds)]
+
+
+class MultipleChoiceModel(nn.Module):
+    """A backbone plus a multiple-choice head; logits (B, C) for a batch of `MCRecord`.
+
+    Parameters
+    ----------
+    backbone : Backbone
+        Used in place (its model becomes ``self.backbone``); builders such as `make_moe` and
+        `baselines.dense.make_dense` clone it first unless told not to.
+    mode : {"auto", "cross_encoder", "cloze", "letters"}
+        ``"auto"``: ``cross_encoder`` for encoders, ``letters`` for decoders.
+    head_dropout : float
+        Dropout before the scoring head (cross-encoder only; an ``nn.Dropout``, so MC dropout
+        samples it). 0.1 = BERT's classifier dropout.
+    seed : int
+        Seed of the scoring head's initialisation (independent of the global RNG).
+    adapter : mapping, optional
+        ``{"type": "none" | "moe" | "lora" | "dora" | "adalora", "config": {...}}``, recorded by
+        the builders so `baselines.checkpoint` can rebuild the model.
+
+    Attributes
+    ----------
+    head : ``nn.Linear(hidden, 1, bias=False)`` or None (decoder modes). No bias: the softmax over
+        choices is shift-invariant, a bias would get zero gradient.
+    """
+
+    def __init__(self, backbone: Backbone, *, mode: str = "auto", head_dropout: float = 0.1,
+                 seed: int = 0, adapter: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        if mode == "auto":
+            mode = "cross_encoder" if backbone.kind == "encoder" else "letters"
+        if mode not in HEAD_MODES:
+            raise ConfigError(f"head mode {mode!r} unknown; valid: auto, {', '.join(HEAD_MODES)}")
+        if (mode == "cross_encoder") != (backbone.kind == "encoder"):
+            want = "cross_encoder" if backbone.kind == "encoder" else "cloze or letters"
+            raise ConfigError(f"head mode {mode!r} does not fit {backbone.kind} backbone "
+                              f"{backbone.name!r}; use {want}")
+        if not 0.0 <= head_dropout < 1.0:
+            raise ConfigError(f"head_dropout must be in [0, 1), got {head_dropout}")
+        self.backbone = backbone.model
+        self.tokenizer = backbone.tokenizer
+        self.kind = backbone.kind
+        self.identity = dict(backbone.identity)
+        self.mode = mode
+        self.head_dropout = head_dropout
+        self.seed = seed
+        self.adapter: dict[str, Any] = dict(adapter or {"type": "none", "config": {}})
+        hidden = int(self.identity["hidden_size"])
+        if mode == "cross_encoder":
+            self.dropout = nn.Dropout(head_dropout)
+            w = self.backbone.get_input_embeddings().weight
+            self.head: nn.Linear | None = nn.Linear(hidden, 1, bias=False, device=w.device,
+                                                    dtype=w.dtype)
+            gen = torch.Generator().manual_seed(seed)
+            with torch.no_grad():   # BERT's initializer_range
+                self.head.weight.copy_(torch.randn(self.head.weight.shape, generator=gen) * 0.02)
+        else:
+            self.head = None
+        self._moe = bool(_moe_layers(self.backbone))
+        self._letter_ids: list[int] | None = None
+
+    # -- properties -------------------------------------------------------------------------
+    @property
+    def has_moe(self) -> bool:
+        """Whether the backbone carries MoE-LoRA layers (router statistics available)."""
+        return self._moe
+
+    @property
+    def device(self) -> torch.device:
+        return self.backbone.get_input_embeddings().weight.device
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The scoring head's parameters (trained at ``TrainConfig.head_lr``)."""
+        return list(self.head.parameters()) if self.head is not None else []
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-serialisable description used by checkpoints."""
+        return {"mode": self.mode, "head_dropout": self.head_dropout, "seed": self.seed,
+                "adapter": self.adapter}
+
+    # -- encoding ---------------------------------------------------------------------------
+    def encode(self, records: Sequence[MCRecord], max_length: int) -> dict[str, Tensor]:
+        """Tokenize a batch of records.
+
+        Returns
+        -------
+        dict with ``input_ids``, ``attention_mask`` (and ``token_type_ids`` for BERT-like
+        tokenizers) of shape (S, L), right-padded to the longest sequence; ``n_choices`` (B,).
+        ``S = sum(n_choices)`` (one sequence per option) except for ``letters`` where S = B.
+        ``cloze`` adds ``target_mask`` (S, L) bool: the option tokens whose log-likelihood is
+        scored. ``letters`` adds ``letter_ids`` (C_max,).
+        """
+        if not records:
+            raise ValueError("encode: empty batch of records")
+        limit = getattr(self.backbone.config, "max_position_embeddings", None)
+        if limit is not None and max_length > limit:
+            max_length = int(limit)
+        if max_length < 8:
+            raise ConfigError(f"max_length must be >= 8 tokens, got {max_length}")
+        n_choices = torch.tensor([len(r.choices) for r in records], dtype=torch.long)
+        if self.mode == "cross_encoder":
+            batch = self._encode_pairs(records, max_length)
+        elif self.mode == "cloze":
+            batch = self._encode_cloze(records, max_length)
+        else:
+            batch = self._encode_letters(records, max_length)
+        batch["n_choices"] = n_choices
+        return batch
+
+    def _encode_pairs(self, records: Sequence[MCRecord], max_length: int) -> dict[str, Tensor]:
+        tok = self.tokenizer
+        qs = [r.question for r in records for _ in r.choices]
+        opts = [c for r in records for c in r.choices]
+        try:
+            enc = tok(qs, opts, truncation="only_first", max_length=max_length)
+            cols = {k: list(v) for k, v in enc.items()}
+        except Exception as exc:   # the tokenizers library raises a bare Exception
+            if "Truncation" not in str(exc):
+                raise
+            # some option alone exceeds max_length: per pair, so every other pair is encoded
+            # exactly as in a batch without it (encodings never depend on batch-mates)
+            cols = {}
+            for q, o in zip(qs, opts):
+                try:
+                    one = tok(q, o, truncation="only_first", max_length=max_length)
+                except Exception:
+                    one = tok(q, o, truncation="longest_first", max_length=max_length)
+                for k, v in one.items():
+                    cols.setdefault(k, []).append(v)
+        out = {"input_ids": _pad(cols["input_ids"], tok.pad_token_id),
+               "attention_mask": _pad(cols["attention_mask"], 0)}
+        if "token_type_ids" in cols:
+            out["token_type_ids"] = _pad(cols["token_type_ids"], 0)
+        return out
+
+    def _encode_cloze(self, records: Sequence[MCRecord], max_length: int) -> dict[str, Tensor]:
+        tok = self.tokenizer
+        ids, targets = [], []
+        for r in records:
+            prompt = tok(f"Question: {r.question}\nAnswer:")["input_ids"]
+            for choice in r.choices:
+                cont = tok(f" {choice}", add_special_tokens=False)["input_ids"]
+                if not cont:   # an empty option: scored as ending the text
+                    cont = [tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id]
+                cont = cont[:max_length // 2] if len(prompt) + len(cont) > max_length else cont
+                ctx = prompt[-(max_length - len(cont)):]   # keep the end of the question
+                ids.append(ctx + cont)
+                targets.append([0] * len(ctx) + [1] * len(cont))
+        return {"input_ids": _pad(ids, tok.pad_token_id),
+                "attention_mask": _pad([[1] * len(x) for x in ids], 0),
+                "target_mask": _pad(targets, 0).bool()}
+
+    def _encode_letters(self, records: Sequence[MCRecord], max_length: int) -> dict[str, Tensor]:
+        tok = self.tokenizer
+        c_max = max(len(r.choices) for r in records)
+        if c_max > len(LETTERS):
+            raise ConfigError(f"letters mode supports at most {len(LETTERS)} choices, got {c_max}")
+        ids = []
+        for r in records:
+            lines = "".join(f"{LETTERS[j]}. {c}\n" for j, c in enumerate(r.choices))
+            prompt = tok(f"Question: {r.question}\n{lines}Answer:")["input_ids"]
+            ids.append(prompt[-max_length:])   # keep the options and "Answer:" at the end
+        return {"input_ids": _pad(ids, tok.pad_token_id),
+                "attention_mask": _pad([[1] * len(x) for x in ids], 0),
+                "letter_ids": torch.tensor(self.letter_ids()[:c_max], dtype=torch.long)}
+
+    def letter_ids(self) -> list[int]:
+        """Token ids of ``" A"``, ``" B"``, ...; each must be a single token."""
+        if self._letter_ids is None:
+            ids = []
+            for letter in LETTERS:
+                t = self.tokenizer(f" {letter}", add_special_tokens=False)["input_ids"]
+                if len(t) != 1:
+                    raise ConfigError(f"letters mode: the tokenizer splits ' {letter}' into "
+                                      f"{len(t)} tokens; use mode='cloze'")
+                ids.append(t[0])
+            if len(set(ids)) != len(ids):
+                raise ConfigError("letters mode: answer letters share token ids; use mode='cloze'")
+            self._letter_ids = ids
+        return self._letter_ids
+
+    # -- forward ----------------------------------------------------------------------------
+    def forward(self, batch: Mapping[str, Tensor]) -> Tensor:
+        """Logits (B, C_max) for a batch from `encode`; absent options get `PAD_LOGIT`."""
+        dev = self.device
+        ids = batch["input_ids"].to(dev)                                  # (S, L)
+        mask = batch["attention_mask"].to(dev)                            # (S, L)
+        n_choices = batch["n_choices"].to(dev)                            # (B,)
+        if self._moe:
+            from baselines.moe import set_token_mask
+            set_token_mask(self.backbone, mask.bool())
+        try:
+            if self.mode == "cross_encoder":
+                extra = {"token_type_ids": batch["token_type_ids"].to(dev)} \
+                    if "token_type_ids" in batch else {}
+                h = self.backbone(input_ids=ids, attention_mask=mask, **extra).last_hidden_state
+                m = mask.unsqueeze(-1).to(h.dtype)                        # (S, L, 1)
+                pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0)         # (S, H)
+                scores = self.head(self.dropout(pooled)).squeeze(-1)      # (S,)
+                return _scatter_choices(scores.float(), n_choices)
+            h = self.backbone.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+            if self.mode == "cloze":
+                return _scatter_choices(self._cloze_scores(h, ids, batch["target_mask"].to(dev)),
+                                        n_choices)
+            last = mask.sum(1) - 1                                        # (B,) right padding
+            h_last = h[torch.arange(h.shape[0], device=dev), last]        # (B, H)
+            letters = batch["letter_ids"].to(dev)                         # (C,)
+            logits = self._lm_logits(h_last)[:, letters]                  # (B, C)
+            col = torch.arange(letters.numel(), device=dev)
+            return logits.masked_fill(col[None, :] >= n_choices[:, None], PAD_LOGIT)
+        finally:
+            if self._moe:
+                set_token_mask(self.backbone, None)
+
+    def _lm_logits(self, h: Tensor) -> Tensor:
+        """Vocabulary logits (float32) from final hidden states (..., H) through the LM head."""
+        logits = self.backbone.get_output_embeddings()(h).float()
+        cap = getattr(self.backbone.config, "final_logit_softcapping", None)
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+    def _cloze_scores(self, h: Tensor, ids: Tensor, target: Tensor) -> Tensor:
+        """Mean log p(option tokens | prompt) per sequence: (S, L, H) -> (S,)."""
+        # token t is predicted from position t-1: only the scored positions go through the head
+        pred_pos = target[:, 1:]                                          # (S, L-1)
+        rows, cols = pred_pos.nonzero(as_tuple=True)                      # (K,), (K,)
+        logp = F.log_softmax(self._lm_logits(h[rows, cols]), dim=-1)      # (K, V)
+        tok_logp = logp.gather(1, ids[rows, cols + 1].unsqueeze(1)).squeeze(1)  # (K,)
+        total = torch.zeros(ids.shape[0], device=h.device).index_add(0, rows, tok_logp)
+        return total / pred_pos.sum(1).clamp_min(1)
+
+
+def _moe_layers(model: nn.Module) -> list[nn.Module]:
+    from baselines.moe import moe_layers
+    return list(moe_layers(model))
+
+
+def _prepare(backbone: Backbone, copy: bool) -> Backbone:
+    bb = backbone.clone() if copy else backbone
+    existing = adapter_layers(bb.model)
+    if existing:
+        raise ValueError(
+            f"backbone {bb.name!r} already carries adapter layers ({existing[0]}, ...); build "
+            "each model on a fresh backbone: pass copy=True or load_backbone() again"
+        )
+    return bb
+
+
+def make_moe(backbone: Backbone, config: Any = None, *, mode: str = "auto",
+             head_dropout: float = 0.1, seed: int = 0, copy: bool = True) -> MultipleChoiceModel:
+    """A MoE-LoRA multiple-choice model: inject experts + routers, add the head.
+
+    Parameters
+    ----------
+    backbone : Backbone
+    config : baselines.moe.MoELoRAConfig, optional
+        Defaults to ``MoELoRAConfig()`` (16 experts of rank 8, top-4 in training).
+    mode, head_dropout, seed : see `MultipleChoiceModel`.
+    copy : bool
+        Inject into a clone of the backbone (default), leaving ``backbone`` reusable.
+
+    Trainable: experts and routers (``inject`` freezes the backbone) and the scoring head.
+    """
+    from baselines.moe import MoELoRAConfig, inject
+
+    config = MoELoRAConfig() if config is None else config
+    bb = _prepare(backbone, copy)
+    inject(bb.model, config)
+    return MultipleChoiceModel(bb, mode=mode, head_dropout=head_dropout, seed=seed,
+                               adapter={"type": "moe", "config": config.to_dict()})
+
+
+def make_plain(backbone: Backbone, *, mode: str = "auto", head_dropout: float = 0.1,
+               seed: int = 0, copy: bool = True) -> MultipleChoiceModel:
+    """A head-only model on the frozen backbone (no adapter): a floor for the baselines."""
+    return MultipleChoiceModel(_prepare(backbone, copy), mode=mode, head_dropout=head_dropout,
+                               seed=seed)
+
+
+__all__ = ["HEAD_MODES", "MultipleChoiceModel", "adapter_layers", "make_moe", "make_plain"]

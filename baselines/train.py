@@ -1,0 +1,217 @@
+"""Training loop for `MultipleChoiceModel` (paper Appendix "Detailed Experimental Setup").
+
+AdamW on the trainable parameters only (adapters, routers, scoring head; the backbone is frozen),
+cosine decay with linear warm-up, cross-entropy over the choices, plus for MoE-LoRA the
+load-balancing auxiliary loss ``lb_coef * load_balance_loss`` with the fixed top-k gate
+(CARE replaces only the gate at inference), and for AdaLoRA its orthogonality regulariser and
+rank allocation. Seeded and deterministic on CPU: same config and records -> identical losses
+and weights.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from baselines.heads import MultipleChoiceModel
+from uqbench.data.records import MCRecord
+from uqbench.errors import ConfigError
+
+
+def _help(text: str, default: object) -> object:
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation hyper-parameters; the defaults are the paper's where it gives them."""
+
+    lr: float = _help("AdamW learning rate of adapters and routers (paper: 2e-4)", 2e-4)
+    head_lr: float = _help(
+        "learning rate of the scoring head. Higher than lr: the head starts random (std 0.02) "
+        "while adapters start as an exact no-op, and Adam moves each weight by about lr per "
+        "step, so at 2e-4 a 50-step CPU run cannot move the head past its own init scale", 1e-3)
+    weight_decay: float = _help("AdamW decoupled weight decay (0: LoRA's usual setting)", 0.0)
+    epochs: int = _help("passes over the training records (paper: 3)", 3)
+    batch_size: int = _help("examples per optimiser step (paper: 16)", 16)
+    max_length: int = _help("max tokens per sequence (question truncated first)", 128)
+    warmup_ratio: float = _help("fraction of steps of linear warm-up before cosine decay", 0.06)
+    seed: int = _help("seed of shuffling and dropout", 0)
+    grad_clip: float | None = _help("max global grad norm (None: no clipping)", 1.0)
+    bucket: bool = _help("group similar lengths inside a seeded shuffle (less padding)", True)
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("lr", self.lr > 0), ("head_lr", self.head_lr > 0),
+            ("weight_decay", self.weight_decay >= 0), ("epochs", self.epochs >= 1),
+            ("batch_size", self.batch_size >= 1), ("max_length", self.max_length >= 8),
+            ("warmup_ratio", 0 <= self.warmup_ratio < 1),
+            ("grad_clip", self.grad_clip is None or self.grad_clip > 0),
+        ]
+        for name, ok in checks:
+            if not ok:
+                raise ConfigError(f"TrainConfig.{name}={getattr(self, name)!r} is invalid "
+                                  f"({type(self).__dataclass_fields__[name].metadata['help']})")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """``losses``: cross-entropy per step; ``aux_losses``: the weighted auxiliary loss per step
+    (load balancing / AdaLoRA regulariser; 0 for other adapters)."""
+
+    losses: tuple[float, ...]
+    aux_losses: tuple[float, ...]
+    seconds: float
+    steps: int
+
+
+def length_key(record: MCRecord) -> int:
+    """Cheap proxy of a record's padded token length (characters)."""
+    return len(record.question) + max(len(c) for c in record.choices)
+
+
+def batch_order(records: Sequence[MCRecord], batch_size: int, generator: torch.Generator, *,
+                bucket: bool = True) -> list[list[int]]:
+    """One epoch's batches of record indices, from a seeded shuffle.
+
+    With ``bucket``, the shuffle is cut into chunks of 8 batches, each chunk sorted by length and
+    split into batches, and the batch order shuffled again: batches hold similar lengths (less
+    padding) while every epoch still differs.
+    """
+    perm = torch.randperm(len(records), generator=generator).tolist()
+    if not bucket:
+        return [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
+    chunk = batch_size * 8
+    batches = []
+    for i in range(0, len(perm), chunk):
+        part = sorted(perm[i:i + chunk], key=lambda j: length_key(records[j]))
+        batches += [part[k:k + batch_size] for k in range(0, len(part), batch_size)]
+    order = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in order]
+
+
+def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: TrainConfig, *,
+          progress: bool = True) -> TrainResult:
+    """Train the model's adapters and head in place.
+
+    Parameters
+    ----------
+    model : MultipleChoiceModel
+        From `baselines.heads.make_moe`, `baselines.dense.make_dense` or `make_plain`.
+    records : sequence of MCRecord
+        Training examples; the label is ``record.answer``.
+    config : TrainConfig
+    progress : bool
+        Show a tqdm bar.
+
+    Returns
+    -------
+    TrainResult
+        Per-step losses, wall time and number of steps. The model is left in eval mode, with
+        its MoE gates as they were before training.
+
+    Notes
+    -----
+    Loss per step ``CE(logits, answer) + aux`` with ``aux = lb_coef * load_balance_loss`` for
+    MoE-LoRA (gate ``TopK(top_k)`` during training) and AdaLoRA's orthogonality term. The global
+    RNG state is saved and restored; deterministic algorithms are requested for the run.
+    """
+    from baselines import dense
+
+    if not records:
+        raise ConfigError("train: no training records; check the split and the profile caps")
+    params = model.trainable_parameters()
+    if not params:
+        raise ConfigError("train: the model has no trainable parameters")
+    head_ids = {id(p) for p in model.head_parameters()}
+    groups = [{"params": [p for p in params if id(p) not in head_ids], "lr": config.lr},
+              {"params": [p for p in params if id(p) in head_ids], "lr": config.head_lr}]
+    groups = [g for g in groups if g["params"]]
+
+    steps_per_epoch = math.ceil(len(records) / config.batch_size)
+    total = steps_per_epoch * config.epochs
+    if dense.is_adalora(model):
+        dense.adalora_schedule(model, total)
+
+    moe_gates, lb_coef = None, 0.0
+    if model.has_moe:
+        from baselines.gates import TopK
+        from baselines.moe import get_gates, set_gate
+        cfg = model.adapter["config"]
+        moe_gates, lb_coef = get_gates(model.backbone), float(cfg["lb_coef"])
+        set_gate(model.backbone, TopK(int(cfg["top_k"])))
+
+    det_before = torch.are_deterministic_algorithms_enabled()
+    det_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    losses: list[float] = []
+    aux_losses: list[float] = []
+    t0 = time.perf_counter()
+    bar = tqdm(total=total, desc="train", disable=not progress, leave=False)
+    try:
+        with torch.random.fork_rng(devices=_devices(model)):
+            torch.manual_seed(config.seed)
+            # warn_only: some CUDA kernels have no deterministic version; CPU ones all do
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            gen = torch.Generator().manual_seed(config.seed)
+            from transformers import get_cosine_schedule_with_warmup
+            opt = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
+            sched = get_cosine_schedule_with_warmup(
+                opt, num_warmup_steps=math.ceil(config.warmup_ratio * total),
+                num_training_steps=total)
+            model.train()
+            step = 0
+            for _ in range(config.epochs):
+                for batch_records in _records(records, config, gen):
+                    enc = model.encode(batch_records, config.max_length)
+                    labels = torch.tensor([r.answer for r in batch_records], device=model.device)
+                    logits = model(enc)                                   # (B, C)
+                    ce = F.cross_entropy(logits, labels)
+                    aux = torch.zeros((), device=model.device)
+                    if model.has_moe and lb_coef > 0:
+                        from baselines.moe import load_balance_loss
+                        aux = aux + lb_coef * load_balance_loss(model.backbone)
+                    if dense.is_adalora(model):
+                        aux = aux + dense.adalora_orth_loss(model)
+                    loss = ce + aux
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(
+                            f"train: loss is {loss.item()} at step {step}; lower lr/head_lr or "
+                            "check the inputs")
+                    loss.backward()
+                    if config.grad_clip is not None:
+                        torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+                    opt.step()
+                    sched.step()
+                    if dense.is_adalora(model):
+                        dense.adalora_update(model, step)
+                    opt.zero_grad(set_to_none=True)
+                    losses.append(float(ce.detach()))
+                    aux_losses.append(float(aux.detach()))
+                    step += 1
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{losses[-1]:.4f}")
+    finally:
+        bar.close()
+        torch.use_deterministic_algorithms(det_before, warn_only=det_warn)
+        model.eval()
+        if moe_gates is not None:
+            from baselines.moe import set_gate
+            set_gate(model.backbone, moe_gates)
+    return TrainResult(losses=tuple(losses), aux_losses=tuple(aux_losses),
+                       seconds=time.perf_counter() - t0, steps=len(losses))
+
+
+def _records(records: Sequence[MCRecord], config: TrainConfig, gen: torch.Generator
+             ) -> Iterator[list[MCRecord]]:
+    for idx in batch_order(records, config.batch_size, gen, bucket=config.bucket):
+        yield [records[i] for i in idx]
+
+
+def _devices(model: MultipleChoiceModel) -> list[int]:
+    dev = model.device
+    return [dev.index or 0] if dev.type == "cuda" else []

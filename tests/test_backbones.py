@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import BertConfig, GPT2Config, LlamaConfig, T5Config
+
+from baselines.backbones import (
+    identity_mismatch,
+    is_decoder_config,
+    list_backbones,
+    load_backbone,
+    minilm_path,
+    same_backbone,
+    tiny_backbone,
+)
+from uqbench.errors import ConfigError
+
+
+def test_registry_lists_named_backbones() -> None:
+    names = list_backbones()
+    assert {"minilm", "tiny-bert", "tiny-llama", "smollm2"} <= set(names)
+
+
+@pytest.mark.parametrize("name", ["minlm", "bert-tiny-xyz"])
+def test_unknown_name_lists_valid_names(name: str) -> None:
+    with pytest.raises(ConfigError, match="minilm") as err:
+        load_backbone(name)
+    assert "unknown backbone" in str(err.value)
+
+
+def test_close_match_suggested() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'minilm'"):
+        load_backbone("minilmm")
+
+
+def test_smollm2_not_yet_supported() -> None:
+    with pytest.raises(ConfigError, match="not yet supported"):
+        load_backbone("smollm2")
+
+
+def test_missing_or_bad_folder(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_backbone(str(tmp_path / "nope" / "model"))
+    with pytest.raises(ConfigError, match="no config.json"):
+        load_backbone(str(tmp_path))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(ConfigError, match="GGUF"):
+        load_backbone(str(gguf))
+
+
+def test_unreachable_hub_id_says_how_to_fix(monkeypatch) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ConfigError, match="cannot be reached") as err:
+        load_backbone("no-such-org/no-such-model")
+    assert "config.json" in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_local_folder_loads_same_identity(tmp_path, kind: str) -> None:
+    tiny = tiny_backbone(kind)
+    tiny.model.save_pretrained(tmp_path)
+    tiny.tokenizer.save_pretrained(tmp_path)
+    bb = load_backbone(str(tmp_path))
+    assert bb.kind == kind
+    assert same_backbone(bb.identity, tiny.identity), identity_mismatch(bb.identity, tiny.identity)
+    assert bb.identity["name"] != tiny.identity["name"]   # names may differ
+    assert not any(p.requires_grad for p in bb.model.parameters())
+    if kind == "decoder":
+        assert bb.model.get_output_embeddings() is not None
+    ids = torch.tensor([[101, 2054, 102]])
+    with torch.no_grad():
+        a = tiny.model(input_ids=ids)[0]
+        b = bb.model(input_ids=ids)[0]
+    assert torch.equal(a, b)
+
+
+def test_identity_tells_weights_and_configs_apart() -> None:
+    a, b = tiny_backbone("encoder", seed=0), tiny_backbone("encoder", seed=0)
+    assert same_backbone(a.identity, b.identity)
+    c = tiny_backbone("encoder", seed=1)   # same config, other weights
+    assert not same_backbone(a.identity, c.identity)
+    assert any("weights_hash" in m for m in identity_mismatch(a.identity, c.identity))
+    d = tiny_backbone("encoder", layers=3)
+    assert not same_backbone(a.identity, d.identity)
+
+
+@pytest.mark.parametrize(("config", "decoder"), [
+    (BertConfig(), False),
+    (BertConfig(is_decoder=True), True),
+    (LlamaConfig(), True),
+    (GPT2Config(), True),
+    (BertConfig(architectures=["MyForCausalLM"]), True),
+])
+def test_decoder_detection(config, decoder: bool) -> None:
+    assert is_decoder_config(config) is decoder
+
+
+def test_encoder_decoder_models_refused() -> None:
+    with pytest.raises(ConfigError, match="encoder-decoder"):
+        is_decoder_config(T5Config())
+
+
+def test_clone_has_its_own_weights() -> None:
+    a = tiny_backbone("encoder")
+    b = a.clone()
+    with torch.no_grad():
+        next(b.model.parameters()).add_(1.0)
+    assert not torch.equal(next(a.model.parameters()), next(b.model.parameters()))
+    assert b.tokenizer is a.tokenizer and b.identity == a.identity
+
+
+def test_minilm_package_folder_is_hf_format() -> None:
+    assert (minilm_path() / "config.json").is_file()

@@ -1,0 +1,383 @@
+"""Figures: a synthetic run folder in the layout `uqbench run` writes, drawn end to end; the
+drawn data checked against the `uqbench.metrics` curve functions."""
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+import pytest
+
+from figures import calibration, compute, mechanism, ood, selective
+from figures.run import RunData, draw_run, load_run
+from uqbench import metrics as M
+from uqbench.errors import UserError
+
+matplotlib.use("Agg")
+
+DOMAINS = ("science", "math")
+N = {"id": 140, "shift": 110}
+ROUTER = ("route_entropy", "top1_mass", "disagreement", "experts")
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _gates(frontier: bool, extra: bool) -> dict[str, tuple[str, float]]:
+    """gate -> (kind, knob): topk (k), care (budget) or caretau (tau)."""
+    g: dict[str, tuple[str, float]] = {"top4": ("topk", 4), "care": ("care", 4.0)}
+    if frontier:
+        g |= {f"top{k}": ("topk", k) for k in (1, 2, 3, 5, 6, 8)}
+        g |= {f"care-b{b}": ("care", b) for b in (2, 3, 4, 5)}
+    if extra:
+        g |= {f"care-tau{t:g}": ("caretau", t) for t in (0.4, 0.5, 0.6, 0.7, 0.8)}
+        g |= {"fixed-k": ("topk", 4), "random-k": ("topk", 3.7), "entropy-k": ("care", 3.8),
+              "nucleus-only": ("care", 3.9)}
+    return g
+
+
+def make_run(root: Path, *, frontier: bool = True, extra: bool = True,
+             degenerate: bool = False, empty_shift: bool = False) -> Path:
+    """A run folder: results.jsonl, scores.npz (the documented keys) and run.json."""
+    rng = np.random.default_rng(0)
+    arrays: dict[str, np.ndarray] = {}
+    # One latent difficulty per example, shared by every pair (same examples everywhere).
+    z = {(d, r): rng.normal(size=N[r]) + (0.9 if r == "shift" else 0.0) + 0.3 * i
+         for i, d in enumerate(DOMAINS) for r in N}
+    pairs: dict[str, tuple[str, float]] = {"lora/dense": ("dense", 0.0)}
+    pairs |= {f"moe-lora/{g}": v for g, v in _gates(frontier, extra).items()}
+    methods: list[tuple[str, str]] = []
+    for pair, (kind, knob) in pairs.items():
+        scorers = ["msp", "entropy"] if pair in ("lora/dense", "moe-lora/top4") else ["msp"]
+        if kind == "care" or pair == "moe-lora/top4":
+            scorers.append("care")
+        methods += [(pair, s) for s in scorers]
+        for (dom, role), zz in z.items():
+            n = zz.size
+            noise = np.random.default_rng(zlib.crc32(f"{pair}|{dom}|{role}".encode()))
+            if kind == "care":
+                experts = np.clip(np.round(knob + 1.3 * zz + noise.normal(0, 0.5, n)), 1, 8)
+                skill = 0.25 * knob + 0.25
+            elif kind == "caretau":
+                experts = np.clip(np.round(8 * knob - 1 + 1.3 * zz), 1, 8)
+                skill = 0.25 * experts.mean()
+            else:
+                experts = np.full(n, knob)
+                skill = 0.3 * np.log1p(knob) + (0.2 if kind == "dense" else 0)
+            p_corr = _sigmoid(0.6 + skill - zz)
+            correct = (noise.uniform(size=n) < p_corr).astype(float)
+            conf = np.clip(0.25 + 0.75 * _sigmoid(0.5 + skill - zz + noise.normal(0, 0.8, n)),
+                           0.25, 1.0)
+            ent = _sigmoid(0.8 * zz + noise.normal(0, 0.7, n))
+            dis = 0.8 * _sigmoid(0.6 * zz + noise.normal(0, 0.7, n))
+            fields = {"labels": noise.integers(0, 4, n)}
+            if kind != "dense":
+                fields |= {"route_entropy": ent, "disagreement": dis, "experts": experts,
+                           "top1_mass": np.clip(1 - 0.7 * ent + noise.normal(0, 0.05, n), 0, 1)}
+            for f, a in fields.items():
+                arrays[f"{pair}|{dom}|{role}|{f}"] = a
+            for s in scorers:
+                u = {"msp": 1 - conf, "entropy": (1 - conf) ** 0.5 + noise.normal(0, 0.05, n),
+                     "care": 0.5 * ent + 0.5 * dis}[s]
+                key = f"{pair}/{s}|{dom}|{role}"
+                arrays[f"{key}|uncertainty"], arrays[f"{key}|confidence"] = u, conf
+                arrays[f"{key}|correct"] = correct
+    if degenerate:  # a method that is always right
+        methods.append(("stub/dense", "msp"))
+        for (dom, role), zz in z.items():
+            key = f"stub/dense/msp|{dom}|{role}"
+            arrays[f"{key}|uncertainty"] = arrays[f"{key}|confidence"] = np.full(zz.size, 0.5)
+            arrays[f"{key}|correct"] = np.ones(zz.size)
+    for pair, s in methods:  # pooled = concatenation of the domains
+        for role in N:
+            for f in ("uncertainty", "confidence", "correct", *ROUTER, "labels"):
+                parts = [arrays.get(f"{pair}/{s}|{d}|{role}|{f}", arrays.get(f"{pair}|{d}|{role}|{f}"))
+                         for d in DOMAINS]
+                if all(p is not None for p in parts):
+                    tgt = f"{pair}/{s}" if f in ("uncertainty", "confidence", "correct") else pair
+                    arrays[f"{tgt}|pooled|{role}|{f}"] = np.concatenate(parts)
+    if empty_shift:
+        for f in ("uncertainty", "confidence", "correct"):
+            arrays[f"lora/dense/entropy|science|shift|{f}"] = np.zeros(0)
+    rows = []
+    for pair, s in methods:
+        model, gate = pair.split("/")
+        for dom in (*DOMAINS, "pooled"):
+            a = {(r, f): arrays[f"{pair}/{s}|{dom}|{r}|{f}"] for r in N
+                 for f in ("uncertainty", "confidence", "correct")}
+            exp = {r: arrays.get(f"{pair}|{dom}|{r}|experts") for r in N}
+            acc = float(a["id", "correct"].mean())
+            row: dict[str, Any] = {
+                "method": f"{pair}/{s}", "model": model, "gate": gate, "scorer": s, "domain": dom,
+                "accuracy": acc, "accuracy_lo": acc - 0.03, "accuracy_hi": acc + 0.03,
+                "ece": M.expected_calibration_error(a["id", "confidence"], a["id", "correct"],
+                                                    n_bins=12),
+                "aurc": M.aurc(a["id", "uncertainty"], a["id", "correct"]),
+                "sel_acc_80": M.selective_accuracy(a["id", "uncertainty"], a["id", "correct"]),
+                "shift_accuracy": float(a["shift", "correct"].mean()) if a["shift", "correct"].size
+                else float("nan"),
+                "avg_experts": float("nan") if exp["id"] is None else float(exp["id"].mean()),
+                "shift_avg_experts": float("nan") if exp["shift"] is None
+                else float(exp["shift"].mean()),
+                "forward_passes": 1, "seeds": 1,
+            }
+            row["ood_auroc"] = (M.ood_auroc(a["id", "uncertainty"], a["shift", "uncertainty"])
+                                if a["shift", "uncertainty"].size else float("nan"))
+            for c in ("ece", "ood_auroc", "aurc", "sel_acc_80"):
+                row[f"{c}_lo"], row[f"{c}_hi"] = row[c] - 0.02, row[c] + 0.02
+            rows.append(row)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    np.savez_compressed(root / "scores.npz", **arrays)
+    (root / "run.json").write_text(json.dumps({
+        "suite": "pooled", "profile": "smoke", "backbone": "minilm",
+        "config": {"budget": 4.0},
+        "gates": {"moe-lora/care@0": {"name": "care", "kind": "care", "tau": 0.62,
+                                      "achieved": 4.01}}}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_run(tmp_path_factory.mktemp("run") / "full", degenerate=True, empty_shift=True)
+
+
+@pytest.fixture(scope="module")
+def run(run_dir: Path) -> RunData:
+    return load_run(run_dir)
+
+
+def _lines(fig: Any) -> dict[str, Any]:
+    return {ln.get_gid(): ln for ax in fig.axes for ln in ax.get_lines() if ln.get_gid()}
+
+
+def _texts(ax: Any) -> str:
+    return " ".join(t.get_text() for t in ax.texts)
+
+
+# -- end to end ------------------------------------------------------------------------------
+
+
+def test_draw_run_writes_every_figure_png_and_pdf(run_dir: Path) -> None:
+    paths = draw_run(run_dir)
+    stems = {"frontier", "thermostat", "allocation", "ablation", "mechanism", "ood_hist_pooled",
+             *(f"{kind}_{d}" for kind in ("reliability", "risk_coverage", "ood_roc")
+               for d in ("pooled", *DOMAINS))}
+    expected = {run_dir / "figures" / f"{s}.{ext}" for s in stems for ext in ("png", "pdf")}
+    assert set(paths) == expected
+    for p in paths:
+        head = p.read_bytes()[:8]
+        assert head.startswith(b"\x89PNG" if p.suffix == ".png" else b"%PDF"), p
+        assert p.stat().st_size > 5000, p
+
+
+def test_default_run_skips_experiment_figures_with_a_note(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    run = load_run(make_run(tmp_path / "plain", frontier=False, extra=False))
+    with caplog.at_level(logging.INFO, logger="figures"):
+        assert compute.frontier_figure(run) is None
+        assert compute.thermostat_figure(run) is None
+        assert compute.ablation_figure(run) is None
+    assert "--experiment frontier" in caplog.text and "--experiment thermostat" in caplog.text
+    # Mechanism: (a) and (b) only; (c) needs a top-5 pair.
+    fig = mechanism.mechanism_figure(run)
+    assert fig is not None
+    assert [ax.get_title().split("\n")[0] for ax in fig.axes if ax.get_title()] == [
+        "(a) routing confidence", "(b) CARE experts vs difficulty"]
+
+
+# -- drawn data == metrics curves ------------------------------------------------------------
+
+
+def test_risk_coverage_lines_are_the_metric_curves(run: RunData) -> None:
+    methods = ["moe-lora/top4/msp", "moe-lora/care/care", "lora/dense/msp"]
+    fig = selective.risk_coverage_figure(run, "pooled", methods)
+    lines = _lines(fig)
+    legend = " | ".join(t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    oracle_y = []
+    for m in methods:
+        s = run.scores(m, "pooled", "id")
+        cov, risk, _ = M.risk_coverage_curve(s.uncertainty, s.correct)
+        np.testing.assert_array_equal(lines[m].get_xdata(), cov)
+        np.testing.assert_array_equal(lines[m].get_ydata(), risk)
+        sel = lines[f"{m}|sel"]
+        assert sel.get_xdata()[0] == 0.8
+        assert sel.get_ydata()[0] == pytest.approx(1 - M.selective_accuracy(s.uncertainty,
+                                                                            s.correct))
+        assert f"{m} (AURC {M.aurc(s.uncertainty, s.correct):.3f}" in legend
+        ocov, orisk, _ = M.risk_coverage_curve(1 - s.correct, s.correct)
+        oracle_y.append((tuple(ocov), tuple(orisk)))
+    oracles = [(tuple(ln.get_xdata()), tuple(ln.get_ydata()))
+               for ln in fig.axes[0].get_lines() if ln.get_gid() == "oracle"]
+    assert set(oracles) == set(oracle_y)  # one oracle per distinct correctness vector
+    randoms = sorted(ln.get_ydata()[0] for ln in fig.axes[0].get_lines()
+                     if ln.get_gid() == "random")
+    assert randoms == sorted({o[1][-1] for o in oracle_y})  # the error rates
+
+
+def test_reliability_bars_are_the_metric_bins(run: RunData) -> None:
+    m = "moe-lora/top4/msp"
+    fig = calibration.reliability_figure(run, "science", [m])
+    ax = next(a for a in fig.axes if a.get_title())
+    s = run.scores(m, "science", "id")
+    curve = M.reliability_curve(s.confidence, s.correct, n_bins=12)
+    filled = curve.count > 0
+    assert not filled.all()  # the synthetic confidences leave low bins empty: no bar drawn
+    bars = [p for p in ax.patches if p.get_gid() == "accuracy"]
+    np.testing.assert_allclose([b.get_height() for b in bars], curve.accuracy[filled])
+    np.testing.assert_allclose([b.get_x() for b in bars], curve.edges[:-1][filled])
+    gaps = [p for p in ax.patches if p.get_gid() == "gap"]
+    np.testing.assert_allclose([g.get_y() + g.get_height() for g in gaps],
+                               curve.confidence[filled])
+    counts = [p.get_height() for a in fig.axes for p in a.patches if p.get_gid() == "count"]
+    np.testing.assert_array_equal(counts, curve.count[filled])
+    ece = M.expected_calibration_error(s.confidence, s.correct, n_bins=12)
+    assert f"ECE {ece:.3f}" in ax.get_title()
+    assert bars[0].get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb(
+        run.styles.color(m)))
+
+
+def test_roc_lines_are_the_metric_curves(run: RunData) -> None:
+    methods = ["moe-lora/top4/msp", "moe-lora/care/care"]
+    fig = ood.roc_figure(run, "math", methods)
+    lines = _lines(fig)
+    legend = " | ".join(t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    for m in methods:
+        uid, ush = (run.scores(m, "math", r).uncertainty for r in ("id", "shift"))
+        fpr, tpr, _ = M.ood_roc_curve(uid, ush)
+        np.testing.assert_array_equal(lines[m].get_xdata(), fpr)
+        np.testing.assert_array_equal(lines[m].get_ydata(), tpr)
+        assert f"AUROC {M.ood_auroc(uid, ush):.3f}" in legend
+
+
+def test_a_method_keeps_its_colour_across_figures(run: RunData) -> None:
+    methods = ["lora/dense/msp", "moe-lora/top4/msp", "moe-lora/top4/care", "moe-lora/care/care"]
+    rc = _lines(selective.risk_coverage_figure(run, "pooled", methods))
+    roc = _lines(ood.roc_figure(run, "pooled", list(reversed(methods))))
+    colours = [rc[m].get_color() for m in methods]
+    assert colours == [roc[m].get_color() for m in methods]
+    assert len(set(zip(colours, (rc[m].get_linestyle() for m in methods)))) == len(methods)
+    assert run.styles.color("moe-lora/care/care") == "#D55E00"  # CARE: vermillion, every run
+
+
+# -- compute figures -------------------------------------------------------------------------
+
+
+def test_matched_budget_interpolates_between_care_points() -> None:
+    assert compute.matched_budget([2, 3, 4], [0.50, 0.54, 0.56], 0.53) == (2.75, True)
+    assert compute.matched_budget([4, 2, 3], [0.56, 0.50, 0.54], 0.56) == (4.0, True)
+    assert compute.matched_budget([2, 3], [0.55, 0.56], 0.53) == (2.0, False)  # at or below
+    assert compute.matched_budget([2, 3], [0.50, 0.52], 0.53) is None
+
+
+def test_frontier_draws_table_cells_and_states_the_saving(run: RunData) -> None:
+    fig = compute.frontier_figure(run)
+    assert fig is not None
+    ax = fig.axes[0]
+    fixed = [run.gate_rows(f"top{k}") for k in (1, 2, 3, 4, 5, 6, 8)]
+    line = next(ln for ln in ax.get_lines() if ln.get_label() == "fixed top-$k$")
+    np.testing.assert_allclose(line.get_xdata(), [r["avg_experts"] for r in fixed])
+    np.testing.assert_allclose(line.get_ydata(), [r["accuracy"] for r in fixed])
+    care = [run.gate_rows(f"care-b{b}") for b in (2, 3, 4, 5)]
+    target = run.gate_rows("top4")["accuracy"]
+    match = compute.matched_budget([r["avg_experts"] for r in care],
+                                   [r["accuracy"] for r in care], target)
+    text = next(t for t in ax.texts if t.get_gid() == "matched").get_text()
+    if match is None:
+        assert "never reaches" in text
+    else:
+        assert f"{match[0]:.2f} experts" in text and "fewer" in text
+
+
+def test_frontier_says_when_care_never_matches(tmp_path: Path) -> None:
+    d = make_run(tmp_path / "r", extra=False)
+    rows = [json.loads(x) for x in (d / "results.jsonl").read_text().splitlines()]
+    for r in rows:
+        if r["gate"].startswith("care-b"):
+            r["accuracy"] = r["accuracy_lo"] = r["accuracy_hi"] = 0.1
+    (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fig = compute.frontier_figure(load_run(d))
+    text = next(t for t in fig.axes[0].texts if t.get_gid() == "matched").get_text()
+    assert "never reaches fixed top-4 accuracy" in text
+
+
+def test_thermostat_and_allocation_draw_the_rows(run: RunData) -> None:
+    fig = compute.thermostat_figure(run)
+    exp = next(ln for ln in fig.axes[0].get_lines() if ln.get_gid() == "experts")
+    np.testing.assert_allclose(exp.get_xdata(), [0.4, 0.5, 0.6, 0.7, 0.8])
+    np.testing.assert_allclose(exp.get_ydata(), [run.gate_rows(f"care-tau{t:g}")["avg_experts"]
+                                                 for t in (0.4, 0.5, 0.6, 0.7, 0.8)])
+    fig = compute.allocation_figure(run)
+    bars = [p.get_height() for p in fig.axes[0].patches if p.get_gid() == "id"]
+    assert bars == pytest.approx([run.gate_rows("care", d)["avg_experts"] for d in DOMAINS])
+    assert "0.62" in fig.axes[0].get_title()  # the calibrated tau from run.json
+
+
+def test_mechanism_has_three_panels_in_a_frontier_run(run: RunData) -> None:
+    fig = mechanism.mechanism_figure(run)
+    titles = [ax.get_title().split("\n")[0] for ax in fig.axes if ax.get_title()]
+    assert titles == ["(a) routing confidence", "(b) CARE experts vs difficulty",
+                      "(c) gain of a 5th expert"]
+    assert all(not ax.texts for ax in fig.axes)  # drawn, not replaced by a note
+
+
+def test_quantile_bins_are_equal_mass_and_keep_ties() -> None:
+    b = mechanism.quantile_bins(np.arange(10.0), 5)
+    np.testing.assert_array_equal(b, [0, 0, 1, 1, 2, 2, 3, 3, 4, 4])
+    b = mechanism.quantile_bins(np.array([1.0, 1.0, 1.0, 1.0, 2.0]), 5)
+    assert len(set(b[:4])) == 1
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+
+def test_missing_scores_npz_is_a_user_error_naming_it(tmp_path: Path) -> None:
+    d = make_run(tmp_path / "r", frontier=False, extra=False)
+    (d / "scores.npz").unlink()
+    with pytest.raises(UserError, match=r"scores\.npz is missing.*uqbench run \.\.\. --out"):
+        draw_run(d)
+    assert not (d / "figures").exists()
+
+
+def test_missing_results_is_a_user_error_naming_it(tmp_path: Path) -> None:
+    d = make_run(tmp_path / "r", frontier=False, extra=False)
+    (d / "results.jsonl").unlink()
+    with pytest.raises(UserError, match=r"results\.jsonl is missing.*--out"):
+        draw_run(d)
+
+
+def test_corrupt_scores_npz_is_a_user_error(tmp_path: Path) -> None:
+    d = make_run(tmp_path / "r", frontier=False, extra=False)
+    (d / "scores.npz").write_bytes(b"not a zip")
+    with pytest.raises(UserError, match=r"scores\.npz is unreadable"):
+        load_run(d)
+
+
+def test_single_class_method_is_explained_not_drawn(run: RunData) -> None:
+    methods = ["stub/dense/msp", "moe-lora/top4/msp"]
+    fig = calibration.reliability_figure(run, "pooled", methods)
+    stub_ax = next(ax for ax in fig.axes if ax.get_title().startswith("stub/dense"))
+    assert "all 250 predictions correct (single class)" in _texts(stub_ax)
+    assert not stub_ax.patches
+    fig = selective.risk_coverage_figure(run, "pooled", methods)
+    assert "stub/dense/msp" not in _lines(fig)
+    assert "stub/dense/msp: all 250 predictions correct" in _texts(fig.axes[0])
+
+
+def test_empty_split_is_explained_not_drawn(run: RunData) -> None:
+    methods = ["lora/dense/entropy", "lora/dense/msp"]
+    fig = ood.roc_figure(run, "science", methods)
+    assert "lora/dense/entropy: shifted split is empty" in _texts(fig.axes[0])
+    assert set(_lines(fig)) == {"lora/dense/msp"}
+    fig = ood.histogram_figure(run, "science", methods)
+    assert "shifted split is empty" in _texts(fig.axes[0])
+
+
+def test_unknown_method_is_a_user_error(run_dir: Path) -> None:
+    with pytest.raises(UserError, match="unknown method"):
+        draw_run(run_dir, methods=["nope/x/msp"])

@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from baselines.backbones import Backbone, tiny_backbone
+from baselines.heads import MultipleChoiceModel, make_moe, make_plain
+from baselines.moe import MoELoRAConfig, moe_layers
+from uqbench.data.records import MCRecord
+from uqbench.errors import ConfigError
+from uqbench.outputs import PAD_LOGIT
+
+WORDS = "apple river stone cloud tiger music paper glass night sugar".split()
+SMALL_MOE = MoELoRAConfig(n_experts=4, rank=2, top_k=2)
+
+
+def toy_records(n: int, *, seed: int = 0, n_choices: tuple[int, ...] = (3,)) -> list[MCRecord]:
+    """A trivially learnable task: the right option is the one containing the word "good"."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        c = rng.choice(n_choices)
+        ans = rng.randrange(c)
+        choices = [rng.choice(WORDS) for _ in range(c)]
+        choices[ans] = "good " + choices[ans]
+        q = "which one " + " ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 6)))
+        out.append(MCRecord(id=f"toy{i}", domain="toy", question=q, choices=tuple(choices),
+                            answer=ans, source="toy"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def encoder() -> Backbone:
+    return tiny_backbone("encoder")
+
+
+@pytest.fixture(scope="module")
+def decoder() -> Backbone:
+    return tiny_backbone("decoder")
+
+
+@pytest.mark.parametrize(("kind", "mode"), [("encoder", "auto"), ("decoder", "cloze"),
+                                            ("decoder", "letters")])
+def test_logits_shape_finite_and_padded(request, kind: str, mode: str) -> None:
+    bb = request.getfixturevalue(kind)
+    model = make_moe(bb, SMALL_MOE, mode=mode).eval()
+    recs = toy_records(5, n_choices=(2, 3, 4))
+    batch = model.encode(recs, 64)
+    with torch.no_grad():
+        logits = model(batch)
+    c = [len(r.choices) for r in recs]
+    assert logits.shape == (5, max(c))
+    assert torch.isfinite(logits).all()
+    for i, ci in enumerate(c):
+        assert (logits[i, ci:] == PAD_LOGIT).all() and (logits[i, :ci] > PAD_LOGIT / 2).all()
+    n_seq = 5 if model.mode == "letters" else sum(c)
+    assert batch["input_ids"].shape[0] == n_seq
+    assert batch["n_choices"].tolist() == c
+
+
+def test_auto_mode_and_mismatched_mode(encoder: Backbone, decoder: Backbone) -> None:
+    assert make_plain(encoder).mode == "cross_encoder"
+    assert make_plain(decoder).mode == "letters"
+    with pytest.raises(ConfigError, match="does not fit"):
+        MultipleChoiceModel(encoder, mode="cloze")
+    with pytest.raises(ConfigError, match="does not fit"):
+        MultipleChoiceModel(decoder, mode="cross_encoder")
+    with pytest.raises(ConfigError, match="unknown"):
+        MultipleChoiceModel(encoder, mode="pairs")
+
+
+def test_padded_choices_get_no_gradient_and_finite_loss(encoder: Backbone) -> None:
+    model = make_moe(encoder, SMALL_MOE)
+    recs = toy_records(4, n_choices=(2, 4))
+    logits = model(model.encode(recs, 64))
+    loss = F.cross_entropy(logits, torch.tensor([r.answer for r in recs]))
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert model.head.weight.grad is not None and torch.isfinite(model.head.weight.grad).all()
+
+
+def test_trainable_parameters_are_adapters_routers_and_head(encoder: Backbone) -> None:
+    model = make_moe(encoder, SMALL_MOE)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert names and all(n.endswith(("lora_A", "lora_B", "router.weight")) or n == "head.weight"
+                         for n in names)
+    assert "head.weight" in names
+    assert sum(n.endswith("router.weight") for n in names) == len(moe_layers(model.backbone)) == 12
+    decoder_model = make_moe(tiny_backbone("decoder"), SMALL_MOE, mode="cloze")
+    assert decoder_model.head is None and decoder_model.head_parameters() == []
+
+
+def test_builders_leave_the_backbone_reusable(encoder: Backbone) -> None:
+    make_moe(encoder, SMALL_MOE)
+    assert moe_layers(encoder.model) == []
+    shared = encoder.clone()
+    make_moe(shared, SMALL_MOE, copy=False)
+    with pytest.raises(ValueError, match="already carries adapter layers"):
+        make_moe(shared, SMALL_MOE, copy=False)
+
+
+def test_question_truncated_first_and_long_options_fall_back(encoder: Backbone) -> None:
+    model = make_plain(encoder)
+    long_q = MCRecord(id="q", domain="t", question="word " * 200, choices=("yes", "no"),
+                      answer=0, source="t")
+    long_opt = MCRecord(id="o", domain="t", question="short question",
+                        choices=("tiger " * 100, "no"), answer=0, source="t")
+    batch = model.encode([long_q], 32)
+    assert batch["input_ids"].shape == (2, 32)
+    sep = model.tokenizer.sep_token_id
+    row = batch["input_ids"][0].tolist()
+    yes = model.tokenizer("yes", add_special_tokens=False)["input_ids"]
+    assert row[-1 - len(yes):-1] == yes and row[-1] == sep   # the option survived intact
+    both = model.encode([long_q, long_opt], 32)
+    assert both["input_ids"].shape[1] == 32
+    # a pair's encoding does not depend on its batch-mates
+    assert torch.equal(both["input_ids"][:2], batch["input_ids"])
+
+
+@pytest.mark.parametrize("mode", ["cloze", "letters"])
+def test_decoder_prompt_keeps_its_end(decoder: Backbone, mode: str) -> None:
+    model = make_plain(decoder, mode=mode)
+    rec = MCRecord(id="q", domain="t", question="word " * 300, choices=("red", "blue"), answer=0,
+                   source="t")
+    batch = model.encode([rec], 48)
+    assert batch["input_ids"].shape[1] <= 48
+    if mode == "cloze":
+        target = batch["target_mask"]
+        red = model.tokenizer(" red", add_special_tokens=False)["input_ids"]
+        assert batch["input_ids"][0][target[0]].tolist() == red
+    else:
+        answer = model.tokenizer("Answer:", add_special_tokens=False)["input_ids"]
+        ids = batch["input_ids"][0].tolist()
+        assert ids[-len(answer) - 1:-1] == answer or ids[-len(answer):] == answer
+
+
+def test_cloze_score_is_mean_token_loglik(decoder: Backbone) -> None:
+    model = make_plain(decoder, mode="cloze").eval()
+    rec = MCRecord(id="q", domain="t", question="pick", choices=("red apple", "blue"), answer=0,
+                   source="t")
+    batch = model.encode([rec], 64)
+    with torch.no_grad():
+        got = model(batch)[0]
+        full = decoder.model(input_ids=batch["input_ids"],
+                             attention_mask=batch["attention_mask"]).logits
+    logp = full.log_softmax(-1)
+    for j in range(2):
+        pos = batch["target_mask"][j].nonzero().squeeze(1)
+        ids = batch["input_ids"][j, pos]
+        want = logp[j, pos - 1, ids].mean()
+        assert torch.allclose(got[j], want, atol=1e-5)

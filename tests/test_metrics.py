@@ -1,0 +1,687 @@
+"""Tests for uqbench.metrics: hand-worked values, reference tools, properties, bad input."""
+from __future__ import annotations
+
+import doctest
+import functools
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.calibration import calibration_curve
+from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
+
+from uqbench import metrics
+from uqbench.metrics import (
+    NLL_EPS,
+    UndefinedMetricWarning,
+    augrc,
+    aupr_in,
+    aupr_out,
+    aurc,
+    bootstrap_ci,
+    bootstrap_ci_two_sample,
+    brier_score,
+    e_aurc,
+    expected_calibration_error,
+    fpr_at_95_tpr,
+    max_calibration_error,
+    mean_std,
+    negative_log_likelihood,
+    ood_auroc,
+    ood_roc_curve,
+    reliability_curve,
+    risk_coverage_curve,
+    selective_accuracy,
+)
+
+PROPS = settings(max_examples=30, deadline=None)
+
+# Shared 5-element examples, worked by hand below.
+CONF = np.array([0.1, 0.3, 0.55, 0.8, 0.95])
+CORRECT = np.array([0, 0, 1, 1, 0])
+PROBS = np.array([
+    [0.7, 0.2, 0.1],
+    [0.1, 0.8, 0.1],
+    [0.3, 0.3, 0.4],
+    [0.5, 0.5, 0.0],
+    [1.0, 0.0, 0.0],
+])
+LABELS = np.array([0, 1, 2, 1, 0])
+U_ID = np.array([0.1, 0.4, 0.35, 0.8, 0.2])
+U_OOD = np.array([0.9, 0.4, 0.7, 0.3, 0.6])  # 0.4 ties with an ID example
+U_SEL = np.array([0.2, 0.5, 0.5, 0.1, 0.9])  # two examples tied at 0.5, one right, one wrong
+C_SEL = np.array([1, 0, 1, 1, 0])
+
+
+# --------------------------------------------------------------------------------------------
+# calibration, by hand
+# --------------------------------------------------------------------------------------------
+
+
+def test_reliability_curve_by_hand():
+    curve = reliability_curve(CONF, CORRECT, n_bins=2)
+    # (0, .5]: {.1, .3}, none correct; (.5, 1]: {.55, .8, .95}, two correct.
+    assert_array_equal(curve.edges, [0.0, 0.5, 1.0])
+    assert_array_equal(curve.count, [2, 3])
+    assert_allclose(curve.confidence, [0.2, (0.55 + 0.8 + 0.95) / 3])  # [.2, .7667]
+    assert_allclose(curve.accuracy, [0.0, 2 / 3])
+
+
+def test_ece_and_mce_by_hand():
+    # 2/5 * |0 - 0.2| + 3/5 * |2/3 - 2.3/3| = 0.08 + 3/5 * 0.1 = 0.08 + 0.06
+    assert expected_calibration_error(CONF, CORRECT, n_bins=2) == pytest.approx(0.14)
+    # max(|0 - 0.2|, |2/3 - 0.7667|) = max(0.2, 0.1)
+    assert max_calibration_error(CONF, CORRECT, n_bins=2) == pytest.approx(0.2)
+    # 15 bins: every example alone in its bin, so ECE = mean |correct - conf|
+    # = (.1 + .3 + .45 + .2 + .95) / 5 = 2.0 / 5
+    assert expected_calibration_error(CONF, CORRECT) == pytest.approx(0.4)
+    assert max_calibration_error(CONF, CORRECT) == pytest.approx(0.95)
+
+
+def test_uniform_bins_are_right_closed_with_zero_in_first_bin():
+    curve = reliability_curve([0.0, 0.5, 0.5000001, 1.0], [1, 1, 0, 0], n_bins=2)
+    # 0 -> first bin; 0.5 = edge -> lower bin (0, .5]; 1 -> last bin
+    assert_array_equal(curve.count, [2, 2])
+    assert_allclose(curve.accuracy, [1.0, 0.0])
+
+
+def test_empty_bins_are_kept_with_nan():
+    curve = reliability_curve([0.05, 0.95], [1, 0], n_bins=4)
+    assert_array_equal(curve.count, [1, 0, 0, 1])
+    assert np.isnan(curve.confidence[1:3]).all() and np.isnan(curve.accuracy[1:3]).all()
+    assert curve.edges.shape == (5,)
+    # |1 - .05| and |0 - .95|, each weight 1/2
+    assert expected_calibration_error([0.05, 0.95], [1, 0], n_bins=4) == pytest.approx(0.95)
+
+
+def test_quantile_bins_by_hand():
+    curve = reliability_curve(CONF, CORRECT, n_bins=5, strategy="quantile")
+    # linear quantiles of the sorted values at positions 0, .8, 1.6, 2.4, 3.2, 4:
+    # .1, .1+.8*.2 = .26, .3+.6*.25 = .45, .55+.4*.25 = .65, .8+.2*.15 = .83, .95;
+    # the outer edges are then set to 0 and 1
+    assert_allclose(curve.edges, [0.0, 0.26, 0.45, 0.65, 0.83, 1.0])
+    assert_array_equal(curve.count, [1, 1, 1, 1, 1])
+    # one example per bin: mean |correct - conf| = 2.0 / 5
+    assert expected_calibration_error(CONF, CORRECT, n_bins=5, strategy="quantile") == (
+        pytest.approx(0.4)
+    )
+
+
+def test_quantile_bins_never_split_ties():
+    conf = [0.9, 0.9, 0.9, 0.9, 0.2]
+    correct = [1, 1, 1, 0, 0]
+    curve = reliability_curve(conf, correct, n_bins=5, strategy="quantile")
+    # sorted [.2, .9, .9, .9, .9]: quantiles .2, .2+.8*.7 = .76, .9, .9, .9, .9 -> duplicate
+    # edges are kept; the tie group at .9 sits in (.76, .9], the zero-width bins stay empty
+    assert_allclose(curve.edges, [0.0, 0.76, 0.9, 0.9, 0.9, 1.0])
+    assert_array_equal(curve.count, [1, 4, 0, 0, 0])
+    # 1/5 * |0 - .2| + 4/5 * |3/4 - .9| = .04 + .12
+    assert expected_calibration_error(conf, correct, n_bins=5, strategy="quantile") == (
+        pytest.approx(0.16)
+    )
+
+
+def test_brier_by_hand():
+    # rows: (.3^2 + .2^2 + .1^2) = .14; (.1^2 + .2^2 + .1^2) = .06; (.3^2 + .3^2 + .6^2) = .54;
+    # (.5^2 + .5^2 + 0) = .5; (0 + 0 + 0) = 0.  Sum 1.24 / 5
+    assert brier_score(PROBS, LABELS) == pytest.approx(0.248)
+
+
+def test_nll_by_hand():
+    # (-ln .7 - ln .8 - ln .4 - ln .5 - ln 1) / 5
+    # = (.3566749 + .2231436 + .9162907 + .6931472 + 0) / 5 = 2.1892564 / 5
+    assert negative_log_likelihood(PROBS, LABELS) == pytest.approx(0.4378513, abs=1e-7)
+
+
+def test_nll_clips_zero_probability():
+    # label 2 of row [.5, .5, 0] has p = 0 -> clipped to 1e-12: (-ln 1e-12 - ln 1) / 2
+    value = negative_log_likelihood([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]], [2, 2])
+    assert value == pytest.approx(-math.log(NLL_EPS) / 2)  # 13.8155
+    assert math.isfinite(value)
+
+
+# --------------------------------------------------------------------------------------------
+# OOD detection, by hand
+# --------------------------------------------------------------------------------------------
+
+
+def test_ood_auroc_by_hand():
+    # for each OOD value, ID values below it (+ 1/2 per tie):
+    # .9: 5; .4: 3 (.1, .35, .2) + .5 (tie .4); .7: 4; .3: 2; .6: 4 -> 18.5 / 25
+    assert ood_auroc(U_ID, U_OOD) == pytest.approx(0.74)
+
+
+def test_ood_roc_curve_by_hand():
+    fpr, tpr, thr = ood_roc_curve(U_ID, U_OOD)
+    # descending thresholds; at each, (ID >= t) / 5 and (OOD >= t) / 5
+    assert_array_equal(thr, [np.inf, 0.9, 0.8, 0.7, 0.6, 0.4, 0.35, 0.3, 0.2, 0.1])
+    assert_allclose(fpr, [0, 0, 0.2, 0.2, 0.2, 0.4, 0.6, 0.6, 0.8, 1.0])
+    assert_allclose(tpr, [0, 0.2, 0.2, 0.4, 0.6, 0.8, 0.8, 1.0, 1.0, 1.0])
+
+
+def test_aupr_by_hand():
+    # OOD positive, descending u: .9 O | .8 I | .7 O | .6 O | .4 O+I | .35 I | .3 O | .2 I | .1 I
+    # precision where an OOD example enters: 1, 2/3, 3/4, 4/6, 5/8, each recall step 1/5
+    # (1 + 2/3 + 3/4 + 2/3 + 5/8) / 5 = (89/24) / 5 = 89/120
+    assert aupr_out(U_ID, U_OOD) == pytest.approx(89 / 120)
+    # ID positive, ascending u: .1 I | .2 I | .3 O | .35 I | .4 I+O | .6 O | .7 O | .8 I | .9 O
+    # precision where an ID example enters: 1, 1, 3/4, 4/6, 5/9
+    # (1 + 1 + 3/4 + 2/3 + 5/9) / 5 = (143/36) / 5 = 143/180
+    assert aupr_in(U_ID, U_OOD) == pytest.approx(143 / 180)
+
+
+def test_fpr_at_95_tpr_by_hand():
+    # TPR >= .95 needs all 5 OOD: first at threshold .3, where ID .8, .4, .35 are flagged: 3/5
+    assert fpr_at_95_tpr(U_ID, U_OOD) == pytest.approx(0.6)
+    # 20 OOD, 19 of them >= 1: at threshold 1.0 TPR = 19/20 = .95 exactly, which counts, and
+    # the ID example 1.5 is flagged: 1/4 (were .95 not enough, threshold 0 would give 4/4)
+    u_ood = np.r_[np.linspace(1.0, 2.0, 19), 0.0]
+    assert fpr_at_95_tpr([1.5, 0.1, 0.2, 0.3], u_ood) == pytest.approx(0.25)
+
+
+def test_ood_metrics_on_perfect_separation():
+    u_id, u_ood = [0.1, 0.2, 0.3], [0.5, 0.6]
+    assert ood_auroc(u_id, u_ood) == 1.0
+    assert aupr_out(u_id, u_ood) == 1.0
+    assert aupr_in(u_id, u_ood) == 1.0
+    assert fpr_at_95_tpr(u_id, u_ood) == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# selective prediction, by hand (with a tie)
+# --------------------------------------------------------------------------------------------
+
+
+def test_risk_coverage_curve_by_hand_with_tie():
+    cov, risk, thr = risk_coverage_curve(U_SEL, C_SEL)
+    # ascending: .1 (right) | .2 (right) | .5, .5 (one wrong, together) | .9 (wrong)
+    assert_array_equal(thr, [0.1, 0.2, 0.5, 0.9])
+    assert_allclose(cov, [0.2, 0.4, 0.8, 1.0])
+    assert_allclose(risk, [0.0, 0.0, 1 / 4, 2 / 5])
+
+
+def test_aurc_family_by_hand_with_tie():
+    # rectangle .2*0, then .2*(0+0)/2 + .4*(0+.25)/2 + .2*(.25+.4)/2 = 0 + .05 + .065
+    assert aurc(U_SEL, C_SEL) == pytest.approx(0.115)
+    # error rate .4: optimal = .4 + .6 ln .6 = .4 - .3064954 = .0935046
+    assert e_aurc(U_SEL, C_SEL) == pytest.approx(0.115 - (0.4 + 0.6 * math.log(0.6)))
+    assert e_aurc(U_SEL, C_SEL) == pytest.approx(0.0214954, abs=1e-7)
+    # generalized risk = errors / 5: (0,0) (.2,0) (.4,0) (.8,.2) (1,.4)
+    # .4*(0+.2)/2 + .2*(.2+.4)/2 = .04 + .06
+    assert augrc(U_SEL, C_SEL) == pytest.approx(0.1)
+
+
+def test_selective_accuracy_by_hand_with_tie():
+    # k = ceil(.8*5) = 4: .1, .2 and the whole tie at .5 -> 3 right of 4
+    assert selective_accuracy(U_SEL, C_SEL) == pytest.approx(0.75)
+    # k = 3: .1, .2, then 1 of the 2 tied at .5, counted at the tie's accuracy 1/2:
+    # (2 + 1 * 1/2) / 3
+    assert selective_accuracy(U_SEL, C_SEL, coverage=0.6) == pytest.approx(2.5 / 3)
+    # k = 1: the least uncertain (.1) is right
+    assert selective_accuracy(U_SEL, C_SEL, coverage=0.2) == pytest.approx(1.0)
+    # k = 5: overall accuracy 3/5
+    assert selective_accuracy(U_SEL, C_SEL, coverage=1.0) == pytest.approx(0.6)
+
+
+def test_selective_accuracy_coverage_rounding():
+    # 0.7 * 10 is 7.000000000000001 in floating point; k must be 7, not 8.
+    u = np.arange(10.0)
+    correct = np.r_[np.ones(7), np.zeros(3)]
+    assert selective_accuracy(u, correct, coverage=0.7) == 1.0  # first 7 are all right
+    # k = ceil(.71*10) = 8: 7 right of 8
+    assert selective_accuracy(u, correct, coverage=0.71) == pytest.approx(7 / 8)
+
+
+def test_e_aurc_at_error_rate_zero_and_one():
+    u = [0.3, 0.1, 0.2, 0.5, 0.4]
+    # err = 0: AURC 0, optimal 0
+    assert aurc(u, [1] * 5) == 0.0 and e_aurc(u, [1] * 5) == 0.0
+    # err = 1: AURC 1, optimal 1 + 0 * ln 0 = 1
+    assert aurc(u, [0] * 5) == 1.0 and e_aurc(u, [0] * 5) == 0.0
+
+
+def test_constant_uncertainty_by_hand():
+    # one point (1, 2/5): AURC = rectangle 2/5; AUGRC = triangle 2/5 / 2
+    assert aurc([0.3] * 5, C_SEL) == pytest.approx(0.4)
+    assert augrc([0.3] * 5, C_SEL) == pytest.approx(0.2)
+    # the whole set is one tie group: pro rata = overall accuracy 3/5
+    assert selective_accuracy([0.3] * 5, C_SEL, coverage=0.4) == pytest.approx(0.6)
+
+
+def test_mean_std_by_hand():
+    # mean .2, std sqrt((.01 + .01) / 1) = .141421
+    mean, std = mean_std([0.1, 0.3])
+    assert mean == pytest.approx(0.2) and std == pytest.approx(math.sqrt(0.02))
+    assert mean_std([0.7]) == (0.7, 0.0)
+    with pytest.warns(UndefinedMetricWarning, match="NaN"):
+        mean, std = mean_std([0.1, float("nan")])
+    assert math.isnan(mean) and math.isnan(std)
+
+
+def test_scalar_metrics_return_python_floats():
+    values = [
+        expected_calibration_error(CONF, CORRECT), max_calibration_error(CONF, CORRECT),
+        brier_score(PROBS, LABELS), negative_log_likelihood(PROBS, LABELS),
+        ood_auroc(U_ID, U_OOD), aupr_out(U_ID, U_OOD), aupr_in(U_ID, U_OOD),
+        fpr_at_95_tpr(U_ID, U_OOD), aurc(U_SEL, C_SEL), e_aurc(U_SEL, C_SEL),
+        augrc(U_SEL, C_SEL), selective_accuracy(U_SEL, C_SEL),
+    ]
+    assert all(type(v) is float for v in values)
+
+
+def test_docstring_examples():
+    result = doctest.testmod(metrics, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 15
+    assert result.failed == 0
+
+
+# --------------------------------------------------------------------------------------------
+# cross-checks against the reference tools
+# --------------------------------------------------------------------------------------------
+
+
+def _calibration_sample(n, seed):
+    rng = np.random.default_rng(seed)
+    conf = rng.random(n)
+    return conf, rng.random(n) < conf**1.5
+
+
+@pytest.mark.parametrize("n_bins", [5, 10, 15])
+def test_ece_and_mce_match_netcal(n_bins):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # netcal's dependencies warn on import
+        from netcal.metrics import ECE, MCE
+    # Continuous random confidences never sit on a bin edge, where the conventions differ.
+    conf, correct = _calibration_sample(3000, seed=n_bins)
+    y = correct.astype(int)
+    assert expected_calibration_error(conf, correct, n_bins=n_bins) == pytest.approx(
+        ECE(bins=n_bins).measure(conf, y), abs=1e-12)
+    assert max_calibration_error(conf, correct, n_bins=n_bins) == pytest.approx(
+        MCE(bins=n_bins).measure(conf, y), abs=1e-12)
+
+
+def test_ece_netcal_edge_convention_is_mirrored():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from netcal.metrics import ECE
+    # netcal bins [l, u) (np.histogramdd), we bin (l, u]. Mirroring c -> 1 - c and
+    # correct -> 1 - correct maps one convention onto the other; with 4 bins the edges are
+    # exact binary fractions, so confidences on the edges are a real test.
+    conf = np.tile(np.arange(9) / 8, 3)
+    correct = np.random.default_rng(1).integers(0, 2, conf.size)
+    ours_mirrored = expected_calibration_error(1 - conf, 1 - correct, n_bins=4)
+    assert ours_mirrored == pytest.approx(ECE(bins=4).measure(conf, correct), abs=1e-12)
+    # ...and the conventions really do differ on edge values:
+    # ours: (0, .5] = {.25(0), .5(1), .5(1)}, (.5, 1] = {.75(0)}: .25*.75 + .75*.25 = .375
+    # netcal: [0, .5) = {.25(0)}, [.5, 1] = {.5, .5, .75}: .25*.25 + (2/3-7/12)*.75 = .125
+    edge_conf, edge_correct = np.array([0.25, 0.5, 0.5, 0.75]), np.array([0, 1, 1, 0])
+    assert expected_calibration_error(edge_conf, edge_correct, n_bins=2) == pytest.approx(0.375)
+    assert ECE(bins=2).measure(edge_conf, edge_correct) == pytest.approx(0.125)
+
+
+@pytest.mark.parametrize("n_bins", [1, 2, 10, 15, 63, 64, 100])
+def test_uniform_reliability_curve_matches_sklearn_including_edges(n_bins):
+    rng = np.random.default_rng(n_bins)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    conf = np.concatenate([rng.random(500), edges, np.round(rng.random(200), 2)])
+    correct = rng.random(conf.size) < conf
+    curve = reliability_curve(conf, correct, n_bins=n_bins)
+    acc, mean_conf = calibration_curve(correct, conf, n_bins=n_bins, strategy="uniform")
+    filled = curve.count > 0
+    assert_allclose(curve.accuracy[filled], acc, rtol=1e-12)
+    assert_allclose(curve.confidence[filled], mean_conf, rtol=1e-12)
+    assert curve.count.sum() == conf.size
+
+
+@pytest.mark.parametrize("n_bins", [3, 10])
+def test_quantile_reliability_curve_matches_sklearn(n_bins):
+    # n - 1 = 1009 is prime, so no quantile position is an integer and the edges lie strictly
+    # between data points (np.quantile and sklearn's np.percentile then bin identically).
+    conf, correct = _calibration_sample(1010, seed=7)
+    curve = reliability_curve(conf, correct, n_bins=n_bins, strategy="quantile")
+    acc, mean_conf = calibration_curve(correct, conf, n_bins=n_bins, strategy="quantile")
+    assert_array_equal(curve.count > 0, np.ones(n_bins, bool))
+    assert_allclose(curve.accuracy, acc, rtol=1e-12)
+    assert_allclose(curve.confidence, mean_conf, rtol=1e-12)
+
+
+def _ood_sample(n_id, n_ood, seed, decimals):
+    rng = np.random.default_rng(seed)
+    # Rounding produces ties within and across the two splits.
+    return (np.round(rng.normal(0.0, 1.0, n_id), decimals),
+            np.round(rng.normal(0.8, 1.0, n_ood), decimals))
+
+
+@pytest.mark.parametrize("decimals", [0, 1, 3, 12])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ood_metrics_match_sklearn(seed, decimals):
+    u_id, u_ood = _ood_sample(300, 170, seed, decimals)
+    y = np.r_[np.zeros(u_id.size), np.ones(u_ood.size)]
+    u = np.r_[u_id, u_ood]
+    assert ood_auroc(u_id, u_ood) == pytest.approx(roc_auc_score(y, u), abs=1e-12)
+    assert aupr_out(u_id, u_ood) == pytest.approx(average_precision_score(y, u), abs=1e-12)
+    assert aupr_in(u_id, u_ood) == pytest.approx(average_precision_score(1 - y, -u), abs=1e-12)
+    fpr, tpr, thr = ood_roc_curve(u_id, u_ood)
+    sk_fpr, sk_tpr, sk_thr = roc_curve(y, u, drop_intermediate=False)
+    assert_array_equal(fpr, sk_fpr)
+    assert_array_equal(tpr, sk_tpr)
+    assert_array_equal(thr, sk_thr)
+    first = np.argmax(sk_tpr >= 0.95)
+    assert fpr_at_95_tpr(u_id, u_ood) == sk_fpr[first]
+
+
+def _brute_force_risk_coverage(u, correct):
+    thresholds = np.unique(u)
+    accepted = [u <= t for t in thresholds]
+    coverage = np.array([a.mean() for a in accepted])
+    risk = np.array([1 - correct[a].mean() for a in accepted])
+    return coverage, risk, thresholds
+
+
+# --------------------------------------------------------------------------------------------
+# properties
+# --------------------------------------------------------------------------------------------
+
+_unit = st.floats(0.0, 1.0, allow_nan=False)
+_coarse = st.integers(0, 4).map(lambda k: k / 4)  # ties and exact bin edges
+_unit_or_coarse = st.one_of(_unit, _coarse)
+
+
+@st.composite
+def _scored(draw, max_size=40):
+    n = draw(st.integers(1, max_size))
+    values = np.array(draw(st.lists(_unit_or_coarse, min_size=n, max_size=n)))
+    correct = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    return values, correct
+
+
+_ood_pair = st.tuples(
+    st.lists(_unit_or_coarse, min_size=1, max_size=30).map(np.array),
+    st.lists(_unit_or_coarse, min_size=1, max_size=30).map(np.array),
+)
+
+
+@PROPS
+@given(_scored(), st.integers(1, 20), st.sampled_from(["uniform", "quantile"]))
+def test_calibration_bounds(data, n_bins, strategy):
+    conf, correct = data
+    ece = expected_calibration_error(conf, correct, n_bins=n_bins, strategy=strategy)
+    mce = max_calibration_error(conf, correct, n_bins=n_bins, strategy=strategy)
+    assert 0.0 <= ece <= mce + 1e-12 <= 1.0 + 1e-12
+    curve = reliability_curve(conf, correct, n_bins=n_bins, strategy=strategy)
+    assert curve.count.sum() == conf.size and np.all(np.diff(curve.edges) >= 0)
+
+
+@PROPS
+@given(_scored())
+def test_selective_bounds_and_curve(data):
+    u, correct = data
+    assert 0.0 <= aurc(u, correct) <= 1.0
+    assert 0.0 <= augrc(u, correct) <= 1.0
+    assert 0.0 <= selective_accuracy(u, correct) <= 1.0
+    cov, risk, thr = risk_coverage_curve(u, correct)
+    ref = _brute_force_risk_coverage(u, correct)
+    assert_allclose(cov, ref[0])
+    assert_allclose(risk, ref[1])
+    assert_array_equal(thr, ref[2])
+    # at a point's coverage, selective accuracy is 1 - that point's risk (no partial tie group)
+    assert selective_accuracy(u, correct, coverage=cov[0]) == pytest.approx(1 - risk[0])
+
+
+@PROPS
+@given(_ood_pair)
+def test_ood_bounds_and_antisymmetry(pair):
+    u_id, u_ood = pair
+    auroc = ood_auroc(u_id, u_ood)
+    assert 0.0 <= auroc <= 1.0
+    assert auroc == pytest.approx(1.0 - ood_auroc(u_ood, u_id), abs=1e-12)
+    assert 0.0 < aupr_out(u_id, u_ood) <= 1.0 and 0.0 < aupr_in(u_id, u_ood) <= 1.0
+    assert 0.0 <= fpr_at_95_tpr(u_id, u_ood) <= 1.0
+
+
+@PROPS
+@given(_ood_pair)
+def test_ood_metrics_match_sklearn_property(pair):
+    u_id, u_ood = pair
+    y = np.r_[np.zeros(u_id.size), np.ones(u_ood.size)]
+    u = np.r_[u_id, u_ood]
+    assert ood_auroc(u_id, u_ood) == pytest.approx(roc_auc_score(y, u), abs=1e-12)
+    assert aupr_out(u_id, u_ood) == pytest.approx(average_precision_score(y, u), abs=1e-12)
+    assert aupr_in(u_id, u_ood) == pytest.approx(average_precision_score(1 - y, -u), abs=1e-12)
+
+
+@PROPS
+@given(_ood_pair, st.floats(0.0, 2.0))
+def test_ood_metrics_improve_when_ood_moves_up(pair, shift):
+    u_id, u_ood = pair
+    shifted = u_ood + shift  # OOD more uncertain: separation can only improve
+    assert ood_auroc(u_id, shifted) >= ood_auroc(u_id, u_ood) - 1e-12
+    assert aupr_out(u_id, shifted) >= aupr_out(u_id, u_ood) - 1e-12
+    assert aupr_in(u_id, shifted) >= aupr_in(u_id, u_ood) - 1e-12
+    assert fpr_at_95_tpr(u_id, shifted) <= fpr_at_95_tpr(u_id, u_ood) + 1e-12
+
+
+@PROPS
+@given(_scored(), _ood_pair, st.integers(0, 2**32 - 1))
+def test_permutation_invariance(data, pair, seed):
+    rng = np.random.default_rng(seed)
+    u, correct = data
+    p = rng.permutation(u.size)
+    for metric in (aurc, e_aurc, augrc, selective_accuracy, expected_calibration_error,
+                   max_calibration_error,
+                   functools.partial(expected_calibration_error, strategy="quantile")):
+        assert metric(u[p], correct[p]) == pytest.approx(metric(u, correct), abs=1e-12)
+    u_id, u_ood = pair
+    p_id, p_ood = rng.permutation(u_id.size), rng.permutation(u_ood.size)
+    for ood_metric in (ood_auroc, aupr_out, aupr_in, fpr_at_95_tpr):
+        assert ood_metric(u_id[p_id], u_ood[p_ood]) == pytest.approx(
+            ood_metric(u_id, u_ood), abs=1e-12)
+
+
+@PROPS
+@given(_scored(), st.floats(0.0, 10.0))
+def test_constant_uncertainty_gives_error_rate(data, value):
+    _, correct = data
+    u = np.full(correct.size, value)
+    err = 1.0 - correct.mean()
+    assert aurc(u, correct) == pytest.approx(err, abs=1e-12)
+    assert augrc(u, correct) == pytest.approx(err / 2, abs=1e-12)
+    assert selective_accuracy(u, correct, coverage=0.5) == pytest.approx(1 - err, abs=1e-12)
+
+
+@PROPS
+@given(st.integers(1, 40).flatmap(
+    lambda n: st.tuples(st.permutations(range(n)),
+                        st.lists(st.booleans(), min_size=n, max_size=n))))
+def test_aurc_at_least_oracle_for_distinct_uncertainty(data):
+    order, correct = data
+    u, correct = np.array(order, float), np.array(correct)
+    n = u.size
+    oracle = np.where(correct, 0, n) + np.arange(n)  # all right ones first, distinct values
+    assert aurc(u, correct) >= aurc(oracle, correct) - 1e-12
+    # The closed-form optimum of e_aurc is the many-example limit of the oracle's AURC; on N
+    # examples the oracle's trapezoid AURC lies below it by < 0.08 / N (worst case 1 right).
+    assert e_aurc(u, correct) >= -0.08 / n
+    assert e_aurc(oracle, correct) <= 1e-12
+
+
+@PROPS
+@given(_scored())
+def test_augrc_at_least_oracle_even_with_ties(data):
+    u, correct = data
+    # Generalized risk is linear inside a tie group, so no plateau can beat e^2 / 2.
+    err = 1.0 - correct.mean()
+    assert augrc(u, correct) >= err**2 / 2 - 1e-12
+
+
+def test_aurc_tie_plateau_can_beat_oracle():
+    # Documented limitation of trapezoid AURC (also in fd-shifts): the two wrong predictions
+    # tied at 1 are joined by a straight line, below the concave expected risk.
+    # points (1/3, 0), (1, 2/3): 2/3 * (0 + 2/3) / 2 = 2/9 < oracle 5/18 = .2778
+    assert aurc([0, 1, 1], [1, 0, 0]) == pytest.approx(2 / 9)
+    assert aurc([0, 1, 2], [1, 0, 0]) == pytest.approx(5 / 18)
+    assert e_aurc([0, 1, 1], [1, 0, 0]) < 0
+
+
+# --------------------------------------------------------------------------------------------
+# bad input
+# --------------------------------------------------------------------------------------------
+
+_NAN5 = [0.1, np.nan, 0.3, 0.4, 0.5]
+_INF5 = [0.1, np.inf, 0.3, 0.4, 0.5]
+_OK5 = [0.1, 0.2, 0.3, 0.4, 0.5]
+_B5 = [1, 0, 1, 0, 1]
+_ece, _rc = expected_calibration_error, reliability_curve
+
+BAD_INPUT = [
+    # (id, callable, args, kwargs, words the message must contain)
+    ("conf-nan", _ece, (_NAN5, _B5), {}, "confidence must be finite"),
+    ("conf-inf", _ece, (_INF5, _B5), {}, "confidence must be finite"),
+    ("conf-2d", _ece, ([[0.1, 0.2]], [1]), {}, "confidence must be 1-D"),
+    ("conf-scalar", _ece, (0.5, [1]), {}, "confidence must be 1-D"),
+    ("conf-empty", _ece, ([], []), {}, "confidence must not be empty"),
+    ("conf-above-1", _ece, ([0.1, 1.3], [1, 0]), {}, "confidence must lie in [0, 1]; got max 1.3"),
+    ("conf-below-0", _ece, ([-0.1, 0.3], [1, 0]), {}, "confidence must lie in [0, 1]; got min"),
+    ("conf-strings", _ece, (["a", "b"], [1, 0]), {}, "confidence must be a real numeric"),
+    ("conf-length", _ece, (_OK5, [1, 0]), {}, "confidence and correct must have the same length"),
+    ("correct-2", _ece, (_OK5, [1, 0, 2, 0, 1]), {}, "correct must be boolean or 0/1"),
+    ("correct-nan", _ece, (_OK5, [1, 0, np.nan, 0, 1]), {}, "correct must be finite"),
+    ("correct-2d", _ece, (_OK5, [_B5]), {}, "correct must be 1-D"),
+    ("n-bins-0", _rc, (_OK5, _B5), {"n_bins": 0}, "n_bins must be a positive integer"),
+    ("n-bins-float", _rc, (_OK5, _B5), {"n_bins": 2.5}, "n_bins must be a positive integer"),
+    ("strategy", _rc, (_OK5, _B5), {"strategy": "adaptive"}, "strategy must be 'uniform' or"),
+    ("mce-nan", max_calibration_error, (_NAN5, _B5), {}, "confidence must be finite"),
+    ("probs-1d", brier_score, (_OK5, [0] * 5), {}, "probs must be 2-D"),
+    ("probs-nan", brier_score, ([[0.5, np.nan]], [0]), {}, "probs must be finite"),
+    ("probs-above-1", brier_score, ([[1.5, -0.5]], [0]), {}, "probs must lie in [0, 1]"),
+    ("probs-rowsum", brier_score, ([[0.5, 0.9]], [0]), {}, "probs rows must sum to 1"),
+    ("probs-empty", brier_score, (np.zeros((0, 3)), []), {}, "probs must not be empty"),
+    ("labels-range", brier_score, ([[0.5, 0.5]], [2]), {}, "labels must be class indices"),
+    ("labels-neg", negative_log_likelihood, ([[0.5, 0.5]], [-1]), {}, "labels must be class"),
+    ("labels-frac", negative_log_likelihood, ([[0.5, 0.5]], [0.5]), {}, "labels must be integer"),
+    ("labels-length", negative_log_likelihood, ([[0.5, 0.5]], [0, 1]), {},
+     "probs and labels must have the same length"),
+    ("ood-id-empty", ood_auroc, ([], [0.1]), {}, "uncertainty_id must not be empty"),
+    ("ood-ood-empty", aupr_out, ([0.1], []), {}, "uncertainty_ood must not be empty"),
+    ("ood-ood-nan", aupr_in, ([0.1], [np.nan]), {}, "uncertainty_ood must be finite"),
+    ("ood-id-2d", fpr_at_95_tpr, ([[0.1]], [0.2]), {}, "uncertainty_id must be 1-D"),
+    ("roc-inf", ood_roc_curve, ([0.1, np.inf], [0.2]), {}, "uncertainty_id must be finite"),
+    ("rc-inf", risk_coverage_curve, (_INF5, _B5), {}, "uncertainty must be finite"),
+    ("aurc-length", aurc, (_OK5, [1, 0]), {}, "uncertainty and correct must have the same"),
+    ("eaurc-correct", e_aurc, (_OK5, [1, 0, 3, 0, 1]), {}, "correct must be boolean or 0/1"),
+    ("augrc-empty", augrc, ([], []), {}, "uncertainty must not be empty"),
+    ("selacc-cov-0", selective_accuracy, (_OK5, _B5), {"coverage": 0.0}, "coverage must be"),
+    ("selacc-cov-big", selective_accuracy, (_OK5, _B5), {"coverage": 1.5}, "coverage must be"),
+    ("selacc-cov-nan", selective_accuracy, (_OK5, _B5), {"coverage": np.nan}, "coverage must"),
+    ("mean-std-empty", mean_std, ([],), {}, "values must not be empty"),
+    ("mean-std-2d", mean_std, ([[0.1]],), {}, "values must be 1-D"),
+    ("mean-std-inf", mean_std, ([0.1, np.inf],), {}, "values must be finite"),
+    ("boot-length", bootstrap_ci, (aurc, _OK5, [1, 0]), {}, "bootstrap_ci_two_sample"),
+    ("boot-none", bootstrap_ci, (aurc,), {}, "at least one array"),
+    ("boot-empty", bootstrap_ci, (aurc, [], []), {}, "arrays[0] must not be empty"),
+    ("boot-level", bootstrap_ci, (aurc, _OK5, _B5), {"level": 1.0}, "level must be a"),
+    ("boot-n", bootstrap_ci, (aurc, _OK5, _B5), {"n_resamples": 0}, "n_resamples must be"),
+    ("boot2-empty", bootstrap_ci_two_sample, (ood_auroc, [0.1], []), {}, "b must not be empty"),
+]
+
+
+@pytest.mark.parametrize(("fn", "args", "kwargs", "message"),
+                         [case[1:] for case in BAD_INPUT], ids=[case[0] for case in BAD_INPUT])
+def test_bad_input_raises_value_error_naming_the_argument(fn, args, kwargs, message):
+    with pytest.raises(ValueError) as info:
+        fn(*args, **kwargs)
+    assert message in str(info.value)
+
+
+def test_single_class_correct_is_fine_for_selective_metrics():
+    # Not degenerate: all right gives zero risk, all wrong full risk, no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert aurc(_OK5, [1] * 5) == 0.0
+        assert augrc(_OK5, [0] * 5) == 0.5
+        assert expected_calibration_error(_OK5, [1] * 5) == pytest.approx(0.7)  # 1 - mean .3
+
+
+# --------------------------------------------------------------------------------------------
+# bootstrap
+# --------------------------------------------------------------------------------------------
+
+
+def _probs_sample(n, seed):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(n, 3)) * 2
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    labels = np.array([rng.choice(3, p=p) for p in probs])
+    return probs, labels
+
+
+def test_bootstrap_is_deterministic_given_seed():
+    probs, labels = _probs_sample(200, seed=0)
+    first = bootstrap_ci(brier_score, probs, labels, n_resamples=100, seed=3)
+    assert first == bootstrap_ci(brier_score, probs, labels, n_resamples=100, seed=3)
+    assert first != bootstrap_ci(brier_score, probs, labels, n_resamples=100, seed=4)
+    assert first[0] == brier_score(probs, labels)
+
+
+def test_bootstrap_interval_contains_point_and_shrinks_with_n():
+    widths = []
+    for n in (100, 2000):
+        probs, labels = _probs_sample(n, seed=1)
+        point, low, high = bootstrap_ci(brier_score, probs, labels, n_resamples=200)
+        assert low <= point <= high
+        widths.append(high - low)
+    # width ~ 1/sqrt(n): a 20x larger sample gives a ~4.5x narrower interval
+    assert widths[1] < 0.5 * widths[0]
+
+
+def test_bootstrap_resamples_examples_jointly():
+    x = np.arange(50.0)
+    # pairs stay pairs in every resample, so this metric is 1 on each of them
+    assert bootstrap_ci(lambda a, b: float(np.all(a == b)), x, x.copy(),
+                        n_resamples=50) == (1.0, 1.0, 1.0)
+
+
+def test_bootstrap_two_sample_keeps_lengths_and_covers_point():
+    u_id, u_ood = _ood_sample(120, 45, seed=2, decimals=2)
+    assert bootstrap_ci_two_sample(lambda a, b: float(len(a) * 1000 + len(b)), u_id, u_ood,
+                                   n_resamples=20) == (120045.0, 120045.0, 120045.0)
+    result = bootstrap_ci_two_sample(ood_auroc, u_id, u_ood, n_resamples=200, seed=5)
+    assert result == bootstrap_ci_two_sample(ood_auroc, u_id, u_ood, n_resamples=200, seed=5)
+    point, low, high = result
+    assert point == ood_auroc(u_id, u_ood) and low <= point <= high < 1.0
+
+
+def _needs_both_classes(correct):
+    # a stand-in for an AUROC-type metric: undefined (NaN, with a warning) on one class
+    if correct.all() or not correct.any():
+        warnings.warn("single class", UndefinedMetricWarning)
+        return math.nan
+    return float(correct.mean())
+
+
+def test_bootstrap_drops_nan_resamples_and_warns():
+    correct = np.array([1, 1, 1, 1, 0], bool)  # all-right resamples: (4/5)^5 = 33%
+    with pytest.warns(UndefinedMetricWarning, match="resamples gave NaN") as record:
+        point, low, high = bootstrap_ci(_needs_both_classes, correct, n_resamples=200)
+    assert len(record) == 1  # one summary, not one per resample
+    assert point == 0.8 and 0.0 < low <= high < 1.0
+
+
+def test_bootstrap_nan_point_returns_nan_interval():
+    with pytest.warns(UndefinedMetricWarning):
+        point, low, high = bootstrap_ci(_needs_both_classes, np.ones(5, bool), n_resamples=10)
+    assert math.isnan(point) and math.isnan(low) and math.isnan(high)
+
+
+def test_bootstrap_propagates_metric_errors():
+    def fails_on_resamples(x):
+        if not np.array_equal(x, np.arange(5)):
+            raise RuntimeError("boom")
+        return 0.0
+
+    with pytest.raises(RuntimeError, match="boom"):
+        bootstrap_ci(fails_on_resamples, np.arange(5), n_resamples=10)

@@ -1,0 +1,221 @@
+"""The code sandbox: pass/fail, time and memory limits, fork bombs, file writes, network."""
+from __future__ import annotations
+
+import glob
+import os
+import socket
+import sys
+import tempfile
+import time
+
+import pytest
+
+from uqbench.data.sandbox import Sandbox, SandboxResult
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox targets Linux")
+
+
+@pytest.fixture(scope="module")
+def sb() -> Sandbox:
+    return Sandbox(timeout_s=5.0, memory_mb=512, max_processes=8)
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_passing_and_failing_programs(sb: Sandbox) -> None:
+    ok = sb.run("def add(a, b):\n    return a + b\nassert add(1, 2) == 3\n")
+    assert isinstance(ok, SandboxResult)
+    assert ok.passed and ok.returncode == 0 and not ok.timed_out and ok.killed_reason is None
+    bad = sb.run("assert 1 + 1 == 3\n")
+    assert not bad.passed and bad.returncode == 1 and not bad.timed_out
+    assert bad.killed_reason is None and "AssertionError" in bad.stderr_tail
+    err = sb.run("1 / 0\n")
+    assert not err.passed and "ZeroDivisionError" in err.stderr_tail
+
+
+def test_early_exit_does_not_count_as_passing(sb: Sandbox) -> None:
+    assert not sb.run("import sys\nsys.exit(0)\nassert False\n").passed
+    assert not sb.run("import os\nos._exit(0)\nassert False\n").passed
+
+
+def test_infinite_loop_is_killed_on_time(sb: Sandbox) -> None:
+    t0 = time.monotonic()
+    res = sb.run("while True:\n    pass\n", timeout_s=1.0)
+    elapsed = time.monotonic() - t0
+    assert res.timed_out and not res.passed and res.killed_reason == "timeout"
+    assert elapsed < 3.0
+    sleeper = sb.run("import time\ntime.sleep(60)\n", timeout_s=0.5)
+    assert sleeper.timed_out and sleeper.killed
+
+
+def test_memory_bomb_is_stopped_not_the_caller(sb: Sandbox) -> None:
+    big = sb.run("x = bytearray(4 * 1024 ** 3)\n")
+    assert not big.passed and big.killed_reason == "memory"
+    grow = sb.run("xs = []\nwhile True:\n    xs.append(' ' * 10 ** 6)\n", timeout_s=5.0)
+    assert not grow.passed and grow.killed_reason in ("memory", "timeout", "cpu_time")
+    # and this (the test) process is fine
+    assert len(bytearray(10 ** 6)) == 10 ** 6
+
+
+def test_fork_bomb_is_refused(sb: Sandbox) -> None:
+    res = sb.run("import os\nwhile True:\n    os.fork()\n", timeout_s=2.0)
+    assert not res.passed and "os.fork is not allowed" in res.stderr_tail
+    res = sb.run("import subprocess\nsubprocess.run(['true'])\n")
+    assert not res.passed and "not allowed" in res.stderr_tail
+    res = sb.run("import os\nos.system('true')\n")
+    assert not res.passed and "not allowed" in res.stderr_tail
+
+
+def test_fork_bomb_is_contained_by_the_os() -> None:
+    """Without the Python-level guard the OS limit (pids cgroup or RLIMIT_NPROC) must cap the
+    processes, and nothing may outlive the run. The 'bomb' is bounded (50 sleeping children),
+    so even a broken limit cannot hurt the machine."""
+    raw = Sandbox(timeout_s=10.0, max_processes=8, python_guards=False)
+    prot = raw.protections()
+    if prot["process_limit"] == "python_only":
+        pytest.skip("no OS-level process limit here (root without a writable pids cgroup)")
+    code = (
+        "import os, sys, time\n"
+        "pids = []\n"
+        "for _ in range(50):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "    pids.append(pid)\n"
+        "sys.stderr.write('PIDS ' + ' '.join(map(str, pids)) + '\\n')\n"
+    )
+    res = raw.run(code)
+    line = next(ln for ln in res.stderr_tail.splitlines() if ln.startswith("PIDS"))
+    pids = [int(x) for x in line.split()[1:]]
+    assert len(pids) < 8, f"the process cap did not hold: {len(pids)} children"
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids), "children outlived the sandbox run"
+
+
+def test_write_outside_the_directory_is_blocked(sb: Sandbox, tmp_path) -> None:
+    target = tmp_path / "escape.txt"
+    for code in (f"open({str(target)!r}, 'w').write('x')\n",
+                 f"import os\nos.open({str(target)!r}, os.O_WRONLY | os.O_CREAT)\n",
+                 f"import pathlib\npathlib.Path({str(target)!r}).write_text('x')\n",
+                 f"import os\nos.chdir({str(tmp_path)!r})\nopen('escape.txt', 'w')\n",
+                 f"import os\nos.symlink({str(target)!r}, 'link')\nopen('link', 'w')\n"):
+        res = sb.run(code)
+        assert not res.passed, code
+        assert "not allowed" in res.stderr_tail, (code, res.stderr_tail)
+        assert not target.exists(), code
+    victim = tmp_path / "keep.txt"
+    victim.write_text("keep")
+    res = sb.run(f"import os\nos.remove({str(victim)!r})\n")
+    assert not res.passed and victim.exists()
+
+
+def test_writes_inside_the_directory_work_and_vanish(sb: Sandbox) -> None:
+    code = ("import os, sys\n"
+            "open('a.txt', 'w').write('hello')\n"
+            "os.mkdir('d')\n"
+            "assert open('a.txt').read() == 'hello'\n"
+            "sys.stderr.write('CWD ' + os.getcwd() + '\\n')\n")
+    res = sb.run(code)
+    assert res.passed, res.stderr_tail
+    cwd = next(ln for ln in res.stderr_tail.splitlines() if ln.startswith("CWD"))[4:]
+    assert not os.path.exists(cwd)
+
+
+@pytest.fixture()
+def listener():
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+    srv.settimeout(0.2)
+    yield srv
+    srv.close()
+
+
+def _connect_code(port: int) -> str:
+    return ("import socket, sys\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n"
+            "s.settimeout(2)\n"
+            f"s.connect(('127.0.0.1', {port}))\n"
+            "sys.stderr.write('CONNECTED\\n')\n")
+
+
+def _accepted(srv: socket.socket) -> bool:
+    try:
+        conn, _ = srv.accept()
+    except (TimeoutError, OSError):
+        return False
+    conn.close()
+    return True
+
+
+def test_network_is_refused(sb: Sandbox, listener) -> None:
+    port = listener.getsockname()[1]
+    res = sb.run(_connect_code(port))
+    assert not res.passed and "CONNECTED" not in res.stderr_tail
+    assert "uqbench sandbox: socket" in res.stderr_tail  # the sandbox's refusal
+    assert not _accepted(listener)
+
+
+def test_network_namespace_without_python_guards(listener) -> None:
+    raw = Sandbox(timeout_s=5.0, python_guards=False)
+    if not raw.protections()["network_namespace"]:
+        pytest.skip("no network namespace on this machine (needs root or user namespaces)")
+    port = listener.getsockname()[1]
+    res = raw.run(_connect_code(port))
+    assert not res.passed and "CONNECTED" not in res.stderr_tail
+    assert not _accepted(listener)
+
+
+def test_environment_is_minimal_and_hash_seed_pinned(sb: Sandbox) -> None:
+    code = ("import os, sys\n"
+            "assert 'HOME' not in os.environ or os.environ['HOME'] == '/nonexistent'\n"
+            "assert not any(k.startswith(('UQBENCH', 'VIRTUAL_ENV')) for k in os.environ)\n"
+            "assert sys.flags.no_user_site and sys.dont_write_bytecode\n"
+            "sys.stderr.write('HASH %d\\n' % hash('uqbench'))\n")
+    a, b = sb.run(code), sb.run(code)
+    assert a.passed, a.stderr_tail
+    assert a.stderr_tail == b.stderr_tail and "HASH" in a.stderr_tail
+
+
+def test_run_many_keeps_order_and_runs_two_at_once(sb: Sandbox) -> None:
+    codes = ["import time\ntime.sleep(0.6)\n"] * 4 + ["assert False\n", "pass\n"]
+    t0 = time.monotonic()
+    res = sb.run_many(codes, workers=2)
+    elapsed = time.monotonic() - t0
+    assert [r.passed for r in res] == [True, True, True, True, False, True]
+    assert elapsed < 4 * 0.6 + 1.0  # serially it would take > 2.4 s of sleeping alone
+
+
+def test_no_leftovers(sb: Sandbox) -> None:
+    sb.run("pass\n")
+    sb.run("while True: pass\n", timeout_s=0.3)
+    tmp = tempfile.gettempdir()
+    assert not glob.glob(os.path.join(tmp, f"uqbench-{os.getpid()}-*"))
+    assert not glob.glob(f"/sys/fs/cgroup/pids/uqbench-{os.getpid()}-*")
+
+
+def test_protections_report(sb: Sandbox) -> None:
+    p = sb.protections()
+    assert p["process_limit"] in ("pids_cgroup", "rlimit_nproc", "python_only")
+    assert isinstance(p["network_namespace"], bool)
+    if os.geteuid() == 0 and os.access("/sys/fs/cgroup/pids", os.W_OK):
+        assert p["process_limit"] == "pids_cgroup"
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        Sandbox(timeout_s=0)

@@ -1,0 +1,375 @@
+"""Suites: the pooled suite at smoke on the real data (deterministic, disjoint, capped, 4
+options), the split cache (reuse, rebuild on a changed source, corrupt entries), custom YAML
+suites and their errors."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, data_dir
+from uqbench.cache import StaleCacheWarning
+from uqbench.data import loaders as L
+from uqbench.data import suites as S
+from uqbench.data.records import content_hash
+from uqbench.errors import ConfigError, DataError
+from uqbench.profiles import get_profile
+
+SMOKE = get_profile("smoke")
+CAPS = {"train": SMOKE.train_cap, "calib": SMOKE.calib_cap, "id": SMOKE.id_cap,
+        "shift": SMOKE.shift_cap}
+
+
+def _need_data() -> Path:
+    d = data_dir()
+    if d is None:
+        pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
+    return d
+
+
+def _need_builders(*kinds: str) -> None:
+    for k in kinds:
+        ok, why = L.builder_available(k)
+        if not ok:
+            pytest.skip(f"the {k} MC builder (C2's uqbench.data.mathmc/codemc) is not "
+                        f"available yet: {why}")
+
+
+class _NoBuild:
+    """Patch for `_Builder.build_split` that fails the test if anything is built."""
+
+    def __call__(self, *a, **k):
+        raise AssertionError("a split was built although it should come from the cache")
+
+
+def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    built: list[str] = []
+    orig = S._Builder.build_split
+
+    def spy(self, domain, role, rs, start):
+        built.append(f"{domain}/{role}")
+        return orig(self, domain, role, rs, start)
+
+    monkeypatch.setattr(S._Builder, "build_split", spy)
+    return built
+
+
+# -- pooled at smoke ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory: pytest.TempPathFactory) -> tuple[S.Suite, Path, Path]:
+    d = _need_data()
+    _need_builders("gsm8k", "math500", "mbpp", "humaneval")
+    cache = tmp_path_factory.mktemp("split-cache")
+    return S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False), cache, d
+
+
+def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) -> None:
+    suite, _, _ = pooled
+    assert suite.name == "pooled" and suite.profile == "smoke"
+    assert suite.domains == ("science", "knowledge", "math", "code")
+    assert set(suite.splits) == {(d, r) for d in suite.domains for r in S.ROLES}
+    for (dom, role), split in suite.splits.items():
+        assert 0 < len(split.records) <= CAPS[role]
+        assert len(split.records) == CAPS[role], f"{dom}/{role}: pools are large enough"
+        assert all(len(r.choices) == 4 and r.domain == dom for r in split.records)
+        assert split.hash == content_hash(split.records)
+        rec = split.recipe
+        assert rec["selection"]["cap"] == CAPS[role] and rec["selection"]["seed"] == 0
+        assert rec["filters"]["choices"] == 4
+        assert rec["source"]["files"] and all(len(h) == 64
+                                              for h in rec["source"]["files"].values())
+        assert rec["builder"]["method"]
+    assert suite.split("science", "train").recipe["pool"]["dropped_choices"]["dropped"] == 10
+    assert suite.split("math", "shift").recipe["builder_stats"]["rejected"]
+    code = suite.split("code", "id").recipe["builder_stats"]
+    assert code["verified"] == code["built"] == CAPS["id"]
+    assert len(suite.train_records()) == 4 * CAPS["train"]
+    assert [s.domain for s in suite.role("calib")] == list(suite.domains)
+
+
+def test_pooled_splits_disjoint_and_from_the_right_sources(
+        pooled: tuple[S.Suite, Path, Path]) -> None:
+    suite, _, _ = pooled
+    for dom in suite.domains:
+        ids = {r: {x.id for x in suite.split(dom, r).records} for r in S.ROLES}
+        for a in S.ROLES:
+            for b in S.ROLES:
+                if a < b:
+                    assert not ids[a] & ids[b], f"{dom}: {a} and {b} share records"
+    subj = {r: {x.meta["subject"] for x in suite.split("knowledge", r).records} for r in S.ROLES}
+    for r in ("train", "calib", "id"):
+        assert all(s.startswith("high_school_") for s in subj[r])
+    assert all(s.startswith(("college_", "professional_")) for s in subj["shift"])
+    task = {r: {int(x.id.split("/")[1]) for x in suite.split("code", r).records}
+            for r in ("train", "calib", "id")}
+    assert all(t <= 10 or t >= 511 for t in task["train"] | task["calib"])
+    assert all(11 <= t <= 510 for t in task["id"])
+    assert {x.source for x in suite.split("code", "shift").records} == {"humaneval"}
+    assert {x.source for x in suite.split("math", "shift").records} == {"math500"}
+    assert {x.source for x in suite.split("science", "shift").records} == {"arc-challenge"}
+
+
+def test_pooled_is_deterministic(pooled: tuple[S.Suite, Path, Path]) -> None:
+    suite, _, d = pooled
+    spec = S.SUITES.get("pooled")
+    fast = S.SuiteSpec("pooled", spec.domains[:3])  # same keys; code below at tiny caps
+    again = S.build_suite(fast, "smoke", data_dir=d, cache_dir=None, progress=False)
+    for key, split in again.splits.items():
+        assert split.hash == suite.splits[key].hash, key
+        assert split.records == suite.splits[key].records
+    tiny = S.SuiteSpec("tiny-code", spec.domains[3:],
+                       caps={"train": 2, "calib": 1, "id": 2, "shift": 2})
+    h1 = S.build_suite(tiny, "smoke", data_dir=d, progress=False)
+    h2 = S.build_suite(tiny, "smoke", data_dir=d, progress=False)
+    assert {k: s.hash for k, s in h1.splits.items()} == {k: s.hash for k, s in h2.splits.items()}
+
+
+def test_pooled_warm_cache_builds_nothing(pooled: tuple[S.Suite, Path, Path],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    suite, cache, d = pooled
+    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
+    warm = S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False)
+    assert {k: s.hash for k, s in warm.splits.items()} == \
+        {k: s.hash for k, s in suite.splits.items()}
+    assert warm.splits == suite.splits
+
+
+def test_missing_builder_fails_before_building(monkeypatch: pytest.MonkeyPatch) -> None:
+    d = _need_data()
+    monkeypatch.setattr(L, "builder_available",
+                        lambda k: (k == "mc", "uqbench.data.codemc is not importable (test)"))
+    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
+    with pytest.raises(DataError, match=r"math/train uses 'gsm8k'.*gsm8k builder.*not importable"):
+        S.build_suite("pooled", "smoke", data_dir=d, progress=False)
+
+
+# -- cache -------------------------------------------------------------------------------------
+
+SCIENCE_FILES = ["arc-easy/llm-adapters_train.json", "arc-easy/llm-adapters_test.json",
+                 "arc-challenge/llm-adapters_test.json"]
+
+
+def _mini(tmp: Path) -> Path:
+    src = _need_data()
+    entries = []
+    for rel in SCIENCE_FILES:
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, tmp / rel)
+        entries.append({"file": rel, "sha256": hashlib.sha256((tmp / rel).read_bytes())
+                        .hexdigest(), "records": None})
+    (tmp / "manifest.json").write_text(json.dumps(entries))
+    return tmp
+
+
+def _science() -> S.SuiteSpec:
+    return S.SuiteSpec("sci", (S.SUITES.get("pooled").domain("science"),),
+                       caps={"train": 20, "calib": 5, "id": 10, "shift": 10})
+
+
+def _restamp(d: Path, rel: str) -> None:
+    man = json.loads((d / "manifest.json").read_text())
+    for e in man:
+        if e["file"] == rel:
+            e["sha256"] = hashlib.sha256((d / rel).read_bytes()).hexdigest()
+    (d / "manifest.json").write_text(json.dumps(man))
+
+
+def test_cache_rebuilds_when_a_source_changes(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    d, cache = _mini(tmp_path / "data"), tmp_path / "cache"
+    built = _count_builds(monkeypatch)
+    first = S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+    assert len(built) == 4 and len(list((cache / "sci").glob("*.json"))) == 4
+    S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+    assert len(built) == 4, "warm cache: nothing rebuilt"
+    rel = "arc-easy/llm-adapters_train.json"
+    (d / rel).write_text((d / rel).read_text().replace("Answer1: ", "Answer1: (edited) "))
+    with pytest.raises(DataError, match="changed"):  # a changed file is refused...
+        S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+    _restamp(d, rel)  # ...until the manifest says so (or verify=False)
+    second = S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+    assert len(built) == 8, "every split of the domain rebuilt, none reused"
+    for role in ("train", "calib"):
+        new, old = second.split("science", role), first.split("science", role)
+        assert new.hash != old.hash
+        assert new.recipe["source"]["files"][rel] != old.recipe["source"]["files"][rel]
+    (d / rel).write_text((d / rel).read_text().replace("(edited) ", "(again) "))
+    S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False, verify=False)
+    assert len(built) == 12, "verify=False still keys the cache on the actual sha256"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "tamper", "rekey"])
+def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        damage: str) -> None:
+    d, cache = _mini(tmp_path / "data"), tmp_path / "cache"
+    first = S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+    (entry,) = (cache / "sci").glob("science-id-*.json")
+    text = entry.read_text()
+    if damage == "truncate":
+        entry.write_text(text[: len(text) // 2])
+    elif damage == "garbage":
+        entry.write_bytes(b"\x00\xff not json")
+    else:
+        blob = json.loads(text)
+        if damage == "tamper":  # valid JSON, a record changed: content hash mismatch
+            blob["records"][0]["answer"] = (blob["records"][0]["answer"] + 1) % 4
+        else:  # an entry whose stored key is not this split's
+            blob["key"]["seed"] = 99
+        entry.write_text(json.dumps(blob))
+    built = _count_builds(monkeypatch)
+    with pytest.warns(StaleCacheWarning, match="corrupt or stale"):
+        again = S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+    assert built == ["science/id"]
+    assert again.split("science", "id").hash == first.split("science", "id").hash
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+
+
+def test_caps_none_takes_the_rest_of_the_pool(tmp_path: Path) -> None:
+    d = _mini(tmp_path / "data")
+    spec = S.SuiteSpec("sci", _science().domains, caps={"train": None, "calib": 7, "id": 3,
+                                                         "shift": 3})
+    s = S.build_suite(spec, "smoke", data_dir=d, progress=False)
+    assert len(s.split("science", "calib").records) == 7
+    assert len(s.split("science", "train").records) == 2241 - 7  # 4-option ARC-Easy train
+    small = S.build_suite(_science(), "smoke", data_dir=d, progress=False)
+    # calib is the head of the pool order: it does not move when the train cap changes
+    calib7 = {r.id for r in s.split("science", "calib").records}
+    calib5 = {r.id for r in small.split("science", "calib").records}
+    assert calib5 <= calib7
+
+
+# -- YAML --------------------------------------------------------------------------------------
+
+EXAMPLE = REPO / "examples" / "suites" / "commonsense.yaml"
+
+
+def test_example_yaml_parses_and_builds() -> None:
+    spec = S.load_suite_file(EXAMPLE)
+    assert spec.name == "commonsense" and [d.name for d in spec.domains] == ["openbook", "trivia"]
+    assert spec.caps == {"train": 200, "id": 100, "shift": 100}
+    ob = spec.domain("openbook")
+    assert ob.roles["calib"] == ob.roles["train"] and ob.roles["shift"].source == "arc-challenge"
+    assert all(rs.choices == 4 for d in spec.domains for rs in d.roles.values())
+    d = _need_data()
+    suite = S.build_suite(str(EXAMPLE), "smoke", data_dir=d, progress=False)
+    assert suite.name == "commonsense"
+    assert len(suite.split("openbook", "train").records) == 200
+    assert len(suite.split("trivia", "calib").records) == SMOKE.calib_cap
+    assert suite.spec is not None and suite.spec.origin == str(EXAMPLE)
+
+
+GOOD = {"name": "x", "domains": {"d": {"train": {"source": "openbookqa", "split": "train"},
+                                       "id": {"source": "openbookqa", "split": "test"},
+                                       "shift": {"source": "arc-challenge", "split": "test"}}}}
+
+
+def _with(path: tuple[str, ...], value: object) -> dict:
+    data = json.loads(json.dumps(GOOD))
+    node = data
+    for k in path[:-1]:
+        node = node[k]
+    if value is _DEL:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return data
+
+
+_DEL = object()
+
+BAD_SUITES = [
+    (_with(("domains", "d", "train", "source"), "obqa"),
+     r"unknown data source 'obqa'; valid sources: .*openbookqa"),
+    (_with(("domains", "d", "id", "split"), "validation"),
+     r"role 'id'.*no split 'validation'; valid splits: train, test"),
+    (_with(("domains", "d", "shift"), _DEL), r"missing role\(s\) shift"),
+    (_with(("domains", "d", "eval"), {"source": "piqa", "split": "test"}),
+     r"unknown role\(s\) 'eval'"),
+    (_with(("caps",), {"train": -5}), r"cap for 'train' must be a positive integer"),
+    (_with(("caps",), {"train": "all"}), r"cap for 'train' must be a positive integer"),
+    (_with(("caps",), {"test": 5}), r"unknown role 'test' in 'caps'"),
+    (_with(("caps",), [1, 2]), r"'caps' must be a mapping"),
+    (_with(("domains",), {}), r"'domains' must be a non-empty mapping"),
+    (_with(("domians",), {}), r"unknown key\(s\) 'domians'"),
+    (_with(("domains", "d", "train", "subjects"), ["college"]), r"only applies to MMLU"),
+    (_with(("domains", "d", "train"), {"source": "mmlu", "split": "test", "subjects": ["cooking"]}),
+     r"unknown MMLU subject 'cooking'"),
+    (_with(("domains", "d", "train", "half"), 2), r"'half' must be 0 or 1"),
+    (_with(("domains", "d", "train", "choices"), 1), r"'choices' must be an integer >= 2"),
+    (_with(("domains", "d", "train", "shuffle"), True), r"unknown key\(s\) 'shuffle'"),
+    (_with(("domains", "d", "train"), "openbookqa"), r"expected \{source: NAME, split: NAME\}"),
+    (_with(("name",), "my suite!"), r"'name' must be a simple name"),
+    ([1, 2], r"must be a mapping"),
+]
+
+
+@pytest.mark.parametrize(("data", "match"), BAD_SUITES, ids=[m[:30] for _, m in BAD_SUITES])
+def test_bad_suite_files(tmp_path: Path, data: object, match: str,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(data))
+    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
+    with pytest.raises(ConfigError, match=match) as e:
+        S.build_suite(str(p), "smoke", data_dir=tmp_path, progress=False)
+    assert str(p) in str(e.value)
+
+
+def test_yaml_syntax_error_and_missing_file(tmp_path: Path) -> None:
+    p = tmp_path / "broken.yaml"
+    p.write_text("name: x\ndomains: {d: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"broken\.yaml: invalid YAML"):
+        S.get_suite_spec(str(p))
+    with pytest.raises(ConfigError, match=r"does not exist.*pooled"):
+        S.get_suite_spec(str(tmp_path / "nope.yaml"))
+
+
+def test_unknown_suite_and_profile_names() -> None:
+    with pytest.raises(ConfigError, match=r"unknown suite 'poold'.*did you mean 'pooled'.*Valid: "
+                                          r"pooled"):
+        S.build_suite("poold", "smoke")
+    with pytest.raises(ConfigError, match=r"unknown profile 'tiny'.*smoke"):
+        S.build_suite("pooled", "tiny")
+    assert "pooled" in S.list_suites()
+
+
+def test_missing_file_fails_before_any_split_is_built(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    d = _mini(tmp_path / "data")
+    spec = S.parse_suite({"name": "two", "domains": {
+        "sci": GOOD["domains"]["d"] | {"train": {"source": "arc-easy", "split": "train"},
+                                       "id": {"source": "arc-easy", "split": "test"}},
+        "piqa": {"train": {"source": "piqa", "split": "test", "half": 0},
+                 "id": {"source": "piqa", "split": "test", "half": 1},
+                 "shift": {"source": "siqa", "split": "test"}}}})
+    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
+    with pytest.raises(DataError, match=r"piqa/llm-foundry_piqa_val\.jsonl.*UQBENCH_DATA"):
+        S.build_suite(spec, "smoke", data_dir=d, progress=False)
+
+
+def test_roles_sharing_a_pool_are_disjoint_or_refused(tmp_path: Path) -> None:
+    d = _mini(tmp_path / "data")
+    arc = {"source": "arc-easy", "split": "test"}
+    shared = S.parse_suite({"name": "s", "domains": {"a": {
+        "train": arc, "id": arc, "shift": {"source": "arc-challenge", "split": "test"}}},
+        "caps": {"train": 30, "calib": 5, "id": 30, "shift": 5}})
+    s = S.build_suite(shared, "smoke", data_dir=d, progress=False)
+    ids = [{r.id for r in s.split("a", role).records} for role in ("train", "calib", "id")]
+    assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    greedy = S.SuiteSpec("s", shared.domains, caps={"train": None, "calib": 5, "id": 5,
+                                                    "shift": 5})
+    with pytest.raises(ConfigError, match=r"a/id would be empty"):
+        S.build_suite(greedy, "smoke", data_dir=d, progress=False)
+    overlap = S.parse_suite({"name": "o", "domains": {"a": {
+        "train": {"source": "arc-easy", "split": "test", "half": 0},
+        "id": arc, "shift": {"source": "arc-challenge", "split": "test"}}}})
+    with pytest.raises(ConfigError, match=r"is in both"):
+        S.build_suite(overlap, "full", data_dir=d, progress=False)

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from baselines.backbones import tiny_backbone
+from baselines.gates import Care, TopK
+from baselines.heads import make_moe
+from baselines.moe import MoELoRAConfig, get_gates, set_gate
+from baselines.train import TrainConfig, batch_order, train
+from tests.test_heads import SMALL_MOE, toy_records
+from uqbench.errors import ConfigError
+
+FAST = TrainConfig(lr=5e-3, head_lr=1e-2, epochs=3, batch_size=8, max_length=48, warmup_ratio=0.1)
+
+
+def _accuracy(model, records) -> float:
+    with torch.no_grad():
+        logits = model(model.encode(records, 48))
+    return float((logits.argmax(1) == torch.tensor([r.answer for r in records])).float().mean())
+
+
+@pytest.mark.parametrize(("kind", "mode"), [("encoder", "cross_encoder"), ("decoder", "cloze")])
+def test_learns_toy_task(kind: str, mode: str) -> None:
+    recs = toy_records(32, seed=1)
+    model = make_moe(tiny_backbone(kind), SMALL_MOE, mode=mode)
+    result = train(model, recs, FAST, progress=False)
+    assert result.steps == 12 and len(result.losses) == 12 and result.seconds > 0
+    first, last = sum(result.losses[:3]) / 3, sum(result.losses[-3:]) / 3
+    assert last < first
+    assert _accuracy(model, recs) >= 0.9
+    assert all(a > 0 for a in result.aux_losses)   # load balancing is on
+    assert not model.training
+
+
+def test_letters_loss_decreases() -> None:
+    recs = toy_records(32, seed=2)
+    model = make_moe(tiny_backbone("decoder"), SMALL_MOE, mode="letters")
+    result = train(model, recs, FAST, progress=False)
+    assert sum(result.losses[-4:]) < sum(result.losses[:4])
+
+
+def test_deterministic_same_seed_and_differs_across_seeds() -> None:
+    recs = toy_records(24, seed=3)
+    cfg = TrainConfig(epochs=2, batch_size=8, max_length=48, seed=7)
+    runs = []
+    for seed in (7, 7, 8):
+        model = make_moe(tiny_backbone("encoder"), SMALL_MOE)
+        cfg_s = TrainConfig(**{**cfg.__dict__, "seed": seed})
+        runs.append((train(model, recs, cfg_s, progress=False), model))
+    (r1, m1), (r2, m2), (r3, _) = runs
+    assert r1.losses == r2.losses
+    for (n, p), (_, q) in zip(m1.named_parameters(), m2.named_parameters()):
+        assert torch.equal(p, q), n
+    assert r1.losses != r3.losses
+
+
+def test_global_rng_and_gates_restored() -> None:
+    model = make_moe(tiny_backbone("encoder"), MoELoRAConfig(n_experts=4, rank=2, top_k=2))
+    set_gate(model.backbone, Care(tau=0.5, k_max=4))
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    train(model, toy_records(8), TrainConfig(epochs=1, batch_size=8, max_length=32),
+          progress=False)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(isinstance(g, Care) for g in get_gates(model.backbone))
+
+
+def test_trains_with_topk_gate(monkeypatch) -> None:
+    model = make_moe(tiny_backbone("encoder"), SMALL_MOE)
+    set_gate(model.backbone, Care(tau=0.5, k_max=4))
+    seen = []
+    forward = type(model).forward
+
+    def spy(self, batch):
+        seen.append(get_gates(self.backbone)[0])
+        return forward(self, batch)
+
+    monkeypatch.setattr(type(model), "forward", spy)
+    train(model, toy_records(8), TrainConfig(epochs=1, batch_size=8, max_length=32),
+          progress=False)
+    assert seen and all(g == TopK(SMALL_MOE.top_k) for g in seen)
+
+
+def test_batch_order_covers_every_record_once() -> None:
+    recs = toy_records(37)
+    for bucket in (True, False):
+        gen = torch.Generator().manual_seed(0)
+        batches = batch_order(recs, 8, gen, bucket=bucket)
+        flat = [i for b in batches for i in b]
+        assert sorted(flat) == list(range(37)) and all(1 <= len(b) <= 8 for b in batches)
+        again = batch_order(recs, 8, torch.Generator().manual_seed(0), bucket=bucket)
+        assert again == batches
+
+
+@pytest.mark.parametrize("bad", [{"lr": 0}, {"epochs": 0}, {"batch_size": 0},
+                                 {"warmup_ratio": 1.0}, {"grad_clip": -1.0}, {"max_length": 2}])
+def test_config_validation(bad: dict) -> None:
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        TrainConfig(**bad)
+
+
+def test_empty_records_rejected() -> None:
+    with pytest.raises(ConfigError, match="no training records"):
+        train(make_moe(tiny_backbone("encoder"), SMALL_MOE), [], TrainConfig(), progress=False)

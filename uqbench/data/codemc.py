@@ -1,0 +1,646 @@
+"""Code multiple choice from MBPP and HumanEval: the reference solution among three mutants of
+it that *fail the problem's own tests when executed* (in `uqbench.data.sandbox`).
+
+Mutants are single AST edits (`ast` + `ast.unparse`): comparison swaps (< <=, > >=, == !=, in /
+not in, direction flips), arithmetic swaps (+ -, * //, / *...), integer constants +-1 and boolean
+constants flipped, the first two call arguments swapped, min/max, any/all, upper/lower,
+startswith/endswith... swapped, ``range(n)`` -> ``range(n - 1)`` / ``range(n + 1)``, ``and`` <->
+``or``, a condition negated, a boolean return negated; as a last resort a return value replaced
+by ``None``. All four options are ``ast.unparse`` output with docstrings removed (comments and
+formatting cannot give the reference away; the question carries the docstring).
+
+Scheme "square" (default): two failing single mutants a and b at unrelated places, plus the
+double mutant a+b, which must fail too. The options {ref, ref+a, ref+b, ref+a+b} are symmetric:
+every option differs from two others by one edit and from the third by two, so "pick the option
+closest to all others" -- which finds the reference every time among independent single mutants,
+since it is their common ancestor -- is at chance. Scheme "independent": three failing single
+mutants of different kinds where possible.
+
+Everything is deterministic under (seed, record id): candidates are shuffled by a per-record RNG,
+runs are pinned to one hash seed, and a mutant's budget is a multiple of the reference's run time
+(a mutant that times out counts as failing; the count is reported as ``killed``).
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from uqbench.data.mathmc import record_rng
+from uqbench.data.records import MCRecord
+from uqbench.data.sandbox import Sandbox, SandboxResult
+
+CODE_MC_VERSION = "1"
+N_CHOICES = 4
+SCHEMES = ("square", "independent")
+DEFAULT_MAX_TRIES = 16
+
+# -- mutation operators ----------------------------------------------------------------------
+
+_CMP: dict[type, tuple[type, ...]] = {
+    ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.GtE), ast.Gt: (ast.GtE, ast.Lt),
+    ast.GtE: (ast.Gt, ast.LtE), ast.Eq: (ast.NotEq,), ast.NotEq: (ast.Eq,),
+    ast.In: (ast.NotIn,), ast.NotIn: (ast.In,), ast.Is: (ast.IsNot,), ast.IsNot: (ast.Is,),
+}
+_ARITH: dict[type, tuple[type, ...]] = {
+    ast.Add: (ast.Sub, ast.Mult), ast.Sub: (ast.Add,), ast.Mult: (ast.FloorDiv, ast.Add),
+    ast.FloorDiv: (ast.Mult, ast.Mod), ast.Div: (ast.Mult, ast.FloorDiv),
+    ast.Mod: (ast.FloorDiv,), ast.Pow: (ast.Mult,), ast.BitAnd: (ast.BitOr,),
+    ast.BitOr: (ast.BitAnd,), ast.BitXor: (ast.BitOr,), ast.LShift: (ast.RShift,),
+    ast.RShift: (ast.LShift,),
+}
+_BOOL: dict[type, type] = {ast.And: ast.Or, ast.Or: ast.And}
+_FUNC_SWAP = {"min": "max", "max": "min", "any": "all", "all": "any"}
+_METHOD_SWAP = {
+    "upper": "lower", "lower": "upper", "startswith": "endswith", "endswith": "startswith",
+    "isupper": "islower", "islower": "isupper", "isdigit": "isalpha", "isalpha": "isdigit",
+    "find": "rfind", "rfind": "find", "index": "rindex", "rindex": "index",
+    "lstrip": "rstrip", "rstrip": "lstrip", "keys": "values", "values": "keys",
+}
+_BOOLISH = (ast.Compare, ast.BoolOp)
+_WRAPPERS = frozenset(("abs", "set", "sorted", "list", "tuple", "int", "str", "float", "round",
+                       "reversed"))
+_SORTS = frozenset(("sorted", "sort"))
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One AST edit: ``site`` indexes ``ast.walk(tree)`` of the parsed reference."""
+
+    kind: str
+    site: int
+    variant: str
+    line: int
+    tier: int = 0  # 0: subtle; 1: blunt, used only when the subtle ones do not suffice
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "variant": self.variant, "line": self.line}
+
+
+def _opname(op: Any) -> str:
+    return type(op).__name__ if not isinstance(op, type) else op.__name__
+
+
+def _is_str(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str)) or isinstance(
+        node, ast.JoinedStr)
+
+
+def _docstring_nodes(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            body = node.body
+            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                out.add(id(body[0]))
+    return out
+
+
+def strip_docstrings(tree: ast.AST) -> ast.AST:
+    """Remove docstrings in place (a body left empty gets ``pass``); returns the tree."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            body = node.body
+            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                body.pop(0)
+                if not body and not isinstance(node, ast.Module):
+                    body.append(ast.Pass())
+    return tree
+
+
+def _region(tree: ast.Module, entry_point: str | None) -> set[int]:
+    """ids of the nodes that may be mutated: the entry point's body if given (HumanEval: the
+    helper functions of the prompt stay intact), else the whole module; never imports,
+    docstrings or annotations."""
+    roots: list[ast.AST] = list(tree.body)
+    if entry_point is not None:
+        fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and n.name == entry_point), None)
+        if fn is not None:
+            roots = list(fn.body)
+    excluded: set[int] = set()
+    for root in roots:
+        for node in ast.walk(root):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                excluded.update(id(n) for n in ast.walk(node))
+            ann = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                ann = [node.returns] + [a.annotation for a in (
+                    node.args.args + node.args.posonlyargs + node.args.kwonlyargs)]
+            elif isinstance(node, ast.AnnAssign):
+                ann = [node.annotation]
+            for a in ann:
+                if a is not None:
+                    excluded.update(id(n) for n in ast.walk(a))
+    excluded |= _docstring_nodes(tree)
+    allowed: set[int] = set()
+    for root in roots:
+        if id(root) in excluded:
+            continue
+        for node in ast.walk(root):
+            allowed.add(id(node))
+    return allowed - excluded
+
+
+def enumerate_mutations(tree: ast.Module, entry_point: str | None = None) -> list[Mutation]:
+    """All single mutations of ``tree`` (not applied), in a fixed order."""
+    allowed = _region(tree, entry_point)
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    out: list[Mutation] = []
+    for site, node in enumerate(ast.walk(tree)):
+        if id(node) not in allowed:
+            continue
+        line = getattr(node, "lineno", 0)
+
+        def add(kind: str, variant: str, tier: int = 0, site: int = site, line: int = line
+                ) -> None:
+            out.append(Mutation(kind, site, variant, line, tier))
+
+        if isinstance(node, ast.Compare):
+            for j, op in enumerate(node.ops):
+                for new in _CMP.get(type(op), ()):
+                    add("comparison", f"{j}:{_opname(op)}->{new.__name__}")
+        elif isinstance(node, (ast.BinOp, ast.AugAssign)):
+            left = node.left if isinstance(node, ast.BinOp) else node.target
+            right = node.right if isinstance(node, ast.BinOp) else node.value
+            if not (_is_str(left) or _is_str(right)):
+                for new in _ARITH.get(type(node.op), ()):
+                    add("arithmetic", f"{_opname(node.op)}->{new.__name__}")
+                if isinstance(node, ast.BinOp):  # a term forgotten
+                    add("operand", "left_only")
+                    add("operand", "right_only")
+        elif isinstance(node, ast.BoolOp):
+            add("boolean", f"{_opname(node.op)}->{_BOOL[type(node.op)].__name__}")
+        elif isinstance(node, ast.Constant):
+            parent = parents.get(id(node))
+            if isinstance(node.value, bool):
+                if not isinstance(parent, ast.Return):
+                    add("constant", f"{node.value}->{not node.value}")
+            elif isinstance(node.value, int):
+                negated = isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.USub)
+                for delta in (1, -1):
+                    if negated and node.value + delta == 0:
+                        continue
+                    add("constant", f"{node.value}->{node.value + delta}")
+        elif isinstance(node, ast.Call):
+            pos = node.args
+            if (len(pos) >= 2 and not any(isinstance(a, ast.Starred) for a in pos[:2])
+                    and ast.unparse(pos[0]) != ast.unparse(pos[1])):
+                add("arguments", "swap_0_1")
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in _FUNC_SWAP:
+                add("builtin", f"{f.id}->{_FUNC_SWAP[f.id]}")
+            elif isinstance(f, ast.Attribute) and f.attr in _METHOD_SWAP:
+                add("builtin", f".{f.attr}->.{_METHOD_SWAP[f.attr]}")
+            if (isinstance(f, ast.Name) and f.id in _WRAPPERS | {"len"} and len(pos) == 1
+                    and not node.keywords and not isinstance(pos[0], ast.Starred)):
+                add("call", f"drop_{f.id}", tier=int(f.id == "len"))  # abs(x) -> x
+            name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+            if name in _SORTS and not any(kw.arg == "reverse" for kw in node.keywords):
+                add("call", "reverse=True")
+            if isinstance(f, ast.Name) and f.id == "range" and 1 <= len(pos) <= 3 and not any(
+                    isinstance(a, ast.Starred) for a in pos):
+                end = 0 if len(pos) == 1 else 1
+                if not isinstance(pos[end], ast.Constant):
+                    add("range", "end-1")
+                    add("range", "end+1")
+                if len(pos) >= 2 and not isinstance(pos[0], ast.Constant):
+                    add("range", "start+1")
+        elif isinstance(node, ast.Return) and node.value is not None:
+            v = node.value
+            if isinstance(v, ast.Constant) and isinstance(v.value, bool):
+                add("return", f"{v.value}->{not v.value}")
+            elif isinstance(v, _BOOLISH) or (isinstance(v, ast.UnaryOp)
+                                             and isinstance(v.op, ast.Not)):
+                add("return", "negate")
+            elif not (isinstance(v, ast.Constant) and v.value is None):
+                add("return", "->None", tier=1)
+        elif isinstance(node, (ast.If, ast.While, ast.IfExp)):
+            add("condition", "negate")
+        elif isinstance(node, ast.comprehension):
+            for j in range(len(node.ifs)):
+                add("condition", f"negate_if_{j}")
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and not isinstance(
+                node.operand, ast.Constant):
+            add("arithmetic", "drop_minus")
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            sl = node.slice
+            if isinstance(sl, ast.Slice) and sl.step is None and (sl.lower or sl.upper):
+                add("slice", "swap_bounds")  # s[:n] -> s[n:]
+            elif isinstance(sl, (ast.Name, ast.BinOp)):
+                add("index", "plus_one")
+                add("index", "minus_one")
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value
+                and not isinstance(parents.get(id(node)), ast.JoinedStr)):
+            if node.value in ("", " "):
+                add("string", "space" if node.value == "" else "empty")
+            else:
+                for new in (node.value.upper(), node.value.lower()):
+                    if new != node.value:
+                        add("string", "upper" if new == node.value.upper() else "lower", tier=1)
+                        break
+    return out
+
+
+def _negate(expr: ast.expr) -> ast.expr:
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        return expr.operand
+    return ast.UnaryOp(op=ast.Not(), operand=expr)
+
+
+def _apply(node: Any, m: Mutation) -> None:
+    """Apply ``m`` to ``node`` (the node at ``m.site`` of a fresh copy), in place."""
+    k, v = m.kind, m.variant
+    if k == "operand" or v.startswith("drop_"):
+        raise AssertionError("this mutation replaces its node; see apply_mutations")
+    if k == "comparison":
+        j, ops = v.split(":", 1)
+        node.ops[int(j)] = getattr(ast, ops.split("->")[1])()
+    elif k in ("arithmetic", "boolean"):
+        node.op = getattr(ast, v.split("->")[1])()
+    elif k == "constant":
+        if isinstance(node.value, bool):
+            node.value = not node.value
+        else:
+            node.value = int(v.split("->")[1])
+    elif k == "call":
+        node.keywords.append(ast.keyword(arg="reverse", value=ast.Constant(True)))
+    elif k == "string":
+        old = node.value
+        node.value = {"space": " ", "empty": "", "upper": old.upper(), "lower": old.lower()}[v]
+    elif k == "slice":
+        sl = node.slice
+        sl.lower, sl.upper = sl.upper, sl.lower
+    elif k == "index":
+        op = ast.Add() if v == "plus_one" else ast.Sub()
+        node.slice = ast.BinOp(left=node.slice, op=op, right=ast.Constant(1))
+    elif k == "arguments":
+        a = node.args
+        a[0], a[1] = a[1], a[0]
+    elif k == "builtin":
+        new = v.split("->")[1]
+        if new.startswith("."):
+            node.func.attr = new[1:]
+        else:
+            node.func.id = new
+    elif k == "range":
+        pos = node.args
+        if v.startswith("end"):
+            i = 0 if len(pos) == 1 else 1
+            op = ast.Sub() if v == "end-1" else ast.Add()
+            pos[i] = ast.BinOp(left=pos[i], op=op, right=ast.Constant(1))
+        else:
+            pos[0] = ast.BinOp(left=pos[0], op=ast.Add(), right=ast.Constant(1))
+    elif k == "return":
+        if v == "->None":
+            node.value = ast.Constant(None)
+        elif v == "negate":
+            node.value = _negate(node.value)
+        else:
+            node.value = ast.Constant(not node.value.value)
+    elif k == "condition":
+        if v.startswith("negate_if_"):
+            j = int(v.rsplit("_", 1)[1])
+            node.ifs[j] = _negate(node.ifs[j])
+        else:
+            node.test = _negate(node.test)
+    else:  # pragma: no cover
+        raise ValueError(f"unknown mutation kind {k!r}")
+
+
+def apply_mutations(tree: ast.Module, muts: Sequence[Mutation]) -> str:
+    """Source of ``tree`` with ``muts`` applied (to a copy; docstrings removed)."""
+    t = copy.deepcopy(tree)
+    nodes = list(ast.walk(t))
+    targets = [nodes[m.site] for m in muts]  # look up before editing: edits shift the walk
+    replace: dict[int, ast.AST] = {}
+    for node, m in zip(targets, muts):
+        if m.kind == "operand":
+            replace[id(node)] = node.left if m.variant == "left_only" else node.right
+        elif m.kind == "call" and m.variant.startswith("drop_"):
+            replace[id(node)] = node.args[0]
+        elif m.kind == "arithmetic" and m.variant == "drop_minus":
+            replace[id(node)] = node.operand
+        else:
+            _apply(node, m)
+    if replace:
+        t = _Replacer(replace).visit(t)
+    strip_docstrings(t)
+    return ast.unparse(ast.fix_missing_locations(t))
+
+
+class _Replacer(ast.NodeTransformer):
+    def __init__(self, replace: dict[int, ast.AST]) -> None:
+        self.replace = replace
+
+    def visit(self, node: ast.AST) -> Any:
+        if id(node) in self.replace:
+            return self.visit(self.replace[id(node)])
+        return self.generic_visit(node)
+
+
+def _ancestry(tree: ast.Module) -> list[set[int]]:
+    """For each site: the sites of its ancestors and itself."""
+    nodes = list(ast.walk(tree))
+    index = {id(n): i for i, n in enumerate(nodes)}
+    parent: dict[int, int] = {}
+    for i, n in enumerate(nodes):
+        for c in ast.iter_child_nodes(n):
+            parent[index[id(c)]] = i
+    out = []
+    for i in range(len(nodes)):
+        chain = {i}
+        j = i
+        while j in parent:
+            j = parent[j]
+            chain.add(j)
+        out.append(chain)
+    return out
+
+
+def order_mutations(muts: Sequence[Mutation], rng: Any) -> list[Mutation]:
+    """Subtle mutations first, round-robin over kinds (kinds and members shuffled), so the
+    first few candidates are of different kinds; blunt ones last."""
+    ordered: list[Mutation] = []
+    for tier in (0, 1):
+        groups: dict[str, list[Mutation]] = {}
+        for m in muts:
+            if m.tier == tier:
+                groups.setdefault(m.kind, []).append(m)
+        kinds = sorted(groups)
+        rng.shuffle(kinds)
+        for k in kinds:
+            rng.shuffle(groups[k])
+        i = 0
+        while any(groups.values()):
+            k = kinds[i % len(kinds)]
+            if groups[k]:
+                ordered.append(groups[k].pop(0))
+            i += 1
+    return ordered
+
+
+# -- building --------------------------------------------------------------------------------
+
+@dataclass
+class _Problem:
+    rid: str
+    source: str
+    question: str
+    reference: str      # raw reference source
+    tests: str          # appended to a candidate to test it
+    entry_point: str | None
+    meta: dict[str, Any]
+
+
+_DEFAULT_SANDBOX: Sandbox | None = None
+
+
+def _default_sandbox() -> Sandbox:
+    global _DEFAULT_SANDBOX
+    if _DEFAULT_SANDBOX is None:
+        _DEFAULT_SANDBOX = Sandbox(workers=1)
+    return _DEFAULT_SANDBOX
+
+
+def _outcome(res: SandboxResult) -> str:
+    if res.killed_reason:
+        return res.killed_reason
+    lines = [ln for ln in res.stderr_tail.strip().splitlines() if ln.strip()]
+    last = lines[-1] if lines else ""
+    name = last.split(":", 1)[0].strip()
+    if name == "AssertionError":
+        return "assertion"
+    return f"error:{name}" if name.isidentifier() else "error"
+
+
+def _stats(**kw: Any) -> dict[str, Any]:
+    base = {"mutants_tried": 0, "mutants_failing": 0, "verified": False,
+            "reference_passed": False, "killed": 0, "reason": ""}
+    base.update(kw)
+    return base
+
+
+def _shorter(da: int, db: int) -> int:
+    """How many options of the square {ref, ref+a, ref+b, ref+a+b} are shorter than ref, given
+    the length changes of the single mutants (assumed additive)."""
+    return sum(d < 0 for d in (da, db, da + db))
+
+
+def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
+           max_tries: int, fallback: bool = True) -> tuple[MCRecord | None, dict[str, Any]]:
+    if scheme not in SCHEMES:
+        raise ValueError(f"code MC scheme {scheme!r}: expected one of {SCHEMES}")
+    sb = sandbox if sandbox is not None else _default_sandbox()
+    try:
+        tree = ast.parse(p.reference)
+    except SyntaxError as e:
+        return None, _stats(reason=f"reference does not parse: {e.msg} (line {e.lineno})")
+    ref_text = apply_mutations(tree, [])
+    ref = sb.run(ref_text + "\n\n" + p.tests + "\n")
+    if not ref.passed:
+        why = ref.killed_reason or _outcome(ref)
+        return None, _stats(reason=f"reference fails its tests ({why})",
+                            killed=int(ref.killed))
+    budget = min(sb.timeout_s, max(0.5, 5.0 * ref.elapsed_s))
+    rng = record_rng(seed, p.rid, "code_mc")
+    length_target = rng.randrange(N_CHOICES)
+    muts = order_mutations(enumerate_mutations(tree, p.entry_point), rng)
+    anc = _ancestry(tree)
+    seen = {ref_text}
+    stats = _stats(reference_passed=True, candidates=len(muts), scheme=scheme)
+    failing: list[tuple[Mutation, str, str]] = []   # (mutation, text, outcome)
+
+    def test(ms: Sequence[Mutation]) -> tuple[str, str] | None:
+        """Run a mutant; (text, outcome) if it fails the tests, None if it passes or is a
+        duplicate (duplicates are not run)."""
+        text = apply_mutations(tree, ms)
+        if text in seen:
+            return None
+        seen.add(text)
+        res = sb.run(text + "\n\n" + p.tests + "\n", timeout_s=budget)
+        stats["mutants_tried"] += 1
+        stats["killed"] += int(res.killed)
+        if res.passed:
+            return None
+        stats["mutants_failing"] += 1
+        return text, _outcome(res)
+
+    picked: list[tuple[list[Mutation], str, str]] | None = None
+    for m in muts:
+        if stats["mutants_tried"] >= max_tries or picked is not None:
+            break
+        r = test([m])
+        if r is None:
+            continue
+        if scheme == "independent":
+            failing.append((m, *r))
+            if len(failing) == N_CHOICES - 1:
+                picked = [([fm], t, o) for fm, t, o in failing]
+            continue
+        partners = [f for f in failing
+                    if m.site not in anc[f[0].site] and f[0].site not in anc[m.site]]
+        # Prefer partners that put the reference at this record's target length rank (the
+        # number of options shorter than it), then a kind other than m's.
+        da = len(r[0]) - len(ref_text)
+        partners.sort(key=lambda f: (
+            abs(_shorter(da, len(f[1]) - len(ref_text)) - length_target), f[0].kind == m.kind))
+        failing.append((m, *r))
+        for fm, ftext, fout in partners:
+            if stats["mutants_tried"] >= max_tries:
+                break
+            both = [fm, m] if fm.site < m.site else [m, fm]
+            r2 = test(both)
+            if r2 is not None:
+                picked = [([fm], ftext, fout), ([m], r[0], r[1]), (both, r2[0], r2[1])]
+                break
+    used = scheme
+    if picked is None and scheme == "square" and fallback and len(failing) >= N_CHOICES - 1:
+        # tiny programs (``return a + b``) have no two unrelated edit sites
+        firsts: list[tuple[Mutation, str, str]] = []
+        for tier in (0, 1):  # subtle before blunt, then different kinds before repeats
+            group = [f for f in failing if f[0].tier == tier]
+            for f in group:
+                if f[0].kind not in {x[0].kind for x in firsts}:
+                    firsts.append(f)
+            firsts += [f for f in group if f not in firsts]
+        picked = [([fm], t, o) for fm, t, o in firsts[:N_CHOICES - 1]]
+        used = "independent"
+    if picked is None:
+        need = ("no square (2 failing mutants and their failing combination)"
+                if scheme == "square" else f"fewer than {N_CHOICES - 1} failing mutants")
+        stats["reason"] = (f"found {need} among {stats['mutants_tried']} tried of {len(muts)} "
+                           f"candidates ({stats['mutants_failing']} failing)")
+        return None, stats
+
+    answer = rng.randrange(N_CHOICES)
+    rng.shuffle(picked)
+    options: list[tuple[str, list[dict[str, Any]] | None, str | None]] = [
+        (t, [x.describe() for x in ms], o) for ms, t, o in picked]
+    options.insert(answer, (ref_text, None, None))
+    meta = {
+        "builder": "code_mc", "version": CODE_MC_VERSION, "scheme": used,
+        "choice_mutations": [ms for _, ms, _ in options],
+        "choice_outcomes": [o for _, _, o in options],
+        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
+        **p.meta,
+    }
+    stats.update(verified=True, reason="ok", scheme=used)
+    return MCRecord(id=p.rid, domain="code", question=p.question,
+                    choices=tuple(t for t, _, _ in options), answer=answer, source=p.source,
+                    meta=meta), stats
+
+
+def _mbpp_problem(raw: dict) -> _Problem:
+    tests = [str(t) for t in raw.get("test_list", [])]
+    text = str(raw.get("text", "")).strip()
+    question = f"{text} Your code should pass: {tests[0].strip()}" if tests else text
+    setup = str(raw.get("test_setup_code", "") or "").replace("\r\n", "\n")
+    return _Problem(
+        rid=f"mbpp/{raw['task_id']}", source="mbpp", question=question,
+        reference=str(raw.get("code", "")).replace("\r\n", "\n"),
+        tests=(setup + "\n" if setup.strip() else "") + "\n".join(tests), entry_point=None,
+        meta={"task_id": raw["task_id"], "n_tests": len(tests)})
+
+
+def _humaneval_problem(raw: dict) -> _Problem:
+    num = str(raw["task_id"]).rsplit("/", 1)[-1]
+    entry = str(raw["entry_point"])
+    return _Problem(
+        rid=f"humaneval/{num}", source="humaneval", question=str(raw["prompt"]).strip("\n"),
+        reference=str(raw["prompt"]) + str(raw["canonical_solution"]),
+        tests=str(raw["test"]) + f"\n\ncheck({entry})\n", entry_point=entry,
+        meta={"task_id": raw["task_id"], "entry_point": entry})
+
+
+def mbpp_mc(raw: dict, *, seed: int, sandbox: Sandbox | None = None, scheme: str = "square",
+            max_tries: int = DEFAULT_MAX_TRIES) -> tuple[MCRecord | None, dict]:
+    """MBPP line {"text", "code", "task_id", "test_setup_code", "test_list", ...} -> record
+    ``mbpp/{task_id}`` (None when the reference fails or too few failing mutants are found)
+    and the stats dict."""
+    if not raw.get("test_list"):
+        return None, _stats(reason="no tests")
+    return _build(_mbpp_problem(raw), seed=seed, sandbox=sandbox, scheme=scheme,
+                  max_tries=max_tries)
+
+
+def humaneval_mc(raw: dict, *, seed: int, sandbox: Sandbox | None = None, scheme: str = "square",
+                 max_tries: int = DEFAULT_MAX_TRIES) -> tuple[MCRecord | None, dict]:
+    """HumanEval line {"task_id", "prompt", "canonical_solution", "test", "entry_point"} ->
+    record ``humaneval/{n}`` and the stats dict."""
+    return _build(_humaneval_problem(raw), seed=seed, sandbox=sandbox, scheme=scheme,
+                  max_tries=max_tries)
+
+
+# -- many problems, in parallel --------------------------------------------------------------
+
+_BUILDERS: dict[str, Callable[..., tuple[MCRecord | None, dict]]] = {
+    "mbpp": mbpp_mc, "humaneval": humaneval_mc}
+_WORKER_SANDBOX: Sandbox | None = None
+
+
+def _worker_init(sandbox_kwargs: dict[str, Any]) -> None:
+    global _WORKER_SANDBOX
+    _WORKER_SANDBOX = Sandbox(**{**sandbox_kwargs, "workers": 1})
+
+
+def _worker_build(args: tuple[str, dict, int, str, int]) -> tuple[dict | None, dict]:
+    source, raw, seed, scheme, max_tries = args
+    rec, stats = _BUILDERS[source](raw, seed=seed, sandbox=_WORKER_SANDBOX, scheme=scheme,
+                                   max_tries=max_tries)
+    return (rec.to_json() if rec is not None else None), stats
+
+
+def build_code_mc(raws: Iterable[dict], source: str, *, seed: int, workers: int = 2,
+                  scheme: str = "square", max_tries: int = DEFAULT_MAX_TRIES,
+                  sandbox_kwargs: dict[str, Any] | None = None
+                  ) -> tuple[list[MCRecord], list[dict]]:
+    """Build many problems (``source`` "mbpp" or "humaneval") with ``workers`` processes, each
+    running its sandboxed programs one at a time. Returns (records, one stats dict per input,
+    in order, with "id" added). The result does not depend on ``workers``."""
+    if source not in _BUILDERS:
+        raise ValueError(f"build_code_mc: unknown source {source!r} (mbpp, humaneval)")
+    raws = list(raws)
+    kwargs = dict(sandbox_kwargs or {})
+    jobs = [(source, raw, seed, scheme, max_tries) for raw in raws]
+    if workers <= 1:
+        _worker_init(kwargs)
+        results = [_worker_build(j) for j in jobs]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init,
+                                 initargs=(kwargs,)) as ex:
+            results = list(ex.map(_worker_build, jobs, chunksize=1))
+    records: list[MCRecord] = []
+    all_stats: list[dict] = []
+    for raw, (rec, st) in zip(raws, results):
+        pid = (f"mbpp/{raw.get('task_id')}" if source == "mbpp"
+               else f"humaneval/{str(raw.get('task_id')).rsplit('/', 1)[-1]}")
+        all_stats.append({"id": pid, **st})
+        if rec is not None:
+            records.append(MCRecord.from_json(rec))
+    return records, all_stats
+
+
+def summarize(stats: Sequence[dict]) -> dict[str, Any]:
+    """Counts over `build_code_mc` stats: problems, verified, reference failures, runs..."""
+    n = len(stats)
+    return {
+        "problems": n,
+        "verified": sum(bool(s.get("verified")) for s in stats),
+        "reference_failed": sum(not s.get("reference_passed") for s in stats),
+        "mutants_tried": sum(int(s.get("mutants_tried", 0)) for s in stats),
+        "mutants_failing": sum(int(s.get("mutants_failing", 0)) for s in stats),
+        "killed": sum(int(s.get("killed", 0)) for s in stats),
+        "cpu_count": os.cpu_count(),
+    }

@@ -1,0 +1,484 @@
+"""Numeric multiple choice from math word problems (GSM8K, MATH-500, SVAMP, MAWPS...).
+
+Every record has 4 options with distinct numeric values, all formatted alike (integers without
+".0"; a non-integer gold gets distractors with the same number of decimals). Distractors, in order
+of preference:
+
+1. numbers from the gold solution: intermediate results first (GSM8K calculator annotations
+   ``<<a*b=c>>``, values right after "=" in MATH solutions), latest first -- "stopped one step
+   short" is the commonest wrong answer -- then other numbers of the solution;
+2. perturbations of the gold: off by one, doubled/halved, +-10 %, +-25 %, +-10, leading digit
+   +-1, two adjacent digits transposed, sign flipped (only for a negative gold), in a per-record
+   random order; at most one from each family, so no symmetric pair such as (g-1, g+1) or
+   (g/2, 2g) ever brackets the gold.
+
+Only plausible values are used first (same sign as the gold, within a factor 5 of it, integer if
+the gold is). The gold's rank among the sorted option values is drawn uniformly per record and the
+distractors are picked to realise it (a neighbouring rank when the candidates do not allow it), so
+neither "pick the largest" nor "pick the median" beats chance. All randomness comes from a
+per-record RNG seeded by sha256 of (seed, record id): a record never depends on which other
+records were built, or on Python's hash seed.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from uqbench.data.records import MCRecord
+
+MATH_MC_VERSION = "1"
+N_CHOICES = 4
+_MAX_DECIMALS = 4
+_PLAUSIBLE_RATIO = 5.0
+
+
+def record_rng(seed: int, id: str, salt: str = "") -> random.Random:
+    """A RNG that depends only on (seed, id, salt), stable across runs and Python versions."""
+    digest = hashlib.sha256(f"{int(seed)}\x00{id}\x00{salt}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:16], "big"))
+
+
+# -- numbers ---------------------------------------------------------------------------------
+
+_NUM_RE = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w])")
+
+
+def parse_number(text: str) -> float | None:
+    """'1,250' -> 1250.0, '$18' -> 18.0, '-4' -> -4.0, '3.50' -> 3.5; None if not a number."""
+    s = str(text).strip().replace(",", "").replace("$", "").replace(" ", "")
+    s = s.removesuffix(".")
+    if not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)", s):
+        return None
+    v = float(s)
+    return v if math.isfinite(v) else None
+
+
+def decimals_of(x: float) -> int:
+    """Decimals needed to write x (0 for an integer value), at most 4."""
+    for k in range(_MAX_DECIMALS + 1):
+        if abs(round(x, k) - x) <= 1e-9 * max(1.0, abs(x)):
+            return k
+    return _MAX_DECIMALS
+
+
+def format_number(x: float, decimals: int) -> str:
+    """Integers without '.0' (and without '-0'); otherwise exactly ``decimals`` decimals."""
+    if decimals <= 0:
+        return str(round(x))
+    s = f"{x:.{decimals}f}"
+    return "0" + s[2:] if s.startswith("-0") and float(s) == 0 else s
+
+
+# -- candidates ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Cand:
+    value: float
+    method: str          # "intermediate", "solution_number", "hint", "perturbation:<name>"...
+    family: str | None   # perturbation family: at most one per record
+    tier: int            # lower = preferred
+
+
+def _valid(v: float, gold: float, k: int, gold_str: str) -> str | None:
+    """The formatted value if it may stand beside the gold as a distractor, else None."""
+    if not math.isfinite(v):
+        return None
+    s = format_number(v, k)
+    if s == gold_str:
+        return None
+    if k == 0:
+        if abs(v - round(v)) > 1e-9 * max(1.0, abs(v)):
+            return None
+    else:
+        # same shape as the gold: exactly k decimals, last one non-zero, and no rounding
+        if decimals_of(v) > k or s[-1] == "0":
+            return None
+    return s
+
+
+def _same_sign(v: float, gold: float) -> bool:
+    if gold > 0:
+        return v > 0
+    if gold < 0:
+        return v < 0
+    return v > 0
+
+
+def _plausible(v: float, gold: float) -> bool:
+    if not _same_sign(v, gold):
+        return False
+    a, b = abs(v), abs(gold)
+    if b < 1e-12:
+        return a <= 10
+    return (1 / _PLAUSIBLE_RATIO <= a / b <= _PLAUSIBLE_RATIO) or abs(a - b) <= 5
+
+
+def _digit_swaps(gold: float, k: int) -> list[float]:
+    s = format_number(abs(gold), k)
+    digits = [c for c in s if c.isdigit()]
+    pos = [i for i, c in enumerate(s) if c.isdigit()]
+    out = []
+    for j in range(len(digits) - 1):
+        if digits[j] == digits[j + 1]:
+            continue
+        chars = list(s)
+        chars[pos[j]], chars[pos[j + 1]] = chars[pos[j + 1]], chars[pos[j]]
+        t = "".join(chars)
+        if t[0] == "0" and len(t.split(".")[0]) > 1:
+            continue  # leading zero
+        out.append(math.copysign(float(t), gold) if gold else float(t))
+    return out
+
+
+def _perturbations(gold: float, k: int, rng: random.Random) -> list[_Cand]:
+    """Single perturbations of the gold, for the last-resort design (shuffled per record)."""
+    g = gold
+    unit = 1.0 if k == 0 else 10.0 ** -k
+    fam: list[tuple[str, list[tuple[str, float]]]] = [
+        ("small_offset", [("plus_one", g + 1), ("minus_one", g - 1), ("plus_two", g + 2),
+                          ("minus_two", g - 2)]),
+        ("scale", [("double", 2 * g), ("half", g / 2)]),
+        ("percent", [("plus_10pct", round(g * 1.1, k)), ("minus_10pct", round(g * 0.9, k)),
+                     ("plus_25pct", g * 1.25), ("minus_25pct", g * 0.75)]),
+    ]
+    if k > 0:
+        fam[0][1].extend([("plus_unit", g + unit), ("minus_unit", g - unit)])
+    big = []
+    if abs(g) >= 20:
+        big += [("plus_ten", g + 10), ("minus_ten", g - 10)]
+    if abs(g) >= 100:
+        lead = 10.0 ** math.floor(math.log10(abs(g)))
+        big += [("lead_plus", g + lead), ("lead_minus", g - lead)]
+    if big:
+        fam.append(("big_offset", big))
+    swaps = _digit_swaps(g, k)
+    if swaps:
+        fam.append(("digit_swap", [("digit_swap", rng.choice(swaps))]))
+    rng.shuffle(fam)
+    for _, opts in fam:
+        rng.shuffle(opts)
+    out = [_Cand(v, f"perturbation:{name}", family, 2) for family, opts in fam for name, v in opts]
+    if g < 0:  # a sign flip only ever for a negative gold, and as a last resort
+        out.append(_Cand(-g, "perturbation:sign_flip", "sign_flip", 3))
+    return out
+
+
+def _fillers(gold: float, k: int) -> Iterable[_Cand]:
+    """Last-resort distractors: gold +- j units, j = 3, 4, ... (each its own family)."""
+    unit = 1.0 if k == 0 else 10.0 ** -k
+    for j in range(3, 400):
+        for sgn in (1, -1):
+            yield _Cand(gold + sgn * j * unit, f"perturbation:offset_{sgn * j}", f"offset{j}",
+                        5)
+
+
+def _greedy(gold: float, k: int, gold_str: str, cands: list[_Cand], rank: int
+            ) -> list[tuple[float, str]] | None:
+    """Last resort: 3 single perturbations (one per family) with exactly ``rank`` below."""
+    need = {True: rank, False: N_CHOICES - 1 - rank}   # key: value < gold
+    chosen: list[tuple[float, str]] = []
+    seen = {gold_str}
+    families: set[str] = set()
+    for c in itertools.chain(cands, _fillers(gold, k)):
+        if not (_same_sign(c.value, gold) or c.family == "sign_flip"
+                or (c.value == 0 and 0 < gold <= 2)):
+            continue
+        s = _valid(c.value, gold, k, gold_str)
+        if s is None or s in seen or (c.family is not None and c.family in families):
+            continue
+        below = c.value < gold
+        if need[below] == 0:
+            continue
+        need[below] -= 1
+        seen.add(s)
+        if c.family is not None:
+            families.add(c.family)
+        chosen.append((c.value, c.method))
+        if len(chosen) == N_CHOICES - 1:
+            return chosen
+    return None
+
+
+def _shift_ops(gold: float, k: int, rng: random.Random) -> list[tuple[str, Any]]:
+    """Perturbations applied alike to two numbers (symmetric: each is undone by another)."""
+    offsets = [1.0, 2.0]
+    if abs(gold) >= 20:
+        offsets.append(10.0)
+    if abs(gold) >= 100:
+        offsets.append(10.0 ** math.floor(math.log10(abs(gold))))
+    names = {1.0: "one", 2.0: "two", 10.0: "ten"}
+
+    def shifts(ds: list[float]) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
+        for d in ds:
+            nm = names.get(d, format_number(d, _MAX_DECIMALS).rstrip("0").rstrip("."))
+            out.append((f"plus_{nm}", lambda x, d=d: x + d))
+            out.append((f"minus_{nm}", lambda x, d=d: x - d))
+        return out
+
+    ops = [*shifts(offsets), ("double", lambda x: 2 * x), ("half", lambda x: x / 2)]
+    rng.shuffle(ops)
+    # A change of the last decimal (2.75 -> 2.76) spoils "nice" fractions, which the gold
+    # usually is: only when nothing else realises the rank.
+    late = shifts([10.0 ** -k]) if k > 0 else []
+    rng.shuffle(late)
+    return ops + late
+
+
+def _designs(gold: float, k: int, gold_str: str, naturals: list[tuple[float, str]],
+             rng: random.Random) -> list[list[tuple[list[tuple[float, str]], int]]]:
+    """Candidate distractor triples, by design class (most preferred first), each with the rank
+    of the gold among the 4 values.
+
+    1. three numbers of the solution;
+    2. a "square" on one solution number h: {h, op(gold), op(h)} -- gold and h play the same
+       role, so the gold is not the one number that all others are simple functions of;
+    3. an additive square {gold+a, gold+b, gold+a+b}: every option is one step from two others.
+    """
+    def ok(triple: list[tuple[float, str]]) -> bool:
+        strs = {gold_str}
+        for v, _ in triple:
+            s = _valid(v, gold, k, gold_str)
+            if s is None or s in strs or not _plausible(v, gold):
+                return False
+            strs.add(s)
+        return True
+
+    def rank(triple: list[tuple[float, str]]) -> int:
+        return sum(v < gold for v, _ in triple)
+
+    classes: list[list[tuple[list[tuple[float, str]], int]]] = [[], [], []]
+    nat = naturals[:8]
+    for combo in itertools.combinations(nat, 3):
+        t = list(combo)
+        if ok(t):
+            classes[0].append((t, rank(t)))
+    ops = _shift_ops(gold, k, rng)
+    for h, method in nat[:6]:
+        for name, op in ops:
+            t = [(h, method), (op(gold), f"perturbation:{name}"),
+                 (op(h), f"perturbation:{name}({method})")]
+            if ok(t):
+                classes[1].append((t, rank(t)))
+    adds = [(n, op) for n, op in ops if n.startswith(("plus_", "minus_"))]
+    for (na, a), (nb, b) in itertools.permutations(adds, 2):
+        if na.split("_", 1)[1] == nb.split("_", 1)[1]:
+            continue  # +d and -d would bracket the gold
+        t = [(a(gold), f"perturbation:{na}"), (b(gold), f"perturbation:{nb}"),
+             (b(a(gold)), f"perturbation:{na}+{nb}")]
+        if ok(t):
+            classes[2].append((t, rank(t)))
+    return classes
+
+
+def numeric_mc(question: str, gold: float, *, hints: Sequence[float] = (), seed: int,
+               id: str, source: str, domain: str = "math") -> MCRecord:
+    """A 4-option numeric record; ``hints`` are wrong-but-plausible values (e.g. intermediate
+    results), most preferred first."""
+    return _numeric_mc(question, gold, [(float(h), "hint") for h in hints], seed=seed, id=id,
+                       source=source, domain=domain)
+
+
+def _numeric_mc(question: str, gold: float, hints: Sequence[tuple[float, str]], *,
+                seed: int, id: str, source: str, domain: str = "math",
+                meta: dict[str, Any] | None = None) -> MCRecord:
+    g = float(gold)
+    if not math.isfinite(g):
+        raise ValueError(f"record {id!r}: gold {gold!r} is not a finite number")
+    k = decimals_of(g)
+    gold_str = format_number(g, k)
+    rng = record_rng(seed, id, "math_mc")
+
+    naturals: list[tuple[float, str]] = []
+    seen = {gold_str}
+    for v, method in sorted(hints, key=lambda h: 0 if h[1] == "intermediate" else 1):
+        s = _valid(v, g, k, gold_str)
+        if s is not None and s not in seen and _plausible(v, g):
+            seen.add(s)
+            naturals.append((v, method))
+
+    target = rng.randrange(N_CHOICES)
+    by_distance = sorted(range(N_CHOICES), key=lambda r: (abs(r - target), rng.random()))
+    classes = _designs(g, k, gold_str, naturals, rng)
+    chosen: list[tuple[float, str]] | None = None
+    design = ""
+    for r in by_distance:
+        for name, configs in zip(("solution_numbers", "square", "additive_square"), classes):
+            chosen = next((t for t, rr in configs if rr == r), None)
+            if chosen is not None:
+                design = name
+                break
+        if chosen is not None:
+            break
+    if chosen is None:
+        pert = _perturbations(g, k, rng)
+        far = [_Cand(v, m, None, 4) for v, m in hints]
+        cands = ([c for c in pert if _plausible(c.value, g) or c.family == "sign_flip"]
+                 + [c for c in pert if not _plausible(c.value, g) and c.family != "sign_flip"]
+                 + far)
+        design = "single_perturbations"
+        for r in by_distance:
+            chosen = _greedy(g, k, gold_str, cands, r)
+            if chosen is not None:
+                break
+    if chosen is None:  # cannot happen: fillers always reach one side for every rank
+        raise ValueError(f"record {id!r}: could not build distractors for gold {gold_str}")
+    chosen = [(format_number(v, k), m, v) for v, m in chosen]  # type: ignore[misc]
+
+    answer = rng.randrange(N_CHOICES)
+    rng.shuffle(chosen)
+    options: list[tuple[str, str, float]] = list(chosen)  # type: ignore[arg-type]
+    options.insert(answer, (gold_str, "gold", g))
+    values = sorted(v for _, _, v in options)
+    record_meta: dict[str, Any] = {
+        "builder": "numeric_mc", "version": MATH_MC_VERSION, "gold": gold_str,
+        "decimals": k, "choice_methods": [m for _, m, _ in options],
+        "design": design, "target_rank": target, "gold_rank": values.index(g),
+    }
+    if meta:
+        record_meta.update(meta)
+    return MCRecord(id=id, domain=domain, question=question,
+                    choices=tuple(s for s, _, _ in options), answer=answer, source=source,
+                    meta=record_meta)
+
+
+# -- GSM8K -----------------------------------------------------------------------------------
+
+_CALC_RE = re.compile(r"<<([^<>]*)>>")
+
+
+def gsm8k_gold(answer: str) -> float | None:
+    """The number after '####' in a GSM8K answer ('1,000' -> 1000.0)."""
+    if "####" not in answer:
+        return None
+    return parse_number(answer.rsplit("####", 1)[1])
+
+
+def gsm8k_hints(answer: str) -> list[tuple[float, str]]:
+    """Calculator results (latest first), then other numbers of the solution (latest first)."""
+    body = answer.rsplit("####", 1)[0]
+    calc: list[float] = []
+    for expr in _CALC_RE.findall(body):
+        if "=" in expr:
+            v = parse_number(expr.rsplit("=", 1)[1])
+            if v is not None:
+                calc.append(v)
+    text = _CALC_RE.sub(" ", body)
+    nums = [v for v in (parse_number(m) for m in _NUM_RE.findall(text)) if v is not None]
+    out: list[tuple[float, str]] = []
+    seen: set[float] = set()
+    for vals, method in ((calc[::-1], "intermediate"), (nums[::-1], "solution_number")):
+        for v in vals:
+            if v not in seen:
+                seen.add(v)
+                out.append((v, method))
+    return out
+
+
+def gsm8k_mc(raw: dict, *, seed: int, index: int, split: str = "train") -> MCRecord | None:
+    """GSM8K line {"question", "answer"} -> record ``gsm8k/{split}/{index}``; None when the
+    answer has no parsable final number."""
+    gold = gsm8k_gold(str(raw.get("answer", "")))
+    if gold is None or not str(raw.get("question", "")).strip():
+        return None
+    rid = f"gsm8k/{split}/{index}"
+    return _numeric_mc(str(raw["question"]).strip(), gold, gsm8k_hints(raw["answer"]),
+                       seed=seed, id=rid, source="gsm8k", domain="math",
+                       meta={"split": split, "index": int(index)})
+
+
+# -- MATH-500 --------------------------------------------------------------------------------
+
+def _unbox(s: str) -> str:
+    m = re.search(r"\\boxed\s*\{", s)
+    if not m:
+        return s
+    depth, i = 1, m.end()
+    start = i
+    while i < len(s) and depth:
+        depth += {"{": 1, "}": -1}.get(s[i], 0)
+        i += 1
+    return s[start:i - 1] if depth == 0 else s
+
+
+def parse_integer_answer(answer: str) -> int | None:
+    """A MATH answer that is a plain integer -> int, else None.
+
+    Strips ``\\boxed{}``, ``$`` and ``\\$``, spaces, ``\\!``, ``\\,`` and thousands separators
+    ("10,\\!080" -> 10080). "5" and "-4" are kept; "\\frac{1}{2}", "3\\sqrt{2}", "1,-2",
+    "3, 5, 7", "90^\\circ", "2516_8", "18.90" are not.
+    """
+    s = _unbox(str(answer))
+    for t in ("\\!", "\\,", "\\;", "\\ ", "\\$", "$", " ", "{,}"):
+        s = s.replace(t, "," if t == "{,}" else "")
+    s = s.strip()
+    while s.startswith("{") and s.endswith("}"):
+        s = s[1:-1].strip()
+    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+", s):
+        s = s.replace(",", "")
+    if not re.fullmatch(r"[-+]?\d+", s):
+        return None
+    return int(s)
+
+
+def math_hints(solution: str, gold: float) -> list[tuple[float, str]]:
+    """Numbers of a MATH solution: those right after '=' (results) first, latest first."""
+    text = re.sub(r"\[asy\].*?\[/asy\]", " ", solution, flags=re.DOTALL)
+    text = re.sub(r"\\boxed\s*\{[^{}]*\}", " ", text)
+    results: list[float] = []
+    others: list[float] = []
+    for m in _NUM_RE.finditer(text):
+        v = parse_number(m.group())
+        if v is None:
+            continue
+        before = text[max(0, m.start() - 3):m.start()].replace(" ", "").replace("$", "")
+        (results if before.endswith("=") else others).append(v)
+    out: list[tuple[float, str]] = []
+    seen = {gold}
+    for vals, method in ((results[::-1], "intermediate"), (others[::-1], "solution_number")):
+        for v in vals:
+            if v not in seen:
+                seen.add(v)
+                out.append((v, method))
+    return out
+
+
+def math500_mc(raw: dict, *, seed: int) -> MCRecord | None:
+    """MATH-500 line -> record ``math500/<unique_id without .json>``; None unless the answer is
+    an integer (see `parse_integer_answer`)."""
+    gold = parse_integer_answer(str(raw.get("answer", "")))
+    if gold is None:
+        return None
+    uid = str(raw.get("unique_id", "")).removesuffix(".json")
+    rid = f"math500/{uid}"
+    meta = {"subject": raw.get("subject"), "level": raw.get("level"),
+            "unique_id": raw.get("unique_id")}
+    return _numeric_mc(str(raw["problem"]).strip(), gold,
+                       math_hints(str(raw.get("solution", "")), float(gold)), seed=seed, id=rid,
+                       source="math500", domain="math", meta=meta)
+
+
+def build_math_mc(raws: Iterable[dict], source: str, *, seed: int, split: str = "train"
+                  ) -> tuple[list[MCRecord], dict[str, Any]]:
+    """Convert a whole file: ``source`` "gsm8k" or "math500". Returns (records, stats) with
+    stats {"total", "kept", "dropped", "version"}."""
+    records: list[MCRecord] = []
+    total = 0
+    for i, raw in enumerate(raws):
+        total += 1
+        if source == "gsm8k":
+            rec = gsm8k_mc(raw, seed=seed, index=i, split=split)
+        elif source == "math500":
+            rec = math500_mc(raw, seed=seed)
+        else:
+            raise ValueError(f"build_math_mc: unknown source {source!r} (gsm8k, math500)")
+        if rec is not None:
+            records.append(rec)
+    return records, {"total": total, "kept": len(records), "dropped": total - len(records),
+                     "version": MATH_MC_VERSION}
