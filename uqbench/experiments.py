@@ -8,10 +8,11 @@ calibration split; the achieved budget is in ``run.json`` and in the ``avg_exper
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from uqbench.errors import ConfigError
-from uqbench.plan import MOE, ROUTER, TOP4, GateSpec, Pair, default_pairs
+from uqbench.plan import MOE, ROUTER, TOP4, GateSpec, Method, Pair, default_pairs, methods
+from uqbench.scorer import Scorer
 
 TAUS = (0.4, 0.5, 0.6, 0.7, 0.8)
 FIXED_K = (1, 2, 3, 4, 5, 6, 8)
@@ -41,18 +42,22 @@ def _ablation(b: float) -> list[Pair]:
             _moe(GateSpec("care", "care", budget=b))]
 
 
+_MSP_CARE = {"msp": ("msp", {}), "care": ("care", {})}
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("uq", "Table 'uq': dense LoRA + MSP; MoE top-4 + MSP/entropy/routing entropy; "
                "MC-dropout; deep ensemble; CARE", default_pairs),
     Experiment("ablation", "Table 'ablation': fixed-k, random-k, entropy-k, nucleus-only, CARE at "
-               "matched budget", _ablation),
+               "matched budget", _ablation, scorers=_MSP_CARE),
     Experiment("thermostat", "Table 'tau': tau -> mean experts, accuracy", lambda b: [
-        _moe(GateSpec(f"care-tau{t:g}", "care", params={"tau": t})) for t in TAUS]),
+        _moe(GateSpec(f"care-tau{t:g}", "care", params={"tau": t})) for t in TAUS],
+               scorers=_MSP_CARE),
     Experiment("frontier", "Table 'frontier': fixed k vs CARE at budgets", lambda b: [
         *[_moe(GateSpec(f"top{k}", "topk", params={"k": k})) for k in FIXED_K],
-        *[_moe(GateSpec(f"care-b{c:g}", "care", budget=c)) for c in CARE_BUDGETS]]),
+        *[_moe(GateSpec(f"care-b{c:g}", "care", budget=c)) for c in CARE_BUDGETS]],
+               scorers=_MSP_CARE),
     Experiment("kmax", "Table 'kmax': CARE k_max at budget B", lambda b: [
-        _moe(GateSpec(f"care-kmax{k}", "care", budget=b, params={"k_max": k})) for k in KMAX]),
+        _moe(GateSpec(f"care-kmax{k}", "care", budget=b, params={"k_max": k})) for k in KMAX],
+               scorers=_MSP_CARE),
     Experiment("wblend", "Table 'wblend': CARE read-out blend weight w -> OOD-AUROC",
                lambda b: [_moe(GateSpec("care", "care", budget=b))],
                scorers={f"care_w{w:g}": ("care", {"w": w}) for w in W_BLEND}),
@@ -65,6 +70,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("allocation", "Mean experts per domain under one global tau (CARE at budget B)",
                lambda b: [_moe(GateSpec("care", "care", budget=b))],
                scorers={"care": ("care", {})}),
+    Experiment("paper", "every experiment above in one run, then paper_report.md with a verdict "
+               "per claim", default_pairs),
 )}
 
 
@@ -75,5 +82,35 @@ def get_experiment(name: str) -> Experiment:
         raise ConfigError(f"unknown experiment {name!r}; valid: {', '.join(EXPERIMENTS)}") from None
 
 
-def experiment_pairs(name: str, budget: float) -> list[Pair]:
-    return get_experiment(name).pairs(budget)
+def experiment_scorers(exp: Experiment) -> list[Scorer] | None:
+    """The experiment's own scorers (renamed instances, e.g. ``care_w0.25``), or None."""
+    from uqbench.scorer import get_scorer  # noqa: PLC0415
+
+    if exp.scorers is None:
+        return None
+    out = []
+    for name, (base, kw) in exp.scorers.items():
+        sc = get_scorer(base, **kw)
+        sc.name = name
+        out.append(sc)
+    return out
+
+
+def experiment_methods(name: str, budget: float,
+                       scorers_for: Callable[[Experiment], list[Scorer]]) -> list[Method]:
+    """Methods of one experiment, or of all of them for ``paper`` (pairs of the same name are
+    merged, their producible fields united, so each (model, gate) runs once)."""
+    exps = ([e for e in EXPERIMENTS.values() if e.name != "paper"] if name == "paper"
+            else [get_experiment(name)])
+    ms = [m for e in exps for m in methods(e.pairs(budget), scorers_for(e))]
+    merged: dict[str, Pair] = {}
+    for m in ms:
+        old = merged.get(m.pair.name)
+        if old is not None and (old.gate, old.model) != (m.pair.gate, m.pair.model):
+            raise ConfigError(f"experiments define two different gates named {m.pair.name!r}")
+        merged[m.pair.name] = replace(m.pair, fields=(old.fields if old else frozenset())
+                                      | m.pair.fields)
+    out: dict[str, Method] = {}
+    for m in ms:
+        out.setdefault(m.name, Method(merged[m.pair.name], m.scorer))
+    return list(out.values())

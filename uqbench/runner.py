@@ -103,20 +103,19 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
     prof = get_profile(cfg.profile)
     for p in cfg.plugins:
         import_plugin(p)
-    from uqbench.experiments import get_experiment  # noqa: PLC0415
+    from uqbench.experiments import experiment_methods, experiment_scorers  # noqa: PLC0415
 
-    exp = get_experiment(cfg.experiment) if cfg.experiment else None
-    pairs = exp.pairs(cfg.budget) if exp else default_pairs(cfg.budget)
     try:
-        if exp and exp.scorers and not cfg.scorers:
-            scorers = [get_scorer(base, **kw) for base, kw in exp.scorers.values()]
-            for sc, name in zip(scorers, exp.scorers):
-                sc.name = name
-        else:
-            scorers = [get_scorer(n) for n in cfg.scorers or list_scorers()]
+        chosen = [get_scorer(n) for n in cfg.scorers or list_scorers()]
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from None
-    ms = methods(pairs, scorers)
+    if cfg.experiment:
+        def scorers_for(exp: Any) -> list[Any]:
+            return chosen if cfg.scorers else (experiment_scorers(exp) or chosen)
+
+        ms = experiment_methods(cfg.experiment, cfg.budget, scorers_for)
+    else:
+        ms = methods(default_pairs(cfg.budget), chosen)
     from baselines.backbones import check_backbone  # noqa: PLC0415  (cheap: no weights loaded)
 
     check_backbone(cfg.backbone)
@@ -162,6 +161,10 @@ def run(cfg: RunConfig) -> RunResult:
         from figures import draw_run  # noqa: PLC0415
 
         draw_run(out)
+    if cfg.experiment == "paper":
+        from uqbench.paper import write_paper_report  # noqa: PLC0415
+
+        print(write_paper_report(out).read_text(), flush=True)
     print(summary(rows), flush=True)
     print(f"\nwrote {out}/results.{{md,csv,jsonl,tex}}; forward passes run: {stats.total()}, "
           f"cache hits: {stats.cache_hits}", flush=True)
