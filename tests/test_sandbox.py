@@ -219,3 +219,11 @@ def test_protections_report(sb: Sandbox) -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
         Sandbox(timeout_s=0)
+
+
+def test_picklable_for_process_pools() -> None:
+    import pickle
+
+    clone = pickle.loads(pickle.dumps(Sandbox(timeout_s=3.0, memory_mb=256)))
+    assert clone.timeout_s == 3.0 and clone.memory_mb == 256
+    assert clone.run("assert True\n").passed

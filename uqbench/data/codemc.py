@@ -2,11 +2,14 @@
 it that *fail the problem's own tests when executed* (in `uqbench.data.sandbox`).
 
 Mutants are single AST edits (`ast` + `ast.unparse`): comparison swaps (< <=, > >=, == !=, in /
-not in, direction flips), arithmetic swaps (+ -, * //, / *...), integer constants +-1 and boolean
-constants flipped, the first two call arguments swapped, min/max, any/all, upper/lower,
-startswith/endswith... swapped, ``range(n)`` -> ``range(n - 1)`` / ``range(n + 1)``, ``and`` <->
-``or``, a condition negated, a boolean return negated; as a last resort a return value replaced
-by ``None``. All four options are ``ast.unparse`` output with docstrings removed (comments and
+not in, direction flips), arithmetic swaps (+ -, * //, / *...), a term dropped (``a + b`` ->
+``a``), integer constants +-1 and boolean constants flipped, the first two call arguments
+swapped, min/max, any/all, upper/lower, startswith/endswith... swapped, a wrapper dropped
+(``abs(x)`` -> ``x``), ``reverse=True`` added to a sort, ``range(n)`` -> ``range(n - 1)`` /
+``range(n + 1)``, an index +-1, slice bounds swapped, ``and`` <-> ``or``, a condition (also a
+comprehension's) negated, a boolean return negated, ``''`` <-> ``' '``; as a last resort
+("blunt": used only when the subtle ones do not suffice) a return value replaced by ``None``,
+``len(x)`` -> ``x``, a string upper/lower-cased. All four options are ``ast.unparse`` output with docstrings removed (comments and
 formatting cannot give the reference away; the question carries the docstring).
 
 Scheme "square" (default): two failing single mutants a and b at unrelated places, plus the
@@ -14,7 +17,8 @@ double mutant a+b, which must fail too. The options {ref, ref+a, ref+b, ref+a+b}
 every option differs from two others by one edit and from the third by two, so "pick the option
 closest to all others" -- which finds the reference every time among independent single mutants,
 since it is their common ancestor -- is at chance. Scheme "independent": three failing single
-mutants of different kinds where possible.
+mutants of different kinds where possible; "square" falls back to it (``meta["scheme"]`` says
+which) for tiny programs such as ``return a + b`` that have no two unrelated edit sites.
 
 Everything is deterministic under (seed, record id): candidates are shuffled by a per-record RNG,
 runs are pinned to one hash seed, and a mutant's budget is a multiple of the reference's run time
@@ -38,6 +42,7 @@ CODE_MC_VERSION = "1"
 N_CHOICES = 4
 SCHEMES = ("square", "independent")
 DEFAULT_MAX_TRIES = 16
+REFERENCE_TIMEOUT_FACTOR = 6.0
 
 # -- mutation operators ----------------------------------------------------------------------
 
@@ -446,12 +451,15 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
     except SyntaxError as e:
         return None, _stats(reason=f"reference does not parse: {e.msg} (line {e.lineno})")
     ref_text = apply_mutations(tree, [])
-    ref = sb.run(ref_text + "\n\n" + p.tests + "\n")
+    # Some references are slow (MBPP 123 runs ~5 s): give them REFERENCE_TIMEOUT_FACTOR times
+    # the sandbox's timeout, and each mutant 5x the reference's time (at least 0.5 s).
+    ref_timeout = REFERENCE_TIMEOUT_FACTOR * sb.timeout_s
+    ref = sb.run(ref_text + "\n\n" + p.tests + "\n", timeout_s=ref_timeout)
     if not ref.passed:
         why = ref.killed_reason or _outcome(ref)
         return None, _stats(reason=f"reference fails its tests ({why})",
                             killed=int(ref.killed))
-    budget = min(sb.timeout_s, max(0.5, 5.0 * ref.elapsed_s))
+    budget = min(ref_timeout, max(0.5, 5.0 * ref.elapsed_s))
     rng = record_rng(seed, p.rid, "code_mc")
     length_target = rng.randrange(N_CHOICES)
     muts = order_mutations(enumerate_mutations(tree, p.entry_point), rng)

@@ -253,27 +253,29 @@ def _designs(gold: float, k: int, gold_str: str, naturals: list[tuple[float, str
     def rank(triple: list[tuple[float, str]]) -> int:
         return sum(v < gold for v, _ in triple)
 
-    classes: list[list[tuple[list[tuple[float, str]], int]]] = [[], [], []]
+    # only the first configuration of each rank matters (see _numeric_mc)
+    firsts: list[dict[int, list[tuple[float, str]]]] = [{}, {}, {}]
+
+    def offer(cls: int, t: list[tuple[float, str]]) -> None:
+        r = rank(t)
+        if r not in firsts[cls] and ok(t):
+            firsts[cls][r] = t
+
     nat = naturals[:8]
     for combo in itertools.combinations(nat, 3):
-        t = list(combo)
-        if ok(t):
-            classes[0].append((t, rank(t)))
+        offer(0, list(combo))
     ops = _shift_ops(gold, k, rng)
     for h, method in nat[:6]:
         for name, op in ops:
-            t = [(h, method), (op(gold), f"perturbation:{name}"),
-                 (op(h), f"perturbation:{name}({method})")]
-            if ok(t):
-                classes[1].append((t, rank(t)))
+            offer(1, [(h, method), (op(gold), f"perturbation:{name}"),
+                      (op(h), f"perturbation:{name}({method})")])
     adds = [(n, op) for n, op in ops if n.startswith(("plus_", "minus_"))]
     for (na, a), (nb, b) in itertools.permutations(adds, 2):
         if na.split("_", 1)[1] == nb.split("_", 1)[1]:
             continue  # +d and -d would bracket the gold
-        t = [(a(gold), f"perturbation:{na}"), (b(gold), f"perturbation:{nb}"),
-             (b(a(gold)), f"perturbation:{na}+{nb}")]
-        if ok(t):
-            classes[2].append((t, rank(t)))
+        offer(2, [(a(gold), f"perturbation:{na}"), (b(gold), f"perturbation:{nb}"),
+                  (b(a(gold)), f"perturbation:{na}+{nb}")])
+    classes = [[(t, r) for r, t in f.items()] for f in firsts]
     return classes
 
 

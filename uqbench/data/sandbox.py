@@ -255,6 +255,16 @@ class Sandbox:
         self._counter = itertools.count()
         self._probe: dict[str, Any] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:  # picklable, e.g. into a process pool
+        state = dict(self.__dict__)
+        state["_counter"] = None
+        state["_probe"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._counter = itertools.count()
+
     # -- public API ---------------------------------------------------------------------------
 
     def run(self, code: str, *, timeout_s: float | None = None) -> SandboxResult:

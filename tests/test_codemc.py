@@ -1,0 +1,234 @@
+"""Code multiple choice: AST mutants that fail the problem's tests, the reference that passes,
+formatting that does not give the reference away, determinism, real MBPP/HumanEval."""
+from __future__ import annotations
+
+import ast
+import difflib
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from uqbench.data.codemc import (
+    CODE_MC_VERSION,
+    apply_mutations,
+    build_code_mc,
+    enumerate_mutations,
+    humaneval_mc,
+    mbpp_mc,
+    summarize,
+)
+from uqbench.data.records import MCRecord
+from uqbench.data.sandbox import Sandbox
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def data_dir() -> Path | None:
+    d = Path(os.environ.get("UQBENCH_DATA") or REPO.parent / "shared" / "data")
+    return d if d.is_dir() else None
+
+
+def _data_file(rel: str) -> Path:
+    d = data_dir()
+    if d is None or not (d / rel).is_file():
+        pytest.skip(f"data file {rel} not found (set UQBENCH_DATA to the data folder)")
+    return d / rel
+
+
+@pytest.fixture(scope="module")
+def sb() -> Sandbox:
+    return Sandbox(timeout_s=5.0, workers=1)
+
+
+ADD = {"text": "Write a function to add two numbers.", "code": "def add(a, b):\r\n    return a + b",
+       "task_id": 9001, "test_setup_code": "",
+       "test_list": ["assert add(1, 2) == 3", "assert add(5, 7) == 12", "assert add(-1, 1) == 0"],
+       "challenge_test_list": []}
+
+COUNT = {"text": "Write a function to count the elements of a list greater than k.",
+         "code": ("def count_greater(xs, k):\r\n    # count them\r\n    n = 0\r\n"
+                  "    for i in range(len(xs)):\r\n        if xs[i] > k:\r\n"
+                  "            n = n + 1\r\n    return n"),
+         "task_id": 9002, "test_setup_code": "",
+         "test_list": ["assert count_greater([1, 5, 3, 8], 3) == 2",
+                       "assert count_greater([], 0) == 0",
+                       "assert count_greater([4, 4, 9], 4) == 1"],
+         "challenge_test_list": []}
+
+HUMANEVAL_LIKE = {
+    "task_id": "HumanEval/9003",
+    "prompt": ('def helper(x):\n    """Helper."""\n    return x * 2\n\n\n'
+               'def double_evens(xs: list) -> list:\n'
+               '    """Double the even numbers, drop the odd ones.\n'
+               '    >>> double_evens([1, 2, 4])\n    [4, 8]\n    """\n'),
+    "canonical_solution": "    return [helper(x) for x in xs if x % 2 == 0]\n",
+    "test": ("\n\ndef check(candidate):\n    assert candidate([1, 2, 4]) == [4, 8]\n"
+             "    assert candidate([]) == []\n    assert candidate([3, 6]) == [12]\n"),
+    "entry_point": "double_evens",
+}
+
+
+def _tests_of(raw: dict) -> str:
+    if "test_list" in raw:
+        return raw.get("test_setup_code", "") + "\n" + "\n".join(raw["test_list"])
+    return raw["test"] + f"\n\ncheck({raw['entry_point']})\n"
+
+
+def _check_executed(rec: MCRecord, raw: dict, sb: Sandbox) -> None:
+    """The gold passes the problem's tests, every other option fails them."""
+    results = sb.run_many([c + "\n\n" + _tests_of(raw) + "\n" for c in rec.choices])
+    for i, res in enumerate(results):
+        assert res.passed == (i == rec.answer), (i, rec.answer, rec.choices[i], res.stderr_tail)
+
+
+def _check_record(rec: MCRecord) -> None:
+    assert len(rec.choices) == 4 and len(set(rec.choices)) == 4
+    assert rec.domain == "code" and rec.meta["version"] == CODE_MC_VERSION
+    assert rec.meta["choice_mutations"][rec.answer] is None
+    assert all(m for i, m in enumerate(rec.meta["choice_mutations"]) if i != rec.answer)
+    for c in rec.choices:  # every option is canonical unparse output: no formatting tells
+        assert ast.unparse(ast.parse(c)) == c
+        assert "\r" not in c and "#" not in c
+    json.dumps(rec.to_json())
+
+
+def test_add_gets_three_failing_mutants(sb: Sandbox) -> None:
+    rec, stats = mbpp_mc(ADD, seed=0, sandbox=sb)
+    assert rec is not None, stats
+    assert stats["verified"] and stats["reference_passed"] and stats["reason"] == "ok"
+    assert stats["mutants_failing"] >= 3 and stats["mutants_tried"] >= 3
+    assert set(stats) >= {"mutants_tried", "mutants_failing", "verified", "reference_passed",
+                          "killed", "reason"}
+    _check_record(rec)
+    assert rec.id == "mbpp/9001" and rec.source == "mbpp"
+    assert rec.choices[rec.answer] == "def add(a, b):\n    return a + b"
+    assert rec.question.startswith("Write a function to add two numbers.")
+    assert "Your code should pass: assert add(1, 2) == 3" in rec.question
+    # `return a + b` has no two unrelated edit sites: independent mutants
+    assert rec.meta["scheme"] == "independent"
+    _check_executed(rec, ADD, sb)
+
+
+def test_square_scheme(sb: Sandbox) -> None:
+    rec, stats = mbpp_mc(COUNT, seed=1, sandbox=sb)
+    assert rec is not None, stats
+    _check_record(rec)
+    assert rec.meta["scheme"] == "square"
+    muts = [m for m in rec.meta["choice_mutations"] if m]
+    singles = [m[0] for m in muts if len(m) == 1]
+    doubles = [m for m in muts if len(m) == 2]
+    assert len(singles) == 2 and len(doubles) == 1
+    key = sorted(json.dumps(x, sort_keys=True) for x in singles)
+    assert sorted(json.dumps(x, sort_keys=True) for x in doubles[0]) == key
+    _check_executed(rec, COUNT, sb)
+
+
+def _edit(a: str, b: str) -> int:
+    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    return len(a) + len(b) - 2 * sum(m.size for m in sm.get_matching_blocks())
+
+
+def _medoid_accuracy(recs: list[MCRecord]) -> float:
+    """Options-only attack: pick the option closest (in edits) to all the others."""
+    acc = 0.0
+    for r in recs:
+        tot = [sum(_edit(a, b) for b in r.choices) for a in r.choices]
+        best = [i for i, t in enumerate(tot) if t == min(tot)]
+        acc += (r.answer in best) / len(best)
+    return acc / len(recs)
+
+
+def test_square_defeats_the_medoid_attack(sb: Sandbox) -> None:
+    sq = [mbpp_mc(COUNT, seed=s, sandbox=sb)[0] for s in range(4)]
+    ind = [mbpp_mc(COUNT, seed=s, sandbox=sb, scheme="independent")[0] for s in range(4)]
+    assert all(r is not None for r in sq + ind)
+    assert _medoid_accuracy(ind) == 1.0   # the reference is the common ancestor...
+    assert _medoid_accuracy(sq) <= 0.5    # ...unless the options form a square
+
+
+def test_determinism(sb: Sandbox) -> None:
+    a, sa = mbpp_mc(COUNT, seed=5, sandbox=sb)
+    b, sb_ = mbpp_mc(COUNT, seed=5, sandbox=sb)
+    assert a is not None and b is not None and a.to_json() == b.to_json()
+    assert sa == sb_
+    recs1, st1 = build_code_mc([ADD, COUNT], "mbpp", seed=5, workers=1)
+    recs2, st2 = build_code_mc([ADD, COUNT], "mbpp", seed=5, workers=2)
+    assert [r.to_json() for r in recs1] == [r.to_json() for r in recs2]
+    assert st1 == st2 and [s["id"] for s in st1] == ["mbpp/9001", "mbpp/9002"]
+    assert recs1[1].to_json() == a.to_json()
+    assert summarize(st1)["verified"] == 2
+
+
+def test_reference_that_fails_is_skipped(sb: Sandbox) -> None:
+    broken = {**ADD, "code": "def add(a, b):\n    return a - b"}
+    rec, stats = mbpp_mc(broken, seed=0, sandbox=sb)
+    assert rec is None and not stats["reference_passed"] and not stats["verified"]
+    assert "reference fails" in stats["reason"]
+    bad = {**ADD, "code": "def add(a, b)\n    return a + b"}
+    rec, stats = mbpp_mc(bad, seed=0, sandbox=sb)
+    assert rec is None and "does not parse" in stats["reason"]
+    rec, stats = mbpp_mc({**ADD, "test_list": []}, seed=0, sandbox=sb)
+    assert rec is None and stats["reason"] == "no tests"
+
+
+def test_humaneval_mutates_only_the_entry_point(sb: Sandbox) -> None:
+    rec, stats = humaneval_mc(HUMANEVAL_LIKE, seed=0, sandbox=sb)
+    assert rec is not None, stats
+    _check_record(rec)
+    assert rec.id == "humaneval/9003" and rec.source == "humaneval"
+    assert rec.question == HUMANEVAL_LIKE["prompt"].strip("\n")
+    for c in rec.choices:
+        tree = ast.parse(c)
+        helper = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "helper")
+        assert ast.unparse(helper) == "def helper(x):\n    return x * 2"
+        assert ast.get_docstring(tree.body[-1]) is None  # docstrings live in the question
+    _check_executed(rec, HUMANEVAL_LIKE, sb)
+
+
+def test_mutation_catalogue() -> None:
+    src = ("def f(xs, k):\n    out = []\n    for i in range(len(xs)):\n"
+           "        if xs[i] < k and xs[i] != 0:\n            out.append(abs(xs[i] * 2))\n"
+           "    return max(out) if out else -1\n")
+    tree = ast.parse(src)
+    muts = enumerate_mutations(tree)
+    kinds = {m.kind for m in muts}
+    assert {"comparison", "arithmetic", "constant", "boolean", "condition", "range", "builtin",
+            "call", "index"} <= kinds
+    texts = {apply_mutations(tree, [m]) for m in muts}
+    assert ast.unparse(tree) not in texts or len(texts) > 1
+    for t in texts:
+        ast.parse(t)  # every mutant is valid Python
+    assert "range(len(xs) - 1)" in "\n".join(texts)
+    assert "min(out)" in "\n".join(texts)
+
+
+def test_real_mbpp_first_twenty() -> None:
+    path = _data_file("mbpp/mbpp.jsonl")
+    with open(path, encoding="utf-8") as f:
+        raws = [json.loads(line) for line in f][10:30]  # task ids 11..30 (the eval range)
+    recs, stats = build_code_mc(raws, "mbpp", seed=0, workers=2)
+    s = summarize(stats)
+    print(f"\nMBPP 11-30: {s['verified']}/20 with 3 verified failing mutants; {s}")
+    assert s["reference_failed"] == 0
+    assert s["verified"] >= 15
+    for r in recs:
+        _check_record(r)
+    square = [r for r in recs if r.meta["scheme"] == "square"]
+    assert len(square) >= 10 and _medoid_accuracy(square) <= 0.5
+
+
+def test_real_humaneval_first_five(sb: Sandbox) -> None:
+    path = _data_file("humaneval/HumanEval.jsonl.gz")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        raws = [json.loads(line) for line in f][:5]
+    ok = 0
+    for raw in raws:
+        rec, stats = humaneval_mc(raw, seed=0, sandbox=sb)
+        assert stats["reference_passed"], stats
+        if rec is not None:
+            ok += 1
+            _check_record(rec)
+    assert ok >= 4
