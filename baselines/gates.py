@@ -112,6 +112,7 @@ def care_k(probs: Tensor, expert_outputs: Tensor, *, tau: float, gamma: float = 
     tensor([2])
     """
     Care(tau, gamma, delta, k_min, k_max)  # validates the arguments
+    probs, expert_outputs = probs.detach(), expert_outputs.detach()
     T, N = probs.shape
     tol = cumsum_tolerance(N, probs.dtype)
     ks, ds = [], []
@@ -301,7 +302,9 @@ class RandomK:
             raise _err("RandomK", "histogram", self.histogram,
                        "give non-negative finite fractions for k = 1, 2, ... with a positive sum")
         s = sum(h)
-        object.__setattr__(self, "histogram", tuple(x / s for x in h))
+        if abs(s - 1.0) > 1e-12:   # leave normalised input untouched: to/from_dict round-trips
+            h = tuple(x / s for x in h)
+        object.__setattr__(self, "histogram", h)
         object.__setattr__(self, "_gen", torch.Generator().manual_seed(self.seed))
 
     @classmethod

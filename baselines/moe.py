@@ -197,12 +197,12 @@ class MoELoRALinear(nn.Module):
         y = self.base_layer(x)                                            # (*, O)
         h = x.reshape(-1, self.in_features)                               # (T, E)
         T = h.shape[0]
-        probs = F.softmax(self.router(h).float(), dim=-1)                 # (T, N)
+        cdt = torch.promote_types(x.dtype, torch.float32)   # routing maths in >= float32
+        probs = F.softmax(self.router(h).to(cdt), dim=-1)                 # (T, N)
         z = F.linear(self.dropout(h), self.lora_A.reshape(N * r, -1))     # (T, N*r)
         b_stack = self.b_stack()                                          # (O, N*r)
 
         with torch.no_grad():
-            cdt = torch.promote_types(x.dtype, torch.float32)
             probe = _Probe(self, probs.detach().to(cdt), z.detach().view(T, N, r).to(cdt))
             sel = self.gate.select(probe.probs, probe)                    # mask (T, N)
             valid = None

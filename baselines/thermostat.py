@@ -145,10 +145,9 @@ def _bisect(f: Callable[[float], float], budget: float, lo: float, hi: float, to
                 break
     if g(hi) <= budget + tol or g(lo) >= budget - tol:
         return best()
-    while len(evals) < max_iter:
+    xtol = 1e-6 * (hi - lo)   # finer than any tau a finite calibration set can tell apart
+    while len(evals) < max_iter and hi - lo > xtol:
         mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
-            break
         v = g(mid)
         if abs(v - budget) <= tol:
             break

@@ -78,7 +78,7 @@ def test_planted_artifacts_are_flagged() -> None:
 def test_tie_credit_and_centroid_scores() -> None:
     r = MCRecord("t", "d", "q", ("aa", "bb", "c", "d"), 0, "s")
     assert A.longest_option_accuracy([r]) == 0.5  # two longest: half the credit
-    assert A.centroid_scores(("10", "11", "12", "40")) == (-905.0, -843.0, -788.0, -2249.0)
+    assert A.centroid_scores(("10", "11", "12", "40")) == (-905.0, -843.0, -789.0, -2525.0)
     assert A.majority_position([r, r, MCRecord("u", "d", "q", ("a", "b"), 1, "s")]) == 0
 
 

@@ -238,6 +238,19 @@ def test_hub_built_records_when_builders_exist(hub, monkeypatch: pytest.MonkeyPa
     assert r.id == "gsm8k/train/0" and r.choices[r.answer] == "5" and len(r.choices) == 4
 
 
+def test_numeric_sources_become_four_option_mc(real_data_dir: Path) -> None:
+    ok, why = L.builder_available("numeric")
+    if not ok:
+        pytest.skip(f"numeric MC builder not available yet: {why}")
+    recs = L.load_records("mawps", "test", data_dir=real_data_dir)
+    assert len(recs) == 238 and all(len(r.choices) == 4 for r in recs)
+    first = recs[0]
+    assert first.id == "mawps/test/926" and first.choices[first.answer] == "1.8333"
+    sv = L.load_records("svamp", "test", data_dir=real_data_dir)[0]
+    assert sv.question.endswith("How much do you have to pay to buy each pack?")
+    assert sv.choices[sv.answer] == "51" and sv.domain == "math"
+
+
 def test_hub_failure_and_unmapped_source(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(L.ENV_VAR, raising=False)
 

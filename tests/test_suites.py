@@ -60,22 +60,10 @@ def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 # -- pooled at smoke ---------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def pooled(tmp_path_factory: pytest.TempPathFactory) -> tuple[S.Suite, Path, Path]:
-    d = _need_data()
-    _need_builders("gsm8k", "math500", "mbpp", "humaneval")
-    cache = tmp_path_factory.mktemp("split-cache")
-    return S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False), cache, d
-
-
-def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) -> None:
-    suite, _, _ = pooled
-    assert suite.name == "pooled" and suite.profile == "smoke"
-    assert suite.domains == ("science", "knowledge", "math", "code")
-    assert set(suite.splits) == {(d, r) for d in suite.domains for r in S.ROLES}
+def _check_split_basics(suite: S.Suite) -> None:
+    """Caps reached exactly (pools are large enough at smoke), 4 options, hashes, recipes."""
     for (dom, role), split in suite.splits.items():
-        assert 0 < len(split.records) <= CAPS[role]
-        assert len(split.records) == CAPS[role], f"{dom}/{role}: pools are large enough"
+        assert len(split.records) == CAPS[role], f"{dom}/{role}"
         assert all(len(r.choices) == 4 and r.domain == dom for r in split.records)
         assert split.hash == content_hash(split.records)
         rec = split.recipe
@@ -84,36 +72,65 @@ def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) 
         assert rec["source"]["files"] and all(len(h) == 64
                                               for h in rec["source"]["files"].values())
         assert rec["builder"]["method"]
-    assert suite.split("science", "train").recipe["pool"]["dropped_choices"]["dropped"] == 10
-    assert suite.split("math", "shift").recipe["builder_stats"]["rejected"]
-    code = suite.split("code", "id").recipe["builder_stats"]
-    assert code["verified"] == code["built"] == CAPS["id"]
-    assert len(suite.train_records()) == 4 * CAPS["train"]
-    assert [s.domain for s in suite.role("calib")] == list(suite.domains)
 
 
-def test_pooled_splits_disjoint_and_from_the_right_sources(
-        pooled: tuple[S.Suite, Path, Path]) -> None:
-    suite, _, _ = pooled
+def _check_disjoint(suite: S.Suite) -> None:
     for dom in suite.domains:
         ids = {r: {x.id for x in suite.split(dom, r).records} for r in S.ROLES}
         for a in S.ROLES:
             for b in S.ROLES:
                 if a < b:
                     assert not ids[a] & ids[b], f"{dom}: {a} and {b} share records"
-    subj = {r: {x.meta["subject"] for x in suite.split("knowledge", r).records} for r in S.ROLES}
+
+
+def test_pooled_science_knowledge_math_deterministic_disjoint_capped() -> None:
+    """The fast domains of pooled (code, slow to build, is covered by the tests below)."""
+    d = _need_data()
+    _need_builders("gsm8k", "math500")
+    fast = S.SuiteSpec("pooled", S.SUITES.get("pooled").domains[:3])
+    one = S.build_suite(fast, "smoke", data_dir=d, progress=False)
+    two = S.build_suite(fast, "smoke", data_dir=d, progress=False)
+    assert {k: s.hash for k, s in one.splits.items()} == {k: s.hash for k, s in two.splits.items()}
+    _check_split_basics(one)
+    _check_disjoint(one)
+    assert one.split("science", "train").recipe["pool"]["dropped_choices"]["dropped"] == 10
+    assert one.split("math", "shift").recipe["builder_stats"]["rejected"]
+    subj = {r: {x.meta["subject"] for x in one.split("knowledge", r).records} for r in S.ROLES}
     for r in ("train", "calib", "id"):
         assert all(s.startswith("high_school_") for s in subj[r])
     assert all(s.startswith(("college_", "professional_")) for s in subj["shift"])
+    assert {x.source for x in one.split("math", "shift").records} == {"math500"}
+    assert {x.source for x in one.split("science", "shift").records} == {"arc-challenge"}
+
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory: pytest.TempPathFactory) -> tuple[S.Suite, Path, Path]:
+    d = _need_data()
+    _need_builders("gsm8k", "math500", "mbpp", "humaneval")
+    cache = tmp_path_factory.mktemp("split-cache")
+    return S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False), cache, d
+
+
+@pytest.mark.slow
+def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) -> None:
+    suite, _, _ = pooled
+    assert suite.name == "pooled" and suite.profile == "smoke"
+    assert suite.domains == ("science", "knowledge", "math", "code")
+    assert set(suite.splits) == {(d, r) for d in suite.domains for r in S.ROLES}
+    _check_split_basics(suite)
+    _check_disjoint(suite)
+    code = suite.split("code", "id").recipe["builder_stats"]
+    assert code["verified"] == code["built"] == CAPS["id"]
+    assert len(suite.train_records()) == 4 * CAPS["train"]
+    assert [s.domain for s in suite.role("calib")] == list(suite.domains)
     task = {r: {int(x.id.split("/")[1]) for x in suite.split("code", r).records}
             for r in ("train", "calib", "id")}
     assert all(t <= 10 or t >= 511 for t in task["train"] | task["calib"])
     assert all(11 <= t <= 510 for t in task["id"])
     assert {x.source for x in suite.split("code", "shift").records} == {"humaneval"}
-    assert {x.source for x in suite.split("math", "shift").records} == {"math500"}
-    assert {x.source for x in suite.split("science", "shift").records} == {"arc-challenge"}
 
 
+@pytest.mark.slow
 def test_pooled_is_deterministic(pooled: tuple[S.Suite, Path, Path]) -> None:
     suite, _, d = pooled
     spec = S.SUITES.get("pooled")
@@ -129,8 +146,11 @@ def test_pooled_is_deterministic(pooled: tuple[S.Suite, Path, Path]) -> None:
     assert {k: s.hash for k, s in h1.splits.items()} == {k: s.hash for k, s in h2.splits.items()}
 
 
+@pytest.mark.slow
 def test_pooled_warm_cache_builds_nothing(pooled: tuple[S.Suite, Path, Path],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # (fails, correctly, if uqbench/data/{mathmc,codemc,sandbox}.py are edited while it runs:
+    # the builders' code is part of the cache key)
     suite, cache, d = pooled
     monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
     warm = S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False)
@@ -333,8 +353,8 @@ def test_yaml_syntax_error_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_unknown_suite_and_profile_names() -> None:
-    with pytest.raises(ConfigError, match=r"unknown suite 'poold'.*did you mean 'pooled'.*Valid: "
-                                          r"pooled"):
+    with pytest.raises(ConfigError, match=r"unknown suite 'poold' \(did you mean 'pooled'\?\); "
+                                          r"valid: pooled, or the path to a suite YAML"):
         S.build_suite("poold", "smoke")
     with pytest.raises(ConfigError, match=r"unknown profile 'tiny'.*smoke"):
         S.build_suite("pooled", "tiny")

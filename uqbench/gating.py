@@ -22,11 +22,11 @@ def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any) -> tupl
     if spec.kind == "dense":
         return None, {"spec": spec.describe()}
     if spec.kind == "topk":
-        gate = G.TopK(**spec.params)
+        gate = G.TopK(**spec.kwargs)
         return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
     if spec.budget is None:  # a fixed threshold, e.g. the thermostat sweep's tau
         cls = {"care": G.Care, "nucleus": G.NucleusOnly}[spec.kind]
-        gate = cls(**spec.params)
+        gate = cls(**spec.kwargs)
         return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
     calib = engine.suite.role("calib")
     material = {"protocol": PROTOCOL_VERSION, "adapter": adapter_sha, "spec": spec.describe(),
@@ -48,7 +48,7 @@ def _calibrate(spec: GateSpec, model: Any, records: list[Any], prof: Any) -> dic
     batches = [model.encode(records[i:i + bs], max_length=prof.max_length)
                for i in range(0, len(records), bs)]
     fwd = lambda m, b: m(b)  # noqa: E731
-    p = dict(spec.params)
+    p = spec.kwargs
     budget = float(spec.budget)  # type: ignore[arg-type]
     if spec.kind == "entropyk":
         res = TH.calibrate_entropy_k(model, batches, budget, forward=fwd, **p)

@@ -553,7 +553,8 @@ def _tie_groups(hit_keys: FloatArray, other_keys: FloatArray) -> _TieGroups:
     hits_so_far = np.cumsum(order < hit_keys.size, dtype=np.int64)
     ends = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1])
     ends = np.append(ends, sorted_keys.size - 1)
-    return _TieGroups(sorted_keys[ends], (ends + 1).astype(np.int64), hits_so_far[ends])
+    n_upto = (ends + 1).astype(np.int64, copy=False)
+    return _TieGroups(sorted_keys[ends], n_upto, hits_so_far[ends])
 
 
 def _binary_counts(

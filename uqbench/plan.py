@@ -8,7 +8,7 @@ that list them, and only when a chosen scorer needs them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from uqbench.errors import ConfigError
@@ -31,11 +31,19 @@ class GateSpec:
     name: str
     kind: str
     budget: float | None = None
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: tuple[tuple[str, Any], ...] | Mapping[str, Any] = ()
+
+    def __post_init__(self) -> None:  # a sorted tuple keeps the spec hashable
+        items = self.params.items() if isinstance(self.params, Mapping) else self.params
+        object.__setattr__(self, "params", tuple(sorted(items)))
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.params)  # type: ignore[arg-type]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "budget": self.budget,
-                "params": dict(sorted(self.params.items()))}
+                "params": self.kwargs}
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import numpy as np
 from uqbench.cache import PROTOCOL_VERSION, ArrayCache, DirCache, atomic_write_bytes, file_sha256
 from uqbench.errors import ConfigError, UserError
 from uqbench.evaluate import Scored, evaluate
-from uqbench.outputs import Outputs
+from uqbench.outputs import ROUTER_FIELDS, Outputs
 from uqbench.plan import Method, ModelSpec, Pair, default_pairs, methods, needed_fields
 from uqbench.profiles import Profile, get_profile
 from uqbench.registry import import_plugin
@@ -228,23 +228,26 @@ class Engine:
         self._models: dict[tuple[str, int], tuple[Any, str]] = {}
         self._gates: dict[tuple[str, int, str], tuple[Any, dict[str, Any]]] = {}
         self.gate_log: dict[str, Any] = {}
-        self._backbone_id: dict[str, Any] | None = None
+        self._backbone: Any = None
 
     # -- models -----------------------------------------------------------------------------
-    def backbone_identity(self) -> dict[str, Any]:
-        if self._backbone_id is None:
+    def backbone(self) -> Any:
+        """The backbone, loaded once; models are built on clones of it."""
+        if self._backbone is None:
             from baselines.backbones import load_backbone  # noqa: PLC0415
 
-            self._backbone_id = dict(load_backbone(self.backbone_name).identity)
-        return self._backbone_id
+            self._backbone = load_backbone(self.backbone_name)
+        return self._backbone
+
+    def backbone_identity(self) -> dict[str, Any]:
+        return dict(self.backbone().identity)
 
     def model(self, spec: ModelSpec, seed: int) -> tuple[Any, str]:
-        """(model, checkpoint sha256): trained once per config, then loaded from the cache."""
+        """(model, adapter sha256): trained once per config, then loaded from the cache."""
         key = (spec.name, seed)
         if key in self._models:
             return self._models[key]
         from baselines import checkpoint, train  # noqa: PLC0415
-        from baselines.backbones import load_backbone  # noqa: PLC0415
 
         train_cfg = train.TrainConfig(epochs=self.prof.epochs, batch_size=self.prof.batch_size,
                                       max_length=self.prof.max_length, seed=seed)
@@ -266,23 +269,16 @@ class Engine:
                 self.stats.seconds[f"train {spec.name}@{seed}"] = time.perf_counter() - t
 
             path = self.dirs.build("models", material, write)
-        model = checkpoint.load_adapter(path, load_backbone(self.backbone_name))
-        sha = file_sha256(path / checkpoint.WEIGHTS_FILE)
-        self._models[key] = (model, sha)
-        return model, sha
+        model = checkpoint.load_adapter(path, self.backbone())
+        self._models[key] = (model, checkpoint.adapter_hash(path))
+        return self._models[key]
 
     def _fresh(self, spec: ModelSpec, seed: int) -> Any:
-        import torch  # noqa: PLC0415
-
         from baselines import dense, heads, moe  # noqa: PLC0415
-        from baselines.backbones import load_backbone  # noqa: PLC0415
 
-        torch.manual_seed(seed)
-        bb = load_backbone(self.backbone_name)
         if spec.kind == "moe":
-            moe.inject(bb.model, moe.MoELoRAConfig(seed=seed))
-            return heads.MultipleChoiceModel(bb)
-        return dense.make_dense(bb, kind=spec.kind)
+            return heads.make_moe(self.backbone(), moe.MoELoRAConfig(seed=seed), seed=seed)
+        return dense.make_dense(self.backbone(), kind=spec.kind, seed=seed)
 
     # -- gates ------------------------------------------------------------------------------
     def gate(self, pair: Pair, seed: int) -> tuple[Any, dict[str, Any]]:
@@ -325,8 +321,7 @@ class Engine:
         """Assemble the `Outputs` of one pair on one split for repetition ``rep``."""
         base = 1000 * rep
         det = self.forward(pair.model, base, pair, split, "deterministic")
-        kw: dict[str, Any] = {k: det[k] for k in ("route_entropy", "top1_mass", "disagreement",
-                                                   "experts") if k in det and k in need}
+        kw: dict[str, Any] = {k: det[k] for k in ROUTER_FIELDS if k in det}
         if "mc_logits" in need:
             kw["mc_logits"] = np.stack([
                 self.forward(pair.model, base, pair, split, "mc_dropout", t)["logits"]

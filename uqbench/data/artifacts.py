@@ -354,7 +354,7 @@ def artifact_check(train: Sequence[MCRecord], records: Sequence[MCRecord] | None
         acc["classifier"] = float(np.mean(correct))
     level = alpha / len(BASELINES)
     pv = {k: chance_p_value(target, v) for k, v in acc.items()}
-    flagged = tuple(k for k in BASELINES if np.isfinite(pv[k]) and pv[k] < level)
+    flagged = tuple(k for k in BASELINES if np.isfinite(pv[k]) and pv[k] <= level)
     return ArtifactCheck(n=len(target), chance=chance_level(target), accuracy=acc, p_value=pv,
                          threshold=chance_threshold(target, level), alpha=alpha,
                          flagged=flagged)

@@ -8,6 +8,7 @@ code problems with 3 verified failing mutants, distractor methods).
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -49,9 +50,8 @@ def build_report(suite_name: str, profile: Profile | str, *, data_dir: str | Pat
             row: dict[str, Any] = {
                 "suite": suite.name, "profile": suite.profile, "domain": dom, "role": role,
                 "n": len(split.records), "n_choices": split.n_choices, "hash": split.hash,
-                "source": f"{src.get('name', '?')}:{src.get('split', '?')}"
-                          + (f"#half{rec['filters']['half']}"
-                             if rec.get("filters", {}).get("half") is not None else ""),
+                "source": _source_label(pool.get("key")
+                                        or f"{src.get('name', '?')}:{src.get('split', '?')}"),
                 "chance": chk.chance,
                 **{f"acc_{b}": chk.accuracy[b] for b in BASELINES},
                 "threshold": chk.threshold, "flag": chk.flag, "flagged": list(chk.flagged),
@@ -62,6 +62,11 @@ def build_report(suite_name: str, profile: Profile | str, *, data_dir: str | Pat
             }
             rows.append(row)
     return rows
+
+
+def _source_label(pool_key: str) -> str:
+    """``mmlu:test[high_school]#half0#choices4`` -> ``mmlu:test[high_school]#half0``."""
+    return re.sub(r"#choices\d+", "", pool_key).replace("[*]", "")
 
 
 def _build_note(b: Mapping[str, Any]) -> str:
@@ -114,7 +119,8 @@ def format_report(rows: Sequence[Mapping[str, Any]]) -> str:
         "common gold position, centr = option most similar to the others, clf = TF-IDF char "
         "n-gram + logistic regression on options (train role: 5-fold cross-fitted). thr = "
         "accuracy above chance at p < 0.01/4 (exact Poisson-binomial, Bonferroni over the 4 "
-        "baselines); FLAG = a baseline reached it. drop = pool questions without 4 options.")
+        "baselines); FLAG = a baseline reached it. drop = questions of the source left out for "
+        "not having the suite's number of options.")
     return "\n".join(lines)
 
 

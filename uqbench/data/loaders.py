@@ -978,21 +978,20 @@ def builder_info(kind: str) -> dict[str, Any]:
     if kind == "mc":
         return {"method": "source options", "loader_version": LOADER_VERSION}
     module, fn = BUILDERS[kind]
-    mod = importlib.import_module(module)
     info: dict[str, Any] = {"method": f"{module}.{fn}", "loader_version": LOADER_VERSION}
-    for attr in ("VERSION", "__version__", "BUILDER_VERSION", "DISTRACTOR_VERSION",
-                 "MUTANT_VERSION", "SANDBOX_VERSION"):
-        if hasattr(mod, attr):
-            info[attr.lower()] = str(getattr(mod, attr))
-    # the code of the builder itself: any edit rebuilds cached splits
-    mods = [module] + (["uqbench.data.sandbox"] if kind in ("mbpp", "humaneval") else [])
+    # the builder's declared versions and the sha256 of its code: any edit rebuilds cached splits
+    mods = [module] + (["uqbench.data.mathmc", "uqbench.data.sandbox"]
+                       if kind in ("mbpp", "humaneval") else [])
     for m in mods:
         try:
-            f = importlib.import_module(m).__file__
+            mod = importlib.import_module(m)
         except ImportError:
             continue
-        if f:
-            info[f"{m.rsplit('.', 1)[1]}_sha256"] = file_sha256(Path(f))[:16]
+        for attr in sorted(vars(mod)):
+            if attr.endswith("VERSION") and isinstance(getattr(mod, attr), (str, int)):
+                info[attr.lower()] = str(getattr(mod, attr))
+        if mod.__file__:
+            info[f"{m.rsplit('.', 1)[1]}_sha256"] = file_sha256(Path(mod.__file__))[:16]
     return info
 
 

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import difflib
 import hashlib
 import json
 import multiprocessing
@@ -112,7 +113,8 @@ class RoleSpec:
         """Roles with the same pool key draw disjoint slices of one seeded order."""
         subj = _subjects_label(self.subjects) if self.subjects is not None else "*"
         half = "" if self.half is None else f"#half{self.half}"
-        return f"{self.source}:{self.split}[{subj}]{half}"
+        choices = "" if self.choices is None else f"#choices{self.choices}"
+        return f"{self.source}:{self.split}[{subj}]{half}{choices}"
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"source": self.source, "split": self.split}
@@ -341,11 +343,12 @@ def get_suite_spec(name_or_path: str | Path | SuiteSpec) -> SuiteSpec:
     s = str(name_or_path)
     if s.endswith((".yaml", ".yml")) or "/" in s or Path(s).is_file():
         return load_suite_file(s)
-    try:
+    if s in SUITES:
         return SUITES.get(s)
-    except KeyError as exc:
-        raise ConfigError(f"{exc.args[0]}. Or give the path to a suite YAML file "
-                          "(see examples/suites/).") from None
+    close = difflib.get_close_matches(s, list_suites(), n=3, cutoff=0.5)
+    hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+    raise ConfigError(f"unknown suite {s!r}{hint}; valid: {', '.join(list_suites())}, or the "
+                      "path to a suite YAML file (see examples/suites/)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -675,7 +678,7 @@ class _StatsAgg:
         self.kind = kind
         self.tried = self.built = 0
         self.rejected: Counter[str] = Counter()
-        self.sums: Counter[str] = Counter()
+        self.sums: dict[str, float] = {}
         self.flags: Counter[str] = Counter()
         self.methods: Counter[str] = Counter()
         self.designs: Counter[str] = Counter()
@@ -692,7 +695,7 @@ class _StatsAgg:
             if isinstance(v, bool):
                 self.flags[k] += int(v)
             elif isinstance(v, (int, float)):
-                self.sums[k] += v
+                self.sums[k] = self.sums.get(k, 0) + v
         if rec is not None:
             for m in _distractor_methods(rec.meta):
                 self.methods[m.split(":")[0]] += 1  # family: "perturbation:plus_one" -> ...
