@@ -327,9 +327,9 @@ class Engine:
                 self.forward(pair.model, base, pair, split, "mc_dropout", t)["logits"]
                 for t in range(self.prof.mc_passes)])
         if "member_logits" in need:
-            kw["member_logits"] = np.stack([
+            kw["member_logits"] = np.stack([det["logits"]] + [  # member 0 is this model
                 self.forward(pair.model, base + m, pair, split, "deterministic")["logits"]
-                for m in range(self.prof.ensemble_members)])
+                for m in range(1, self.prof.ensemble_members)])
         recs = split.records
         return Outputs(ids=np.array([r.id for r in recs]), labels=np.array([r.answer for r in recs]),
                        logits=det["logits"], domain=np.array([r.domain for r in recs]), **kw)

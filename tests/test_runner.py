@@ -1,0 +1,162 @@
+"""The runner on a tiny random BERT and a small real-data suite: pass counting, warm cache,
+plugins, and bad input failing before model work."""
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from uqbench.errors import ConfigError, PluginError, UserError
+from uqbench.profiles import get_profile
+from uqbench.runner import RunConfig, prepare, run
+
+SUITE = textwrap.dedent("""
+    name: tiny
+    choices: 4
+    domains:
+      science:
+        train: {source: arc-easy, split: train}
+        id: {source: arc-easy, split: test}
+        shift: {source: arc-challenge, split: test}
+      knowledge:
+        train: {source: mmlu, split: test, subjects: [high_school], half: 0}
+        id: {source: mmlu, split: test, subjects: [high_school], half: 1}
+        shift: {source: mmlu, split: test, subjects: [college, professional]}
+    caps: {train: 16, calib: 8, id: 12, shift: 12}
+""")
+
+PLUGIN = textwrap.dedent("""
+    import numpy as np
+    from uqbench import Scorer, register_scorer
+
+    @register_scorer("test_gini")
+    class Gini(Scorer):
+        requires = frozenset({"logits"})
+        def __call__(self, outputs):
+            p = self.predictive(outputs)
+            return 1.0 - (p ** 2).sum(axis=1)
+
+    @register_scorer("test_nan")
+    class NaN(Scorer):
+        def __call__(self, outputs):
+            return np.full(outputs.n, np.nan)
+""")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, real_data_dir_module):
+    root = tmp_path_factory.mktemp("runner")
+    (root / "tiny.yaml").write_text(SUITE)
+    (root / "uq_test_plugin.py").write_text(PLUGIN)
+    sys.path.insert(0, str(root))
+    yield root, real_data_dir_module
+    sys.path.remove(str(root))
+
+
+@pytest.fixture(scope="module")
+def real_data_dir_module():
+    from tests.conftest import data_dir
+
+    d = data_dir()
+    if d is None:
+        pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
+    return d
+
+
+def cfg(env, **kw) -> RunConfig:
+    root, data = env
+    base = dict(suite=str(root / "tiny.yaml"), profile="smoke", backbone="tiny-bert",
+                out=root / "out", cache_dir=root / "cache", data_dir=data, figures=False,
+                progress=False)
+    base.update(kw)
+    return RunConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def cold(env):
+    return run(cfg(env))
+
+
+def test_cold_run_counts_exactly_the_passes_the_plan_needs(cold):
+    prof = get_profile("smoke")
+    passes = cold.stats.passes
+    splits = {k[3] for k in passes}
+    assert splits == {f"{d}/{r}" for d in ("science", "knowledge") for r in ("id", "shift")}
+    for split in splits:
+        # one deterministic pass per (model, gate, split) for all single-pass scorers together
+        assert passes["lora", 0, "dense", split, "deterministic"] == 1
+        assert passes["moe-lora", 0, "top4", split, "deterministic"] == 1
+        assert passes["moe-lora", 0, "care", split, "deterministic"] == 1
+        # T MC-dropout passes and the other M - 1 ensemble members
+        assert passes["moe-lora", 0, "top4", split, "mc_dropout"] == prof.mc_passes
+        for m in range(1, prof.ensemble_members):
+            assert passes["moe-lora", m, "top4", split, "deterministic"] == 1
+    per_split = 3 + prof.mc_passes + prof.ensemble_members - 1
+    assert cold.stats.total() == per_split * len(splits)
+    assert cold.stats.cache_hits == 0
+
+
+def test_forward_passes_column_matches_the_plan(cold):
+    prof = get_profile("smoke")
+    by = {(r["method"], r["domain"]): r for r in cold.rows}
+    assert by["moe-lora/top4/msp", "pooled"]["forward_passes"] == 1
+    assert by["moe-lora/care/care", "pooled"]["forward_passes"] == 1
+    assert by["moe-lora/top4/mc_dropout_entropy", "pooled"]["forward_passes"] == prof.mc_passes
+    assert by["moe-lora/top4/ensemble_msp", "pooled"]["forward_passes"] == prof.ensemble_members
+    care = by["moe-lora/care/care", "pooled"]
+    assert 1 <= care["avg_experts"] <= 8 and np.isnan(by["lora/dense/msp", "pooled"]["avg_experts"])
+    assert 0 <= care["ood_auroc_lo"] <= care["ood_auroc"] <= care["ood_auroc_hi"] <= 1
+    meta = json.loads((cold.out / "run.json").read_text())
+    assert meta["gates"]["moe-lora/care@0"]["calibration"]["target"] == 4.0
+
+
+def test_warm_rerun_does_no_model_work_and_gives_identical_numbers(env, cold):
+    warm = run(cfg(env))
+    assert warm.stats.total() == 0 and warm.stats.trained == []
+    assert json.dumps(warm.rows) == json.dumps(cold.rows)  # NaN-safe exact comparison
+
+
+def test_user_plugin_scorer_joins_the_table_at_no_forward_cost(env, cold):
+    res = run(cfg(env, plugins=("uq_test_plugin",), scorers=("msp", "test_gini"),
+                  out=env[0] / "out-plugin"))
+    assert res.stats.total() == 0
+    gini = [r for r in res.rows if r["scorer"] == "test_gini"]
+    assert {r["method"] for r in gini} == {"lora/dense/test_gini", "moe-lora/top4/test_gini",
+                                          "moe-lora/care/test_gini"}
+
+
+def test_plugin_returning_nan_stops_the_run_naming_it(env, cold):
+    with pytest.raises(PluginError, match="scorer 'test_nan' returned NaN"):
+        run(cfg(env, plugins=("uq_test_plugin",), scorers=("test_nan",), out=env[0] / "o-nan"))
+    assert not (env[0] / "o-nan" / "results.jsonl").exists()
+    assert any((env[0] / "cache" / "forward").iterdir())  # computed records stay on disk
+
+
+def test_out_dir_of_another_configuration_is_never_replaced(env, cold):
+    with pytest.raises(UserError, match="different run configuration"):
+        prepare(cfg(env, budget=3.0))
+    prepare(cfg(env, budget=3.0, overwrite=True))  # explicit opt-in is accepted
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(profile="quick"), "unknown profile 'quick'; valid: smoke, cpu, full"),
+    (dict(scorers=("mps",)), "unknown scorer 'mps'; did you mean 'msp'"),
+    (dict(backbone="minilmm"), "unknown backbone 'minilmm'"),
+    (dict(plugins=("no_such_plugin_mod",)), "'no_such_plugin_mod' failed to import"),
+    (dict(experiment="ablations"), "unknown experiment 'ablations'"),
+])
+def test_bad_input_fails_before_any_model_work(env, kw, match):
+    with pytest.raises(UserError, match=match):
+        prepare(cfg(env, out=env[0] / "never", **kw))
+    assert not (env[0] / "never").exists()
+
+
+def test_scorer_no_model_can_serve_is_rejected_up_front(env):
+    from uqbench.plan import DET, LORA, DENSE, Pair, methods
+    from uqbench import get_scorer
+
+    with pytest.raises(ConfigError, match="scorer 'care' needs field"):
+        methods([Pair(LORA, DENSE, DET)], [get_scorer("care")])
