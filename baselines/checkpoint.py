@@ -37,6 +37,7 @@ from baselines.heads import MultipleChoiceModel, make_moe, make_plain
 FORMAT = "uqbench-adapter"
 VERSION = 1
 TENSORS_FILE = "adapter.safetensors"
+WEIGHTS_FILE = TENSORS_FILE   # alias used by the runner
 CONFIG_FILE = "adapter_config.json"
 
 

@@ -81,7 +81,8 @@ def make_dense(backbone: Backbone, kind: str = "lora", rank: int = 8, alpha: flo
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         torch.manual_seed(seed)   # peft initialises lora_A from the global RNG
         # peft 0.21 calls a transformers-5-deprecated alias; not ours to fix
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing",
+                                category=FutureWarning)
         peft_model = get_peft_model(bb.model, peft_config, adapter_name=ADAPTER_NAME)
     config = {"rank": rank, "alpha": float(alpha), "dropout": float(dropout),
               "target_modules": targets, "seed": seed}

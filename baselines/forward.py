@@ -25,7 +25,8 @@ from uqbench.data.records import MCRecord
 from uqbench.errors import ConfigError
 from uqbench.outputs import PAD_LOGIT
 
-#: forward passes over a split, by mode ("deterministic", "mc_dropout"); one per `collect` call
+#: completed forward passes over a split, by mode ("deterministic", "mc_dropout"); one per
+#: `collect` call
 FORWARD_PASSES: Counter[str] = Counter()
 
 MODES = ("deterministic", "mc_dropout")
@@ -125,7 +126,6 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
     if model.has_moe:
         from baselines.moe import layer_stats, record_stats
         record_stats(model.backbone, True)
-    FORWARD_PASSES[mode] += 1
     batches = plan_batches(model, records, batch_size)
     dev = model.device
     try:
@@ -164,7 +164,8 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
         if model.has_moe:
             record_stats(model.backbone, False)
         for m, was_training in flags.items():
-            m.train(was_training)
+            m.training = was_training
+    FORWARD_PASSES[mode] += 1   # a completed pass
 
     result: dict[str, NDArray[np.generic]] = {"logits": logits}
     for field, total in sums.items():

@@ -50,6 +50,16 @@ def _pad(rows: Sequence[Sequence[int]], value: int) -> Tensor:
     return out
 
 
+def _encode_pair(tok: Any, question: str, option: str, max_length: int) -> Any:
+    """One pair, question truncated first; ``longest_first`` when the option alone is too long."""
+    try:
+        return tok(question, option, truncation="only_first", max_length=max_length)
+    except Exception as exc:   # the tokenizers library raises a bare Exception
+        if "Truncation" not in str(exc):
+            raise
+        return tok(question, option, truncation="longest_first", max_length=max_length)
+
+
 def _scatter_choices(scores: Tensor, n_choices: Tensor) -> Tensor:
     """(S,) scores of the real options, S = sum(n_choices) -> (B, C_max), PAD_LOGIT elsewhere."""
     b, c = n_choices.numel(), int(n_choices.max())
@@ -115,7 +125,7 @@ class MultipleChoiceModel(nn.Module):
         self.mode = mode
         self.head_dropout = head_dropout
         self.seed = seed
-        self.adapter: dict[str, Any] = dict(adapter or {"type": "none", "config": {}})
+        self.adapter: dict[str, Any] = dict(adapter or _infer_adapter(backbone))
         hidden = int(self.identity["hidden_size"])
         if mode == "cross_encoder":
             self.dropout = nn.Dropout(head_dropout)
@@ -195,11 +205,7 @@ class MultipleChoiceModel(nn.Module):
             # exactly as in a batch without it (encodings never depend on batch-mates)
             cols = {}
             for q, o in zip(qs, opts):
-                try:
-                    one = tok(q, o, truncation="only_first", max_length=max_length)
-                except Exception:
-                    one = tok(q, o, truncation="longest_first", max_length=max_length)
-                for k, v in one.items():
+                for k, v in _encode_pair(tok, q, o, max_length).items():
                     cols.setdefault(k, []).append(v)
         out = {"input_ids": _pad(cols["input_ids"], tok.pad_token_id),
                "attention_mask": _pad(cols["attention_mask"], 0)}
@@ -301,6 +307,19 @@ class MultipleChoiceModel(nn.Module):
         tok_logp = logp.gather(1, ids[rows, cols + 1].unsqueeze(1)).squeeze(1)  # (K,)
         total = torch.zeros(ids.shape[0], device=h.device).index_add(0, rows, tok_logp)
         return total / pred_pos.sum(1).clamp_min(1)
+
+
+def _infer_adapter(backbone: Backbone) -> dict[str, Any]:
+    """The adapter description of a backbone injected by hand (``moe.inject`` then this class)."""
+    layers = adapter_layers(backbone.model)
+    if not layers:
+        return {"type": "none", "config": {}}
+    config = getattr(backbone.model, "moe_lora_config", None)
+    if config is not None and _moe_layers(backbone.model):
+        return {"type": "moe", "config": config.to_dict()}
+    raise ConfigError(f"backbone {backbone.name!r} carries adapter layers ({layers[0]}, ...) that "
+                      "MultipleChoiceModel cannot describe for checkpoints; build dense adapters "
+                      "with baselines.dense.make_dense and MoE-LoRA with make_moe")
 
 
 def _moe_layers(model: nn.Module) -> list[nn.Module]:

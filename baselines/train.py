@@ -33,9 +33,12 @@ class TrainConfig:
 
     lr: float = _help("AdamW learning rate of adapters and routers (paper: 2e-4)", 2e-4)
     head_lr: float = _help(
-        "learning rate of the scoring head. Higher than lr: the head starts random (std 0.02) "
-        "while adapters start as an exact no-op, and Adam moves each weight by about lr per "
-        "step, so at 2e-4 a 50-step CPU run cannot move the head past its own init scale", 1e-3)
+        "learning rate of the scoring head (a linear probe on the pooled features). Higher than "
+        "lr: the head starts random (std 0.02), adapters start as an exact no-op, and Adam moves "
+        "each weight by about lr per step. Mean-pooled pairs of one question differ little (the "
+        "question dominates), so the head must grow to separate options. MiniLM+MoE, 400 "
+        "ARC-Easy records, 25 steps: head_lr 2e-4 and 1e-3 leave the loss at ln 4 (1.386), "
+        "1e-2 moves it (1.390 -> 1.372)", 1e-2)
     weight_decay: float = _help("AdamW decoupled weight decay (0: LoRA's usual setting)", 0.0)
     epochs: int = _help("passes over the training records (paper: 3)", 3)
     batch_size: int = _help("examples per optimiser step (paper: 16)", 16)

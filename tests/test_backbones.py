@@ -5,6 +5,7 @@ import torch
 from transformers import BertConfig, GPT2Config, LlamaConfig, T5Config
 
 from baselines.backbones import (
+    check_backbone,
     identity_mismatch,
     is_decoder_config,
     list_backbones,
@@ -13,6 +14,7 @@ from baselines.backbones import (
     same_backbone,
     tiny_backbone,
 )
+from tests.test_heads import one_thread  # noqa: F401
 from uqbench.errors import ConfigError
 
 
@@ -114,3 +116,13 @@ def test_clone_has_its_own_weights() -> None:
 
 def test_minilm_package_folder_is_hf_format() -> None:
     assert (minilm_path() / "config.json").is_file()
+
+
+def test_check_backbone_without_loading(tmp_path) -> None:
+    assert check_backbone("minilm") == "registered"
+    assert check_backbone("some-org/some-model") == "hub"
+    (tmp_path / "config.json").write_text("{}")
+    assert check_backbone(str(tmp_path)) == "folder"
+    for bad in ("nope", "smollm2", str(tmp_path / "missing" / "x")):
+        with pytest.raises(ConfigError):
+            check_backbone(bad)

@@ -13,7 +13,7 @@ from uqbench.data.records import MCRecord
 from uqbench.errors import ConfigError
 from uqbench.outputs import PAD_LOGIT
 
-WORDS = "apple river stone cloud tiger music paper glass night sugar".split()
+WORDS = ["apple", "river", "stone", "cloud", "tiger", "music", "paper", "glass", "night", "sugar"]
 SMALL_MOE = MoELoRAConfig(n_experts=4, rank=2, top_k=2)
 
 
@@ -30,6 +30,15 @@ def toy_records(n: int, *, seed: int = 0, n_choices: tuple[int, ...] = (3,)) -> 
         out.append(MCRecord(id=f"toy{i}", domain="toy", question=q, choices=tuple(choices),
                             answer=ans, source="toy"))
     return out
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread; two spin-wait badly on a busy 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

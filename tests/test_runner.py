@@ -147,6 +147,7 @@ def test_out_dir_of_another_configuration_is_never_replaced(env, cold):
     (dict(backbone="minilmm"), "unknown backbone 'minilmm'"),
     (dict(plugins=("no_such_plugin_mod",)), "'no_such_plugin_mod' failed to import"),
     (dict(experiment="ablations"), "unknown experiment 'ablations'"),
+    (dict(suite="pooledd"), "pooledd"),
 ])
 def test_bad_input_fails_before_any_model_work(env, kw, match):
     with pytest.raises(UserError, match=match):

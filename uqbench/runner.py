@@ -119,6 +119,9 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
     from baselines.backbones import check_backbone  # noqa: PLC0415  (cheap: no weights loaded)
 
     check_backbone(cfg.backbone)
+    from uqbench.data.suites import get_suite_spec  # noqa: PLC0415
+
+    get_suite_spec(cfg.suite)  # unknown name or invalid YAML fails here, before any data work
     out, cache, data = resolve_dirs(cfg)
     _check_out_dir(out, cfg)
     return prof, ms, out, cache, data

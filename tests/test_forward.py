@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from baselines.backbones import load_backbone, tiny_backbone
+from baselines.forward import FORWARD_PASSES, STAT_FIELDS, collect, plan_batches
+from baselines.gates import Care
+from baselines.heads import MultipleChoiceModel, make_moe, make_plain
+from baselines.moe import MoELoRAConfig, set_gate
+from baselines.train import TrainConfig, train
+from tests.test_heads import SMALL_MOE, one_thread, toy_records  # noqa: F401
+from uqbench.data.records import MCRecord
+from uqbench.errors import ConfigError
+from uqbench.outputs import PAD_LOGIT, Outputs
+
+
+@pytest.fixture(scope="module", params=[("encoder", "auto"), ("decoder", "letters")])
+def model(request) -> MultipleChoiceModel:
+    kind, mode = request.param
+    m = make_moe(tiny_backbone(kind), SMALL_MOE, mode=mode)
+    # train briefly so lora_B != 0 (disagreement is 0 for all-zero experts)
+    train(m, toy_records(16), TrainConfig(lr=1e-2, epochs=1, batch_size=8, max_length=48),
+          progress=False)
+    return m
+
+
+RECS = toy_records(9, seed=4, n_choices=(2, 3, 4))
+
+
+def test_shapes_ranges_and_outputs_contract(model: MultipleChoiceModel) -> None:
+    rec = collect(model, RECS, batch_size=8, progress=False)
+    n, c = len(RECS), max(len(r.choices) for r in RECS)
+    assert rec["logits"].shape == (n, c) and rec["logits"].dtype == np.float64
+    for i, r in enumerate(RECS):
+        assert (rec["logits"][i, len(r.choices):] == PAD_LOGIT).all()
+    for f in STAT_FIELDS:
+        assert rec[f].shape == (n,) and rec[f].dtype == np.float64
+    for f in ("route_entropy", "top1_mass", "disagreement"):
+        assert ((rec[f] >= 0) & (rec[f] <= 1)).all(), f
+    assert np.allclose(rec["experts"], SMALL_MOE.top_k)   # TopK gate: k is constant
+    assert rec["disagreement"].max() > 0
+    Outputs(ids=np.array([r.id for r in RECS]), labels=np.array([r.answer for r in RECS]),
+            domain=np.array([r.domain for r in RECS]), **rec)   # the runner's record validates
+
+
+def test_deterministic_calls_identical_and_counted(model: MultipleChoiceModel) -> None:
+    before = FORWARD_PASSES.copy()
+    a = collect(model, RECS, batch_size=8, progress=False)
+    b = collect(model, RECS, batch_size=5, progress=False)   # other batching, same numbers
+    assert FORWARD_PASSES["deterministic"] == before["deterministic"] + 2
+    assert FORWARD_PASSES["mc_dropout"] == before["mc_dropout"]
+    np.testing.assert_allclose(a["logits"], b["logits"], rtol=0, atol=1e-5)
+    c = collect(model, RECS, batch_size=8, progress=False)
+    for k in a:
+        assert np.array_equal(a[k], c[k]), k
+
+
+def test_mc_dropout_seeded(model: MultipleChoiceModel) -> None:
+    det = collect(model, RECS, batch_size=8, progress=False)["logits"]
+    before = FORWARD_PASSES["mc_dropout"]
+    s1 = collect(model, RECS, batch_size=8, progress=False, mode="mc_dropout", seed=1)
+    s1b = collect(model, RECS, batch_size=8, progress=False, mode="mc_dropout", seed=1)
+    s2 = collect(model, RECS, batch_size=8, progress=False, mode="mc_dropout", seed=2)
+    assert FORWARD_PASSES["mc_dropout"] == before + 3
+    assert np.array_equal(s1["logits"], s1b["logits"])
+    assert not np.array_equal(s1["logits"], s2["logits"])
+    assert not np.array_equal(s1["logits"], det)
+    assert not model.training and not any(m.training for m in model.modules())
+
+
+def test_order_and_padding_invariance(model: MultipleChoiceModel) -> None:
+    short = MCRecord(id="s", domain="t", question="which", choices=("good tiger", "apple"),
+                     answer=0, source="t")
+    long = MCRecord(id="l", domain="t", question="which one " + "river stone " * 12,
+                    choices=("cloud " * 9, "good sugar", "paper"), answer=1, source="t")
+    alone = collect(model, [short], batch_size=64, progress=False)
+    both = collect(model, [long, short], batch_size=64, progress=False)   # padded to `long`
+    assert plan_batches(model, [long, short], 64) == [[1, 0]]
+    for k in alone:
+        np.testing.assert_allclose(both[k][1, :alone[k].shape[-1]] if k == "logits"
+                                   else both[k][1], alone[k][0], rtol=0, atol=1e-5, err_msg=k)
+    rev = collect(model, RECS[::-1], batch_size=8, progress=False)
+    fwd = collect(model, RECS, batch_size=8, progress=False)
+    for k in fwd:
+        np.testing.assert_allclose(rev[k][::-1], fwd[k], rtol=0, atol=1e-5, err_msg=k)
+
+
+def test_keep_tokens_pool_to_example_stats(model: MultipleChoiceModel) -> None:
+    rec = collect(model, RECS, batch_size=8, progress=False, keep_tokens=True)
+    ex = rec["tok_example"]
+    assert (np.diff(ex) >= 0).all() and set(ex) == set(range(len(RECS)))
+    for tok, field in (("tok_entropy", "route_entropy"), ("tok_top1", "top1_mass"),
+                       ("tok_disagreement", "disagreement"), ("tok_k", "experts")):
+        assert rec[tok].shape == ex.shape
+        means = np.bincount(ex, rec[tok]) / np.bincount(ex)
+        np.testing.assert_allclose(means, rec[field], rtol=1e-6, atol=1e-9)
+    n_tokens = sum(int(model.encode([r], 128)["attention_mask"].sum()) for r in RECS)
+    assert len(ex) == n_tokens
+
+
+def test_gate_is_used_as_set() -> None:
+    m = make_moe(tiny_backbone("encoder"), MoELoRAConfig(n_experts=8, rank=2, top_k=2))
+    set_gate(m.backbone, Care(tau=0.9, k_max=8))
+    rec = collect(m, RECS, batch_size=8, progress=False)
+    assert 1 <= rec["experts"].min() and rec["experts"].max() <= 8
+    assert not np.allclose(rec["experts"], 2)
+
+
+def test_no_moe_gives_logits_only() -> None:
+    m = make_plain(tiny_backbone("encoder"))
+    rec = collect(m, RECS, batch_size=8, progress=False)
+    assert set(rec) == {"logits"}
+    with pytest.raises(ConfigError, match="no MoE-LoRA layers"):
+        collect(m, RECS, keep_tokens=True, progress=False)
+    with pytest.raises(ConfigError, match="mode"):
+        collect(m, RECS, mode="ensemble", progress=False)
+    with pytest.raises(ValueError, match="no records"):
+        collect(m, [], progress=False)
+
+
+def test_real_minilm_with_moe() -> None:
+    """The real backbone: 16 experts on all 36 linears, four records, one pass."""
+    bb = load_backbone("minilm")
+    m = make_moe(bb, MoELoRAConfig(), copy=False)
+    recs = [MCRecord(id=f"r{i}", domain="science", question=q, choices=c, answer=0, source="t")
+            for i, (q, c) in enumerate([
+                ("Which gas do plants absorb from the air?", ("carbon dioxide", "oxygen",
+                                                              "helium", "neon")),
+                ("What is 7 times 6?", ("42", "36", "48", "56")),
+                ("Which planet is known as the red planet?", ("Mars", "Venus", "Jupiter")),
+                ("Water boils at what temperature at sea level?", ("100 C", "50 C", "0 C",
+                                                                   "200 C")),
+            ])]
+    t0 = time.perf_counter()
+    rec = collect(m, recs, batch_size=64, max_length=128, progress=False)
+    assert time.perf_counter() - t0 < 60
+    assert rec["logits"].shape == (4, 4) and rec["logits"][2, 3] == PAD_LOGIT
+    assert np.isfinite(rec["logits"]).all()
+    assert np.allclose(rec["experts"], 4)
+    assert ((rec["route_entropy"] > 0.5) & (rec["route_entropy"] <= 1)).all()   # fresh routers
+    assert (rec["disagreement"] == 0).all()   # lora_B = 0 at init: every expert outputs 0
