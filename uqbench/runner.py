@@ -149,7 +149,8 @@ def run(cfg: RunConfig) -> RunResult:
     stats.seconds["models+passes"] = time.perf_counter() - t0 - stats.seconds["data"]
     rows, arrays = score_all(ms, suite, outs, n_seeds, prof)
     meta = {
-        "config": cfg.identity(), "protocol": PROTOCOL_VERSION, "profile": asdict(prof),
+        "config": cfg.identity(), "protocol": PROTOCOL_VERSION, "profile": prof.name,
+        "profile_settings": asdict(prof),
         "suite": cfg.suite, "backbone": cfg.backbone,
         "splits": {s.name: {"hash": s.hash, "n": len(s.records), "recipe": s.recipe}
                    for s in suite.splits.values()},
