@@ -1,4 +1,4 @@
 """Built-in uncertainty scorers, one small numpy module each. Importing registers them."""
-from scorers import care, ensemble, energy, entropy, margin, mc_dropout, msp, routing
+from scorers import care, energy, ensemble, entropy, margin, mc_dropout, msp, routing
 
-__all__ = ["care", "ensemble", "energy", "entropy", "margin", "mc_dropout", "msp", "routing"]
+__all__ = ["care", "energy", "ensemble", "entropy", "margin", "mc_dropout", "msp", "routing"]

@@ -156,8 +156,8 @@ def test_bad_input_fails_before_any_model_work(env, kw, match):
 
 
 def test_scorer_no_model_can_serve_is_rejected_up_front(env):
-    from uqbench.plan import DET, LORA, DENSE, Pair, methods
     from uqbench import get_scorer
+    from uqbench.plan import DENSE, DET, LORA, Pair, methods
 
     with pytest.raises(ConfigError, match="scorer 'care' needs field"):
         methods([Pair(LORA, DENSE, DET)], [get_scorer("care")])

@@ -94,7 +94,7 @@ class ArrayCache:
         tmp = _tmp_name(path)
         key = np.array(json.dumps(material, sort_keys=True, default=str))
         with open(tmp, "wb") as f:
-            np.savez(f, __key__=key, **arrays)
+            np.savez(f, __key__=key, **arrays)  # type: ignore[arg-type]
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

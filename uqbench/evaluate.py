@@ -42,7 +42,7 @@ class Scored:
             conf.append(ci)
             corr.append((scorer.predictive(out).argmax(axis=1) == out.labels).astype(float))
             exp.append(out.experts)
-        experts = None if any(e is None for e in exp) else np.stack(exp, axis=1)
+        experts = None if any(e is None for e in exp) else np.stack(exp, axis=1)  # type: ignore[arg-type]
         return Scored(np.stack(u, 1), np.stack(conf, 1), np.stack(corr, 1), experts)
 
 

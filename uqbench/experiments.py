@@ -42,7 +42,7 @@ def _ablation(b: float) -> list[Pair]:
             _moe(GateSpec("care", "care", budget=b))]
 
 
-_MSP_CARE = {"msp": ("msp", {}), "care": ("care", {})}
+_MSP_CARE: dict[str, tuple[str, dict[str, float]]] = {"msp": ("msp", {}), "care": ("care", {})}
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("uq", "Table 'uq': dense LoRA + MSP; MoE top-4 + MSP/entropy/routing entropy; "
                "MC-dropout; deep ensemble; CARE", default_pairs),
@@ -84,7 +84,7 @@ def get_experiment(name: str) -> Experiment:
 
 def experiment_scorers(exp: Experiment) -> list[Scorer] | None:
     """The experiment's own scorers (renamed instances, e.g. ``care_w0.25``), or None."""
-    from uqbench.scorer import get_scorer  # noqa: PLC0415
+    from uqbench.scorer import get_scorer
 
     if exp.scorers is None:
         return None

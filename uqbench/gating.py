@@ -17,7 +17,7 @@ from uqbench.plan import GateSpec
 
 
 def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any) -> tuple[Any, dict[str, Any]]:
-    from baselines import gates as G  # noqa: PLC0415
+    from baselines import gates as G
 
     if spec.kind == "dense":
         return None, {"spec": spec.describe()}
@@ -41,15 +41,16 @@ def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any) -> tupl
 
 
 def _calibrate(spec: GateSpec, model: Any, records: list[Any], prof: Any) -> dict[str, Any]:
-    from baselines import gates as G  # noqa: PLC0415
-    from baselines import thermostat as TH  # noqa: PLC0415
+    from baselines import gates as G
+    from baselines import thermostat as TH
 
     bs = prof.eval_batch_size
     batches = [model.encode(records[i:i + bs], max_length=prof.max_length)
                for i in range(0, len(records), bs)]
-    fwd = lambda m, b: m(b)  # noqa: E731
+    fwd = lambda m, b: m(b)
     p = spec.kwargs
     budget = float(spec.budget)  # type: ignore[arg-type]
+    gate: Any
     if spec.kind == "entropyk":
         res = TH.calibrate_entropy_k(model, batches, budget, forward=fwd, **p)
         gate = G.EntropyK(res.tau, **p)  # type: ignore[arg-type]

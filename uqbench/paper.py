@@ -115,7 +115,7 @@ def _v(run: _Run, method: str, col: str, pct: bool = False) -> str:
     r = run.row(method)
     s = 100.0 if pct else 1.0
     lo, hi = r.get(f"{col}_lo"), r.get(f"{col}_hi")
-    ci = f" [{lo * s:.3g}, {hi * s:.3g}]" if lo is not None else ""
+    ci = f" [{lo * s:.3g}, {hi * s:.3g}]" if lo is not None and hi is not None else ""
     return f"{r[col] * s:.3g}{ci}"
 
 
@@ -200,7 +200,7 @@ def _thermostat(run: _Run) -> list[Claim]:
 
 def _matching_budget(run: _Run) -> Claim:
     text = "CARE reaches fixed-4 accuracy with fewer experts"
-    care = sorted(((r["avg_experts"], r["accuracy"]) for r in _gate_rows(run, "care-b", "msp")))
+    care = sorted((r["avg_experts"], r["accuracy"]) for r in _gate_rows(run, "care-b", "msp"))
     fixed4 = [r for r in _gate_rows(run, "top4", "msp") if r["gate"] == "top4"]
     if len(care) < 2 or not fixed4:
         return Claim("frontier", text, "3.5 experts (12% fewer)", "not measured", INCONCLUSIVE)
@@ -219,8 +219,8 @@ def _matching_budget(run: _Run) -> Claim:
 
 
 def _wblend(run: _Run) -> Claim:
-    rows = sorted(((float(r["scorer"][len("care_w"):]), r["ood_auroc"]) for r in run.rows
-                   if r["domain"] == "pooled" and r["scorer"].startswith("care_w")))
+    rows = sorted((float(r["scorer"][len("care_w"):]), r["ood_auroc"]) for r in run.rows
+                   if r["domain"] == "pooled" and r["scorer"].startswith("care_w"))
     if len(rows) < 3:
         return Claim("wblend", "interior peak of OOD-AUROC in w", "peak 0.671 at w=0.75",
                      "not measured", INCONCLUSIVE)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from uqbench.cache import PROTOCOL_VERSION, ArrayCache, DirCache, atomic_write_bytes, file_sha256
+from uqbench.cache import PROTOCOL_VERSION, ArrayCache, DirCache, atomic_write_bytes
 from uqbench.errors import ConfigError, UserError
 from uqbench.evaluate import Scored, evaluate
 from uqbench.outputs import ROUTER_FIELDS, Outputs
@@ -78,7 +78,7 @@ class RunResult:
 def resolve_dirs(cfg: RunConfig) -> tuple[Path, Path, Path | None]:
     data = cfg.data_dir or (Path(os.environ["UQBENCH_DATA"]) if os.environ.get("UQBENCH_DATA") else None)
     cache = cfg.cache_dir or Path(os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
-    stem = lambda s: Path(s).stem if ("/" in s or s.endswith((".yaml", ".yml"))) else s  # noqa: E731
+    stem = lambda s: Path(s).stem if ("/" in s or s.endswith((".yaml", ".yml"))) else s
     out = cfg.out or Path("runs") / f"{stem(cfg.suite)}-{cfg.profile}-{stem(cfg.backbone)}" \
         f"{'-' + cfg.experiment if cfg.experiment else ''}"
     return out, cache, data
@@ -103,7 +103,7 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
     prof = get_profile(cfg.profile)
     for p in cfg.plugins:
         import_plugin(p)
-    from uqbench.experiments import experiment_methods, experiment_scorers  # noqa: PLC0415
+    from uqbench.experiments import experiment_methods, experiment_scorers
 
     try:
         chosen = [get_scorer(n) for n in cfg.scorers or list_scorers()]
@@ -116,10 +116,10 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
         ms = experiment_methods(cfg.experiment, cfg.budget, scorers_for)
     else:
         ms = methods(default_pairs(cfg.budget), chosen)
-    from baselines.backbones import check_backbone  # noqa: PLC0415  (cheap: no weights loaded)
+    from baselines.backbones import check_backbone
 
     check_backbone(cfg.backbone)
-    from uqbench.data.suites import get_suite_spec  # noqa: PLC0415
+    from uqbench.data.suites import get_suite_spec
 
     get_suite_spec(cfg.suite)  # unknown name or invalid YAML fails here, before any data work
     out, cache, data = resolve_dirs(cfg)
@@ -130,7 +130,7 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
 def run(cfg: RunConfig) -> RunResult:
     t0 = time.perf_counter()
     prof, ms, out, cache, data = prepare(cfg)
-    from uqbench.data.suites import build_suite  # noqa: PLC0415
+    from uqbench.data.suites import build_suite
 
     suite = build_suite(cfg.suite, prof, data_dir=data, cache_dir=cache / "splits",
                         progress=cfg.progress)
@@ -162,11 +162,11 @@ def run(cfg: RunConfig) -> RunResult:
     write_results(out, rows, meta)
     _save_scores(out / "scores.npz", arrays)
     if cfg.figures:
-        from figures import draw_run  # noqa: PLC0415
+        from figures import draw_run
 
         draw_run(out)
     if cfg.experiment == "paper":
-        from uqbench.paper import write_paper_report  # noqa: PLC0415
+        from uqbench.paper import write_paper_report
 
         print(write_paper_report(out).read_text(), flush=True)
     print(summary(rows), flush=True)
@@ -185,11 +185,10 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
         for dom in [*domains, "pooled"]:
             parts = domains if dom == "pooled" else [dom]
 
-            def per_seed(role: str) -> list[Outputs]:
-                return [Outputs.concat([outs[m.pair.name, f"{d}/{role}", r] for d in parts])
-                        for r in range(n_seeds)]
-
-            id_outs, sh_outs = per_seed("id"), per_seed("shift")
+            id_outs, sh_outs = (
+                [Outputs.concat([outs[m.pair.name, f"{d}/{role}", r] for d in parts])
+                 for r in range(n_seeds)]
+                for role in ("id", "shift"))
             id_s, sh_s = Scored.of(m.scorer, id_outs), Scored.of(m.scorer, sh_outs)
             row: dict[str, Any] = {
                 "method": m.name, "model": m.pair.model.name, "gate": m.pair.gate.name,
@@ -214,10 +213,10 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
 
 
 def _save_scores(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    import io  # noqa: PLC0415
+    import io
 
     buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
+    np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
     atomic_write_bytes(path, buf.getvalue())
 
 
@@ -238,7 +237,7 @@ class Engine:
     def backbone(self) -> Any:
         """The backbone, loaded once; models are built on clones of it."""
         if self._backbone is None:
-            from baselines.backbones import load_backbone  # noqa: PLC0415
+            from baselines.backbones import load_backbone
 
             self._backbone = load_backbone(self.backbone_name)
         return self._backbone
@@ -251,7 +250,7 @@ class Engine:
         key = (spec.name, seed)
         if key in self._models:
             return self._models[key]
-        from baselines import checkpoint, train  # noqa: PLC0415
+        from baselines import checkpoint, train
 
         train_cfg = train.TrainConfig(epochs=self.prof.epochs, batch_size=self.prof.batch_size,
                                       max_length=self.prof.max_length, seed=seed)
@@ -278,7 +277,7 @@ class Engine:
         return self._models[key]
 
     def _fresh(self, spec: ModelSpec, seed: int) -> Any:
-        from baselines import dense, heads, moe  # noqa: PLC0415
+        from baselines import dense, heads, moe
 
         if spec.kind == "moe":
             return heads.make_moe(self.backbone(), moe.MoELoRAConfig(seed=seed), seed=seed)
@@ -290,7 +289,7 @@ class Engine:
         key = (pair.model.name, seed, pair.gate.name)
         if key in self._gates:
             return self._gates[key]
-        from uqbench.gating import make_gate  # noqa: PLC0415
+        from uqbench.gating import make_gate
 
         model, sha = self.model(pair.model, seed)
         gate, desc = make_gate(pair.gate, model, sha, self)
@@ -301,7 +300,7 @@ class Engine:
     # -- forward records ----------------------------------------------------------------------
     def forward(self, spec: ModelSpec, seed: int, pair: Pair, split: Any, mode: str,
                 index: int = 0) -> dict[str, np.ndarray]:
-        from baselines import forward, gates, moe  # noqa: PLC0415
+        from baselines import forward, gates, moe
 
         model, sha = self.model(spec, seed)
         gate, desc = self.gate(Pair(spec, pair.gate, pair.fields), seed)
@@ -339,4 +338,4 @@ class Engine:
                        logits=det["logits"], domain=np.array([r.domain for r in recs]), **kw)
 
 
-__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "run", "replace"]
+__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "replace", "run"]

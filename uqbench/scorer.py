@@ -41,7 +41,7 @@ class Scorer:
     (used for calibration; default: the max probability of `predictive`).
     """
 
-    name: ClassVar[str] = ""
+    name: str = ""  # set by @register_scorer; an instance may be renamed (experiments)
     requires: ClassVar[frozenset[str]] = frozenset({"logits"})
 
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
