@@ -11,6 +11,18 @@ from uqbench import Outputs
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine thread
+    hand-offs make small ops 10-100x slower. (End-to-end runs are subprocesses: unaffected.)"""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def data_dir() -> Path | None:
     """The real dataset copies: $UQBENCH_DATA, else ../shared/data beside the checkout."""
     env = os.environ.get("UQBENCH_DATA")

@@ -22,17 +22,6 @@ from baselines.gates import (
     normalized_entropy,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine thread
-    hand-offs make small ops 10-100x slower; restored after the module."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 P4 = torch.tensor([[0.5, 0.3, 0.1, 0.1]])
 
 

@@ -32,15 +32,6 @@ def toy_records(n: int, *, seed: int = 0, n_choices: tuple[int, ...] = (3,)) -> 
     return out
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread; two spin-wait badly on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def encoder() -> Backbone:
     return tiny_backbone("encoder")

@@ -27,16 +27,6 @@ from baselines.moe import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine thread
-    hand-offs make small ops 10-100x slower; restored after the module."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tiny_bert() -> BertModel:
     torch.manual_seed(0)
     return BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

@@ -19,16 +19,6 @@ from baselines.thermostat import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine thread
-    hand-offs make small ops 10-100x slower; restored after the module."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def model() -> BertModel:
     torch.manual_seed(0)
