@@ -12,13 +12,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
 from figures.run import ROLE_LABELS, RunData
-from figures.style import GREY, N_BINS, TEXT_WIDTH, VERMILLION, new_figure, note, split_method
+from figures.style import GREY, N_BINS, TEXT_WIDTH, new_figure, note, split_method
 from uqbench import metrics as M
+
+# The gap is neutral (no method colour): dark hatch over a translucent white.
+GAP_FILL, GAP_EDGE = (1.0, 1.0, 1.0, 0.35), "#333333"
 
 
 @dataclass(frozen=True)
@@ -47,9 +51,9 @@ class ReliabilityDisplay:
         ax.plot([0, 1], [0, 1], ls="--", lw=0.8, color=GREY, zorder=1, label="perfect")
         ax.bar(left, acc, width, align="edge", color=color, alpha=0.85, edgecolor="white",
                linewidth=0.5, zorder=2, label="accuracy", gid="accuracy")
-        ax.bar(left, conf - acc, width, bottom=acc, align="edge", facecolor=VERMILLION,
-               alpha=0.25, edgecolor=VERMILLION, hatch="////", linewidth=0.4, zorder=3,
-               label="gap to confidence", gid="gap")
+        ax.bar(left, conf - acc, width, bottom=acc, align="edge", facecolor=GAP_FILL,
+               edgecolor=GAP_EDGE, hatch="////", linewidth=0.4, zorder=3,
+               label="gap to mean confidence", gid="gap")
         ax.set(xlim=(0, 1), ylim=(0, 1))
         if ax_count is not None:
             ax_count.bar(left, c.count[filled], width, align="edge", color=GREY,
@@ -73,7 +77,7 @@ def reliability_figure(run: RunData, domain: str, methods: Sequence[str], *,
     panel_w = TEXT_WIDTH / 3
     fig = new_figure(panel_w * ncols, 2.55 * nrows)
     outer = fig.add_gridspec(nrows, ncols)
-    handles: list[object] = []
+    handles: list[Artist] = []
     for i, method in enumerate(methods):
         inner = outer[i // ncols, i % ncols].subgridspec(2, 1, height_ratios=(3.2, 1), hspace=0.05)
         ax = fig.add_subplot(inner[0])
@@ -101,8 +105,8 @@ def reliability_figure(run: RunData, domain: str, methods: Sequence[str], *,
     fig.suptitle(f"Reliability ({N_BINS} bins), {domain}, {ROLE_LABELS.get(role, role)} split"
                  + (f" ({seed})" if seed else ""))
     if handles:
-        fig.legend(handles, [str(h.get_label()) for h in handles],  # type: ignore[attr-defined]
-                   loc="outside lower center", ncols=3)
+        fig.legend(handles, [str(h.get_label()) for h in handles], loc="outside lower center",
+                   ncols=3)
     return fig
 
 

@@ -200,8 +200,11 @@ def allocation_figure(run: RunData) -> Figure | None:
     """Mean experts CARE spends per domain under one global τ (ID and shifted splits)."""
     gate = run.care_gate()
     domains = [d for d in run.domains if d != POOLED]
-    rows = {d: run.gate_rows(gate, d) for d in domains} if gate else {}
-    rows = {d: r for d, r in rows.items() if r is not None and not math.isnan(_f(r, "avg_experts"))}
+    rows: dict[str, dict[str, Any]] = {}
+    for d in domains:
+        r = run.gate_rows(gate, d) if gate else None
+        if r is not None and not math.isnan(_f(r, "avg_experts")):
+            rows[d] = r
     if not rows:
         log.info("allocation figure skipped: no CARE gate with per-domain expert counts")
         return None
@@ -223,9 +226,9 @@ def allocation_figure(run: RunData) -> Figure | None:
     ax.set_ylabel("mean active experts")
     tau = _tau_of(next((v for k, v in run.meta.get("gates", {}).items()
                         if k.split("@")[0].endswith(f"/{gate}")), None))
-    ax.set_title(f"CARE allocation across domains ({gate}, one global "
-                 + (f"$\\tau$={tau:.3g})" if tau is not None else "$\\tau$)"))
-    ax.legend(loc="lower right", framealpha=0.9, frameon=True)
+    ax.set_title("CARE experts per domain\n"
+                 + f"(gate {gate}, one global $\\tau$" + (f" = {tau:.3g})" if tau is not None else ")"))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=3)
     return fig
 
 
@@ -257,5 +260,11 @@ def ablation_figure(run: RunData, domain: str = POOLED) -> Figure | None:
     return fig
 
 
-__all__ = ["GatePoint", "matched_budget", "frontier_figure", "thermostat_figure",
-           "allocation_figure", "ablation_figure"]
+__all__ = [
+    "GatePoint",
+    "ablation_figure",
+    "allocation_figure",
+    "frontier_figure",
+    "matched_budget",
+    "thermostat_figure",
+]

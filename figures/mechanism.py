@@ -18,6 +18,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from numpy.typing import NDArray
 from scipy.stats import rankdata
 
@@ -97,9 +98,8 @@ def _draw_top1(ax: Axes, p: _Panel) -> None:
     sns.violinplot(x=outcome, y=p.cat("mass"), hue=hue, order=["correct", "wrong"],
                    hue_order=[h for h in PALETTE if h in p.parts], palette=PALETTE,
                    split=len(p.parts) == 2, inner="quart", cut=0, density_norm="width",
-                   linewidth=0.6, ax=ax)
-    ax.set(xlabel="prediction (top-4 MSP)", ylabel="top-1 routing mass")
-    ax.legend(title=None, loc="lower left", fontsize=6)
+                   linewidth=0.6, legend=False, ax=ax)  # one legend for the figure
+    ax.set(xlabel="top-4 prediction", ylabel="top-1 routing mass")
 
 
 def _experts_panel(run: RunData, dom: str) -> _Panel | None:
@@ -125,18 +125,17 @@ def _draw_experts(ax: Axes, p: _Panel) -> None:
     if p.use_msp:
         labels = _bin_labels(N_QUANTILES, "easy", "hard")
         x = np.asarray(labels)[quantile_bins(diff)]
-        xlabel = f"difficulty quintile ({p.ref} uncertainty)"
+        xlabel = f"difficulty: quintile of {p.ref.rsplit('/', 2)[1]} MSP uncertainty"
     else:
         labels = ["right", "wrong"]
         x = np.where(diff > 0.5, "wrong", "right")
-        xlabel = f"{p.ref} prediction"
+        xlabel = f"{p.ref.rsplit('/', 2)[1]} prediction"
     sns.pointplot(x=x, y=p.cat("experts"), hue=p.hue(), order=labels,
                   hue_order=[h for h in PALETTE if h in p.parts], palette=PALETTE,
-                  errorbar="se", dodge=0.3, markersize=3, linewidth=1.0, ax=ax)
+                  errorbar="se", dodge=0.3, markersize=3, linewidth=1.0, legend=False, ax=ax)
     ax.axhline(REFERENCE_K, color=BLACK, ls="--", lw=0.8, label=f"fixed k={REFERENCE_K}")
-    ax.set(xlabel=xlabel, ylabel="active experts per example (mean ± s.e.)")
-    ax.xaxis.label.set_fontsize(6.5)
-    ax.legend(title=None, loc="upper left", fontsize=6)
+    ax.set(xlabel=xlabel, ylabel="CARE experts / example")
+    ax.legend([ax.get_lines()[-1]], [f"fixed k={REFERENCE_K}"], loc="upper left", fontsize=6)
 
 
 def _gain_panel(run: RunData, dom: str) -> _Panel | None:
@@ -163,9 +162,8 @@ def _draw_gain(ax: Axes, p: _Panel) -> None:
     sns.barplot(x=x, y=p.cat("gain"), order=labels, errorbar="se", color=BLUE, alpha=0.8,
                 err_kws={"linewidth": 0.9, "color": GREY}, capsize=0.2, ax=ax)
     ax.axhline(0, color=BLACK, lw=0.7)
-    ax.set(xlabel=f"top-{REFERENCE_K} disagreement quintile",
-           ylabel=f"Δ correct (top-{REFERENCE_K + 1} − top-{REFERENCE_K}), mean ± s.e.")
-    ax.yaxis.label.set_fontsize(6.5)
+    ax.set(xlabel=f"quintile of top-{REFERENCE_K} disagreement",
+           ylabel=f"Δ accuracy, top-{REFERENCE_K + 1} − top-{REFERENCE_K}")
 
 
 PANELS: tuple[tuple[Callable[[RunData, str], _Panel | None], Callable[[Axes, _Panel], None]], ...] = (
@@ -189,7 +187,10 @@ def mechanism_figure(run: RunData) -> Figure | None:
             ax.set(xticks=[], yticks=[])
         else:
             draw(ax, p)
-    fig.suptitle(f"Why CARE works ({dom}, ID and shifted examples)")
+    roles = [h for h in PALETTE if any(h in p.parts for p, _ in panels)]
+    fig.legend(handles=[Patch(color=PALETTE[h], label=f"{h} examples") for h in roles],
+               loc="outside lower center", ncols=len(roles))
+    fig.suptitle(f"Why CARE works ({dom}; points and bars: mean ± s.e.)")
     return fig
 
 

@@ -89,7 +89,7 @@ def roc_figure(run: RunData, domain: str, methods: Sequence[str]) -> Figure:
     ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel="FPR (ID flagged)", ylabel="TPR (shifted flagged)")
     ax.set_aspect("equal", adjustable="box")
     seed = run.seed_note()
-    ax.set_title(f"OOD detection, {domain}: ID vs shifted" + (f"\n({seed})" if seed else ""))
+    ax.set_title(f"OOD ROC, {domain} (ID vs shifted)" + (f"\n({seed})" if seed else ""))
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=1)
     return fig
 
@@ -141,4 +141,4 @@ def histogram_figure(run: RunData, domain: str, methods: Sequence[str], *,
     return fig
 
 
-__all__ = ["RocDisplay", "roc_figure", "histogram_figure"]
+__all__ = ["RocDisplay", "histogram_figure", "roc_figure"]

@@ -14,7 +14,7 @@ import re
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -217,8 +217,8 @@ def figure_plan(run: RunData, *, max_methods: int | None = 8,
                 methods: list[str] | None = None) -> list[tuple[str, Callable[[], Figure | None]]]:
     """(file stem, builder) of every figure; a builder returns None when the run's data does
     not support its figure (and logs why)."""
-    from figures import calibration, compute, mechanism, ood, selective  # noqa: PLC0415
-    from figures.style import select_methods  # noqa: PLC0415
+    from figures import calibration, compute, mechanism, ood, selective
+    from figures.style import select_methods
 
     if methods is not None:
         unknown = [m for m in methods if m not in run.methods]
@@ -235,18 +235,18 @@ def figure_plan(run: RunData, *, max_methods: int | None = 8,
     for dom in run.domains:
         s = _slug(dom)
         plan += [
-            (f"reliability_{s}", lambda dom=dom: calibration.reliability_figure(run, dom, shown)),
-            (f"risk_coverage_{s}", lambda dom=dom: selective.risk_coverage_figure(run, dom, shown)),
-            (f"ood_roc_{s}", lambda dom=dom: ood.roc_figure(run, dom, shown)),
+            (f"reliability_{s}", partial(calibration.reliability_figure, run, dom, shown)),
+            (f"risk_coverage_{s}", partial(selective.risk_coverage_figure, run, dom, shown)),
+            (f"ood_roc_{s}", partial(ood.roc_figure, run, dom, shown)),
         ]
     hist_dom = POOLED if POOLED in run.domains else run.domains[0]
     plan += [
-        (f"ood_hist_{_slug(hist_dom)}", lambda: ood.histogram_figure(run, hist_dom, shown)),
-        ("frontier", lambda: compute.frontier_figure(run)),
-        ("thermostat", lambda: compute.thermostat_figure(run)),
-        ("allocation", lambda: compute.allocation_figure(run)),
-        ("ablation", lambda: compute.ablation_figure(run)),
-        ("mechanism", lambda: mechanism.mechanism_figure(run)),
+        (f"ood_hist_{_slug(hist_dom)}", partial(ood.histogram_figure, run, hist_dom, shown)),
+        ("frontier", partial(compute.frontier_figure, run)),
+        ("thermostat", partial(compute.thermostat_figure, run)),
+        ("allocation", partial(compute.allocation_figure, run)),
+        ("ablation", partial(compute.ablation_figure, run)),
+        ("mechanism", partial(mechanism.mechanism_figure, run)),
     ]
     return plan
 
@@ -293,4 +293,4 @@ def draw_run(run_dir: str | Path, *, max_methods: int | None = 8,
     return paths
 
 
-__all__ = ["RunData", "Scores", "load_run", "draw_run", "figure_plan", "ROLES", "POOLED"]
+__all__ = ["POOLED", "ROLES", "RunData", "Scores", "draw_run", "figure_plan", "load_run"]

@@ -75,7 +75,9 @@ def risk_coverage_figure(run: RunData, domain: str, methods: Sequence[str], *,
     fig = new_figure(COLUMN_WIDTH, 2.3 + 0.13 * (n + 3))
     ax = fig.add_subplot()
     skipped: list[str] = []
-    refs: dict[bytes, np.ndarray] = {}  # distinct correctness vectors -> one reference each
+    # Distinct correctness vectors (methods of one model share one) -> one reference pair
+    # each, drawn thin in the colour of the group's first method.
+    refs: dict[bytes, tuple[np.ndarray, str]] = {}
     top = 0.0
     for method in methods:
         s = run.scores(method, domain, role)
@@ -87,16 +89,17 @@ def risk_coverage_figure(run: RunData, domain: str, methods: Sequence[str], *,
         d = RiskCoverageDisplay.from_predictions(s.uncertainty, s.correct, label=method)
         d.plot(ax, style=run.styles[method],
                legend=f"{method} (AURC {d.aurc:.3f}, SA@80 {d.sel_accuracy:.3f})")
-        refs.setdefault(s.correct.tobytes(), s.correct)
+        refs.setdefault(s.correct.tobytes(), (s.correct, run.styles.color(method)))
         top = max(top, float(np.max(d.risk)))
-    for i, correct in enumerate(refs.values()):
+    for correct, color in refs.values():
         o = RiskCoverageDisplay.oracle(correct)
-        o.plot(ax, style=LineStyle(REFERENCE_COLOR, "--"), lw=0.9, mark=False,
-               legend=f"oracle (AURC {o.aurc:.3f})" if len(refs) == 1 else
-               ("oracle" if i == 0 else "_oracle"))
-        ax.axhline(o.error_rate, color=REFERENCE_COLOR, ls=":", lw=0.9, gid="random",
-                   label=("random (error rate)" if i == 0 else "_random"))
+        o.plot(ax, style=LineStyle(color, (0, (4, 2))), lw=0.7, mark=False, legend="_oracle")
+        ax.axhline(o.error_rate, color=color, ls=":", lw=0.7, alpha=0.8, gid="random")
     if refs:
+        ax.plot([], [], color=REFERENCE_COLOR, ls=(0, (4, 2)), lw=0.8,
+                label="oracle" + (f" (AURC {o.aurc:.3f})" if len(refs) == 1 else
+                                  ", per model (colour of its first method)"))
+        ax.plot([], [], color=REFERENCE_COLOR, ls=":", lw=0.8, label="random (= error rate)")
         ax.plot([], [], marker="o", ms=3.5, mfc="white", mec="#333333", ls="none",
                 label=f"selective acc. at {SEL_COVERAGE:.0%} coverage")
         ax.axvline(SEL_COVERAGE, color="#DDDDDD", lw=0.6, zorder=0)
@@ -119,4 +122,4 @@ def risk_coverage_figure(run: RunData, domain: str, methods: Sequence[str], *,
     return fig
 
 
-__all__ = ["RiskCoverageDisplay", "risk_coverage_figure", "SEL_COVERAGE"]
+__all__ = ["SEL_COVERAGE", "RiskCoverageDisplay", "risk_coverage_figure"]

@@ -11,9 +11,11 @@ import contextlib
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import matplotlib as mpl
 import seaborn as sns
+from cycler import cycler
 from matplotlib.figure import Figure
 
 COLUMN_WIDTH = 3.3  # inches, one paper column
@@ -47,15 +49,14 @@ SCORER_PRIORITY = ("care", "msp", "routing_entropy", "mc_dropout_mutual_info",
                    "disagreement")
 
 
-def rc_params() -> dict[str, object]:
+def rc_params() -> dict[str, Any]:
     return {
         "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
         "ytick.labelsize": 7, "legend.fontsize": 6.5, "legend.title_fontsize": 7,
         "figure.titlesize": 9, "lines.linewidth": 1.3, "lines.markersize": 4,
         "axes.linewidth": 0.7, "grid.linewidth": 0.5, "patch.linewidth": 0.5,
-        "legend.frameon": False, "savefig.dpi": 200, "savefig.bbox": "tight",
-        "savefig.pad_inches": 0.03, "pdf.fonttype": 42, "ps.fonttype": 42,
-        "axes.prop_cycle": mpl.cycler(color=list(PALETTE)),
+        "legend.frameon": False, "savefig.dpi": 200, "pdf.fonttype": 42, "ps.fonttype": 42,
+        "axes.prop_cycle": cycler(color=list(PALETTE)),
     }
 
 
@@ -63,7 +64,7 @@ def rc_params() -> dict[str, object]:
 def theme() -> Iterator[None]:
     """The uqbench theme, applied only inside the ``with`` block (global state is restored)."""
     with mpl.rc_context(), sns.axes_style("ticks", {"axes.grid": True, "grid.color": "#E6E6E6"}):
-        mpl.rcParams.update(rc_params())
+        mpl.rcParams.update(rc_params())  # type: ignore[arg-type]
         yield
 
 
@@ -99,9 +100,9 @@ def select_methods(methods: Sequence[str], limit: int | None) -> list[str]:
 @dataclass(frozen=True)
 class LineStyle:
     color: str
-    linestyle: str = "-"
+    linestyle: str | tuple[float, tuple[float, ...]] = "-"
 
-    def kw(self) -> dict[str, str]:
+    def kw(self) -> dict[str, Any]:
         return {"color": self.color, "linestyle": self.linestyle}
 
 
@@ -156,5 +157,17 @@ def note(ax: object, text: str, *, fontsize: float = 7) -> None:
             bbox={"boxstyle": "round,pad=0.4", "fc": "#F5F5F5", "ec": "#CCCCCC", "lw": 0.5})
 
 
-__all__ = ["COLUMN_WIDTH", "TEXT_WIDTH", "N_BINS", "PALETTE", "MethodStyles", "LineStyle",
-           "theme", "new_figure", "gate_color", "select_methods", "split_method", "note"]
+__all__ = [
+    "COLUMN_WIDTH",
+    "N_BINS",
+    "PALETTE",
+    "TEXT_WIDTH",
+    "LineStyle",
+    "MethodStyles",
+    "gate_color",
+    "new_figure",
+    "note",
+    "select_methods",
+    "split_method",
+    "theme",
+]

@@ -85,6 +85,9 @@ def _list(what: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # e.g. which figures were skipped
     try:
         if args.command == "list":
             print("\n".join(_list(args.what)))
