@@ -6,12 +6,13 @@ profile, plugins, scorers, backbone name, methods, output folder -> data -> mode
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -213,8 +214,6 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
 
 
 def _save_scores(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    import io
-
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
     atomic_write_bytes(path, buf.getvalue())
@@ -338,4 +337,4 @@ class Engine:
                        logits=det["logits"], domain=np.array([r.domain for r in recs]), **kw)
 
 
-__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "replace", "run"]
+__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "run"]
