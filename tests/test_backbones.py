@@ -14,7 +14,6 @@ from baselines.backbones import (
     same_backbone,
     tiny_backbone,
 )
-from tests.test_heads import one_thread  # noqa: F401
 from uqbench.errors import ConfigError
 
 

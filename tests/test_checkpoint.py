@@ -19,7 +19,7 @@ from baselines.checkpoint import (
 from baselines.heads import make_moe, make_plain
 from baselines.moe import MoELoRAConfig
 from baselines.train import TrainConfig, train
-from tests.test_heads import SMALL_MOE, one_thread, toy_records  # noqa: F401
+from tests.test_heads import SMALL_MOE, toy_records
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from baselines.gates import Care
 from baselines.heads import MultipleChoiceModel, make_moe, make_plain
 from baselines.moe import MoELoRAConfig, set_gate
 from baselines.train import TrainConfig, train
-from tests.test_heads import SMALL_MOE, one_thread, toy_records  # noqa: F401
+from tests.test_heads import SMALL_MOE, toy_records
 from uqbench.data.records import MCRecord
 from uqbench.errors import ConfigError
 from uqbench.outputs import PAD_LOGIT, Outputs

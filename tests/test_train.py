@@ -8,7 +8,7 @@ from baselines.gates import Care, TopK
 from baselines.heads import make_moe
 from baselines.moe import MoELoRAConfig, get_gates, set_gate
 from baselines.train import TrainConfig, batch_order, train
-from tests.test_heads import SMALL_MOE, one_thread, toy_records  # noqa: F401
+from tests.test_heads import SMALL_MOE, toy_records
 from uqbench.errors import ConfigError
 
 FAST = TrainConfig(lr=5e-3, head_lr=1e-2, epochs=3, batch_size=8, max_length=48, warmup_ratio=0.1)
