@@ -55,7 +55,8 @@ def rc_params() -> dict[str, Any]:
         "ytick.labelsize": 7, "legend.fontsize": 6.5, "legend.title_fontsize": 7,
         "figure.titlesize": 9, "lines.linewidth": 1.3, "lines.markersize": 4,
         "axes.linewidth": 0.7, "grid.linewidth": 0.5, "patch.linewidth": 0.5,
-        "legend.frameon": False, "savefig.dpi": 200, "pdf.fonttype": 42, "ps.fonttype": 42,
+        "legend.frameon": False, "savefig.dpi": 200, "savefig.bbox": "tight",
+        "pdf.fonttype": 42, "ps.fonttype": 42,
         "axes.prop_cycle": cycler(color=list(PALETTE)),
     }
 

@@ -1,0 +1,115 @@
+"""`uqbench.paper`: verdicts written from a finished run's numbers (synthetic run folder)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from uqbench import metrics as M
+from uqbench.errors import UserError
+from uqbench.paper import FAILS, HOLDS, INCONCLUSIVE, _greater, _within, claims, _Run, \
+    write_paper_report
+
+N = 200
+CARE, MSP = "moe-lora/care/care", "moe-lora/top4/msp"
+MC, ENS = "moe-lora/top4/mc_dropout_msp", "moe-lora/top4/ensemble_msp"
+
+
+def _arrays(rng: np.random.Generator, separation: float | None) -> dict[str, np.ndarray]:
+    """ID and shifted uncertainty; `separation=None` gives one score for all (AUROC 0.5)."""
+    if separation is None:
+        u_id = u_sh = np.full(N, 0.5)
+    else:
+        u_id, u_sh = rng.normal(0, 1, N), rng.normal(separation, 1, N)
+    correct = rng.random(N) < 0.5
+    return {"id|uncertainty": u_id, "id|confidence": np.full(N, 0.5), "id|correct": correct,
+            "shift|uncertainty": u_sh, "shift|confidence": np.full(N, 0.5),
+            "shift|correct": rng.random(N) < 0.5}
+
+
+def _row(method: str, domain: str = "pooled", **values: float) -> dict[str, object]:
+    model, gate, scorer = method.split("/")
+    return {"method": method, "model": model, "gate": gate, "scorer": scorer, "domain": domain,
+            **values}
+
+
+@pytest.fixture()
+def run_dir(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    per_method = {CARE: _arrays(rng, 1.5), MSP: _arrays(rng, None), ENS: _arrays(rng, 8.0)}
+    per_method[MC] = per_method[CARE]  # identical scores: the paired difference is exactly 0
+    arrays, rows = {}, []
+    for method, a in per_method.items():
+        arrays.update({f"{method}|pooled|{k}": v for k, v in a.items()})
+        rows.append(_row(method, accuracy=float(a["id|correct"].mean()),
+                         ood_auroc=M.ood_auroc(a["id|uncertainty"], a["shift|uncertainty"]),
+                         ece=0.0, sel_acc_80=0.5, shift_sel_acc_80=0.5, shift_accuracy=0.5,
+                         avg_experts=4.0))
+    for tau, k, acc in [(0.4, 1.5, 0.40), (0.6, 2.5, 0.45), (0.8, 3.9, 0.50)]:
+        rows.append(_row(f"moe-lora/care-tau{tau}/care", avg_experts=k, accuracy=acc))
+    for budget, k, acc in [(2, 2.0, 0.40), (3, 3.0, 0.50), (4, 4.0, 0.60)]:
+        rows.append(_row(f"moe-lora/care-b{budget}/msp", avg_experts=k, accuracy=acc))
+    rows.append(_row("moe-lora/top4/msp", domain="science", accuracy=0.55))
+    rows[1]["accuracy"] = 0.55  # fixed top-4 pooled accuracy: CARE matches it at 3.5 experts
+    for dom, k, acc in [("science", 3.0, 0.9), ("math", 4.0, 0.5), ("code", 5.0, 0.7)]:
+        rows.append(_row(CARE, domain=dom, avg_experts=k, accuracy=acc))
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    np.savez(tmp_path / "scores.npz", **arrays)
+    return tmp_path
+
+
+def _by_text(run_dir: Path) -> dict[str, tuple[str, str]]:
+    return {c.text: (c.verdict, c.ours) for c in claims(_Run(run_dir))}
+
+
+def test_verdict_rules_by_hand() -> None:
+    assert _greater((0.1, 0.02, 0.2)) == HOLDS
+    assert _greater((-0.1, -0.2, -0.01)) == FAILS
+    assert _greater((0.0, -0.01, 0.01)) == INCONCLUSIVE
+    assert _within((0.0, -0.005, 0.008), 0.01) == HOLDS
+    assert _within((0.05, 0.02, 0.08), 0.01) == FAILS
+    assert _within((0.0, -0.02, 0.005), 0.01) == INCONCLUSIVE
+
+
+def test_ood_claims_follow_the_paired_bootstrap(run_dir: Path) -> None:
+    got = _by_text(run_dir)
+    assert got["CARE's OOD-AUROC beats MoE top-4 + MSP"][0] == HOLDS  # ~0.86 vs exactly 0.5
+    assert got["CARE's OOD-AUROC beats the deep ensemble"][0] == FAILS  # ensemble is ~1.0
+    verdict, ours = got["CARE's OOD-AUROC beats MC-dropout"]
+    assert verdict == INCONCLUSIVE and "Δ = +0.000 [+0.000, +0.000]" in ours
+
+
+def test_missing_methods_are_reported_not_guessed(run_dir: Path) -> None:
+    verdict, ours = _by_text(run_dir)["random-k loses accuracy vs fixed-k"]
+    assert verdict == INCONCLUSIVE and ours.startswith("not measured")
+
+
+def test_trend_claims(run_dir: Path) -> None:
+    got = _by_text(run_dir)
+    assert got["mean experts rises monotonically with τ (point estimates)"][0] == HOLDS
+    assert got["accuracy rises with τ (point estimates, non-decreasing)"][0] == HOLDS
+    # fixed-4 at 0.55 lies halfway between CARE's (3.0, 0.50) and (4.0, 0.60): 3.5 experts
+    verdict, ours = got["CARE reaches fixed-4 accuracy with fewer experts"]
+    assert verdict == HOLDS and ours.startswith("3.50 experts (12% fewer")
+    # experts 3, 4, 5 against error 0.1, 0.5, 0.3: Spearman rho = 0.5
+    text = "one global τ spends more experts on harder domains (Spearman ρ of experts vs error)"
+    verdict, ours = got[text]
+    assert verdict == INCONCLUSIVE and ours.endswith("ρ = 0.50")
+
+
+def test_report_file_counts_every_claim(run_dir: Path) -> None:
+    path = write_paper_report(run_dir)
+    text = path.read_text()
+    cs = claims(_Run(run_dir))
+    assert text.count("\n| ") == len(cs) + 1  # header + one row per claim
+    n_hold = sum(c.verdict == HOLDS for c in cs)
+    n_fail = sum(c.verdict == FAILS for c in cs)
+    assert f"Totals: {n_hold} hold, {n_fail} do not hold, {len(cs) - n_hold - n_fail}" in text
+
+
+def test_run_without_scores_is_a_user_error(run_dir: Path) -> None:
+    (run_dir / "scores.npz").unlink()
+    with pytest.raises(UserError, match="scores.npz"):
+        write_paper_report(run_dir)
