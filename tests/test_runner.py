@@ -113,10 +113,49 @@ def test_forward_passes_column_matches_the_plan(cold):
     assert meta["gates"]["moe-lora/care@0"]["calibration"]["target"] == 4.0
 
 
-def test_warm_rerun_does_no_model_work_and_gives_identical_numbers(env, cold):
+def test_warm_rerun_does_no_model_work_and_gives_identical_numbers(env, cold, monkeypatch):
+    import uqbench.evaluate
+
+    def no_evaluation(*a, **k):
+        raise AssertionError("a warm rerun must read its rows from the evaluation cache")
+
+    monkeypatch.setattr(uqbench.evaluate, "evaluate", no_evaluation)
     warm = run(cfg(env))
     assert warm.stats.total() == 0 and warm.stats.trained == []
     assert json.dumps(warm.rows) == json.dumps(cold.rows)  # NaN-safe exact comparison
+
+
+def test_evaluation_cache_is_keyed_by_content_and_options(tmp_path):
+    from uqbench.cache import ArrayCache
+    from uqbench.evaluate import Scored, evaluate, evaluate_cached
+
+    rng = np.random.default_rng(0)
+    a, b = (Scored(rng.random((50, 1)), rng.random((50, 1)), (rng.random((50, 1)) < .5) * 1.0,
+                   None) for _ in range(2))
+    cache = ArrayCache(tmp_path)
+    first = evaluate_cached(cache, a, b, n_boot=50)
+    again = evaluate_cached(cache, a, b, n_boot=50)  # read back; json: NaN-safe comparison
+    assert json.dumps(again) == json.dumps(first) == json.dumps(evaluate(a, b, n_boot=50))
+    assert evaluate_cached(cache, a, b, n_boot=60) != first  # other options: other entry
+    flipped = Scored(a.uncertainty, a.confidence, 1.0 - a.correct, None)
+    assert evaluate_cached(cache, flipped, b, n_boot=50)["accuracy"] == 1 - first["accuracy"]
+    assert len(list((tmp_path / "evaluate").iterdir())) == 3
+
+
+def test_figures_are_drawn_once_and_redrawn_when_missing(env, cold, monkeypatch):
+    import figures
+
+    out = env[0] / "out-fig"
+    run(cfg(env, out=out, figures=True))
+    stamp = json.loads((out / "figures" / "STAMP").read_text())
+    assert "reliability_pooled.png" in stamp["files"]
+    drawn = []
+    monkeypatch.setattr(figures, "draw_run", lambda d: drawn.append(d) or [])
+    run(cfg(env, out=out, figures=True))
+    assert drawn == []  # same results, same figures code: nothing to redraw
+    (out / "figures" / "reliability_pooled.png").unlink()
+    run(cfg(env, out=out, figures=True))
+    assert drawn == [out]
 
 
 def test_user_plugin_scorer_joins_the_table_at_no_forward_cost(env, cold):

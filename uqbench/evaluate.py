@@ -4,17 +4,25 @@ A *method* is (model, gate, scorer). Every metric is computed per seed and repor
 over seeds with its standard deviation; 95% CIs are percentile-bootstrap intervals of that
 seed-mean, resampling examples (the same examples for every seed, since all seeds see the same
 split). ID metrics resample the ID split; OOD metrics resample ID and shifted splits independently.
+
+`evaluate_cached` memoises rows on disk by *content*: the key is a hash of the scored arrays, the
+options and the source of this module and `uqbench.metrics`, so a changed score, option or metric
+definition can never be answered by an old row.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import cache
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from uqbench import metrics as M
+from uqbench.cache import ArrayCache
 from uqbench.outputs import Outputs
 from uqbench.scorer import Scorer, run_scorer
 
@@ -103,3 +111,32 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = 12, n_boot: int = 1000
         else:
             row[name], row[f"{name}_std"] = M.mean_std(list(scored.experts.mean(axis=0)))
     return row
+
+
+@cache
+def _code_hash() -> str:
+    import uqbench.evaluate as me
+
+    return hashlib.sha256((inspect.getsource(M) + inspect.getsource(me)).encode()).hexdigest()
+
+
+def _content_hash(*scored: Scored) -> str:
+    h = hashlib.sha256()
+    for s in scored:
+        for f in fields(s):
+            a = getattr(s, f.name)
+            h.update(f.name.encode() + (b"-" if a is None else np.ascontiguousarray(a).tobytes()))
+            h.update(b"" if a is None else str(a.shape).encode())
+    return h.hexdigest()
+
+
+def evaluate_cached(cache: ArrayCache | None, id_: Scored, shift: Scored, **options: Any
+                    ) -> dict[str, float]:
+    """`evaluate`, memoised in ``cache`` (kind ``evaluate``) by content; no cache -> compute."""
+    if cache is None:
+        return evaluate(id_, shift, **options)
+    material = {"scores": _content_hash(id_, shift), "options": options, "code": _code_hash()}
+    arrays, _ = cache.get_or_compute(
+        "evaluate", material,
+        lambda: {k: np.float64(v) for k, v in evaluate(id_, shift, **options).items()})
+    return {k: float(v) for k, v in arrays.items()}

@@ -6,8 +6,10 @@ profile, plugins, scorers, backbone name, methods, output folder -> data -> mode
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import logging
 import os
 import time
 from collections import Counter
@@ -18,15 +20,18 @@ from typing import Any
 
 import numpy as np
 
-from uqbench.cache import PROTOCOL_VERSION, ArrayCache, DirCache, atomic_write_bytes
+from uqbench.cache import (PROTOCOL_VERSION, ArrayCache, DirCache, atomic_write_bytes,
+                           atomic_write_text)
 from uqbench.errors import ConfigError, UserError
-from uqbench.evaluate import Scored, evaluate
+from uqbench.evaluate import Scored, evaluate_cached
 from uqbench.outputs import ROUTER_FIELDS, Outputs
 from uqbench.plan import Method, ModelSpec, Pair, default_pairs, methods, needed_fields
 from uqbench.profiles import Profile, get_profile
 from uqbench.registry import import_plugin
 from uqbench.report import summary, write_results
 from uqbench.scorer import get_scorer, list_scorers
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,7 @@ def run(cfg: RunConfig) -> RunResult:
             for split in eval_splits:
                 outs[pair.name, split.name, rep] = engine.outputs(pair, split, rep, need)
     stats.seconds["models+passes"] = time.perf_counter() - t0 - stats.seconds["data"]
-    rows, arrays = score_all(ms, suite, outs, n_seeds, prof)
+    rows, arrays = score_all(ms, suite, outs, n_seeds, prof, cache=engine.arrays)
     meta = {
         "config": cfg.identity(), "protocol": PROTOCOL_VERSION, "profile": prof.name,
         "profile_settings": asdict(prof),
@@ -163,9 +168,7 @@ def run(cfg: RunConfig) -> RunResult:
     write_results(out, rows, meta)
     _save_scores(out / "scores.npz", arrays)
     if cfg.figures:
-        from figures import draw_run
-
-        draw_run(out)
+        _draw_figures(out, arrays)
     if cfg.experiment == "paper":
         from uqbench.paper import write_paper_report
 
@@ -177,8 +180,10 @@ def run(cfg: RunConfig) -> RunResult:
 
 
 def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, int], Outputs],
-              n_seeds: int, prof: Profile) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """One row per method per domain and ``pooled``; also the per-example arrays for figures."""
+              n_seeds: int, prof: Profile, cache: ArrayCache | None = None
+              ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """One row per method per domain and ``pooled``; also the per-example arrays for figures.
+    With ``cache``, rows already evaluated on identical scores are read back, not recomputed."""
     rows: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
     domains = list(suite.domains)
@@ -194,7 +199,7 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
             row: dict[str, Any] = {
                 "method": m.name, "model": m.pair.model.name, "gate": m.pair.gate.name,
                 "scorer": m.scorer.name, "domain": dom,
-                **evaluate(id_s, sh_s, n_bins=12, n_boot=prof.bootstrap, seed=0),
+                **evaluate_cached(cache, id_s, sh_s, n_bins=12, n_boot=prof.bootstrap, seed=0),
                 "forward_passes": m.scorer.passes(id_outs[0]),
                 "n_id": id_outs[0].n, "n_shift": sh_outs[0].n, "seeds": n_seeds,
                 "protocol": PROTOCOL_VERSION,
@@ -211,6 +216,29 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
                 arrays[f"{key}|confidence"] = sc.confidence[:, 0]
                 arrays[f"{key}|correct"] = sc.correct[:, 0]
     return rows, arrays
+
+
+def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """Draw the run's figures unless ``figures/STAMP`` shows they were drawn from these very
+    results by this very figures code and are all still there (a warm rerun then costs nothing)."""
+    import figures
+    from figures import draw_run
+
+    h = hashlib.sha256((out / "results.jsonl").read_bytes())
+    for k in sorted(arrays):
+        h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
+    for src in sorted(Path(figures.__file__).parent.glob("*.py")):
+        h.update(src.read_bytes())
+    stamp = out / "figures" / "STAMP"
+    try:
+        old = json.loads(stamp.read_text())
+        if old["hash"] == h.hexdigest() and all((out / "figures" / f).exists() for f in old["files"]):
+            log.info("figures are up to date with these results; not redrawn")
+            return
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    paths = draw_run(out)
+    atomic_write_text(stamp, json.dumps({"hash": h.hexdigest(), "files": [p.name for p in paths]}))
 
 
 def _save_scores(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
