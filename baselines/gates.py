@@ -10,6 +10,7 @@ the top-``k`` experts by router probability; they differ only in how ``k`` is ch
 ``NucleusOnly`` ``Care`` with ``gamma = 0``
 ``RandomK``    ``k`` drawn per token from a histogram (CARE's, measured at the same budget)
 ``EntropyK``   ``k = clip(ceil(scale * H(p) * k_max), k_min, k_max)``, ``H`` normalised entropy
+``DynMoLE``    DynMoLE's hybrid routing: top-p, or all experts when the Tsallis entropy is high
 =============  =================================================================================
 
 Gate protocol: ``select(probs, disagreement) -> Selection`` where ``probs`` is the (T, N) router
@@ -140,6 +141,17 @@ def normalized_entropy(probs: Tensor) -> Tensor:
     n = probs.shape[-1]
     h = -torch.special.xlogy(probs, probs).sum(-1)
     return h / math.log(n) if n > 1 else torch.zeros_like(h)
+
+
+def tsallis_entropy(probs: Tensor, q: float) -> Tensor:
+    """Tsallis entropy ``S_q(p) = (1 - sum_i p_i^q) / (q - 1)``; (..., N) -> (...).
+
+    Tends to the Shannon entropy as ``q -> 1``; ``q = 1`` is not allowed (use
+    :func:`normalized_entropy`). Used by DynMoLE's routing rule and auxiliary loss.
+    """
+    if q <= 0 or q == 1:
+        raise ValueError(f"tsallis_entropy: q={q!r} is invalid; use q > 0, q != 1")
+    return (1.0 - probs.clamp_min(0).pow(q).sum(-1)) / (q - 1.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -361,7 +373,46 @@ class EntropyK:
         return Selection(mask, k, mask)
 
 
-GATES: dict[str, type] = {g.name: g for g in (TopK, Care, NucleusOnly, RandomK, EntropyK)}
+@dataclass(frozen=True)
+class DynMoLE:
+    """DynMoLE's hybrid routing (DynMoLE, 2025, "Boosting Mixture of LoRA Experts Fine-Tuning
+    with a Hybrid Routing Mechanism"; rule as in the authors' MoE-PEFT code).
+
+    Top-p: the experts whose cumulative probability (sorted descending) stays ``<= top_p``, at
+    least ``keep_top_k`` of them; a token whose router is uncertain, Tsallis entropy
+    ``S_q(p) > threshold`` (:func:`tsallis_entropy`), gets every expert (soft routing).
+    Defaults: ``q = 1.1``, ``threshold = 0.9``, ``top_p = 0.75``, ``keep_top_k = 2``.
+    """
+    top_p: float = 0.75
+    keep_top_k: int = 2
+    threshold: float = 0.9
+    q: float = 1.1
+    name: ClassVar[str] = "dynmole"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.top_p <= 1.0:
+            raise _err("DynMoLE", "top_p", self.top_p, "use top_p in (0, 1]")
+        if self.keep_top_k < 1:
+            raise _err("DynMoLE", "keep_top_k", self.keep_top_k, "use keep_top_k >= 1")
+        if not self.threshold > 0:
+            raise _err("DynMoLE", "threshold", self.threshold, "use threshold > 0")
+        if self.q <= 0 or self.q == 1:
+            raise _err("DynMoLE", "q", self.q, "use q > 0, q != 1")
+
+    def validate(self, n_experts: int) -> None:
+        _check_n("DynMoLE", "keep_top_k", self.keep_top_k, n_experts)
+
+    def select(self, probs: Tensor, disagreement: DisagreementFn) -> Selection:
+        n = probs.shape[-1]
+        sp, order = probs.sort(-1, descending=True)                       # (T, N) each
+        k = (sp.cumsum(-1) <= self.top_p).sum(-1).clamp_min(self.keep_top_k)  # (T,) a prefix
+        k = torch.where(tsallis_entropy(probs, self.q) > self.threshold, n, k)
+        mask = _mask_from_order(order, k)
+        return Selection(mask, k, mask)
+
+
+GATES: dict[str, type] = {g.name: g for g in (TopK, Care, NucleusOnly, RandomK, EntropyK,
+                                               DynMoLE)}
 
 
 def gate_to_dict(gate: Gate) -> dict[str, Any]:

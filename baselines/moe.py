@@ -15,6 +15,13 @@ stacked B, ``G = B_stack^T B_stack`` ((N*r, N*r), once per forward)::
 
     ||e_i||^2 = z_i^T G_ii z_i,   ||e_bar||^2 = u^T G u,   e_i = B_i A_i h (unscaled).
 
+Variants (:data:`VARIANTS`; presets with their papers' settings in :mod:`baselines.variants`)
+switch small pieces of this one layer: HydraLoRA shares one ``A`` across the experts (B heads),
+HMoRA mixes a token router with a sequence (task) router by a depth-dependent weight, LoRAMoE,
+DynMoLE and HMoRA have their own auxiliary losses, DynMoLE its own gate
+(:class:`baselines.gates.DynMoLE`). FlyLoRA has no router; it is the separate
+:class:`FlyLoRALinear`, injected by the same :func:`inject`.
+
 Usage::
 
     model = inject(AutoModel.from_pretrained(...), MoELoRAConfig())    # trains with TopK(4)
@@ -34,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from baselines.gates import EPS, Gate, TopK, normalized_entropy
+from baselines.gates import EPS, DynMoLE, Gate, TopK, normalized_entropy, tsallis_entropy
 
 BERT_TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense",
                 "output.dense")
@@ -44,6 +51,15 @@ AUTO_TARGETS: dict[str, tuple[str, ...]] = {
     **{t: BERT_TARGETS for t in ("bert", "roberta", "xlm-roberta", "camembert", "electra")},
     **{t: LLAMA_TARGETS for t in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")},
 }
+#: ``target_modules="ffn"``: the feed-forward block's linears only (BERT ``intermediate.dense``
+#: and the block's ``output.dense``, not ``attention.output.dense``; Llama gate/up/down_proj).
+FFN_PATTERN = re.compile(r"(?:^|\.)(?:intermediate\.dense|\d+\.output\.dense|gate_proj|up_proj|"
+                         r"down_proj)$")
+#: ``MoELoRAConfig.variant`` values; what each changes is listed in the module docstring.
+VARIANTS = ("moe-lora", "loramoe", "hydralora", "mixlora", "dynmole", "hmora", "flylora")
+LORAMOE_GROUPS = 2            # LoRAMoE: experts split into 2 groups for the balancing constraint
+HMORA_EPSILON = 2.0           # HMoRA: alpha_l = sigmoid(-eps + 2 eps l / (L - 1)) (their default)
+HMORA_GAMMA = (0.5, 0.98)     # HMoRA: (certainty, balance) bounds of its routing loss
 
 
 def _help(text: str, default: Any) -> Any:
@@ -59,11 +75,13 @@ class MoELoRAConfig:
     dropout: float = _help("dropout on the experts' input (also the MC-dropout source)", 0.05)
     target_modules: tuple[str, ...] | str = _help(
         "'auto' (resolved per architecture: BERT query,key,value,attention.output.dense,"
-        "intermediate.dense,output.dense; Llama q/k/v/o_proj,gate/up/down_proj) or module-name "
-        "suffixes matched on dotted boundaries", "auto")
+        "intermediate.dense,output.dense; Llama q/k/v/o_proj,gate/up/down_proj), 'ffn' (the "
+        "feed-forward linears only) or module-name suffixes matched on dotted boundaries", "auto")
     top_k: int = _help("experts per token during training (fixed top-k gate)", 4)
     lb_coef: float = _help("weight of the load-balancing auxiliary loss in training", 0.01)
     seed: int = _help("seed of the router and lora_A initialisation", 0)
+    variant: str = _help(f"layer variant, one of {', '.join(VARIANTS)} (baselines.variants)",
+                         "moe-lora")
 
     def __post_init__(self) -> None:
         def bad(name: str, fix: str) -> ValueError:
@@ -74,8 +92,8 @@ class MoELoRAConfig:
             if not self.target_modules or not all(isinstance(t, str) and t
                                                   for t in self.target_modules):
                 raise bad("target_modules", "give 'auto' or non-empty module-name suffixes")
-        elif not isinstance(self.target_modules, str) or self.target_modules != "auto":
-            raise bad("target_modules", "give 'auto' or a tuple of module-name suffixes")
+        elif not isinstance(self.target_modules, str) or self.target_modules not in ("auto", "ffn"):
+            raise bad("target_modules", "give 'auto', 'ffn' or a tuple of module-name suffixes")
         if self.n_experts < 1:
             raise bad("n_experts", "use n_experts >= 1")
         if self.rank < 1:
@@ -88,6 +106,11 @@ class MoELoRAConfig:
             raise bad("top_k", f"use 1 <= top_k <= n_experts={self.n_experts}")
         if not self.lb_coef >= 0:
             raise bad("lb_coef", "use lb_coef >= 0")
+        if self.variant not in VARIANTS:
+            raise bad("variant", f"use one of {', '.join(VARIANTS)}")
+        if self.variant == "flylora" and self.rank != 1:
+            raise bad("rank", "FlyLoRA's experts are single ranks: use rank=1 and n_experts = the "
+                      "total LoRA rank")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -149,27 +172,37 @@ class MoELoRALinear(nn.Module):
 
     def __init__(self, base_layer: nn.Linear, *, n_experts: int = 16, rank: int = 8,
                  alpha: float = 16.0, dropout: float = 0.05, gate: Gate | None = None,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, variant: str = "moe-lora",
+                 depth: float = 0.0) -> None:
         super().__init__()
         self.base_layer = base_layer
         self.in_features, self.out_features = base_layer.in_features, base_layer.out_features
         self.n_experts, self.rank, self.scaling = n_experts, rank, alpha / rank
+        self.variant = variant
+        self.shared_a = variant == "hydralora"   # HydraLoRA: one A, N B heads
         w = base_layer.weight
         kw = {"device": w.device, "dtype": w.dtype}
         self.router = nn.Linear(self.in_features, n_experts, bias=False, **kw)
-        self.lora_A = nn.Parameter(torch.empty(n_experts, rank, self.in_features, **kw))
+        n_a = 1 if self.shared_a else n_experts
+        self.lora_A = nn.Parameter(torch.empty(n_a, rank, self.in_features, **kw))
         self.lora_B = nn.Parameter(torch.zeros(n_experts, self.out_features, rank, **kw))
         self.dropout = nn.Dropout(dropout)
         bound = 1.0 / math.sqrt(self.in_features)  # nn.Linear / peft kaiming_uniform(a=sqrt(5))
+        inits = [self.router.weight, self.lora_A]
+        if variant == "hmora":   # task(sequence)-level router + learnable token/task mixing logit
+            self.task_router = nn.Linear(self.in_features, n_experts, bias=False, **kw)
+            inits.append(self.task_router.weight)
+            self.alpha_logit = nn.Parameter(torch.tensor(
+                HMORA_EPSILON * (2.0 * depth - 1.0), **kw))
         with torch.no_grad():
-            for p in (self.router.weight, self.lora_A):
+            for p in inits:
                 p.copy_(torch.empty(p.shape).uniform_(-bound, bound, generator=generator))
         self.gate: Gate = gate if gate is not None else TopK(min(4, n_experts))
         self.gate.validate(n_experts)
         self.record = False
         self.token_mask: Tensor | None = None      # (B, L) bool, True = real token
         self.last_stats: dict[str, Tensor] | None = None
-        self._lb: tuple[Tensor, Tensor] | None = None   # (f, P) of the last forward
+        self._aux: Tensor | None = None   # this variant's auxiliary loss of the last forward
         self._gram: tuple[tuple[Any, ...], Tensor] | None = None
 
     def extra_repr(self) -> str:
@@ -198,20 +231,25 @@ class MoELoRALinear(nn.Module):
         h = x.reshape(-1, self.in_features)                               # (T, E)
         T = h.shape[0]
         cdt = torch.promote_types(x.dtype, torch.float32)   # routing maths in >= float32
+        valid = None
+        if self.token_mask is not None:
+            if self.token_mask.shape != lead:
+                raise ValueError(f"token mask of shape {tuple(self.token_mask.shape)} does not "
+                                 f"match this input's {tuple(lead)}: call set_token_mask(model, "
+                                 "mask) with the current batch's mask, or None")
+            valid = self.token_mask.to(x.device).reshape(-1)              # (T,)
         probs = F.softmax(self.router(h).to(cdt), dim=-1)                 # (T, N)
-        z = F.linear(self.dropout(h), self.lora_A.reshape(N * r, -1))     # (T, N*r)
+        p_task = None
+        if self.variant == "hmora":
+            probs, p_task = self._hmora_route(probs, h, lead, valid)
+        z = F.linear(self.dropout(h), self.lora_A.reshape(-1, self.in_features))  # (T, N*r)
+        if self.shared_a:
+            z = z.repeat(1, N)                      # (T, r) -> (T, N*r): every head reads A h
         b_stack = self.b_stack()                                          # (O, N*r)
 
         with torch.no_grad():
             probe = _Probe(self, probs.detach().to(cdt), z.detach().view(T, N, r).to(cdt))
             sel = self.gate.select(probe.probs, probe)                    # mask (T, N)
-            valid = None
-            if self.token_mask is not None:
-                if self.token_mask.shape != lead:
-                    raise ValueError(f"token mask of shape {tuple(self.token_mask.shape)} does not "
-                                     f"match this input's {tuple(lead)}: call set_token_mask(model, "
-                                     "mask) with the current batch's mask, or None")
-                valid = self.token_mask.to(x.device).reshape(-1)          # (T,)
 
         w = probs * sel.mask                                              # (T, N)
         w = w * (self.scaling / w.sum(-1, keepdim=True))                  # scaling * p~
@@ -219,7 +257,7 @@ class MoELoRALinear(nn.Module):
         y = torch.addmm(y.reshape(T, self.out_features), u, b_stack.T)   # (T, O)
         y = y.view(*lead, self.out_features)
 
-        self._lb = _lb_parts(probs, sel.mask, valid)
+        self._aux = self._aux_loss(probs, sel.mask, valid, p_task)
         if self.record:
             with torch.no_grad():
                 d = sel.disagreement if sel.disagreement is not None else probe(sel.d_mask)
@@ -233,6 +271,106 @@ class MoELoRALinear(nn.Module):
         else:
             self.last_stats = None
         return y
+
+    def _hmora_route(self, p_token: Tensor, h: Tensor, lead: torch.Size, valid: Tensor | None
+                     ) -> tuple[Tensor, Tensor]:
+        """HMoRA: ``p = (1 - a_l) p_token + a_l p_task``, ``a_l = sigmoid(alpha_logit)``; the
+        task router reads the masked mean of the sequence's inputs (sequences: the last
+        leading axis; a 2-D input is one sequence). Returns (p (T, N), p_task (S, N))."""
+        L = lead[-1] if len(lead) >= 2 else h.shape[0]
+        seq = h.view(-1, L, self.in_features)                             # (S, L, E)
+        m = (valid.view(-1, L) if valid is not None
+             else torch.ones(seq.shape[:2], dtype=torch.bool, device=h.device))
+        m = m.to(h.dtype).unsqueeze(-1)                                   # (S, L, 1)
+        task = (seq * m).sum(1) / m.sum(1).clamp_min(1.0)                 # (S, E)
+        p_task = F.softmax(self.task_router(task).to(p_token.dtype), dim=-1)  # (S, N)
+        a = torch.sigmoid(self.alpha_logit).to(p_token.dtype)
+        return (1 - a) * p_token + a * p_task.repeat_interleave(L, 0), p_task
+
+    def _aux_loss(self, probs: Tensor, mask: Tensor, valid: Tensor | None,
+                  p_task: Tensor | None) -> Tensor | None:
+        """This variant's auxiliary loss over the non-masked tokens (None if there are none).
+
+        moe-lora, mixlora, hydralora: Switch ``N sum_i f_i P_i`` (:func:`load_balance_loss`).
+        loramoe: localized balancing, the mean over expert groups of ``Var(P_g) / Mean(P_g)^2``.
+        dynmole: Switch plus the mean Tsallis entropy ``S_q(p)`` of the router.
+        hmora: HMoRA's routing loss (:func:`hmora_routing_loss`) on the token and task routers.
+        """
+        lb = _lb_parts(probs, mask, valid)
+        if lb is None:
+            return None
+        if self.variant == "loramoe":
+            groups = lb[1].chunk(LORAMOE_GROUPS)                          # P_g per group
+            return torch.stack([g.var(unbiased=False) / g.mean().pow(2) for g in groups]).mean()
+        if self.variant == "hmora":
+            p_tok = probs if valid is None else probs[valid]
+            assert p_task is not None
+            return 0.5 * (hmora_routing_loss(p_tok) + hmora_routing_loss(p_task))
+        switch = self.n_experts * (lb[0] * lb[1]).sum()
+        if self.variant == "dynmole":
+            p = probs if valid is None else probs[valid]
+            return switch + tsallis_entropy(p, DynMoLE().q).mean()
+        return switch
+
+
+def hmora_routing_loss(p: Tensor) -> Tensor:
+    """HMoRA's routing auxiliary loss (generalised Jensen-Shannon form), (T, N) -> scalar.
+
+    ``relu((g_b - g_c) log N - (min(H(mean p), g_b log N) - mean max(H(p), g_c log N))) / log N``
+    with ``(g_c, g_b) = HMORA_GAMMA``: high entropy of the mean routing (balance) and low
+    entropy per token (certainty), each only up to its bound.
+    """
+    n = p.shape[-1]
+    hmax = math.log(n) if n > 1 else 1.0
+    g_c, g_b = HMORA_GAMMA
+    mean = p.mean(0)
+    h_mean = (-torch.special.xlogy(mean, mean).sum()).clamp(max=g_b * hmax)
+    h_tok = (-torch.special.xlogy(p, p).sum(-1)).clamp(min=g_c * hmax).mean()
+    return F.relu((g_b - g_c) * hmax - (h_mean - h_tok)) / hmax
+
+
+class FlyLoRALinear(nn.Module):
+    """FlyLoRA (Zou et al., NeurIPS 2025, "Boosting Task Decoupling and Parameter Efficiency via
+    Implicit Rank-Wise Mixture-of-Experts"): ``base_layer`` (frozen) plus a rank-``R`` LoRA whose
+    ranks are the experts::
+
+        z = A dropout(h)  (T, R),   S = top-k_t |z|,   y = W0 h + scaling * B (z * 1[S])
+
+    ``A`` (R, d) is a frozen sparse random projection (each row ``round(d k / R)`` non-zeros
+    drawn from N(0, 1/R^2)) and doubles as the implicit router: no router parameters, no
+    router distribution (so no routing statistics and no CARE). ``B`` (d_out, R) starts at 0.
+    ``A`` is a buffer rebuilt from the injection seed, so checkpoints hold only ``B``.
+    Simplification: FlyLoRA's load-balancing expert bias is not implemented.
+    """
+
+    def __init__(self, base_layer: nn.Linear, *, n_experts: int = 32, top_k: int = 8,
+                 alpha: float = 2.0, dropout: float = 0.05,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.base_layer = base_layer
+        self.in_features, self.out_features = base_layer.in_features, base_layer.out_features
+        self.n_experts, self.top_k, self.scaling = n_experts, top_k, alpha
+        w = base_layer.weight
+        d, R = self.in_features, n_experts
+        nnz = max(1, round(d * top_k / R))
+        cols = torch.rand(R, d, generator=generator).topk(nnz, dim=-1).indices      # (R, nnz)
+        vals = torch.randn(R, nnz, generator=generator) / R
+        a = torch.zeros(R, d).scatter_(-1, cols, vals)
+        self.register_buffer("lora_A", a.to(device=w.device, dtype=w.dtype))
+        self.lora_B = nn.Parameter(torch.zeros(self.out_features, R, device=w.device,
+                                               dtype=w.dtype))
+        self.dropout = nn.Dropout(dropout)
+
+    def extra_repr(self) -> str:
+        return (f"in={self.in_features}, out={self.out_features}, ranks={self.n_experts}, "
+                f"top_k={self.top_k}, scaling={self.scaling:g}")
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.base_layer(x)                                            # (*, O)
+        z = F.linear(self.dropout(x), self.lora_A)                        # (*, R)
+        idx = z.abs().topk(self.top_k, dim=-1).indices                    # (*, k) active ranks
+        u = torch.zeros_like(z).scatter(-1, idx, z.gather(-1, idx))       # (*, R)
+        return y + self.scaling * F.linear(u, self.lora_B)
 
 
 def _lb_parts(probs: Tensor, mask: Tensor, valid: Tensor | None) -> tuple[Tensor, Tensor] | None:
@@ -267,7 +405,10 @@ def _describe_linears(model: nn.Module) -> str:
 
 
 def resolve_targets(model: nn.Module, target_modules: tuple[str, ...] | str) -> tuple[str, ...]:
-    """Module-name suffixes to adapt; ``"auto"`` resolves by ``model.config.model_type``."""
+    """Module-name suffixes to adapt; ``"auto"`` resolves by ``model.config.model_type``,
+    ``"ffn"`` to the full names of the feed-forward linears (:data:`FFN_PATTERN`)."""
+    if target_modules == "ffn":
+        return tuple(n for n in _linear_names(model) if FFN_PATTERN.search(n))
     if target_modules != "auto":
         return tuple(target_modules)
     mtype = getattr(getattr(model, "config", None), "model_type", None)
@@ -277,39 +418,65 @@ def resolve_targets(model: nn.Module, target_modules: tuple[str, ...] | str) -> 
     for cand in (LLAMA_TARGETS, BERT_TARGETS):
         if any(_matches(n, cand[:1]) for n in names):
             return cand
-    raise ValueError(f"target_modules='auto' cannot be resolved for model_type={mtype!r}; pass "
-                     f"MoELoRAConfig(target_modules=(...)) with suffixes of these Linear modules: "
-                     f"{_describe_linears(model)}")
+    from uqbench.errors import ConfigError  # a ValueError the CLI reports without traceback
+
+    raise ConfigError(f"no known MoE-LoRA target modules for architecture model_type={mtype!r}; "
+                      f"its Linear modules are: {_describe_linears(model)}. Pass "
+                      "MoELoRAConfig(target_modules=(...)) with suffixes of some of them, or "
+                      f"register them in a --plugin module: baselines.moe.AUTO_TARGETS[{mtype!r}]"
+                      " = ('q_proj', ...)")
 
 
 def inject(model: nn.Module, config: MoELoRAConfig) -> nn.Module:
-    """Wrap the target linears of ``model`` in :class:`MoELoRALinear`, in place.
+    """Wrap the target linears of ``model`` in :class:`MoELoRALinear` (FlyLoRA:
+    :class:`FlyLoRALinear`), in place.
 
     Freezes every backbone parameter; only the experts (``lora_A``, ``lora_B``) and routers are
-    trainable. Layers start with the ``TopK(config.top_k)`` gate. The config is kept as
+    trainable (FlyLoRA: ``lora_B`` only). Layers start with the variant's :func:`train_gate`. The config is kept as
     ``model.moe_lora_config``. Raises ``ValueError`` if the targets match no ``nn.Linear`` (the
     message lists the model's Linear modules) or if the model is already injected.
     """
-    if moe_layers(model):
+    if moe_layers(model) or any(isinstance(m, FlyLoRALinear) for m in model.modules()):
         raise ValueError("inject: model already has MoE-LoRA layers; inject into a fresh backbone")
     targets = resolve_targets(model, config.target_modules)
     names = [n for n in _linear_names(model) if _matches(n, targets)]
     if not names:
-        raise ValueError(f"inject: target_modules={targets} match no nn.Linear of "
+        raise ValueError(f"inject: target_modules={targets or config.target_modules!r} match no "
+                         f"nn.Linear of "
                          f"{type(model).__name__}; its Linear modules are: "
                          f"{_describe_linears(model)}")
     for p in model.parameters():
         p.requires_grad_(False)
     gen = torch.Generator().manual_seed(config.seed)
-    for name in names:
+    blocks = [_block_index(n) for n in names]
+    for name, block in zip(names, blocks):
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        layer = MoELoRALinear(getattr(parent, attr), n_experts=config.n_experts, rank=config.rank,
-                              alpha=config.alpha, dropout=config.dropout,
-                              gate=TopK(config.top_k), generator=gen)
+        layer: nn.Module
+        if config.variant == "flylora":
+            layer = FlyLoRALinear(getattr(parent, attr), n_experts=config.n_experts,
+                                  top_k=config.top_k, alpha=config.alpha, dropout=config.dropout,
+                                  generator=gen)
+        else:
+            layer = MoELoRALinear(getattr(parent, attr), n_experts=config.n_experts,
+                                  rank=config.rank, alpha=config.alpha, dropout=config.dropout,
+                                  gate=train_gate(config), generator=gen, variant=config.variant,
+                                  depth=block / max(1, max(blocks)))
         setattr(parent, attr, layer)
     model.moe_lora_config = config  # type: ignore[assignment]
     return model
+
+
+def train_gate(config: MoELoRAConfig) -> Gate:
+    """The gate a variant trains with (and starts with): ``TopK(top_k)``, or for DynMoLE its
+    hybrid gate keeping at least ``top_k`` experts."""
+    return DynMoLE(keep_top_k=config.top_k) if config.variant == "dynmole" else TopK(config.top_k)
+
+
+def _block_index(name: str) -> int:
+    """Transformer block of a module name (first ``.<int>.`` component; 0 if none)."""
+    m = re.search(r"\.(\d+)\.", f".{name}.")
+    return int(m.group(1)) if m else 0
 
 
 def moe_layers(model: nn.Module) -> list[MoELoRALinear]:
@@ -375,16 +542,16 @@ def layer_stats(model: nn.Module) -> list[dict[str, Tensor]]:
 
 
 def load_balance_loss(model: nn.Module) -> Tensor:
-    """Switch-style auxiliary loss of the last forward, averaged over MoE layers.
+    """Auxiliary (load-balancing) loss of the last forward, averaged over MoE layers.
 
-    Per layer ``N * sum_i f_i P_i`` with ``f_i`` the share of admitted (token, expert) slots
-    routed to expert i (so ``sum f = 1`` for any k) and ``P_i`` the mean router probability of
-    expert i, both over non-masked tokens. Equals 1 under perfectly uniform routing; gradients
-    flow through ``P`` only.
+    MoE-LoRA (and MixLoRA, HydraLoRA): per layer the Switch loss ``N * sum_i f_i P_i`` with
+    ``f_i`` the share of admitted (token, expert) slots routed to expert i (so ``sum f = 1`` for
+    any k) and ``P_i`` the mean router probability of expert i, both over non-masked tokens.
+    Equals 1 under perfectly uniform routing; gradients flow through ``P`` only. LoRAMoE, DynMoLE
+    and HMoRA use their own (``MoELoRALinear._aux_loss``).
     """
     layers = _layers_or_raise(model, "load_balance_loss")
-    terms = [layer.n_experts * (layer._lb[0] * layer._lb[1]).sum()
-             for layer in layers if layer._lb is not None]
+    terms = [layer._aux for layer in layers if layer._aux is not None]
     if not terms:
         raise ValueError("load_balance_loss: no forward has run since injection (or every token "
                          "was masked); run a forward first")

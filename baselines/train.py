@@ -3,7 +3,8 @@
 AdamW on the trainable parameters only (adapters, routers, scoring head; the backbone is frozen),
 cosine decay with linear warm-up, cross-entropy over the choices, plus for MoE-LoRA the
 load-balancing auxiliary loss ``lb_coef * load_balance_loss`` with the fixed top-k gate
-(CARE replaces only the gate at inference), and for AdaLoRA its orthogonality regulariser and
+(CARE replaces only the gate at inference; the MoE-LoRA variants of `baselines.variants` train
+with their own gate and auxiliary loss), and for AdaLoRA its orthogonality regulariser and
 rank allocation. Seeded and deterministic on CPU: same config and records -> identical losses
 and weights.
 """
@@ -143,11 +144,10 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
 
     moe_gates, lb_coef = None, 0.0
     if model.has_moe:
-        from baselines.gates import TopK
-        from baselines.moe import get_gates, set_gate
+        from baselines.moe import MoELoRAConfig, get_gates, set_gate, train_gate
         cfg = model.adapter["config"]
         moe_gates, lb_coef = get_gates(model.backbone), float(cfg["lb_coef"])
-        set_gate(model.backbone, TopK(int(cfg["top_k"])))
+        set_gate(model.backbone, train_gate(MoELoRAConfig.from_dict(cfg)))
 
     det_before = torch.are_deterministic_algorithms_enabled()
     det_warn = torch.is_deterministic_algorithms_warn_only_enabled()

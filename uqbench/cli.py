@@ -2,8 +2,8 @@
 
     uqbench run --suite pooled [--profile cpu] [--backbone minilm] [--scorers a,b]
                 [--plugin MODULE] [--out DIR] [--cache-dir DIR] [--data-dir DIR] [--seeds N]
-                [--experiment NAME]
-    uqbench list scorers|suites|backbones|experiments|profiles
+                [--experiment NAME] [--models a,b]
+    uqbench list scorers|suites|backbones|experiments|profiles|models
     uqbench report RUN_DIR        # reprint a finished run's tables
     uqbench plot RUN_DIR          # redraw a finished run's figures
     uqbench data build --suite pooled --profile PROFILE
@@ -41,13 +41,17 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seeds", type=int, help="repetitions (default: the profile's)")
     run.add_argument("--budget", type=float, default=4.0, help="CARE average experts budget B")
     run.add_argument("--experiment", help="a paper experiment (uqbench list experiments)")
+    run.add_argument("--models", type=_csv, default=(),
+                     help="comma-separated models to train and score (uqbench list models; "
+                     "default: the suite's models:, else lora,moe-lora)")
     run.add_argument("--no-figures", action="store_true")
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--overwrite", action="store_true",
                      help="replace an --out folder holding another configuration's results")
 
     lst = sub.add_parser("list", help="list registered names")
-    lst.add_argument("what", choices=["scorers", "suites", "backbones", "experiments", "profiles"])
+    lst.add_argument("what", choices=["scorers", "suites", "backbones", "experiments", "profiles",
+                                      "models"])
 
     rep = sub.add_parser("report", help="print a finished run's table")
     rep.add_argument("run_dir", type=Path)
@@ -76,6 +80,9 @@ def _list(what: str) -> list[str]:
     if what == "backbones":
         from baselines.backbones import list_backbones
         return list_backbones()
+    if what == "models":
+        from uqbench.plan import MODELS
+        return [f"{name:<11} {e.doc}" for name, e in MODELS.items()]
     if what == "experiments":
         from uqbench.experiments import EXPERIMENTS
         return [f"{e.name:<11} {e.doc}" for e in EXPERIMENTS.values()]
@@ -97,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                 suite=args.suite, profile=args.profile, backbone=args.backbone,
                 scorers=args.scorers, plugins=tuple(args.plugin), out=args.out,
                 cache_dir=args.cache_dir, data_dir=args.data_dir, seeds=args.seeds,
-                budget=args.budget, experiment=args.experiment, figures=not args.no_figures,
+                budget=args.budget, experiment=args.experiment, models=args.models,
+                figures=not args.no_figures,
                 progress=not args.no_progress, overwrite=args.overwrite))
         elif args.command == "report":
             from uqbench.report import markdown_table, read_results, rows_for

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from uqbench.cache import PROTOCOL_VERSION
+from uqbench.errors import ConfigError
 from uqbench.plan import GateSpec
 
 
@@ -21,6 +22,14 @@ def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any) -> tupl
 
     if spec.kind == "dense":
         return None, {"spec": spec.describe()}
+    if not model.has_moe:
+        raise ConfigError(f"gate {spec.name!r} needs a router distribution, but model "
+                          f"{model.adapter['type']!r} has none (e.g. FlyLoRA's implicit routing); "
+                          "evaluate it under its own routing only")
+    if spec.kind == "native":  # the gate the model was trained with
+        from baselines.moe import MoELoRAConfig, train_gate
+        gate = train_gate(MoELoRAConfig.from_dict(model.adapter["config"]))
+        return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
     if spec.kind == "topk":
         gate = G.TopK(**spec.kwargs)
         return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}

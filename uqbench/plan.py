@@ -48,11 +48,22 @@ class GateSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A trained model family: ``kind`` moe (MoE-LoRA, trained with fixed top-k) or lora/dora/
-    adalora (dense peft baselines)."""
+    """A trained model family: ``kind`` moe (MoE-LoRA, trained with fixed top-k), lora/dora/
+    adalora (dense peft baselines) or a MoE-LoRA variant of `baselines.variants` (loramoe,
+    hydralora, mixlora, dynmole, hmora, flylora)."""
 
     name: str
     kind: str
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A selectable model (``--models``): its spec, whether it has a router distribution (router
+    Outputs fields, CARE), and a one-line description for ``uqbench list models``."""
+
+    spec: ModelSpec
+    router: bool
+    doc: str
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,30 @@ CARE = GateSpec("care", "care", budget=4.0)
 DENSE = GateSpec("dense", "dense")
 
 
+NATIVE = GateSpec("native", "native")  # the model's own training gate (baselines.moe.train_gate)
+
+
+def _variant(name: str, doc: str, router: bool = True) -> ModelEntry:
+    return ModelEntry(ModelSpec(name, name), router, doc)
+
+
+#: every selectable model, by name; the default run uses ``lora`` and ``moe-lora``
+MODELS: dict[str, ModelEntry] = {e.spec.name: e for e in (
+    ModelEntry(LORA, False, "dense LoRA (peft), rank 8, all linears"),
+    ModelEntry(MOE, True, "MoE-LoRA: 16 experts r8, top-4 + Switch load balance (CARE paper)"),
+    _variant("loramoe", "LoRAMoE (Dou et al. 2023): FFN experts, soft router, localized "
+             "balancing"),
+    _variant("hydralora", "HydraLoRA (Tian et al. 2024): shared A, 8 B heads, soft router"),
+    _variant("mixlora", "MixLoRA (Li et al. 2024): FFN experts, top-2, Switch load balance"),
+    _variant("dynmole", "DynMoLE (2025): Tsallis-entropy hybrid routing (top-p / all) + "
+             "Tsallis loss"),
+    _variant("hmora", "HMoRA (Liao et al. 2025): token + task router mixed by depth, top-2"),
+    _variant("flylora", "FlyLoRA (Zou et al. 2025): rank-1 experts, frozen sparse A, implicit "
+             "top-8 (no router: no CARE)", router=False),
+)}
+DEFAULT_MODELS = ("lora", "moe-lora")
+
+
 def default_pairs(budget: float = 4.0) -> list[Pair]:
     """The pooled run: dense LoRA; MoE-LoRA under its training gate (fixed top-4, with MC-dropout
     and the deep ensemble of independently seeded MoE-LoRA models); MoE-LoRA under CARE
@@ -94,6 +129,31 @@ def default_pairs(budget: float = 4.0) -> list[Pair]:
     ]
 
 
+def model_pairs(names: Sequence[str], budget: float = 4.0) -> list[Pair]:
+    """The pairs of the chosen models (``--models``): ``lora`` and ``moe-lora`` as in
+    `default_pairs`; a router variant under its own gate (with MC-dropout and ensemble members
+    on demand) and under CARE at ``budget``; FlyLoRA under its implicit routing only.
+
+    Unknown names raise ConfigError listing the valid ones.
+    """
+    unknown = [n for n in names if n not in MODELS]
+    if unknown or not names:
+        what = f"unknown model(s) {', '.join(map(repr, unknown))}" if unknown else "no models"
+        raise ConfigError(f"{what}; valid: {', '.join(MODELS)} (see uqbench list models)")
+    out: list[Pair] = []
+    for name in dict.fromkeys(names):
+        spec = MODELS[name].spec
+        if name in DEFAULT_MODELS:
+            out += [p for p in default_pairs(budget) if p.model == spec]
+        elif MODELS[name].router:
+            out += [Pair(spec, NATIVE, ROUTER | {"mc_logits", "member_logits"}),
+                    Pair(spec, GateSpec("care", "care", budget=budget), ROUTER)]
+        else:
+            out.append(Pair(spec, GateSpec("native", "dense"), DET | {"mc_logits",
+                                                                      "member_logits"}))
+    return out
+
+
 def methods(pairs: Sequence[Pair], scorers: Sequence[Scorer]) -> list[Method]:
     """Every (pair, scorer) whose requirements the pair covers. A scorer that no pair can serve
     is a configuration error, raised before any model work."""
@@ -101,10 +161,15 @@ def methods(pairs: Sequence[Pair], scorers: Sequence[Scorer]) -> list[Method]:
     for s in scorers:
         if not any(m.scorer is s for m in out):
             need = sorted(s.requires - set().union(*(p.fields for p in pairs)))
+            routerless = [n for n in dict.fromkeys(p.model.name for p in pairs)
+                          if n in MODELS and not MODELS[n].router]
+            why = (f" Model(s) {', '.join(map(repr, routerless))} have no router distribution "
+                   "(no routing statistics; CARE does not apply to them)."
+                   if routerless and set(need) & set(ROUTER_FIELDS) else "")
             raise ConfigError(
                 f"scorer {s.name!r} needs field(s) {', '.join(map(repr, need))}, which no model "
-                f"in this run produces (pairs: {', '.join(p.name for p in pairs)}). Drop it from "
-                "--scorers or add a model that provides them.")
+                f"in this run produces (pairs: {', '.join(p.name for p in pairs)}).{why} Drop it "
+                "from --scorers or add a model that provides them.")
     return out
 
 

@@ -25,7 +25,8 @@ from uqbench.cache import (PROTOCOL_VERSION, ArrayCache, DirCache, atomic_write_
 from uqbench.errors import ConfigError, UserError
 from uqbench.evaluate import Scored, evaluate_cached
 from uqbench.outputs import ROUTER_FIELDS, Outputs
-from uqbench.plan import Method, ModelSpec, Pair, default_pairs, methods, needed_fields
+from uqbench.plan import (Method, ModelSpec, Pair, default_pairs, methods, model_pairs,
+                          needed_fields)
 from uqbench.profiles import Profile, get_profile
 from uqbench.registry import import_plugin
 from uqbench.report import summary, write_results
@@ -49,6 +50,7 @@ class RunConfig:
     seeds: int | None = None  # repetitions; default: the profile's
     budget: float = 4.0
     experiment: str | None = None
+    models: tuple[str, ...] = ()  # empty: the suite's `models:`, else lora + moe-lora
     figures: bool = True
     progress: bool = True
     overwrite: bool = False
@@ -58,6 +60,8 @@ class RunConfig:
         d = asdict(self)
         for k in ("out", "cache_dir", "data_dir", "figures", "progress", "overwrite"):
             d.pop(k)
+        if not d["models"]:  # runs without --models keep the identity they always had
+            d.pop("models")
         return d
 
 
@@ -115,13 +119,20 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
         chosen = [get_scorer(n) for n in cfg.scorers or list_scorers()]
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from None
+    if cfg.experiment and cfg.models:
+        raise ConfigError("--models and --experiment cannot be combined: an experiment fixes its "
+                          "own models (the CARE paper's MoE-LoRA); drop one of them")
     if cfg.experiment:
         def scorers_for(exp: Any) -> list[Any]:
             return chosen if cfg.scorers else (experiment_scorers(exp) or chosen)
 
         ms = experiment_methods(cfg.experiment, cfg.budget, scorers_for)
     else:
-        ms = methods(default_pairs(cfg.budget), chosen)
+        from uqbench.data.suites import get_suite_spec
+
+        models = cfg.models or get_suite_spec(cfg.suite).models
+        ms = methods(model_pairs(models, cfg.budget) if models else default_pairs(cfg.budget),
+                     chosen)
     from baselines.backbones import check_backbone
 
     check_backbone(cfg.backbone)
@@ -287,6 +298,8 @@ class Engine:
             "model": spec.kind, "train": asdict(train_cfg),
             "data": sorted(s.hash for s in train_splits), "seed": seed,
         }
+        if spec.kind not in ("moe", "lora", "dora", "adalora"):  # a variant: key by its preset
+            material["adapter_config"] = self._variant_config(spec, seed).to_dict()
         path = self.dirs.get("models", material)
         if path is None:
             def write(tmp: Path) -> None:
@@ -308,7 +321,15 @@ class Engine:
 
         if spec.kind == "moe":
             return heads.make_moe(self.backbone(), moe.MoELoRAConfig(seed=seed), seed=seed)
-        return dense.make_dense(self.backbone(), kind=spec.kind, seed=seed)
+        if spec.kind in ("lora", "dora", "adalora"):
+            return dense.make_dense(self.backbone(), kind=spec.kind, seed=seed)
+        return heads.make_moe(self.backbone(), self._variant_config(spec, seed), seed=seed)
+
+    @staticmethod
+    def _variant_config(spec: ModelSpec, seed: int) -> Any:
+        from baselines.variants import variant_config
+
+        return variant_config(spec.kind, seed=seed)
 
     # -- gates ------------------------------------------------------------------------------
     def gate(self, pair: Pair, seed: int) -> tuple[Any, dict[str, Any]]:

@@ -155,6 +155,7 @@ class SuiteSpec:
     caps: Mapping[str, int | None] = field(default_factory=dict)
     description: str = ""
     origin: str = "built-in"
+    models: tuple[str, ...] = ()  # `models:` (uqbench list models); empty: lora + moe-lora
 
     def domain(self, name: str) -> DomainSpec:
         for d in self.domains:
@@ -208,7 +209,7 @@ def list_suites() -> list[str]:
 
 # -- YAML -------------------------------------------------------------------------------------
 
-_SUITE_KEYS = {"name", "description", "domains", "caps", "choices"}
+_SUITE_KEYS = {"name", "description", "domains", "caps", "choices", "models"}
 _ROLE_KEYS = {"source", "split", "subjects", "half", "choices"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -285,7 +286,24 @@ def parse_suite(data: Any, *, origin: str = "<suite>", default_name: str | None 
         specs.setdefault("calib", specs["train"])
         domains.append(DomainSpec(dname, specs))
     return SuiteSpec(name, tuple(domains), parse_caps(data.get("caps"), origin),
-                     str(data.get("description", "")), origin)
+                     str(data.get("description", "")), origin,
+                     _models(data.get("models"), origin))
+
+
+def _models(v: Any, where: str) -> tuple[str, ...]:
+    """``models:`` -- a list (or comma-separated string) of model names to train and score."""
+    from uqbench.plan import MODELS
+
+    if v is None:
+        return ()
+    names = [x.strip() for x in v.split(",")] if isinstance(v, str) else v
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{where}: 'models' must be a non-empty list of model names, got {v!r}")
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown model(s) {', '.join(map(repr, unknown))} in "
+                          f"'models'; valid: {', '.join(MODELS)}")
+    return tuple(names)
 
 
 def _parse_role(v: Any, where: str, default_choices: int | None) -> RoleSpec:
