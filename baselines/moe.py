@@ -168,6 +168,9 @@ class MoELoRALinear(nn.Module):
     Parameters: ``router`` (nn.Linear d -> N, no bias), ``lora_A`` (N, r, d) with peft's
     kaiming-uniform init, ``lora_B`` (N, d_out, r) zero-initialised, so a fresh layer equals its
     base layer exactly. ``dropout`` is a real ``nn.Dropout`` on the experts' input.
+    ``variant`` (see :data:`VARIANTS`): ``hydralora`` makes ``lora_A`` (1, r, d), one A shared by
+    the N B heads; ``hmora`` adds ``task_router`` and ``alpha_logit``, initialised from
+    ``depth`` (the layer's block index over the last one, in [0, 1]).
     """
 
     def __init__(self, base_layer: nn.Linear, *, n_experts: int = 16, rank: int = 8,
