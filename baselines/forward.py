@@ -7,6 +7,12 @@ and over all MoE layers. The statistics come from the same forward that produced
 
 `FORWARD_PASSES` counts calls per mode, so the runner (and its tests) can prove that a split was
 run exactly once deterministically, plus T times with dropout for MC-dropout scorers.
+
+Under a distributed launch (`baselines.distributed`) the length-sorted batches are dealt
+round-robin to the processes and the records gathered back on every process. Batches are the
+same whatever the number of processes and dropout masks are seeded per batch, so the records
+equal a single process's (the random-k ablation gate excepted: its draws follow the order in
+which a process meets its batches; the distribution is the same).
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from numpy.typing import NDArray
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from baselines import distributed
 from baselines.heads import MultipleChoiceModel
 from baselines.train import length_key
 from uqbench.data.records import MCRecord
@@ -80,7 +87,9 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
         dropout that HF implements functionally (gated by the attention module's own flag) stays
         off; hidden, adapter and head dropout are sampled.
     seed : int
-        Seed of the dropout masks (global RNG state is restored afterwards).
+        Seed of the dropout masks, drawn afresh for each batch from (seed, batch number) so
+        that sharding over processes does not change them (global RNG state is restored
+        afterwards).
     progress : bool
         Show a tqdm bar.
     keep_tokens : bool
@@ -127,13 +136,15 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
         from baselines.moe import layer_stats, record_stats
         record_stats(model.backbone, True)
     batches = plan_batches(model, records, batch_size)
+    mine = list(range(distributed.rank(), len(batches), distributed.world()))
     dev = model.device
     try:
         with torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []), \
                 torch.inference_mode():
-            torch.manual_seed(seed)
-            for idx in tqdm(batches, desc=f"forward ({mode})", disable=not progress,
-                            leave=False):
+            for b in tqdm(mine, desc=f"forward ({mode})", leave=False,
+                          disable=not progress or not distributed.is_main()):
+                idx = batches[b]
+                torch.manual_seed((seed << 24) + b)
                 batch = model.encode([records[i] for i in idx], max_length)
                 out = model(batch)                                        # (B, C)
                 logits[idx, :out.shape[1]] = out.double().cpu().numpy()
@@ -166,6 +177,8 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
         for m, was_training in flags.items():
             m.training = was_training
     FORWARD_PASSES[mode] += 1   # a completed pass
+    if distributed.world() > 1:
+        _gather(batches, mine, logits, sums, counts, tok_parts)
 
     result: dict[str, NDArray[np.generic]] = {"logits": logits}
     for field, total in sums.items():
@@ -177,3 +190,22 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
         for field in TOKEN_FIELDS:
             result[field] = torch.cat(tok_parts[field]).numpy().astype(np.float64)[order]
     return result
+
+
+def _gather(batches: list[list[int]], mine: list[int], logits: NDArray[np.float64],
+            sums: dict[str, NDArray[np.float64]], counts: NDArray[np.float64],
+            tok_parts: dict[str, list[Tensor]]) -> None:
+    """Fill in, in place, the rows other processes computed (every process gets every row)."""
+    rows = np.array([i for b in mine for i in batches[b]], dtype=np.int64)
+    part = {"rows": rows, "logits": logits[rows], "counts": counts[rows],
+            "sums": {f: v[rows] for f, v in sums.items()},
+            "tok": {f: [t.numpy() for t in ts] for f, ts in tok_parts.items()}}
+    for r, p in enumerate(distributed.gather(part)):
+        if r == distributed.rank():
+            continue
+        logits[p["rows"]] = p["logits"]
+        counts[p["rows"]] = p["counts"]
+        for f, v in p["sums"].items():
+            sums[f][p["rows"]] = v
+        for f, ts in p["tok"].items():
+            tok_parts[f].extend(torch.from_numpy(t) for t in ts)

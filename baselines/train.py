@@ -7,6 +7,13 @@ load-balancing auxiliary loss ``lb_coef * load_balance_loss`` with the fixed top
 with their own gate and auxiliary loss), and for AdaLoRA its orthogonality regulariser and
 rank allocation. Seeded and deterministic on CPU: same config and records -> identical losses
 and weights.
+
+Under a distributed launch (`baselines.distributed`) each step's batch is split across the
+processes and the model wrapped in DDP. Each process's cross-entropy is summed and scaled by
+``world / batch`` so that the all-reduced (averaged) gradient is exactly the gradient of the
+mean over the whole batch, as in one process. Two things differ from one process, as in any
+data-parallel MoE training: dropout masks (drawn per process), and the load-balancing loss,
+computed on each process's share of the batch and averaged (Switch Transformer's practice).
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from baselines import distributed
 from baselines.heads import MultipleChoiceModel
 from uqbench.data.records import MCRecord
 from uqbench.errors import ConfigError
@@ -154,7 +162,10 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     losses: list[float] = []
     aux_losses: list[float] = []
     t0 = time.perf_counter()
-    bar = tqdm(total=total, desc="train", disable=not progress, leave=False)
+    bar = tqdm(total=total, desc="train", disable=not progress or not distributed.is_main(),
+               leave=False)
+    world = distributed.world()
+    net = model if world == 1 else _ddp(model)
     try:
         with torch.random.fork_rng(devices=_devices(model)):
             torch.manual_seed(config.seed)
@@ -170,17 +181,27 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
             step = 0
             for _ in range(config.epochs):
                 for batch_records in _records(records, config, gen):
-                    enc = model.encode(batch_records, config.max_length)
-                    labels = torch.tensor([r.answer for r in batch_records], device=model.device)
-                    logits = model(enc)                                   # (B, C)
-                    ce = F.cross_entropy(logits, labels)
+                    # this process's share of the batch; a process left without one runs an
+                    # example at weight 0, so that it still joins the gradient all-reduce
+                    mine = batch_records[distributed.rank()::world] or batch_records[:1]
+                    weight = 1.0 if distributed.rank() < len(batch_records) else 0.0
+                    enc = model.encode(mine, config.max_length)
+                    labels = torch.tensor([r.answer for r in mine], device=model.device)
+                    logits = net(enc)                                     # (B, C)
                     aux = torch.zeros((), device=model.device)
                     if model.has_moe and lb_coef > 0:
                         from baselines.moe import load_balance_loss
                         aux = aux + lb_coef * load_balance_loss(model.backbone)
                     if dense.is_adalora(model):
                         aux = aux + dense.adalora_orth_loss(model)
-                    loss = ce + aux
+                    if world == 1:
+                        ce = F.cross_entropy(logits, labels)
+                        loss = ce + aux
+                    else:
+                        ce_sum = weight * F.cross_entropy(logits, labels, reduction="sum")
+                        loss = ce_sum * (world / len(batch_records)) + weight * aux
+                        ce = distributed.all_sum(ce_sum) / len(batch_records)
+                        aux = distributed.all_sum(weight * aux) / world
                     if not torch.isfinite(loss):
                         raise FloatingPointError(
                             f"train: loss is {loss.item()} at step {step}; lower lr/head_lr or "
@@ -213,6 +234,17 @@ def _records(records: Sequence[MCRecord], config: TrainConfig, gen: torch.Genera
              ) -> Iterator[list[MCRecord]]:
     for idx in batch_order(records, config.batch_size, gen, bucket=config.bucket):
         yield [records[i] for i in idx]
+
+
+def _ddp(model: MultipleChoiceModel) -> torch.nn.Module:
+    """The model in DDP: gradients of the trainable parameters averaged across processes."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    dev = model.device
+    # init_sync=False: every process built the same seeded model, no need to broadcast a large
+    # frozen backbone; buffers are frozen too
+    return DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None,
+                                   forward_sync_buffers=False, init_sync=False)
 
 
 def _devices(model: MultipleChoiceModel) -> list[int]:

@@ -34,11 +34,6 @@ def test_close_match_suggested() -> None:
         load_backbone("minilmm")
 
 
-def test_smollm2_not_yet_supported() -> None:
-    with pytest.raises(ConfigError, match="not yet supported"):
-        load_backbone("smollm2")
-
-
 def test_missing_or_bad_folder(tmp_path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_backbone(str(tmp_path / "nope" / "model"))
@@ -46,8 +41,9 @@ def test_missing_or_bad_folder(tmp_path) -> None:
         load_backbone(str(tmp_path))
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
-    with pytest.raises(ConfigError, match="GGUF"):
-        load_backbone(str(gguf))
+    with pytest.raises(ConfigError, match="GGUF file"):
+        load_backbone(str(gguf), cache_dir=tmp_path / "cache")
+    assert not list((tmp_path / "cache" / "backbones").iterdir())   # nothing half-written
 
 
 def test_unreachable_hub_id_says_how_to_fix(monkeypatch) -> None:
@@ -122,6 +118,63 @@ def test_check_backbone_without_loading(tmp_path) -> None:
     assert check_backbone("some-org/some-model") == "hub"
     (tmp_path / "config.json").write_text("{}")
     assert check_backbone(str(tmp_path)) == "folder"
-    for bad in ("nope", "smollm2", str(tmp_path / "missing" / "x")):
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    assert check_backbone(str(tmp_path / "m.gguf")) == "gguf"
+    for bad in ("nope", str(tmp_path / "missing" / "x")):
         with pytest.raises(ConfigError):
             check_backbone(bad)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "bert"])
+def test_architecture_families_load_and_take_moe(tmp_path, family: str) -> None:
+    """A saved tiny model of each family loads from its folder and gets MoE-LoRA on the
+    architecture's own linears (target modules resolved per model_type)."""
+    from transformers import (AutoModel, AutoModelForCausalLM, BertConfig, MistralConfig,
+                              Qwen2Config)
+
+    from baselines.heads import make_moe
+    from baselines.moe import AUTO_TARGETS, MoELoRAConfig, moe_layers
+
+    tok = tiny_backbone("encoder").tokenizer
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=2, vocab_size=tok.vocab_size, max_position_embeddings=128)
+    config = {"llama": LlamaConfig(num_key_value_heads=2, **small),
+              "qwen2": Qwen2Config(num_key_value_heads=2, **small),
+              "mistral": MistralConfig(num_key_value_heads=2, **small),
+              "bert": BertConfig(**small)}[family]
+    cls = AutoModel if family == "bert" else AutoModelForCausalLM
+    torch.manual_seed(0)
+    cls.from_config(config).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    bb = load_backbone(str(tmp_path))
+    assert bb.kind == ("encoder" if family == "bert" else "decoder")
+    model = make_moe(bb, MoELoRAConfig(n_experts=2, rank=2, top_k=1))
+    wrapped = {n.rsplit(".", 1)[-1] for n, m in model.backbone.named_modules()
+               if m in set(moe_layers(model.backbone))}
+    assert {t.rsplit(".", 1)[-1] for t in AUTO_TARGETS[family]} == wrapped
+
+
+def test_unknown_architecture_lists_its_linears() -> None:
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from baselines.backbones import from_model
+    from baselines.heads import make_moe
+
+    tok = tiny_backbone("encoder").tokenizer
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(hidden_size=32, intermediate_size=64,
+                                             num_hidden_layers=1, num_attention_heads=2,
+                                             vocab_size=tok.vocab_size))
+    bb = from_model(model, tok, name="neox")
+    with pytest.raises(ConfigError, match="gpt_neox") as err:
+        make_moe(bb)
+    assert "query_key_value" in str(err.value) and "dense_h_to_4h" in str(err.value)
+
+
+def test_gpu_placement_is_bf16_with_device_map() -> None:
+    """The GPU code path without a GPU: bfloat16 and a device_map (CPU: float32, no map)."""
+    from baselines.backbones import _placement
+
+    assert _placement(None, None) == (torch.float32, {})
+    assert _placement("cpu", None) == (torch.float32, {})
+    assert _placement("cuda:0", None) == (torch.bfloat16, {"device_map": "auto"})
+    assert _placement("cuda:0", torch.float16) == (torch.float16, {"device_map": "auto"})
