@@ -2,7 +2,7 @@
 
     uqbench run --suite pooled [--profile cpu] [--backbone minilm] [--scorers a,b]
                 [--plugin MODULE] [--out DIR] [--cache-dir DIR] [--data-dir DIR] [--seeds N]
-                [--experiment NAME] [--models a,b]
+                [--experiment NAME] [--models a,b] [--head cloze|letters]
     uqbench list scorers|suites|backbones|experiments|profiles|models
     uqbench report RUN_DIR        # reprint a finished run's tables
     uqbench plot RUN_DIR          # redraw a finished run's figures
@@ -44,6 +44,9 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--models", type=_csv, default=(),
                      help="comma-separated models to train and score (uqbench list models; "
                      "default: the suite's models:, else lora,moe-lora)")
+    run.add_argument("--head", choices=["auto", "cross_encoder", "cloze", "letters"],
+                     help="how options are scored: decoders cloze (option log-likelihood) or "
+                     "letters (answer letter); default: the suite's head:, else auto")
     run.add_argument("--no-figures", action="store_true")
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--overwrite", action="store_true",
@@ -105,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 scorers=args.scorers, plugins=tuple(args.plugin), out=args.out,
                 cache_dir=args.cache_dir, data_dir=args.data_dir, seeds=args.seeds,
                 budget=args.budget, experiment=args.experiment, models=args.models,
+                head=args.head,
                 figures=not args.no_figures,
                 progress=not args.no_progress, overwrite=args.overwrite))
         elif args.command == "report":

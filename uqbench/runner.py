@@ -51,6 +51,7 @@ class RunConfig:
     budget: float = 4.0
     experiment: str | None = None
     models: tuple[str, ...] = ()  # empty: the suite's `models:`, else lora + moe-lora
+    head: str | None = None  # auto | cloze | letters | cross_encoder; None: the suite's `head:`
     figures: bool = True
     progress: bool = True
     overwrite: bool = False
@@ -62,6 +63,8 @@ class RunConfig:
             d.pop(k)
         if not d["models"]:  # runs without --models keep the identity they always had
             d.pop("models")
+        if d["head"] is None:
+            d.pop("head")
         return d
 
 
@@ -136,6 +139,10 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
     from baselines.backbones import check_backbone
 
     check_backbone(cfg.backbone)
+    if cfg.head is not None:
+        from uqbench.data.suites import check_head
+
+        check_head(cfg.head)
     from uqbench.data.suites import get_suite_spec
 
     get_suite_spec(cfg.suite)  # unknown name or invalid YAML fails here, before any data work
@@ -147,13 +154,17 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
 def run(cfg: RunConfig) -> RunResult:
     t0 = time.perf_counter()
     prof, ms, out, cache, data = prepare(cfg)
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites import build_suite, get_suite_spec
 
-    suite = build_suite(cfg.suite, prof, data_dir=data, cache_dir=cache / "splits",
-                        progress=cfg.progress)
+    from baselines import distributed  # under `accelerate launch`: see its docstring
+
+    with distributed.main_first():  # process 0 builds the split cache, the others read it
+        suite = build_suite(cfg.suite, prof, data_dir=data, cache_dir=cache / "splits",
+                            progress=cfg.progress)
     stats = RunStats()
     stats.seconds["data"] = time.perf_counter() - t0
-    engine = Engine(cfg.backbone, prof, suite, cache, stats, progress=cfg.progress)
+    engine = Engine(cfg.backbone, prof, suite, cache, stats, progress=cfg.progress,
+                    head=cfg.head or get_suite_spec(cfg.suite).head)
     n_seeds = cfg.seeds or prof.seeds
     pairs = list(dict.fromkeys(m.pair for m in ms))
     eval_splits = [s for s in suite.splits.values() if s.role in ("id", "shift")]
@@ -164,6 +175,8 @@ def run(cfg: RunConfig) -> RunResult:
             for split in eval_splits:
                 outs[pair.name, split.name, rep] = engine.outputs(pair, split, rep, need)
     stats.seconds["models+passes"] = time.perf_counter() - t0 - stats.seconds["data"]
+    if not distributed.is_main():  # every process holds every record; process 0 reports
+        return RunResult(out, [], stats)
     rows, arrays = score_all(ms, suite, outs, n_seeds, prof, cache=engine.arrays)
     meta = {
         "config": cfg.identity(), "protocol": PROTOCOL_VERSION, "profile": prof.name,
@@ -174,6 +187,7 @@ def run(cfg: RunConfig) -> RunResult:
         "gates": engine.gate_log,
         "forward_passes_run": {"/".join(map(str, k)): v for k, v in sorted(stats.passes.items())},
         "cache_hits": stats.cache_hits, "trained": stats.trained,
+        "processes": distributed.world(),
         "seconds": {**stats.seconds, "total": time.perf_counter() - t0},
     }
     write_results(out, rows, meta)
@@ -262,8 +276,9 @@ class Engine:
     """Trains/loads models, calibrates gates and runs cached forward passes (torch side)."""
 
     def __init__(self, backbone: str, prof: Profile, suite: Any, cache_root: Path,
-                 stats: RunStats, *, progress: bool = True) -> None:
-        self.backbone_name, self.prof, self.suite = backbone, prof, suite
+                 stats: RunStats, *, progress: bool = True, head: str = "auto") -> None:
+        self.backbone_name, self.prof, self.suite, self.head = backbone, prof, suite, head
+        self.cache_root = cache_root
         self.arrays, self.dirs = ArrayCache(cache_root), DirCache(cache_root)
         self.stats, self.progress = stats, progress
         self._models: dict[tuple[str, int], tuple[Any, str]] = {}
@@ -275,9 +290,12 @@ class Engine:
     def backbone(self) -> Any:
         """The backbone, loaded once; models are built on clones of it."""
         if self._backbone is None:
+            from baselines import distributed
             from baselines.backbones import load_backbone
 
-            self._backbone = load_backbone(self.backbone_name)
+            with distributed.main_first():  # process 0 converts/caches it (GGUF) first
+                self._backbone = load_backbone(self.backbone_name, device=distributed.device(),
+                                               cache_dir=self.cache_root)
         return self._backbone
 
     def backbone_identity(self) -> dict[str, Any]:
@@ -288,7 +306,7 @@ class Engine:
         key = (spec.name, seed)
         if key in self._models:
             return self._models[key]
-        from baselines import checkpoint, train
+        from baselines import checkpoint, distributed, train
 
         train_cfg = train.TrainConfig(epochs=self.prof.epochs, batch_size=self.prof.batch_size,
                                       max_length=self.prof.max_length, seed=seed)
@@ -300,18 +318,19 @@ class Engine:
         }
         if spec.kind not in ("moe", "lora", "dora", "adalora"):  # a variant: key by its preset
             material["adapter_config"] = self._variant_config(spec, seed).to_dict()
-        path = self.dirs.get("models", material)
-        if path is None:
-            def write(tmp: Path) -> None:
-                t = time.perf_counter()
-                model = self._fresh(spec, seed)
-                records = [r for s in train_splits for r in s.records]
-                train.train(model, records, train_cfg, progress=self.progress)
-                checkpoint.save_adapter(model, tmp, meta={"model": spec.name, "seed": seed})
-                self.stats.trained.append(f"{spec.name}@{seed}")
-                self.stats.seconds[f"train {spec.name}@{seed}"] = time.perf_counter() - t
+        if self.head != "auto":
+            material["head"] = self.head
 
-            path = self.dirs.build("models", material, write)
+        def write(tmp: Path) -> None:
+            t = time.perf_counter()
+            model = self._fresh(spec, seed)
+            records = [r for s in train_splits for r in s.records]
+            train.train(model, records, train_cfg, progress=self.progress)
+            checkpoint.save_adapter(model, tmp, meta={"model": spec.name, "seed": seed})
+            self.stats.trained.append(f"{spec.name}@{seed}")
+            self.stats.seconds[f"train {spec.name}@{seed}"] = time.perf_counter() - t
+
+        path = distributed.build_dir(self.dirs, "models", material, write)
         model = checkpoint.load_adapter(path, self.backbone())
         self._models[key] = (model, checkpoint.adapter_hash(path))
         return self._models[key]
@@ -320,10 +339,12 @@ class Engine:
         from baselines import dense, heads, moe
 
         if spec.kind == "moe":
-            return heads.make_moe(self.backbone(), moe.MoELoRAConfig(seed=seed), seed=seed)
+            return heads.make_moe(self.backbone(), moe.MoELoRAConfig(seed=seed), seed=seed,
+                                  mode=self.head)
         if spec.kind in ("lora", "dora", "adalora"):
-            return dense.make_dense(self.backbone(), kind=spec.kind, seed=seed)
-        return heads.make_moe(self.backbone(), self._variant_config(spec, seed), seed=seed)
+            return dense.make_dense(self.backbone(), kind=spec.kind, seed=seed, mode=self.head)
+        return heads.make_moe(self.backbone(), self._variant_config(spec, seed), seed=seed,
+                              mode=self.head)
 
     @staticmethod
     def _variant_config(spec: ModelSpec, seed: int) -> Any:
@@ -348,7 +369,7 @@ class Engine:
     # -- forward records ----------------------------------------------------------------------
     def forward(self, spec: ModelSpec, seed: int, pair: Pair, split: Any, mode: str,
                 index: int = 0) -> dict[str, np.ndarray]:
-        from baselines import forward, gates, moe
+        from baselines import distributed, forward, gates, moe
 
         model, sha = self.model(spec, seed)
         gate, desc = self.gate(Pair(spec, pair.gate, pair.fields), seed)
@@ -364,7 +385,7 @@ class Engine:
                                    max_length=self.prof.max_length, mode=mode, seed=index,
                                    progress=self.progress)
 
-        arrays, hit = self.arrays.get_or_compute("forward", material, compute)
+        arrays, hit = distributed.get_or_compute(self.arrays, "forward", material, compute)
         self.stats.cache_hits += hit
         return arrays
 

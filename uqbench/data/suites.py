@@ -45,6 +45,7 @@ corrupt or stale entry is removed (with a `StaleCacheWarning`) and rebuilt.
         shift: {source: arc-challenge, split: test}
         # calib: optional, default = the train spec (a disjoint seeded slice of it)
     caps: {train: 200, id: 100, shift: 100}   # optional, overrides the profile's
+    head: cloze                     # optional: auto | cloze | letters | cross_encoder
 
 A role may also give ``subjects`` (MMLU subject names or the groups ``high_school``,
 ``college``, ``professional``), ``half`` (0 or 1: a seeded half of the source, per MMLU subject)
@@ -156,6 +157,7 @@ class SuiteSpec:
     description: str = ""
     origin: str = "built-in"
     models: tuple[str, ...] = ()  # `models:` (uqbench list models); empty: lora + moe-lora
+    head: str = "auto"  # `head:` how options are scored (`baselines.heads`); --head overrides
 
     def domain(self, name: str) -> DomainSpec:
         for d in self.domains:
@@ -209,7 +211,9 @@ def list_suites() -> list[str]:
 
 # -- YAML -------------------------------------------------------------------------------------
 
-_SUITE_KEYS = {"name", "description", "domains", "caps", "choices", "models"}
+_SUITE_KEYS = {"name", "description", "domains", "caps", "choices", "models", "head"}
+#: ``head:`` values; auto = cross_encoder for encoders, letters for decoders
+HEADS = ("auto", "cross_encoder", "cloze", "letters")
 _ROLE_KEYS = {"source", "split", "subjects", "half", "choices"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -287,7 +291,17 @@ def parse_suite(data: Any, *, origin: str = "<suite>", default_name: str | None 
         domains.append(DomainSpec(dname, specs))
     return SuiteSpec(name, tuple(domains), parse_caps(data.get("caps"), origin),
                      str(data.get("description", "")), origin,
-                     _models(data.get("models"), origin))
+                     _models(data.get("models"), origin),
+                     check_head(data.get("head", "auto"), f"{origin}: 'head'"))
+
+
+def check_head(v: Any, where: str = "--head") -> str:
+    """``head:`` -- how a model scores the options (decoders: ``cloze`` = length-normalised
+    option log-likelihood, ``letters`` = answer-letter logits)."""
+    if v not in HEADS:
+        raise ConfigError(f"{where}: head {v!r} unknown; valid: {', '.join(HEADS)} (cloze and "
+                          "letters are for decoder backbones, cross_encoder for encoders)")
+    return str(v)
 
 
 def _models(v: Any, where: str) -> tuple[str, ...]:

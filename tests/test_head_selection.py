@@ -1,0 +1,38 @@
+"""Choosing how decoders score options: the suite's ``head:`` and ``--head``, checked before any
+data or model work."""
+from __future__ import annotations
+
+import pytest
+
+from uqbench.cli import main
+from uqbench.data.suites import parse_suite
+from uqbench.errors import ConfigError
+from uqbench.runner import RunConfig, prepare
+
+DOMAINS = {"science": {"train": {"source": "arc-easy", "split": "train"},
+                       "id": {"source": "arc-easy", "split": "test"},
+                       "shift": {"source": "arc-challenge", "split": "test"}}}
+
+
+@pytest.mark.parametrize("head", ["cloze", "letters", "cross_encoder", "auto"])
+def test_suite_head(head: str) -> None:
+    assert parse_suite({"name": "s", "domains": DOMAINS, "head": head}).head == head
+
+
+def test_suite_head_defaults_to_auto_and_bad_one_lists_valid() -> None:
+    assert parse_suite({"name": "s", "domains": DOMAINS}).head == "auto"
+    with pytest.raises(ConfigError, match="cloze, letters") as err:
+        parse_suite({"name": "s", "domains": DOMAINS, "head": "logits"}, origin="my.yaml")
+    assert "my.yaml" in str(err.value) and "'logits'" in str(err.value)
+
+
+def test_run_head_checked_before_data(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="head 'bogus' unknown"):
+        prepare(RunConfig(head="bogus", backbone="tiny-llama", out=tmp_path / "o"))
+    with pytest.raises(SystemExit):   # argparse refuses it too
+        main(["run", "--head", "bogus"])
+
+
+def test_head_in_run_identity_only_when_given() -> None:
+    assert "head" not in RunConfig().identity()   # old runs keep their identity
+    assert RunConfig(head="cloze").identity()["head"] == "cloze"
