@@ -90,13 +90,17 @@ class Backbone:
     identity: Mapping[str, Any]
 
     def clone(self) -> Backbone:
-        """A copy with its own model weights (the tokenizer is shared; it is never mutated).
+        """A copy of the module tree that shares the frozen pretrained weights (and the
+        tokenizer); neither is ever mutated.
 
         Adapter builders inject layers into the model in place; clone first to keep this
-        backbone clean for the next model.
+        backbone clean for the next model. Sharing the frozen tensors means a backbone's memory
+        is paid once however many adapters (seeds, ensemble members, baselines) are built on
+        it: what lets the ``full`` profile hold its ~18 models of an 8B backbone on one GPU.
         """
-        return Backbone(model=copy.deepcopy(self.model), tokenizer=self.tokenizer, kind=self.kind,
-                        name=self.name, identity=self.identity)
+        frozen = {id(p): p for p in self.model.parameters() if not p.requires_grad}
+        return Backbone(model=copy.deepcopy(self.model, memo=frozen), tokenizer=self.tokenizer,
+                        kind=self.kind, name=self.name, identity=self.identity)
 
 
 # -- identity -------------------------------------------------------------------------------------

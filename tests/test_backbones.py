@@ -100,13 +100,21 @@ def test_encoder_decoder_models_refused() -> None:
         is_decoder_config(T5Config())
 
 
-def test_clone_has_its_own_weights() -> None:
-    a = tiny_backbone("encoder")
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_clone_shares_frozen_weights_not_modules(kind: str) -> None:
+    from baselines.moe import MoELoRAConfig, inject, moe_layers
+
+    a = tiny_backbone(kind)
     b = a.clone()
-    with torch.no_grad():
-        next(b.model.parameters()).add_(1.0)
-    assert not torch.equal(next(a.model.parameters()), next(b.model.parameters()))
-    assert b.tokenizer is a.tokenizer and b.identity == a.identity
+    assert b.model is not a.model and b.tokenizer is a.tokenizer and b.identity == a.identity
+    pa, pb = dict(a.model.named_parameters()), dict(b.model.named_parameters())
+    assert pa.keys() == pb.keys() and all(pa[k] is pb[k] for k in pa)   # no copy of weights
+    inject(b.model, MoELoRAConfig(n_experts=2, rank=2, top_k=1))        # adapters go on b only
+    assert moe_layers(b.model) and not moe_layers(a.model)
+    assert not any(p.requires_grad for p in a.model.parameters())
+    if kind == "decoder":   # tied input/output embeddings stay tied, untied stay apart
+        tied = lambda m: m.get_output_embeddings().weight is m.get_input_embeddings().weight
+        assert tied(b.model) == tied(a.model)
 
 
 def test_minilm_package_folder_is_hf_format() -> None:
