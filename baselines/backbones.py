@@ -236,7 +236,7 @@ def _load_dir_or_hub(source: str, name: str, *, dtype: torch.dtype | None, local
             "DIR, a directory holding config.json, weights and tokenizer files."
         ) from exc
     if device is not None and not place:
-        model = model.to(device)
+        model = model.to(device)  # type: ignore[arg-type]
     return from_model(model, tokenizer, name=name, kind=kind)
 
 
@@ -299,7 +299,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
                           "dequantise (Llama, Qwen2, Mistral... families)") from exc
     # the weights are plain float32 tensors now: drop the GGUF quantizer so the folder is an
     # ordinary checkpoint (save_pretrained refuses GGUF-quantized models)
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out)

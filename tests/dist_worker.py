@@ -12,7 +12,7 @@ from baselines import distributed, forward, heads, moe, train
 from baselines.backbones import tiny_backbone
 from uqbench.data.records import MCRecord
 
-WORDS = "apple river stone tiger cloud lamp green seven honey bridge".split()
+WORDS = ["apple", "river", "stone", "tiger", "cloud", "lamp", "green", "seven", "honey", "bridge"]
 
 
 def records(n: int, seed: int) -> list[MCRecord]:

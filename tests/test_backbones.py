@@ -137,15 +137,15 @@ def test_check_backbone_without_loading(tmp_path) -> None:
 def test_architecture_families_load_and_take_moe(tmp_path, family: str) -> None:
     """A saved tiny model of each family loads from its folder and gets MoE-LoRA on the
     architecture's own linears (target modules resolved per model_type)."""
-    from transformers import (AutoModel, AutoModelForCausalLM, BertConfig, MistralConfig,
-                              Qwen2Config)
+    from transformers import AutoModel, AutoModelForCausalLM, BertConfig, MistralConfig, Qwen2Config
 
     from baselines.heads import make_moe
     from baselines.moe import AUTO_TARGETS, MoELoRAConfig, moe_layers
 
     tok = tiny_backbone("encoder").tokenizer
-    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                 num_attention_heads=2, vocab_size=tok.vocab_size, max_position_embeddings=128)
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "vocab_size": tok.vocab_size,
+             "max_position_embeddings": 128}
     config = {"llama": LlamaConfig(num_key_value_heads=2, **small),
               "qwen2": Qwen2Config(num_key_value_heads=2, **small),
               "mistral": MistralConfig(num_key_value_heads=2, **small),

@@ -154,9 +154,8 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
 def run(cfg: RunConfig) -> RunResult:
     t0 = time.perf_counter()
     prof, ms, out, cache, data = prepare(cfg)
-    from uqbench.data.suites import build_suite, get_suite_spec
-
     from baselines import distributed  # under `accelerate launch`: see its docstring
+    from uqbench.data.suites import build_suite, get_suite_spec
 
     with distributed.main_first():  # process 0 builds the split cache, the others read it
         suite = build_suite(cfg.suite, prof, data_dir=data, cache_dir=cache / "splits",
