@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -36,9 +37,16 @@ def _launch(args: list[str], tmp: Path) -> None:
            "--dynamo_backend", "no", "--main_process_port", str(port), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    # own process group: on a timeout the launcher and both workers are killed together
+    proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        pytest.fail(f"2-process launch did not finish in {TIMEOUT} s: {err[-4000:]}")
+    assert proc.returncode == 0, err[-4000:]
 
 
 def test_sharded_training_and_records_match_one_process(tmp_path) -> None:
