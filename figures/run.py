@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from figures.style import MethodStyles, theme
 from uqbench.errors import UserError
+from uqbench.report import REDO, read_results
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,6 @@ ROLES = ("id", "shift")
 ROLE_LABELS = {"id": "ID", "shift": "shifted"}
 POOLED = "pooled"
 FORMATS = ("png", "pdf")
-_REDO = "redo the run step that writes it: `uqbench run ... --out {dir}` (a warm cache makes " \
-        "this cheap: no model work)"
 
 
 @dataclass(frozen=True)
@@ -177,28 +176,15 @@ def load_run(run_dir: str | Path) -> RunData:
     d = Path(run_dir)
     if not d.is_dir():
         raise UserError(f"run folder {d} does not exist; run `uqbench run ... --out {d}` first")
-    res, npz = d / "results.jsonl", d / "scores.npz"
-    if not res.exists():
-        raise UserError(f"{res} is missing: {d} is not a finished uqbench run; "
-                        + _REDO.format(dir=d))
-    try:
-        rows = [json.loads(line) for line in res.read_text().splitlines() if line.strip()]
-    except ValueError as exc:
-        raise UserError(f"{res} is not valid JSON lines ({exc}); " + _REDO.format(dir=d)) from None
-    if not rows:
-        raise UserError(f"{res} holds no results; " + _REDO.format(dir=d))
-    missing = [k for k in ("method", "model", "gate", "scorer", "domain") if k not in rows[0]]
-    if missing:
-        raise UserError(f"{res} rows lack the column(s) {', '.join(missing)}: written by another "
-                        "tool or an old version; " + _REDO.format(dir=d))
+    rows, npz = read_results(d), d / "scores.npz"
     if not npz.exists():
         raise UserError(f"{npz} is missing: the figures need the per-example scores that "
-                        f"`uqbench run` writes next to results.jsonl; " + _REDO.format(dir=d))
+                        f"`uqbench run` writes next to results.jsonl; " + REDO.format(dir=d))
     try:
         with np.load(npz, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise UserError(f"{npz} is unreadable ({exc}); " + _REDO.format(dir=d)) from None
+        raise UserError(f"{npz} is unreadable ({exc}); " + REDO.format(dir=d)) from None
     meta: dict[str, Any] = {}
     meta_path = d / "run.json"
     if meta_path.exists():

@@ -23,6 +23,14 @@ def _one_torch_thread():
     torch.set_num_threads(n)
 
 
+def builtin_scorers() -> tuple[str, ...]:
+    """The built-in scorers' names: the registry is per process and some tests register plugin
+    scorers, so runs that mean "every scorer" name these."""
+    from uqbench.scorer import SCORERS, list_scorers
+
+    return tuple(n for n in list_scorers() if SCORERS.get(n).__module__.startswith("scorers."))
+
+
 def data_dir() -> Path | None:
     """The real dataset copies: $UQBENCH_DATA, else ../shared/data beside the checkout."""
     env = os.environ.get("UQBENCH_DATA")

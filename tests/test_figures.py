@@ -352,7 +352,7 @@ def test_missing_scores_npz_is_a_user_error_naming_it(tmp_path: Path) -> None:
 def test_missing_results_is_a_user_error_naming_it(tmp_path: Path) -> None:
     d = make_run(tmp_path / "r", frontier=False, extra=False)
     (d / "results.jsonl").unlink()
-    with pytest.raises(UserError, match=r"results\.jsonl is missing.*--out"):
+    with pytest.raises(UserError, match=r"results\.jsonl not found.*--out"):
         draw_run(d)
 
 

@@ -9,6 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from tests.conftest import builtin_scorers
 from uqbench.errors import ConfigError, PluginError, UserError
 from uqbench.profiles import get_profile
 from uqbench.runner import RunConfig, prepare, run
@@ -69,7 +70,8 @@ def real_data_dir_module():
 def cfg(env, **kw) -> RunConfig:
     root, data = env
     base = dict(suite=str(root / "tiny.yaml"), profile="smoke", backbone="tiny-bert",
-                out=root / "out", cache_dir=root / "cache", data_dir=data, figures=False,
+                scorers=builtin_scorers(), out=root / "out", cache_dir=root / "cache",
+                data_dir=data, figures=False,
                 progress=False)
     base.update(kw)
     return RunConfig(**base)

@@ -47,6 +47,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--head", choices=["auto", "cross_encoder", "cloze", "letters"],
                      help="how options are scored: decoders cloze (option log-likelihood) or "
                      "letters (answer letter); default: the suite's head:, else auto")
+    run.add_argument("--scorer-timeout", type=float, default=300.0, metavar="SECONDS",
+                     help="stop the run if one scorer call takes longer (default 300; 0: none)")
     run.add_argument("--no-figures", action="store_true")
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--overwrite", action="store_true",
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                 budget=args.budget, experiment=args.experiment, models=args.models,
                 head=args.head,
                 figures=not args.no_figures,
-                progress=not args.no_progress, overwrite=args.overwrite))
+                progress=not args.no_progress, overwrite=args.overwrite,
+                scorer_timeout=args.scorer_timeout or None))
         elif args.command == "report":
             from uqbench.report import markdown_table, read_results, rows_for
             print(markdown_table(rows_for(read_results(args.run_dir), domain=args.domain)))

@@ -42,10 +42,10 @@ class Scored:
     experts: NDArray[np.float64] | None
 
     @staticmethod
-    def of(scorer: Scorer, per_seed: Sequence[Outputs]) -> Scored:
+    def of(scorer: Scorer, per_seed: Sequence[Outputs], *, timeout: float | None = None) -> Scored:
         u, conf, corr, exp = [], [], [], []
         for out in per_seed:
-            ui, ci = run_scorer(scorer, out)
+            ui, ci = run_scorer(scorer, out, timeout=timeout)
             u.append(ui)
             conf.append(ci)
             corr.append((scorer.predictive(out).argmax(axis=1) == out.labels).astype(float))

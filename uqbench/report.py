@@ -100,12 +100,30 @@ def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]],
     return paths
 
 
+#: How to get a run folder's files back (a warm cache makes it cheap).
+REDO = ("redo the run step that writes it: `uqbench run ... --out {dir}` (a warm cache makes "
+        "this cheap: no model work)")
+
+
 def read_results(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "results.jsonl"
+    """The rows of a finished run's ``results.jsonl``; a missing, unreadable, empty or foreign
+    file is a `UserError` naming it and the run step to redo."""
+    d = Path(run_dir)
+    path = d / "results.jsonl"
     if not path.exists():
-        raise UserError(f"{path} not found: {run_dir} is not a finished uqbench run "
-                        "(run `uqbench run --out DIR` first)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        raise UserError(f"{path} not found: {d} is not a finished uqbench run; "
+                        + REDO.format(dir=d))
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path} is not valid JSON lines ({exc}); " + REDO.format(dir=d)) from None
+    if not rows:
+        raise UserError(f"{path} holds no results; " + REDO.format(dir=d))
+    missing = [k for k in ("method", "model", "gate", "scorer", "domain") if k not in rows[0]]
+    if missing:
+        raise UserError(f"{path} rows lack the column(s) {', '.join(missing)}: written by another "
+                        "tool or an old version; " + REDO.format(dir=d))
+    return rows
 
 
 def rows_for(rows: Iterable[Mapping[str, Any]], **match: Any) -> list[Mapping[str, Any]]:

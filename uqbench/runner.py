@@ -30,7 +30,7 @@ from uqbench.plan import (Method, ModelSpec, Pair, default_pairs, methods, model
 from uqbench.profiles import Profile, get_profile
 from uqbench.registry import import_plugin
 from uqbench.report import summary, write_results
-from uqbench.scorer import get_scorer, list_scorers
+from uqbench.scorer import get_scorer, list_scorers, probe_scorers
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,13 @@ class RunConfig:
     figures: bool = True
     progress: bool = True
     overwrite: bool = False
+    scorer_timeout: float | None = 300.0  # seconds per scorer call; None: no limit
 
     def identity(self) -> dict[str, Any]:
         """What must match for an existing --out folder to be refreshed in place."""
         d = asdict(self)
-        for k in ("out", "cache_dir", "data_dir", "figures", "progress", "overwrite"):
+        for k in ("out", "cache_dir", "data_dir", "figures", "progress", "overwrite",
+                  "scorer_timeout"):
             d.pop(k)
         if not d["models"]:  # runs without --models keep the identity they always had
             d.pop("models")
@@ -114,6 +116,7 @@ def _check_out_dir(out: Path, cfg: RunConfig) -> None:
 def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | None]:
     """All validation that needs no data and no model. Raises UserError subclasses."""
     prof = get_profile(cfg.profile)
+    _check_numbers(cfg)
     for p in cfg.plugins:
         import_plugin(p)
     from uqbench.experiments import experiment_methods, experiment_scorers
@@ -136,6 +139,7 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
         models = cfg.models or get_suite_spec(cfg.suite).models
         ms = methods(model_pairs(models, cfg.budget) if models else default_pairs(cfg.budget),
                      chosen)
+    probe_scorers(dict.fromkeys(m.scorer for m in ms), timeout=cfg.scorer_timeout)
     from baselines.backbones import check_backbone
 
     check_backbone(cfg.backbone)
@@ -147,8 +151,28 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
 
     get_suite_spec(cfg.suite)  # unknown name or invalid YAML fails here, before any data work
     out, cache, data = resolve_dirs(cfg)
+    for flag, d in (("--out", out), ("--cache-dir", cache)):
+        if d.exists() and not d.is_dir():
+            raise UserError(f"{flag} {d} is a file, not a folder; give a folder path (it is "
+                            "created if missing)")
     _check_out_dir(out, cfg)
     return prof, ms, out, cache, data
+
+
+def _check_numbers(cfg: RunConfig) -> None:
+    from baselines.moe import MoELoRAConfig
+
+    n_experts = MoELoRAConfig().n_experts
+    if cfg.seeds is not None and cfg.seeds < 1:
+        raise ConfigError(f"--seeds {cfg.seeds}: give at least 1 repetition (or leave it out for "
+                          "the profile's default)")
+    if not 1 <= cfg.budget <= n_experts:
+        raise ConfigError(f"--budget {cfg.budget:g}: CARE's average expert budget must lie in "
+                          f"[1, {n_experts}] (the MoE-LoRA layers have {n_experts} experts); "
+                          "the paper uses 4")
+    if cfg.scorer_timeout is not None and not cfg.scorer_timeout > 0:
+        raise ConfigError(f"--scorer-timeout {cfg.scorer_timeout:g}: give a positive number of "
+                          "seconds, or 0 on the command line for no limit")
 
 
 def run(cfg: RunConfig) -> RunResult:
@@ -176,7 +200,8 @@ def run(cfg: RunConfig) -> RunResult:
     stats.seconds["models+passes"] = time.perf_counter() - t0 - stats.seconds["data"]
     if not distributed.is_main():  # every process holds every record; process 0 reports
         return RunResult(out, [], stats)
-    rows, arrays = score_all(ms, suite, outs, n_seeds, prof, cache=engine.arrays)
+    rows, arrays = score_all(ms, suite, outs, n_seeds, prof, cache=engine.arrays,
+                             scorer_timeout=cfg.scorer_timeout)
     meta = {
         "config": cfg.identity(), "protocol": PROTOCOL_VERSION, "profile": prof.name,
         "profile_settings": asdict(prof),
@@ -204,8 +229,8 @@ def run(cfg: RunConfig) -> RunResult:
 
 
 def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, int], Outputs],
-              n_seeds: int, prof: Profile, cache: ArrayCache | None = None
-              ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+              n_seeds: int, prof: Profile, cache: ArrayCache | None = None,
+              scorer_timeout: float | None = None) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """One row per method per domain and ``pooled``; also the per-example arrays for figures.
     With ``cache``, rows already evaluated on identical scores are read back, not recomputed."""
     rows: list[dict[str, Any]] = []
@@ -219,7 +244,7 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
                 [Outputs.concat([outs[m.pair.name, f"{d}/{role}", r] for d in parts])
                  for r in range(n_seeds)]
                 for role in ("id", "shift"))
-            id_s, sh_s = Scored.of(m.scorer, id_outs), Scored.of(m.scorer, sh_outs)
+            id_s, sh_s = (Scored.of(m.scorer, o, timeout=scorer_timeout) for o in (id_outs, sh_outs))
             row: dict[str, Any] = {
                 "method": m.name, "model": m.pair.model.name, "gate": m.pair.gate.name,
                 "scorer": m.scorer.name, "domain": dom,

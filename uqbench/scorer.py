@@ -16,7 +16,11 @@ Example
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -109,17 +113,57 @@ def check_requirements(scorers: Iterable[Scorer], available: Iterable[str], sour
             )
 
 
-def run_scorer(scorer: Scorer, outputs: Outputs) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Call a scorer and validate what it returns: (uncertainty, confidence), both (N,) finite."""
+class _TimeLimit(Exception):
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise `_TimeLimit` in the main thread after ``seconds`` (SIGALRM); elsewhere, or without
+    a limit, just run (the caller still checks the elapsed time afterwards)."""
+    if not seconds or threading.current_thread() is not threading.main_thread() \
+            or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise _TimeLimit
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def run_scorer(scorer: Scorer, outputs: Outputs, *, timeout: float | None = None
+               ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Call a scorer and validate what it returns: (uncertainty, confidence), both (N,) finite.
+
+    ``timeout``: seconds allowed for each call; a slower scorer stops the run with a
+    `PluginError` naming it (interrupted in the main thread, detected afterwards elsewhere).
+    """
     result = []
     for what, fn in (("uncertainty", scorer), ("confidence", scorer.confidence)):
+        slow = PluginError(f"scorer {scorer.name!r} took longer than {timeout:g} s to compute "
+                           f"{what} for {outputs.n} examples; make it faster (it should be "
+                           "vectorised numpy) or raise the limit with --scorer-timeout") \
+            if timeout else None
+        t0 = time.perf_counter()
         try:
-            arr = np.asarray(fn(outputs), dtype=np.float64)
+            with _time_limit(timeout):
+                arr = np.asarray(fn(outputs), dtype=np.float64)
+        except _TimeLimit:
+            raise slow from None
         except Exception as exc:
             raise PluginError(
                 f"scorer {scorer.name!r} raised while computing {what}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+        if slow is not None and time.perf_counter() - t0 > timeout:  # type: ignore[operator]
+            raise slow
         if arr.shape != (outputs.n,):
             raise PluginError(f"scorer {scorer.name!r} returned {what} of shape {arr.shape}; "
                               f"expected ({outputs.n},), one value per example")
@@ -131,3 +175,23 @@ def run_scorer(scorer: Scorer, outputs: Outputs) -> tuple[NDArray[np.float64], N
                               f"(range [{arr.min():.3g}, {arr.max():.3g}])")
         result.append(arr)
     return result[0], result[1]
+
+
+def probe_scorers(scorers: Iterable[Scorer], *, timeout: float | None = None) -> None:
+    """Run each scorer once on small random but valid `Outputs` carrying every field, so that a
+    plugin that raises, returns the wrong shape or NaN, or hangs stops the run before any model
+    work (the real outputs are validated again by `run_scorer`)."""
+    rng = np.random.default_rng(0)
+    n, c = 8, 4
+    probe = Outputs(
+        ids=np.array([f"probe{i}" for i in range(n)]), labels=rng.integers(0, c, n),
+        logits=rng.normal(size=(n, c)), domain=np.array(["probe"] * n),
+        route_entropy=rng.uniform(size=n), top1_mass=rng.uniform(0.1, 1, n),
+        disagreement=rng.uniform(size=n), experts=rng.uniform(1, 8, n),
+        mc_logits=rng.normal(size=(3, n, c)), member_logits=rng.normal(size=(2, n, c)))
+    for sc in scorers:
+        try:
+            run_scorer(sc, probe, timeout=timeout)
+        except PluginError as exc:
+            raise PluginError(f"{exc} (found on a probe of {n} random examples, before any "
+                              "model work)") from exc.__cause__
