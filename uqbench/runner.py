@@ -400,6 +400,8 @@ class Engine:
         material = {"protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
                     "adapter": sha, "gate": desc, "split": split.hash, "mode": mode,
                     "index": index, "max_length": self.prof.max_length}
+        if mode == "mc_dropout":  # masks seeded per batch (same for any number of processes)
+            material["dropout_seeds"] = "per-batch"
 
         def compute() -> dict[str, np.ndarray]:
             if gate is not None:  # a fresh gate per pass: RandomK's draws restart from its seed
