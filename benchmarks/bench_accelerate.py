@@ -1,7 +1,8 @@
 """Sharded run vs one process: `accelerate launch` with 2 processes against 1 process.
 
 ``accelerate_2proc_vs_1proc``: the same `uqbench run` (MiniLM, MoE-LoRA: training, CARE
-calibration, deterministic + MC-dropout forward records of a one-domain suite; splits built
+calibration, deterministic + MC-dropout forward records of a one-domain suite of 16 training
+and 16 + 16 evaluation questions, small enough for a shared 2-core machine; splits built
 beforehand, adapters and records not cached) run by one process with 2 threads and by
 ``accelerate launch --multi_gpu --num_processes 2`` with 1 thread each: the same 2 cores.
 ``ratio`` = 2-process wall time / 1-process wall time (whole command, start-up included);
@@ -31,7 +32,7 @@ domains:
     train: {source: arc-easy, split: train}
     id: {source: arc-easy, split: test}
     shift: {source: arc-challenge, split: test}
-caps: {train: 96, calib: 16, id: 64, shift: 64}
+caps: {train: 16, calib: 8, id: 16, shift: 16}
 """
 ARGS = ["--profile", "smoke", "--backbone", "minilm", "--models", "moe-lora",
         "--scorers", "msp,mc_dropout_entropy,routing_entropy", "--no-figures", "--no-progress"]
