@@ -23,6 +23,19 @@ def _one_torch_thread():
     torch.set_num_threads(n)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _scorer_registry_per_module():
+    """Scorers a test module registers (plugins, bad scorers for error tests) leave with it: the
+    registry is per process, and later modules iterate over every registered scorer."""
+    from uqbench.scorer import SCORERS
+
+    SCORERS.load()
+    saved = dict(SCORERS._items)
+    yield
+    SCORERS._items.clear()
+    SCORERS._items.update(saved)
+
+
 def builtin_scorers() -> tuple[str, ...]:
     """The built-in scorers' names: the registry is per process and some tests register plugin
     scorers, so runs that mean "every scorer" name these."""
