@@ -179,7 +179,7 @@ def thermostat_figure(run: RunData, domain: str = POOLED) -> Figure | None:
     ax2.grid(False)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="upper left")
+    fig.legend(h1 + h2, l1 + l2, loc="outside lower center", ncols=2)  # clear of both curves
     ax.set_title(f"Thermostat sweep ({domain})")
     return fig
 

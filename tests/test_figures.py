@@ -317,6 +317,9 @@ def test_thermostat_and_allocation_draw_the_rows(run: RunData) -> None:
     np.testing.assert_allclose(exp.get_xdata(), [0.4, 0.5, 0.6, 0.7, 0.8])
     np.testing.assert_allclose(exp.get_ydata(), [run.gate_rows(f"care-tau{t:g}")["avg_experts"]
                                                  for t in (0.4, 0.5, 0.6, 0.7, 0.8)])
+    # one legend, below the axes, so it cannot cover either curve
+    assert len(fig.legends) == 1 and fig.axes[0].get_legend() is None
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["mean experts", "accuracy"]
     fig = compute.allocation_figure(run)
     bars = [p.get_height() for p in fig.axes[0].patches if p.get_gid() == "id"]
     assert bars == pytest.approx([run.gate_rows("care", d)["avg_experts"] for d in DOMAINS])

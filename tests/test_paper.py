@@ -47,8 +47,16 @@ def run_dir(tmp_path: Path) -> Path:
                          ood_auroc=M.ood_auroc(a["id|uncertainty"], a["shift|uncertainty"]),
                          ece=0.0, sel_acc_80=0.5, shift_sel_acc_80=0.5, shift_accuracy=0.5,
                          avg_experts=4.0))
-    for tau, k, acc in [(0.4, 1.5, 0.40), (0.6, 2.5, 0.45), (0.8, 3.9, 0.50)]:
-        rows.append(_row(f"moe-lora/care-tau{tau}/care", avg_experts=k, accuracy=acc))
+    order = rng.permutation(N)  # nested correct sets: paired differences are exactly known
+    for method, acc in [("moe-lora/care-tau0.4/care", 0.40), ("moe-lora/care-tau0.6/care", 0.45),
+                        ("moe-lora/care-tau0.8/care", 0.50), ("moe-lora/top3/msp", 0.45),
+                        ("moe-lora/top2/msp", 0.55)]:
+        a = dict(per_method[MSP], **{"id|correct": np.isin(np.arange(N), order[:int(acc * N)])})
+        arrays.update({f"{method}|pooled|{k}": v for k, v in a.items()})
+        if "tau" in method:
+            rows.append(_row(method, avg_experts={0.4: 1.5, 0.45: 2.5, 0.5: 3.9}[acc],
+                             accuracy=acc))
+    arrays[f"{MSP}|pooled|id|correct"] = np.isin(np.arange(N), order[:int(0.55 * N)])
     for budget, k, acc in [(2, 2.0, 0.40), (3, 3.0, 0.50), (4, 4.0, 0.60)]:
         rows.append(_row(f"moe-lora/care-b{budget}/msp", avg_experts=k, accuracy=acc))
     rows.append(_row("moe-lora/top4/msp", domain="science", accuracy=0.55))
@@ -89,14 +97,37 @@ def test_missing_methods_are_reported_not_guessed(run_dir: Path) -> None:
 def test_trend_claims(run_dir: Path) -> None:
     got = _by_text(run_dir)
     assert got["mean experts rises monotonically with τ (point estimates)"][0] == HOLDS
-    assert got["accuracy rises with τ (point estimates, non-decreasing)"][0] == HOLDS
-    # fixed-4 at 0.55 lies halfway between CARE's (3.0, 0.50) and (4.0, 0.60): 3.5 experts
+    verdict, ours = got["accuracy rises with τ (highest vs lowest τ, paired)"]
+    assert verdict == HOLDS and "Δ = +10.000 pts" in ours  # 0.50 − 0.40, nested correct sets
+    # fixed-4 at 0.55 lies halfway between CARE's (3.0, 0.50) and (4.0, 0.60): 3.5 experts,
+    # and fixed top-3 (0.45) is less accurate than top-4 (0.55), so the saving is CARE's
     verdict, ours = got["CARE reaches fixed-4 accuracy with fewer experts"]
     assert verdict == HOLDS and ours.startswith("3.50 experts (12% fewer")
+    assert "fixed top-4 − top3: Δ = +10.000 pts" in ours
     # experts 3, 4, 5 against error 0.1, 0.5, 0.3: Spearman rho = 0.5
     text = "one global τ spends more experts on harder domains (Spearman ρ of experts vs error)"
     verdict, ours = got[text]
     assert verdict == INCONCLUSIVE and ours.endswith("ρ = 0.50")
+
+
+def _flatten(run_dir: Path, methods: list[str]) -> None:
+    """Give `methods` the correct-set of fixed top-4: a flat accuracy line."""
+    with np.load(run_dir / "scores.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    for m in methods:
+        arrays[f"{m}|pooled|id|correct"] = arrays[f"{MSP}|pooled|id|correct"]
+    np.savez(run_dir / "scores.npz", **arrays)
+
+
+def test_flat_accuracy_lines_are_inconclusive_not_holds(run_dir: Path) -> None:
+    """Degenerate data (every gate equally accurate) proves neither trend claim."""
+    _flatten(run_dir, ["moe-lora/care-tau0.4/care", "moe-lora/care-tau0.8/care",
+                       "moe-lora/top3/msp"])
+    got = _by_text(run_dir)
+    verdict, ours = got["accuracy rises with τ (highest vs lowest τ, paired)"]
+    assert verdict == INCONCLUSIVE and "Δ = +0.000 pts" in ours
+    verdict, ours = got["CARE reaches fixed-4 accuracy with fewer experts"]
+    assert verdict == INCONCLUSIVE and "fixed top-4 − top3: Δ = +0.000 pts" in ours
 
 
 def test_report_file_counts_every_claim(run_dir: Path) -> None:
