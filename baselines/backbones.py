@@ -207,6 +207,17 @@ def _placement(device: torch.device | str | None, dtype: torch.dtype | None
     return dtype or torch.bfloat16, {"device_map": device_map}
 
 
+def _load_error(name: str, source: str, local: bool, exc: Exception) -> ConfigError:
+    if local:
+        return ConfigError(f"backbone {name!r}: cannot load the model folder {source!r}: {exc}")
+    return ConfigError(
+        f"backbone {name!r} is not a local directory and cannot be reached on the Hugging "
+        f"Face hub (offline or unknown id): {type(exc).__name__}: {exc}. Download it on a "
+        "machine with internet (`huggingface-cli download ID --local-dir DIR`) and pass "
+        "DIR, a directory holding config.json, weights and tokenizer files."
+    )
+
+
 def _load_dir_or_hub(source: str, name: str, *, dtype: torch.dtype | None, local: bool,
                      device: torch.device | str | None = None) -> Backbone:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
@@ -226,18 +237,38 @@ def _load_dir_or_hub(source: str, name: str, *, dtype: torch.dtype | None, local
     except ConfigError:
         raise
     except (OSError, ValueError) as exc:
-        if local:
-            raise ConfigError(f"backbone {name!r}: cannot load the model folder {source!r}: "
-                              f"{exc}") from exc
-        raise ConfigError(
-            f"backbone {name!r} is not a local directory and cannot be reached on the Hugging "
-            f"Face hub (offline or unknown id): {type(exc).__name__}: {exc}. Download it on a "
-            "machine with internet (`huggingface-cli download ID --local-dir DIR`) and pass "
-            "DIR, a directory holding config.json, weights and tokenizer files."
-        ) from exc
+        raise _load_error(name, source, local, exc) from exc
     if device is not None and not place:
         model = model.to(device)  # type: ignore[arg-type]
     return from_model(model, tokenizer, name=name, kind=kind)
+
+
+def check_architecture(name_or_path: str) -> tuple[str, ...] | None:
+    """MoE-LoRA's ``"auto"`` target modules for a folder or hub backbone, found from its
+    ``config.json`` alone: the model is built on the meta device (no weights, no memory).
+
+    Raises `ConfigError` for an unreachable hub id (how to point at a local copy) or an
+    architecture with no known targets (listing its Linear modules), so a run fails in seconds,
+    before any data or model work. Registered names and GGUF files return None (known targets).
+    """
+    how = check_backbone(name_or_path)
+    if how not in ("folder", "hub"):
+        return None
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    from baselines.moe import resolve_targets
+
+    source, local = (str(Path(name_or_path).expanduser()), True) if how == "folder" else \
+        (name_or_path, False)
+    try:
+        config = AutoConfig.from_pretrained(source, local_files_only=local)
+        cls = AutoModelForCausalLM if is_decoder_config(config) else AutoModel
+        with init_empty_weights():
+            model = cls.from_config(config)
+    except (OSError, ValueError) as exc:
+        raise _load_error(name_or_path, source, local, exc) from exc
+    return resolve_targets(model, "auto")
 
 
 # -- GGUF -----------------------------------------------------------------------------------------

@@ -186,3 +186,37 @@ def test_gpu_placement_is_bf16_with_device_map() -> None:
     assert _placement("cpu", None) == (torch.float32, {})
     assert _placement("cuda:0", None) == (torch.bfloat16, {"device_map": "auto"})
     assert _placement("cuda:0", torch.float16) == (torch.float16, {"device_map": "auto"})
+
+
+def test_architecture_is_checked_from_config_alone_before_any_data_work(tmp_path, capsys,
+                                                                        monkeypatch) -> None:
+    """`uqbench run --backbone FOLDER` with an architecture MoE-LoRA has no targets for fails in
+    validation: from config.json alone (no weights in the folder), before a split is built."""
+    import huggingface_hub.constants
+    from transformers import GPTNeoXConfig, Qwen2Config
+
+    import uqbench.data.suites as suites
+    from baselines.backbones import check_architecture
+    from baselines.moe import AUTO_TARGETS
+    from uqbench.cli import main
+
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+             "num_attention_heads": 2, "vocab_size": 100}
+    (tmp_path / "qwen").mkdir()
+    Qwen2Config(**small).save_pretrained(tmp_path / "qwen")
+    assert check_architecture(str(tmp_path / "qwen")) == AUTO_TARGETS["qwen2"]
+    assert check_architecture("minilm") is None  # registered: targets known
+    GPTNeoXConfig(**small).save_pretrained(tmp_path / "neox")
+
+    def no_data(*a, **k):
+        raise AssertionError("data work started before the backbone was validated")
+
+    monkeypatch.setattr(suites, "build_suite", no_data)
+    rc = main(["run", "--suite", "pooled", "--profile", "smoke", "--backbone",
+               str(tmp_path / "neox"), "--out", str(tmp_path / "out"),
+               "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "gpt_neox" in err and "query_key_value" in err and "Traceback" not in err
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ConfigError, match="cannot be reached"):
+        check_architecture("no-such-org/no-such-model")

@@ -140,9 +140,9 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
         ms = methods(model_pairs(models, cfg.budget) if models else default_pairs(cfg.budget),
                      chosen)
     probe_scorers(dict.fromkeys(m.scorer for m in ms), timeout=cfg.scorer_timeout)
-    from baselines.backbones import check_backbone
+    from baselines.backbones import check_architecture
 
-    check_backbone(cfg.backbone)
+    check_architecture(cfg.backbone)  # unknown name, unreachable id, unknown architecture
     if cfg.head is not None:
         from uqbench.data.suites import check_head
 
