@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -70,3 +72,29 @@ def test_dir_cache_failed_build_leaves_nothing(tmp_path):
         c.build("models", KEY, boom)
     assert c.get("models", KEY) is None
     assert not any((tmp_path / "models").iterdir())
+
+
+def test_sweep_removes_only_this_hosts_dead_writers_temporaries(tmp_path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from uqbench.cache import sweep_orphans
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid now names no process (reuse within this test is negligible)
+    host = socket.gethostname()
+    (tmp_path / "forward").mkdir()
+    killed_file = tmp_path / "forward" / f".abc.npz.{host}.{dead.pid}.0123abcd.tmp"
+    killed_dir = tmp_path / f".model.{host}.{dead.pid}.89abcdef.tmp"
+    live = tmp_path / "forward" / f".def.npz.{host}.{os.getpid()}.0123abcd.tmp"
+    other_host = tmp_path / f".ghi.npz.{host}x.{dead.pid}.0123abcd.tmp"
+    foreign = tmp_path / ".notes.tmp"
+    killed_dir.mkdir()
+    (killed_dir / "adapter.safetensors").write_bytes(b"half")
+    for f in (killed_file, live, other_host, foreign):
+        f.write_bytes(b"x")
+    assert sweep_orphans(tmp_path) == 2
+    assert not killed_file.exists() and not killed_dir.exists()
+    assert live.exists() and other_host.exists() and foreign.exists()
+    assert sweep_orphans(tmp_path) == 0

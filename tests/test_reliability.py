@@ -358,6 +358,7 @@ def test_sigkill_mid_run_then_rerun_reuses_finished_entries(root, cold):
     p.wait()
     finished = {f.name for f in (cache / "forward").glob("*.npz")}
     assert len(finished) >= 3 and not (root / "out-killed" / "results.jsonl").exists()
+    killed_tmp = [t for t in cache.rglob("*.tmp") if f".{p.pid}." in t.name]
     with warnings.catch_warnings():
         warnings.simplefilter("error", StaleCacheWarning)  # no partial file under a final name
         resumed = run(_cfg(root, "killed", cache_dir=cache))
@@ -365,6 +366,7 @@ def test_sigkill_mid_run_then_rerun_reuses_finished_entries(root, cold):
     # every forward record is either reused or computed once
     assert resumed.stats.total() + resumed.stats.cache_hits == cold.stats.total()
     assert _numbers(resumed.out) == _numbers(cold.out)
+    assert not any(t.exists() for t in killed_tmp), "the killed writer's temporaries were kept"
     shutil.rmtree(cache, ignore_errors=True)
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import uuid
 import warnings
 import zipfile
@@ -46,7 +48,39 @@ def file_sha256(path: str | Path) -> str:
 
 
 def _tmp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    """``.NAME.HOST.PID.RANDOM.tmp``: unique, and attributable to its writer by `sweep_orphans`."""
+    return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}."
+                          f"{uuid.uuid4().hex[:8]}.tmp")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_orphans(root: str | Path) -> int:
+    """Remove temporary files and folders that writers killed mid-write left under ``root``.
+
+    Only entries written on this host by a process that no longer runs are removed; a live
+    writer's, another host's (a cache on a shared file system) and unrecognised names are kept.
+    Returns how many were removed.
+    """
+    mine, removed = re.compile(rf"\.{re.escape(socket.gethostname())}\.(\d+)\.[0-9a-f]{{8}}\.tmp$"), 0
+    for tmp in list(Path(root).glob("**/.*.tmp")):
+        m = mine.search(tmp.name)
+        if m is None or not tmp.exists() or _alive(int(m.group(1))):
+            continue
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -154,7 +188,7 @@ class DirCache:
     def build(self, kind: str, material: Mapping[str, Any], write: Callable[[Path], None]) -> Path:
         """Run ``write(tmpdir)``, seal it with ``DONE`` and publish it under the final name."""
         final = self.path(kind, material)
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp = _tmp_name(final)
         tmp.mkdir(parents=True)
         try:
             write(tmp)

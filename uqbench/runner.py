@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from uqbench.cache import (PROTOCOL_VERSION, ArrayCache, DirCache, atomic_write_bytes,
-                           atomic_write_text)
+                           atomic_write_text, sweep_orphans)
 from uqbench.errors import ConfigError, UserError
 from uqbench.evaluate import Scored, evaluate_cached
 from uqbench.outputs import ROUTER_FIELDS, Outputs
@@ -178,6 +178,8 @@ def _check_numbers(cfg: RunConfig) -> None:
 def run(cfg: RunConfig) -> RunResult:
     t0 = time.perf_counter()
     prof, ms, out, cache, data = prepare(cfg)
+    if (n := sweep_orphans(cache)):
+        log.info("removed %d temporary file(s) left in %s by killed runs", n, cache)
     from baselines import distributed  # under `accelerate launch`: see its docstring
     from uqbench.data.suites import build_suite, get_suite_spec
 
