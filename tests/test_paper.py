@@ -140,6 +140,15 @@ def test_report_file_counts_every_claim(run_dir: Path) -> None:
     assert f"Totals: {n_hold} hold, {n_fail} do not hold, {len(cs) - n_hold - n_fail}" in text
 
 
+def test_report_command_rewrites_the_paper_report(run_dir: Path, capsys) -> None:
+    from uqbench.cli import main
+
+    (run_dir / "paper_report.md").write_text("stale verdicts")
+    assert main(["report", str(run_dir), "--paper"]) == 0
+    text = (run_dir / "paper_report.md").read_text()
+    assert text.startswith("# CARE paper claims") and text in capsys.readouterr().out
+
+
 def test_run_without_scores_is_a_user_error(run_dir: Path) -> None:
     (run_dir / "scores.npz").unlink()
     with pytest.raises(UserError, match="scores.npz"):

@@ -4,7 +4,7 @@
                 [--plugin MODULE] [--out DIR] [--cache-dir DIR] [--data-dir DIR] [--seeds N]
                 [--experiment NAME] [--models a,b] [--head cloze|letters]
     uqbench list scorers|suites|backbones|experiments|profiles|models
-    uqbench report RUN_DIR        # reprint a finished run's tables
+    uqbench report RUN_DIR        # reprint a finished run's tables (--paper: its paper_report.md)
     uqbench plot RUN_DIR          # redraw a finished run's figures
     uqbench data build --suite pooled --profile PROFILE
 """
@@ -61,6 +61,8 @@ def _build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="print a finished run's table")
     rep.add_argument("run_dir", type=Path)
     rep.add_argument("--domain", default="pooled")
+    rep.add_argument("--paper", action="store_true",
+                     help="(re)write paper_report.md from an --experiment paper run's numbers")
 
     plot = sub.add_parser("plot", help="redraw a finished run's figures")
     plot.add_argument("run_dir", type=Path)
@@ -116,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
                 scorer_timeout=args.scorer_timeout or None))
         elif args.command == "report":
             from uqbench.report import markdown_table, read_results, rows_for
-            print(markdown_table(rows_for(read_results(args.run_dir), domain=args.domain)))
+            if args.paper:
+                from uqbench.paper import write_paper_report
+                print(write_paper_report(args.run_dir).read_text())
+            else:
+                print(markdown_table(rows_for(read_results(args.run_dir), domain=args.domain)))
         elif args.command == "plot":
             from figures import draw_run
             for path in draw_run(args.run_dir):
