@@ -115,6 +115,20 @@ def test_forward_passes_column_matches_the_plan(cold):
     assert meta["gates"]["moe-lora/care@0"]["calibration"]["target"] == 4.0
 
 
+def test_one_gate_under_two_names_is_calibrated_and_run_once(env, cold):
+    """The ablation's ``fixed-k`` is ``top4`` and its ``care`` is the default CARE gate: both
+    are read from the records the default run wrote; only the new gates cost passes."""
+    root, _ = env
+    abl = run(cfg(env, experiment="ablation", scorers=("care", "msp"), out=root / "out-ablation"))
+    assert {k[2] for k in abl.stats.passes} == {"random-k", "entropy-k", "nucleus-only"}
+    meta = json.loads((abl.out / "run.json").read_text())
+    assert meta["gates"]["moe-lora/fixed-k@0"]["spec"]["name"] == "fixed-k"  # logged by its name
+    by = {(r["method"], r["domain"]): r for r in abl.rows}
+    ref = {(r["method"], r["domain"]): r for r in cold.rows}
+    assert by["moe-lora/fixed-k/care", "pooled"]["accuracy"] == \
+        ref["moe-lora/top4/care", "pooled"]["accuracy"]
+
+
 def test_warm_rerun_does_no_model_work_and_gives_identical_numbers(env, cold, monkeypatch):
     import uqbench.evaluate
 

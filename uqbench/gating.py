@@ -38,11 +38,11 @@ def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any) -> tupl
         gate = cls(**spec.kwargs)
         return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
     calib = engine.suite.role("calib")
-    material = {"protocol": PROTOCOL_VERSION, "adapter": adapter_sha, "spec": spec.describe(),
+    material = {"protocol": PROTOCOL_VERSION, "adapter": adapter_sha, "spec": spec.key(),
                 "calib": sorted(s.hash for s in calib), "max_length": engine.prof.max_length}
     cached = engine.arrays.get("thermostat", material)
     if cached is not None:
-        desc = json.loads(str(cached["desc"]))
+        desc = {**json.loads(str(cached["desc"])), "spec": spec.describe()}  # under this name
     else:
         desc = _calibrate(spec, model, [r for s in calib for r in s.records], engine.prof)
         engine.arrays.put("thermostat", material, {"desc": np.array(json.dumps(desc))})

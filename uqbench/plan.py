@@ -45,6 +45,11 @@ class GateSpec:
         return {"name": self.name, "kind": self.kind, "budget": self.budget,
                 "params": self.kwargs}
 
+    def key(self) -> dict[str, Any]:
+        """What the gate computes, without its display name: cache keys use this, so one gate
+        under two names (the ablation's ``fixed-k`` and ``top4``) is calibrated and run once."""
+        return {k: v for k, v in self.describe().items() if k != "name"}
+
 
 @dataclass(frozen=True)
 class ModelSpec:
