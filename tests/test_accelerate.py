@@ -59,8 +59,10 @@ def test_sharded_training_and_records_match_one_process(tmp_path) -> None:
             continue
         if "_det_" in key or "_mc_" in key:   # forward records: bitwise equal
             np.testing.assert_array_equal(one[key], two[key], err_msg=key)
-        elif key.endswith("_losses"):          # the global batch-mean loss of every step
-            np.testing.assert_allclose(one[key], two[key], rtol=1e-5, err_msg=key)
+        elif key.endswith("_losses"):          # the global batch-mean loss of every step:
+            # before any update only the summation order differs; after it, Adam amplifies that
+            np.testing.assert_allclose(one[key][0], two[key][0], rtol=1e-6, err_msg=key)
+            np.testing.assert_allclose(one[key], two[key], rtol=1e-4, err_msg=key)
         else:                                  # trained weights (Adam amplifies float noise)
             np.testing.assert_allclose(one[key], two[key], atol=2e-3, err_msg=key)
     assert one["letters_losses"][-1] < one["letters_losses"][0]   # it did train
