@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from matplotlib.artist import Artist
+from matplotlib.colors import to_rgba
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
@@ -43,17 +44,23 @@ class ReliabilityDisplay:
 
     def plot(self, ax: Axes, ax_count: Axes | None = None, *, color: str = "#0072B2") -> None:
         """Bars at the per-bin accuracy over each non-empty bin; the gap to the bin's mean
-        confidence hatched (this is what ECE averages); counts per bin in ``ax_count``."""
+        confidence hatched (this is what ECE averages); counts per bin in ``ax_count``.
+
+        A bin's bars fade with its share of the examples (opacity ∝ sqrt(count / largest
+        count), at least 0.15): a bin of one example is 0 or 1 accurate by construction, and a
+        full-strength bar would draw the eye to a gap that ECE weights by its count."""
         c = self.curve
         filled = c.count > 0
         left, width = c.edges[:-1][filled], np.diff(c.edges)[filled]
         acc, conf = c.accuracy[filled], c.confidence[filled]
+        weight = np.maximum(0.15, np.sqrt(c.count[filled] / c.count.max()))
         ax.plot([0, 1], [0, 1], ls="--", lw=0.8, color=GREY, zorder=1, label="perfect")
-        ax.bar(left, acc, width, align="edge", color=color, alpha=0.85, edgecolor="white",
-               linewidth=0.5, zorder=2, label="accuracy", gid="accuracy")
-        ax.bar(left, conf - acc, width, bottom=acc, align="edge", facecolor=GAP_FILL,
-               edgecolor=GAP_EDGE, hatch="////", linewidth=0.4, zorder=3,
-               label="gap to mean confidence", gid="gap")
+        ax.bar(left, acc, width, align="edge", color=[to_rgba(color, 0.85 * w) for w in weight],
+               edgecolor="white", linewidth=0.5, zorder=2, label="accuracy", gid="accuracy")
+        ax.bar(left, conf - acc, width, bottom=acc, align="edge",
+               facecolor=[(*GAP_FILL[:3], GAP_FILL[3] * w) for w in weight],
+               edgecolor=[to_rgba(GAP_EDGE, w) for w in weight], hatch="////", linewidth=0.4,
+               zorder=3, label="gap to mean confidence", gid="gap")
         ax.set(xlim=(0, 1), ylim=(0, 1))
         if ax_count is not None:
             ax_count.bar(left, c.count[filled], width, align="edge", color=GREY,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+from matplotlib.figure import Figure
 import numpy as np
 import pytest
 
@@ -240,6 +241,23 @@ def test_reliability_bars_are_the_metric_bins(run: RunData) -> None:
     assert f"ECE {ece:.3f}" in ax.get_title()
     assert bars[0].get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb(
         run.styles.color(m)))
+
+
+def test_reliability_bars_fade_with_their_bins_count() -> None:
+    # 100 examples at confidence 0.95 (bin 11), 1 example at 0.55 (bin 6, wrong: a full gap)
+    conf = np.r_[np.full(100, 0.95), 0.55]
+    correct = np.r_[np.ones(95), np.zeros(5), 0.0]
+    disp = calibration.ReliabilityDisplay.from_predictions(conf, correct, n_bins=12)
+    fig = Figure()
+    ax = fig.add_subplot()
+    disp.plot(ax, color="#0072B2")
+    bars = [p for p in ax.patches if p.get_gid() == "accuracy"]
+    gaps = [p for p in ax.patches if p.get_gid() == "gap"]
+    assert [b.get_x() for b in bars] == pytest.approx([0.5, 11 / 12])
+    # opacity 0.85 * sqrt(count / 100), floored at 0.15: the lone example's bars are faint
+    assert [b.get_facecolor()[3] for b in bars] == pytest.approx([0.85 * 0.15, 0.85])
+    assert [g.get_edgecolor()[3] for g in gaps] == pytest.approx([0.15, 1.0])
+    assert gaps[0].get_height() == pytest.approx(0.55)  # the gap itself is still drawn whole
 
 
 def test_roc_lines_are_the_metric_curves(run: RunData) -> None:
