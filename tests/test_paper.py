@@ -130,6 +130,39 @@ def test_flat_accuracy_lines_are_inconclusive_not_holds(run_dir: Path) -> None:
     assert verdict == INCONCLUSIVE and "fixed top-4 − top3: Δ = +0.000 pts" in ours
 
 
+def _frontier_above_4(run_dir: Path, b4_accuracy: float) -> None:
+    """CARE at budgets 3, 4, 5 -> 0.40, ``b4_accuracy`` (< 0.55), 0.60: fixed-4's 0.55 is matched
+    above 4 experts; CARE at B=4's correct set is a subset of fixed-4's (exact paired Δ)."""
+    rows = [json.loads(ln) for ln in (run_dir / "results.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if not r["method"].startswith("moe-lora/care-b")]
+    for budget, acc in [(3, 0.40), (4, b4_accuracy), (5, 0.60)]:
+        rows.append(_row(f"moe-lora/care-b{budget}/msp", avg_experts=float(budget), accuracy=acc))
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with np.load(run_dir / "scores.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    top4 = arrays[f"{MSP}|pooled|id|correct"]  # 0.55 of N, a prefix of the nested order
+    b4 = top4.copy()
+    b4[np.flatnonzero(top4)[int(b4_accuracy * N):]] = False  # a subset: exact paired difference
+    arrays.update({f"moe-lora/care-b4/msp|pooled|{k}": arrays[f"{MSP}|pooled|{k}"]
+                   for k in ("id|uncertainty", "id|confidence", "shift|uncertainty",
+                             "shift|correct")})
+    arrays["moe-lora/care-b4/msp|pooled|id|correct"] = b4
+    np.savez(run_dir / "scores.npz", **arrays)
+
+
+@pytest.mark.parametrize(("b4_accuracy", "verdict", "match", "delta"), [
+    (0.48, FAILS, "4.58 experts (15% more", "+7.000"),  # 14 examples fewer: CI above 0
+    # 2 examples fewer: a resample misses both with probability ~e^-2 >> 2.5%, CI touches 0
+    (0.54, INCONCLUSIVE, "4.17 experts (4% more", "+1.000")])
+def test_a_match_above_4_experts_fails_only_if_care_at_b4_is_less_accurate(
+        run_dir: Path, b4_accuracy: float, verdict: str, match: str, delta: str) -> None:
+    _frontier_above_4(run_dir, b4_accuracy)
+    got, ours = _by_text(run_dir)["CARE reaches fixed-4 accuracy with fewer experts"]
+    assert got == verdict
+    assert ours.startswith(match)
+    assert f"fixed top-4 − CARE at B=4: Δ = {delta} pts" in ours
+
+
 def test_report_file_counts_every_claim(run_dir: Path) -> None:
     path = write_paper_report(run_dir)
     text = path.read_text()
