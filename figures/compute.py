@@ -3,7 +3,8 @@ sweep, per-domain allocation, component ablation.
 
 Every number drawn is a table cell (accuracy with its bootstrap CI, ``avg_experts``): no metric
 is recomputed here. The one derived quantity, the CARE budget at which CARE's accuracy reaches
-fixed top-4's, is a linear interpolation between CARE's table points (`matched_budget`).
+fixed top-4's, is a linear interpolation between CARE's table points
+(`uqbench.paper.matched_budget`, the one the paper report's claim uses).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from figures.style import (
     gate_color,
     new_figure,
 )
+from uqbench.paper import matched_budget
 
 log = logging.getLogger(__name__)
 
@@ -84,31 +86,6 @@ def _errorbar(ax: Axes, pts: Sequence[GatePoint], x: Sequence[float], **kw: Any)
                 marker="o", ms=3.5, **kw)
 
 
-def matched_budget(experts: Sequence[float], accuracy: Sequence[float],
-                   target: float) -> tuple[float, bool] | None:
-    """Smallest mean-expert count at which the piecewise-linear accuracy(experts) through the
-    points reaches ``target``.
-
-    Returns ``(experts, exact)``; ``exact`` is False when the lowest point already reaches the
-    target (the crossing lies at or below it, which the points cannot locate). None when the
-    curve never reaches it.
-
-    >>> matched_budget([2, 3, 4], [0.50, 0.54, 0.56], 0.53)
-    (2.75, True)
-    """
-    order = np.argsort(experts)
-    x = np.asarray(experts, dtype=float)[order]
-    y = np.asarray(accuracy, dtype=float)[order]
-    if x.size == 0:
-        return None
-    if y[0] >= target:
-        return float(x[0]), False
-    for i in range(x.size - 1):
-        if y[i] < target <= y[i + 1]:
-            return float(x[i] + (target - y[i]) / (y[i + 1] - y[i]) * (x[i + 1] - x[i])), True
-    return None
-
-
 def frontier_figure(run: RunData, domain: str = POOLED) -> Figure | None:
     """Accuracy against achieved mean experts: fixed top-k for each k vs CARE at each budget,
     with the experts CARE saves at fixed top-4's accuracy."""
@@ -147,9 +124,10 @@ def frontier_figure(run: RunData, domain: str = POOLED) -> Figure | None:
             ax.annotate("", xy=(x_match, ref.accuracy), xytext=(x_ref, ref.accuracy),
                         arrowprops={"arrowstyle": "->", "color": BLACK, "lw": 0.9})
             sign = "" if exact else "≥ "
+            word = "fewer" if saved >= 0 else "more"
             msg = (f"at top-{REFERENCE_K} accuracy ({ref.accuracy:.3f}) CARE uses "
                    f"{'≤ ' if not exact else ''}{x_match:.2f} experts: "
-                   f"{sign}{saved:.2f} fewer ({sign}{saved / x_ref:.0%})")
+                   f"{sign}{abs(saved):.2f} {word} ({sign}{abs(saved) / x_ref:.0%})")
     ax.text(0.02, 0.98, msg, transform=ax.transAxes, ha="left", va="top", fontsize=6,
             wrap=True, gid="matched")
     ax.set(xlabel="mean active experts (achieved)", ylabel="accuracy")
@@ -265,6 +243,5 @@ __all__ = [
     "ablation_figure",
     "allocation_figure",
     "frontier_figure",
-    "matched_budget",
     "thermostat_figure",
 ]

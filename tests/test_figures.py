@@ -17,6 +17,7 @@ from figures import calibration, compute, mechanism, ood, selective
 from figures.run import RunData, draw_run, load_run
 from uqbench import metrics as M
 from uqbench.errors import UserError
+from uqbench.paper import matched_budget
 
 matplotlib.use("Agg")
 
@@ -286,13 +287,6 @@ def test_a_method_keeps_its_colour_across_figures(run: RunData) -> None:
 # -- compute figures -------------------------------------------------------------------------
 
 
-def test_matched_budget_interpolates_between_care_points() -> None:
-    assert compute.matched_budget([2, 3, 4], [0.50, 0.54, 0.56], 0.53) == (2.75, True)
-    assert compute.matched_budget([4, 2, 3], [0.56, 0.50, 0.54], 0.56) == (4.0, True)
-    assert compute.matched_budget([2, 3], [0.55, 0.56], 0.53) == (2.0, False)  # at or below
-    assert compute.matched_budget([2, 3], [0.50, 0.52], 0.53) is None
-
-
 def test_frontier_draws_table_cells_and_states_the_saving(run: RunData) -> None:
     fig = compute.frontier_figure(run)
     assert fig is not None
@@ -308,13 +302,32 @@ def test_frontier_draws_table_cells_and_states_the_saving(run: RunData) -> None:
                                [r["accuracy"] for r in fixed])
     care = [run.gate_rows(f"care-b{b}") for b in (2, 3, 4, 5)]
     target = run.gate_rows("top4")["accuracy"]
-    match = compute.matched_budget([r["avg_experts"] for r in care],
+    match = matched_budget([r["avg_experts"] for r in care],
                                    [r["accuracy"] for r in care], target)
     text = next(t for t in ax.texts if t.get_gid() == "matched").get_text()
     if match is None:
         assert "never reaches" in text
     else:
         assert f"{match[0]:.2f} experts" in text and "fewer" in text
+
+
+def test_frontier_says_more_when_care_needs_more_experts(tmp_path: Path) -> None:
+    d = make_run(tmp_path / "r", extra=False)
+    rows = [json.loads(x) for x in (d / "results.jsonl").read_text().splitlines()]
+    top4 = next(r for r in rows if r["gate"] == "top4" and r["domain"] == "pooled")
+    for r in rows:  # CARE at budgets 2..5 below top-4 except at 5: a crossing between 4 and 5
+        if r["gate"].startswith("care-b"):
+            r["accuracy"] = top4["accuracy"] + (0.02 if r["gate"] == "care-b5" else -0.02)
+    (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = load_run(d)
+    care = [run.gate_rows(f"care-b{b}") for b in (2, 3, 4, 5)]
+    x, exact = matched_budget([r["avg_experts"] for r in care], [r["accuracy"] for r in care],
+                              top4["accuracy"])
+    x_ref = run.gate_rows("top4")["avg_experts"]
+    assert exact and x > x_ref
+    text = next(t for t in compute.frontier_figure(run).axes[0].texts
+                if t.get_gid() == "matched").get_text()
+    assert f"{x:.2f} experts: {x - x_ref:.2f} more ({(x - x_ref) / x_ref:.0%})" in text
 
 
 def test_frontier_says_when_care_never_matches(tmp_path: Path) -> None:

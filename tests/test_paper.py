@@ -9,8 +9,8 @@ import pytest
 
 from uqbench import metrics as M
 from uqbench.errors import UserError
-from uqbench.paper import FAILS, HOLDS, INCONCLUSIVE, _greater, _within, claims, _Run, \
-    write_paper_report
+from uqbench.paper import (FAILS, HOLDS, INCONCLUSIVE, _greater, _Run, _within, claims,
+                           matched_budget, write_paper_report)
 
 N = 200
 CARE, MSP = "moe-lora/care/care", "moe-lora/top4/msp"
@@ -186,3 +186,10 @@ def test_run_without_scores_is_a_user_error(run_dir: Path) -> None:
     (run_dir / "scores.npz").unlink()
     with pytest.raises(UserError, match="scores.npz"):
         write_paper_report(run_dir)
+
+
+def test_matched_budget_interpolates_between_care_points() -> None:
+    assert matched_budget([2, 3, 4], [0.50, 0.54, 0.56], 0.53) == (2.75, True)
+    assert matched_budget([4, 2, 3], [0.56, 0.50, 0.54], 0.56) == (4.0, True)
+    assert matched_budget([2, 3], [0.55, 0.56], 0.53) == (2.0, False)  # at or below
+    assert matched_budget([2, 3], [0.50, 0.52], 0.53) is None
