@@ -16,6 +16,7 @@ from matplotlib.artist import Artist
 from matplotlib.colors import to_rgba
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from numpy.typing import ArrayLike
 
 from figures.run import ROLE_LABELS, RunData
@@ -101,8 +102,12 @@ def reliability_figure(run: RunData, domain: str, methods: Sequence[str], *,
             disp = ReliabilityDisplay.from_predictions(s.confidence, s.correct, label=method)
             disp.plot(ax, axc, color=run.styles.color(method))
             ax.set_title(f"{_panel_title(method)}  ECE {disp.ece:.3f}")
-            if not handles:
-                handles = ax.get_legend_handles_labels()[0]
+            if not handles:  # full-strength keys: the bars themselves fade with their counts
+                color = run.styles.color(method)
+                handles = [ax.get_lines()[0],
+                           Patch(facecolor=to_rgba(color, 0.85), label="accuracy"),
+                           Patch(facecolor=GAP_FILL, edgecolor=GAP_EDGE, hatch="////",
+                                 linewidth=0.4, label="gap to mean confidence")]
         ax.tick_params(labelbottom=False)
         if i % ncols == 0:
             ax.set_ylabel("accuracy")

@@ -242,6 +242,11 @@ def test_reliability_bars_are_the_metric_bins(run: RunData) -> None:
     assert f"ECE {ece:.3f}" in ax.get_title()
     assert bars[0].get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb(
         run.styles.color(m)))
+    keys = {t.get_text(): h for t, h in zip(fig.legends[0].get_texts(),
+                                               fig.legends[0].legend_handles)}
+    assert list(keys) == ["perfect", "accuracy", "gap to mean confidence"]
+    assert keys["accuracy"].get_facecolor() == pytest.approx(matplotlib.colors.to_rgba(
+        run.styles.color(m), 0.85))  # the key is full strength even where the bars fade
 
 
 def test_reliability_bars_fade_with_their_bins_count() -> None:
