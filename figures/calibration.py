@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from matplotlib.artist import Artist
-from matplotlib.colors import to_rgba
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from numpy.typing import ArrayLike
