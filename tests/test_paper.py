@@ -110,6 +110,19 @@ def test_trend_claims(run_dir: Path) -> None:
     assert verdict == INCONCLUSIVE and ours.endswith("ρ = 0.50")
 
 
+def test_a_match_at_the_lowest_budget_is_a_bound(run_dir: Path) -> None:
+    rows = [json.loads(ln) for ln in (run_dir / "results.jsonl").read_text().splitlines()]
+    for r in rows:
+        if r["method"] == "moe-lora/care-b2/msp":
+            r["accuracy"] = 0.60  # CARE at 2 experts already beats fixed-4's 0.55
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    verdict, ours = _by_text(run_dir)["CARE reaches fixed-4 accuracy with fewer experts"]
+    # fixed top-2 is as accurate as top-4 in the fixture (0.55): the saving is not CARE's
+    assert verdict == INCONCLUSIVE
+    assert ours.startswith("≤ 2.00 experts (≥ 50% fewer")
+    assert "fixed top-4 − top2: Δ = +0.000 pts" in ours
+
+
 def _flatten(run_dir: Path, methods: list[str]) -> None:
     """Give `methods` the correct-set of fixed top-4: a flat accuracy line."""
     with np.load(run_dir / "scores.npz") as z:

@@ -236,11 +236,11 @@ def matched_budget(experts: Sequence[float], accuracy: Sequence[float],
 
 
 def _matching_budget(run: _Run) -> Claim:
-    text, PAPER = "CARE reaches fixed-4 accuracy with fewer experts", "3.5 experts (12% fewer)"
+    text, paper = "CARE reaches fixed-4 accuracy with fewer experts", "3.5 experts (12% fewer)"
     care = sorted((r["avg_experts"], r["accuracy"]) for r in _gate_rows(run, "care-b", "msp"))
     fixed4 = [r for r in _gate_rows(run, "top4", "msp") if r["gate"] == "top4"]
     if len(care) < 2 or not fixed4:
-        return Claim("frontier", text, PAPER, "not measured", INCONCLUSIVE)
+        return Claim("frontier", text, paper, "not measured", INCONCLUSIVE)
     target = fixed4[0]["accuracy"]
     xs, ys = zip(*care)
     match, exact = matched_budget(xs, ys, target) or (None, True)
@@ -252,21 +252,21 @@ def _matching_budget(run: _Run) -> Claim:
                 f"{match:.2f} experts ({(match - 4) / 4 * 100:.0f}% more; point estimates, "
                 "interpolated)")
         if not run.has(CARE_B4) or not run.has(MSP4):
-            return Claim("frontier", text, PAPER, ours, INCONCLUSIVE)
+            return Claim("frontier", text, paper, ours, INCONCLUSIVE)
         d = _paired(run, MSP4, CARE_B4, "accuracy")
-        return Claim("frontier", text, PAPER,
+        return Claim("frontier", text, paper,
                      f"{ours}; fixed top-4 − CARE at B=4: {_fmt_diff(d, pct=True)}",
                      FAILS if _greater(d) == HOLDS else INCONCLUSIVE)
-    at_most = "" if exact else "≤ "  # the lowest budget already matches
-    ours = (f"{at_most}{match:.2f} experts ({at_most}{(4 - match) / 4 * 100:.0f}% fewer; point "
+    most, least = ("", "") if exact else ("≤ ", "≥ ")  # not exact: the lowest budget matches
+    ours = (f"{most}{match:.2f} experts ({least}{(4 - match) / 4 * 100:.0f}% fewer; point "
             "estimates, interpolated)")
     # A saving is CARE's only if fixed-k at that many experts is less accurate than fixed-4;
     # on a flat frontier (every k equally accurate) any budget "matches" fixed-4.
     low = f"moe-lora/top{max(1, int(match))}/msp"
     if match >= 3.95 or not run.has(low) or not run.has(MSP4):
-        return Claim("frontier", text, PAPER, ours, INCONCLUSIVE)
+        return Claim("frontier", text, paper, ours, INCONCLUSIVE)
     d = _paired(run, MSP4, low, "accuracy")
-    return Claim("frontier", text, PAPER,
+    return Claim("frontier", text, paper,
                  f"{ours}; fixed top-4 − {low.split('/')[1]}: {_fmt_diff(d, pct=True)}",
                  HOLDS if _greater(d) == HOLDS else INCONCLUSIVE)
 
