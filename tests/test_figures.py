@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
-from matplotlib.figure import Figure
 import numpy as np
 import pytest
+from matplotlib.figure import Figure
 
 from figures import calibration, compute, mechanism, ood, selective
 from figures.run import RunData, draw_run, load_run
@@ -307,8 +307,8 @@ def test_frontier_draws_table_cells_and_states_the_saving(run: RunData) -> None:
                                [r["accuracy"] for r in fixed])
     care = [run.gate_rows(f"care-b{b}") for b in (2, 3, 4, 5)]
     target = run.gate_rows("top4")["accuracy"]
-    match = matched_budget([r["avg_experts"] for r in care],
-                                   [r["accuracy"] for r in care], target)
+    match = matched_budget([r["avg_experts"] for r in care], [r["accuracy"] for r in care],
+                           target)
     text = next(t for t in ax.texts if t.get_gid() == "matched").get_text()
     if match is None:
         assert "never reaches" in text

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -63,9 +64,17 @@ def run_dir(tmp_path: Path) -> Path:
     rows[1]["accuracy"] = 0.55  # fixed top-4 pooled accuracy: CARE matches it at 3.5 experts
     for dom, k, acc in [("science", 3.0, 0.9), ("math", 4.0, 0.5), ("code", 5.0, 0.7)]:
         rows.append(_row(CARE, domain=dom, avg_experts=k, accuracy=acc))
-    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write_rows(tmp_path, rows)
     np.savez(tmp_path / "scores.npz", **arrays)
     return tmp_path
+
+
+def _rows(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def _write_rows(run_dir: Path, rows: list[dict[str, Any]]) -> None:
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def _by_text(run_dir: Path) -> dict[str, tuple[str, str]]:
@@ -111,11 +120,11 @@ def test_trend_claims(run_dir: Path) -> None:
 
 
 def test_a_match_at_the_lowest_budget_is_a_bound(run_dir: Path) -> None:
-    rows = [json.loads(ln) for ln in (run_dir / "results.jsonl").read_text().splitlines()]
+    rows = _rows(run_dir)
     for r in rows:
         if r["method"] == "moe-lora/care-b2/msp":
             r["accuracy"] = 0.60  # CARE at 2 experts already beats fixed-4's 0.55
-    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write_rows(run_dir, rows)
     verdict, ours = _by_text(run_dir)["CARE reaches fixed-4 accuracy with fewer experts"]
     # fixed top-2 is as accurate as top-4 in the fixture (0.55): the saving is not CARE's
     assert verdict == INCONCLUSIVE
@@ -146,11 +155,10 @@ def test_flat_accuracy_lines_are_inconclusive_not_holds(run_dir: Path) -> None:
 def _frontier_above_4(run_dir: Path, b4_accuracy: float) -> None:
     """CARE at budgets 3, 4, 5 -> 0.40, ``b4_accuracy`` (< 0.55), 0.60: fixed-4's 0.55 is matched
     above 4 experts; CARE at B=4's correct set is a subset of fixed-4's (exact paired Δ)."""
-    rows = [json.loads(ln) for ln in (run_dir / "results.jsonl").read_text().splitlines()]
-    rows = [r for r in rows if not r["method"].startswith("moe-lora/care-b")]
+    rows = [r for r in _rows(run_dir) if not r["method"].startswith("moe-lora/care-b")]
     for budget, acc in [(3, 0.40), (4, b4_accuracy), (5, 0.60)]:
         rows.append(_row(f"moe-lora/care-b{budget}/msp", avg_experts=float(budget), accuracy=acc))
-    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write_rows(run_dir, rows)
     with np.load(run_dir / "scores.npz") as z:
         arrays = {k: z[k] for k in z.files}
     top4 = arrays[f"{MSP}|pooled|id|correct"]  # 0.55 of N, a prefix of the nested order
