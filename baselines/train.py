@@ -74,12 +74,36 @@ class TrainConfig:
 @dataclass(frozen=True)
 class TrainResult:
     """``losses``: cross-entropy per step; ``aux_losses``: the weighted auxiliary loss per step
-    (load balancing / AdaLoRA regulariser; 0 for other adapters)."""
+    (load balancing / AdaLoRA regulariser; 0 for other adapters); ``train_accuracy``: fraction
+    of each step's batch whose argmax was the answer (from the logits of that step's forward,
+    before its update; train mode, so with dropout). ``chance_loss`` / ``chance_accuracy``: the
+    cross-entropy and accuracy of a uniform guess on the training records (mean ln k_i, mean
+    1/k_i for k_i options): a loss that stays near ``chance_loss`` has learnt nothing."""
 
     losses: tuple[float, ...]
     aux_losses: tuple[float, ...]
     seconds: float
     steps: int
+    train_accuracy: tuple[float, ...] = ()
+    chance_loss: float = float("nan")
+    chance_accuracy: float = float("nan")
+
+    def summary(self, window: int = 10) -> dict[str, float]:
+        """Mean loss and train accuracy of the first and of the last ``window`` steps."""
+        def mean(xs: Sequence[float]) -> float:
+            return float(sum(xs) / len(xs)) if xs else float("nan")
+
+        w = window
+        return {"first_loss": mean(self.losses[:w]), "last_loss": mean(self.losses[-w:]),
+                "first_train_accuracy": mean(self.train_accuracy[:w]),
+                "last_train_accuracy": mean(self.train_accuracy[-w:]), "window": w,
+                "chance_loss": self.chance_loss, "chance_accuracy": self.chance_accuracy}
+
+    def to_json(self) -> dict[str, object]:
+        """The training log stored with a checkpoint and shown in ``run.json``."""
+        return {"steps": self.steps, "seconds": self.seconds, "losses": list(self.losses),
+                "aux_losses": list(self.aux_losses),
+                "train_accuracy": list(self.train_accuracy), "summary": self.summary()}
 
 
 def length_key(record: MCRecord) -> int:
@@ -124,7 +148,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     Returns
     -------
     TrainResult
-        Per-step losses, wall time and number of steps. The model is left in eval mode, with
+        Per-step losses and train accuracy, wall time and number of steps. The model is left in eval mode, with
         its MoE gates as they were before training.
 
     Notes
@@ -161,6 +185,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     det_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     losses: list[float] = []
     aux_losses: list[float] = []
+    accuracy: list[float] = []
     t0 = time.perf_counter()
     bar = tqdm(total=total, desc="train", disable=not progress or not distributed.is_main(),
                leave=False)
@@ -194,6 +219,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                         aux = aux + lb_coef * load_balance_loss(model.backbone)
                     if dense.is_adalora(model):
                         aux = aux + dense.adalora_orth_loss(model)
+                    right = weight * (logits.detach().argmax(1) == labels).sum().float()
                     if world == 1:
                         ce = F.cross_entropy(logits, labels)
                         loss = ce + aux
@@ -202,6 +228,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                         loss = ce_sum * (world / len(batch_records)) + weight * aux
                         ce = distributed.all_sum(ce_sum) / len(batch_records)
                         aux = distributed.all_sum(weight * aux) / world
+                        right = distributed.all_sum(right)
                     if not torch.isfinite(loss):
                         raise FloatingPointError(
                             f"train: loss is {loss.item()} at step {step}; lower lr/head_lr or "
@@ -216,9 +243,10 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                     opt.zero_grad(set_to_none=True)
                     losses.append(float(ce.detach()))
                     aux_losses.append(float(aux.detach()))
+                    accuracy.append(float(right) / len(batch_records))
                     step += 1
                     bar.update(1)
-                    bar.set_postfix(loss=f"{losses[-1]:.4f}")
+                    bar.set_postfix(loss=f"{losses[-1]:.4f}", acc=f"{accuracy[-1]:.2f}")
     finally:
         bar.close()
         torch.use_deterministic_algorithms(det_before, warn_only=det_warn)
@@ -226,8 +254,12 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
         if moe_gates is not None:
             from baselines.moe import set_gate
             set_gate(model.backbone, moe_gates)
+    ks = [len(r.choices) for r in records]
     return TrainResult(losses=tuple(losses), aux_losses=tuple(aux_losses),
-                       seconds=time.perf_counter() - t0, steps=len(losses))
+                       seconds=time.perf_counter() - t0, steps=len(losses),
+                       train_accuracy=tuple(accuracy),
+                       chance_loss=sum(math.log(k) for k in ks) / len(ks),
+                       chance_accuracy=sum(1.0 / k for k in ks) / len(ks))
 
 
 def _records(records: Sequence[MCRecord], config: TrainConfig, gen: torch.Generator

@@ -31,6 +31,34 @@ def test_learns_toy_task(kind: str, mode: str) -> None:
     assert _accuracy(model, recs) >= 0.9
     assert all(a > 0 for a in result.aux_losses)   # load balancing is on
     assert not model.training
+    # the batches' train accuracy rises with the loss falling
+    assert sum(result.train_accuracy[-3:]) / 3 > sum(result.train_accuracy[:3]) / 3
+
+
+def test_train_accuracy_per_step_and_training_log() -> None:
+    """One train accuracy per step, a fraction of that step's batch; the JSON log and summary
+    the runner stores with the checkpoint."""
+    import json
+    import math
+
+    recs = toy_records(20, seed=4, n_choices=(2, 3, 4))
+    model = make_moe(tiny_backbone("encoder"), SMALL_MOE)
+    cfg = TrainConfig(epochs=2, batch_size=8, max_length=48)
+    result = train(model, recs, cfg, progress=False)
+    assert result.steps == 6 and len(result.train_accuracy) == result.steps
+    assert all(0.0 <= a <= 1.0 for a in result.train_accuracy)
+    assert all(any(abs(a * b - round(a * b)) < 1e-9 for b in (8, 4))
+               for a in result.train_accuracy)  # a count over a batch of 8 or 4
+    ks = [len(r.choices) for r in recs]
+    assert result.chance_loss == pytest.approx(sum(map(math.log, ks)) / len(ks))
+    assert result.chance_accuracy == pytest.approx(sum(1 / k for k in ks) / len(ks))
+    log = json.loads(json.dumps(result.to_json()))
+    assert log["steps"] == 6 and log["train_accuracy"] == list(result.train_accuracy)
+    assert len(log["losses"]) == len(log["aux_losses"]) == 6 and log["seconds"] > 0
+    summ = log["summary"]
+    assert summ["first_loss"] == pytest.approx(sum(result.losses) / 6)  # 6 steps < window 10
+    assert summ["last_train_accuracy"] == pytest.approx(sum(result.train_accuracy) / 6)
+    assert result.summary(window=2)["last_loss"] == pytest.approx(sum(result.losses[-2:]) / 2)
 
 
 def test_letters_loss_decreases() -> None:
