@@ -3,7 +3,9 @@
 A run folder (written by ``uqbench run``) holds ``results.jsonl`` (one row per method x domain),
 ``scores.npz`` (per-example arrays, keys ``"{method}|{domain}|{role}|{field}"`` for
 uncertainty/confidence/correct and ``"{model}/{gate}|{domain}|{role}|{field}"`` for router
-statistics and labels) and ``run.json`` (meta). Figures only *read* these records: every curve
+statistics and labels) and ``run.json`` (meta; its ``training`` logs feed the training figure).
+The reference rows of ``results.jsonl`` (``chance``, ``options-only``) are no method: `load_run`
+keeps them in ``RunData.references``, out of every method figure. Figures only *read* these records: every curve
 comes from a `uqbench.metrics` curve function, every table number from ``results.jsonl``.
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ from numpy.typing import NDArray
 
 from figures.style import MethodStyles, theme
 from uqbench.errors import UserError
-from uqbench.report import REDO, read_results
+from uqbench.report import REDO, is_reference, read_results
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +66,10 @@ class RunData:
     """The records of one finished run, indexed for the figure functions."""
 
     path: Path
-    rows: list[dict[str, Any]]
+    rows: list[dict[str, Any]]  # the models' rows (`load_run` sets the references aside)
     arrays: Mapping[str, NDArray[Any]]
     meta: dict[str, Any] = field(default_factory=dict)
+    references: list[dict[str, Any]] = field(default_factory=list)  # chance, options-only
 
     # -- index ----------------------------------------------------------------------------------
     @cached_property
@@ -192,7 +195,9 @@ def load_run(run_dir: str | Path) -> RunData:
             meta = json.loads(meta_path.read_text())
         except ValueError:
             log.info("%s is not valid JSON; figures use results.jsonl alone", meta_path)
-    return RunData(d, rows, arrays, meta)
+    # the reference rows (chance, options-only) are no method: no scores, no gate, no style
+    return RunData(d, [r for r in rows if not is_reference(r)], arrays, meta,
+                   [r for r in rows if is_reference(r)])
 
 
 def _slug(name: str) -> str:
@@ -203,7 +208,7 @@ def figure_plan(run: RunData, *, max_methods: int | None = 8,
                 methods: list[str] | None = None) -> list[tuple[str, Callable[[], Figure | None]]]:
     """(file stem, builder) of every figure; a builder returns None when the run's data does
     not support its figure (and logs why)."""
-    from figures import calibration, compute, mechanism, ood, selective
+    from figures import calibration, compute, mechanism, ood, selective, training
     from figures.style import select_methods
 
     if methods is not None:
@@ -233,6 +238,7 @@ def figure_plan(run: RunData, *, max_methods: int | None = 8,
         ("allocation", partial(compute.allocation_figure, run)),
         ("ablation", partial(compute.ablation_figure, run)),
         ("mechanism", partial(mechanism.mechanism_figure, run)),
+        ("training", partial(training.training_figure, run)),
     ]
     return plan
 

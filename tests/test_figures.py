@@ -426,3 +426,68 @@ def test_empty_split_is_explained_not_drawn(run: RunData) -> None:
 def test_unknown_method_is_a_user_error(run_dir: Path) -> None:
     with pytest.raises(UserError, match="unknown method"):
         draw_run(run_dir, methods=["nope/x/msp"])
+
+
+# -- training curves and reference rows ------------------------------------------------------
+
+
+def _training_log(steps: int, *, learns: bool, seed: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    t = np.arange(steps)
+    loss = np.log(4) - (0.8 * t / steps if learns else 0) + rng.normal(0, 0.05, steps)
+    acc = np.clip((0.25 + (0.6 * t / steps if learns else 0)) + rng.normal(0, 0.1, steps), 0, 1)
+    return {"steps": steps, "seconds": 1.5, "losses": loss.tolist(),
+            "aux_losses": [0.01] * steps, "train_accuracy": acc.tolist(),
+            "summary": {"first_loss": float(loss[:10].mean()), "last_loss": float(loss[-10:].mean()),
+                        "first_train_accuracy": float(acc[:10].mean()),
+                        "last_train_accuracy": float(acc[-10:].mean()), "window": 10,
+                        "chance_loss": float(np.log(4)), "chance_accuracy": 0.25}}
+
+
+def test_training_figure_from_run_json_and_reference_rows_skipped(tmp_path: Path) -> None:
+    """run.json's training logs give one column per model (loss with the ln C line, train
+    accuracy with the chance line); the chance / options-only rows of results.jsonl are no
+    method: no figure draws them."""
+    from figures import training
+
+    d = make_run(tmp_path / "r", frontier=False, extra=False)
+    meta = json.loads((d / "run.json").read_text())
+    meta["training"] = {"lora@0": _training_log(60, learns=True, seed=0),
+                        "moe-lora@0": _training_log(60, learns=False, seed=1),
+                        "moe-lora@1": None}  # a checkpoint from before logs were kept
+    (d / "run.json").write_text(json.dumps(meta))
+    rows = [json.loads(x) for x in (d / "results.jsonl").read_text().splitlines()]
+    for method, acc in (("chance", 0.25), ("options-only", 0.31)):
+        for dom in (*DOMAINS, "pooled"):
+            rows.append({"method": method, "model": method, "gate": "-", "scorer": "-",
+                         "domain": dom, "accuracy": acc, "accuracy_lo": acc - 0.05,
+                         "accuracy_hi": acc + 0.05, "ece": float("nan"),
+                         "ood_auroc": float("nan"), "forward_passes": float("nan")})
+    (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = load_run(d)
+    assert "chance" not in run.methods and "-" not in run.gates
+    assert {r["method"] for r in run.references} == {"chance", "options-only"}
+    fig = training.training_figure(run)
+    assert fig is not None and len(fig.axes) == 4  # two models with logs, loss + accuracy
+    lines = {ln.get_gid(): ln for ln in fig.axes[0].get_lines()}
+    assert {"loss_raw", "loss_smooth", "aux", "chance_loss"} <= set(lines)
+    assert lines["chance_loss"].get_ydata()[0] == pytest.approx(np.log(4))
+    acc = {ln.get_gid(): ln for ln in fig.axes[1].get_lines()}
+    assert acc["chance_acc"].get_ydata()[0] == pytest.approx(0.25)
+    assert list(acc["acc_raw"].get_ydata()) == meta["training"]["lora@0"]["train_accuracy"]
+    assert fig.axes[0].get_title().startswith("lora@0")
+    paths = draw_run(d, max_methods=3)
+    assert d / "figures" / "training.png" in paths and (d / "figures" / "training.pdf").exists()
+    # without logs the figure is skipped, with a note
+    del meta["training"]
+    (d / "run.json").write_text(json.dumps(meta))
+    assert training.training_figure(load_run(d)) is None
+
+
+def test_smooth_is_a_trailing_moving_average() -> None:
+    from figures.training import smooth
+
+    x, y = smooth([1.0, 2.0, 3.0, 4.0, 5.0], window=2)
+    assert list(x) == [1, 2, 3, 4] and list(y) == [1.5, 2.5, 3.5, 4.5]
+    x, y = smooth([3.0, 1.0])  # fewer than 20 steps: the raw series
+    assert list(y) == [3.0, 1.0]

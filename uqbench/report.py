@@ -2,7 +2,10 @@
 
 AURC and E-AURC are fractions (not x1000). ECE uses 12 equal-width bins on the MSP of the
 method's predictive distribution (the paper's convention). OOD-AUROC is ID vs the shifted split
-of the same domain, OOD = positive, score = uncertainty.
+of the same domain, OOD = positive, score = uncertainty. The rows `chance` (a uniform guess;
+its interval is where a random guesser lands) and `options-only` (a classifier that sees the
+options, not the question) are references with accuracy columns only: a model must beat them to
+show it reads the question (`uqbench.references`).
 """
 from __future__ import annotations
 
@@ -18,6 +21,16 @@ from uqbench.cache import atomic_write_text
 from uqbench.errors import UserError
 
 KEY_COLUMNS = ("method", "model", "gate", "scorer", "domain")
+#: Reference rows (`uqbench.references`): accuracy columns only, gate and scorer "-".
+CHANCE, OPTIONS_ONLY = "chance", "options-only"
+REFERENCE_METHODS = (CHANCE, OPTIONS_ONLY)
+
+
+def is_reference(row: Mapping[str, Any]) -> bool:
+    """A ``chance`` or ``options-only`` row, not a model's."""
+    return row.get("method") in REFERENCE_METHODS
+
+
 SHOWN = (  # (column, header, digits)
     ("accuracy", "Acc", 3), ("ece", "ECE", 3), ("ood_auroc", "OOD-AUROC", 3),
     ("aurc", "AURC", 3), ("sel_acc_80", "SelAcc@80", 3), ("shift_accuracy", "ShiftAcc", 3),
@@ -66,10 +79,13 @@ def summary(rows: Sequence[Mapping[str, Any]], *, domain: str = "pooled") -> str
     lines = [f"{'Method':<{width}}  {'Acc':>6}  {'ECE':>6}  {'OOD-AUROC':>9}  {'AURC':>6}  "
              f"{'Experts':>7}  {'Passes':>6}"]
     for r in sel:
+        def cell(col: str, digits: int) -> str:
+            return _fmt(r, col, digits, ci=False).split(" ")[0]  # the value, without ± std
+
         lines.append(
-            f"{r['method']:<{width}}  {r['accuracy']:6.3f}  {r['ece']:6.3f}  "
-            f"{r['ood_auroc']:9.3f}  {r['aurc']:6.3f}  "
-            f"{_fmt(r, 'avg_experts', 2, ci=False):>7}  {int(r['forward_passes']):6d}")
+            f"{r['method']:<{width}}  {cell('accuracy', 3):>6}  {cell('ece', 3):>6}  "
+            f"{cell('ood_auroc', 3):>9}  {cell('aurc', 3):>6}  "
+            f"{cell('avg_experts', 2):>7}  {cell('forward_passes', 0):>6}")
     return "\n".join(lines)
 
 

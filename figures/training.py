@@ -1,0 +1,133 @@
+"""Training curves: did the models learn anything? (``run.json``'s ``training`` logs only.)
+
+One column per trained model (``name@seed``): on top its cross-entropy per step (raw, faint;
+a trailing moving average, solid; the weighted auxiliary loss dotted when it is not zero) with
+the chance line ln C (the loss of a uniform guess, mean ln k_i over the training records), below
+its train accuracy per step (the fraction of each step's batch the argmax got right) with the
+chance accuracy (mean 1/k_i). A model whose curves stay on the chance lines learnt nothing, and
+its uncertainty numbers describe guessing. Columns wrap after `MAX_COLS` models.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+from numpy.typing import NDArray
+
+from figures.run import RunData
+from figures.style import BLUE, GREY, REFERENCE_COLOR, TEXT_WIDTH, VERMILLION, new_figure
+
+log = logging.getLogger(__name__)
+
+MAX_COLS = 4
+
+
+def smooth(values: Sequence[float], window: int | None = None) -> tuple[NDArray[np.float64],
+                                                                        NDArray[np.float64]]:
+    """(steps, trailing moving average) of a per-step series, for display; the window is a
+    tenth of the steps (at least 1, at most 50) unless given."""
+    y = np.asarray(values, dtype=np.float64)
+    w = window or max(1, min(50, y.size // 10))
+    if y.size == 0 or w <= 1:
+        return np.arange(y.size, dtype=np.float64), y
+    avg = np.convolve(y, np.ones(w) / w, mode="valid")
+    return np.arange(w - 1, y.size, dtype=np.float64), avg
+
+
+def _number(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _logs(run: RunData) -> dict[str, Mapping[str, Any]]:
+    got = run.meta.get("training") or {}
+    if not isinstance(got, Mapping):
+        return {}
+    return {name: t for name, t in got.items()
+            if isinstance(t, Mapping) and t.get("losses")}
+
+
+def training_figure(run: RunData) -> Figure | None:
+    """The training curves of every model with a log in ``run.json``; None (logged) when the
+    run holds none (runs before training logs were kept, or models trained before)."""
+    logs = _logs(run)
+    if not logs:
+        log.info("training figure skipped: run.json holds no training logs")
+        return None
+    n = len(logs)
+    cols = min(MAX_COLS, n)
+    blocks = math.ceil(n / cols)
+    fig = new_figure(TEXT_WIDTH if cols > 1 else TEXT_WIDTH / 2, 2.9 * blocks)
+    grid = fig.add_gridspec(2 * blocks, cols, height_ratios=[1.4, 1.0] * blocks)
+    for i, (name, t) in enumerate(logs.items()):
+        b, c = divmod(i, cols)
+        ax_loss = fig.add_subplot(grid[2 * b, c])
+        ax_acc = fig.add_subplot(grid[2 * b + 1, c], sharex=ax_loss)
+        summary = t.get("summary") or {}
+        _loss_panel(ax_loss, t, _number(summary.get("chance_loss")))
+        _accuracy_panel(ax_acc, t, _number(summary.get("chance_accuracy")))
+        last_loss, last_acc = (_number(summary.get(k)) for k in ("last_loss",
+                                                                 "last_train_accuracy"))
+        sub = ", ".join(s for s in (
+            f"CE {last_loss:.3f}" if last_loss is not None else "",
+            f"acc {last_acc:.2f}" if last_acc is not None else "") if s)
+        window = summary.get("window", 10)
+        ax_loss.set_title(f"{name}" + (f"\nlast {window}: {sub}" if sub else ""), fontsize=7)
+        ax_loss.tick_params(labelbottom=False)
+        ax_acc.set_xlabel("step")
+        if c == 0:
+            ax_loss.set_ylabel("cross-entropy")
+            ax_acc.set_ylabel("train accuracy")
+    handles: dict[str, Any] = {}  # one legend for all panels, below them (clear of the curves)
+    for ax in fig.axes:
+        for h in ax.get_lines():
+            label = str(h.get_label())
+            if not label.startswith("_"):
+                key = "chance" if label.startswith("chance") else label
+                handles.setdefault(key, h)
+    fig.legend(list(handles.values()), [_legend_label(k, h) for k, h in handles.items()],
+               loc="outside lower center", ncols=min(4, len(handles)))
+    return fig
+
+
+def _legend_label(key: str, handle: Any) -> str:
+    return "chance (uniform guess: ln C, 1/C)" if key == "chance" else str(handle.get_label())
+
+
+def _loss_panel(ax: Any, t: Mapping[str, Any], chance: float | None) -> None:
+    losses = [float(x) for x in t["losses"]]
+    ax.plot(np.arange(len(losses)), losses, color=VERMILLION, alpha=0.25, lw=0.7, gid="loss_raw")
+    x, y = smooth(losses)
+    ax.plot(x, y, color=VERMILLION, label="cross-entropy (moving avg; raw faint)",
+            gid="loss_smooth")
+    aux = [float(a) for a in t.get("aux_losses") or []]
+    if any(a != 0 for a in aux):
+        ax.plot(*smooth(aux), color=GREY, ls=":", lw=1.0, label="aux (weighted)", gid="aux")
+    if chance is not None:
+        ax.axhline(chance, color=REFERENCE_COLOR, ls="--", lw=0.9,
+                   label="chance", gid="chance_loss")
+
+
+def _accuracy_panel(ax: Any, t: Mapping[str, Any], chance: float | None) -> None:
+    acc = [float(a) for a in t.get("train_accuracy") or []]
+    if acc:
+        ax.plot(np.arange(len(acc)), acc, color=BLUE, alpha=0.25, lw=0.7, gid="acc_raw")
+        ax.plot(*smooth(acc), color=BLUE, label="batch accuracy (moving avg; raw faint)",
+                gid="acc_smooth")
+    else:
+        ax.text(0.5, 0.5, "no train accuracy in this log", transform=ax.transAxes,
+                ha="center", va="center", fontsize=7, color="#444444")
+    if chance is not None:
+        ax.axhline(chance, color=REFERENCE_COLOR, ls="--", lw=0.9,
+                   label="chance", gid="chance_acc")
+    ax.set_ylim(-0.02, 1.02)
+
+
+__all__ = ["smooth", "training_figure"]
