@@ -214,3 +214,39 @@ def test_matched_budget_interpolates_between_care_points() -> None:
     assert matched_budget([4, 2, 3], [0.56, 0.50, 0.54], 0.56) == (4.0, True)
     assert matched_budget([2, 3], [0.55, 0.56], 0.53) == (2.0, False)  # at or below
     assert matched_budget([2, 3], [0.50, 0.52], 0.53) is None
+
+
+def test_claims_resting_on_a_model_at_chance_are_not_evidence(run_dir: Path) -> None:
+    """A claim is marked when a method it compares has an ID accuracy CI that includes its
+    domain's chance level (the ``chance`` row); its verdict is kept, the annotation beside it."""
+    from uqbench.paper import AT_CHANCE
+
+    assert not any(c.note for c in claims(_Run(run_dir)))  # no chance rows: nothing to mark
+    rows = _rows(run_dir)
+    for r in rows:
+        if r["method"] == CARE and r["domain"] in ("pooled", "science"):
+            r["accuracy_lo"], r["accuracy_hi"] = 0.20, 0.95  # includes 0.5 and 0.25
+        elif r["method"] == MSP and r["domain"] == "pooled":
+            r["accuracy_lo"], r["accuracy_hi"] = 0.51, 0.60  # above chance
+    for dom, level in (("pooled", 0.5), ("science", 0.25), ("math", 0.25)):
+        rows.append({"method": "chance", "model": "chance", "gate": "-", "scorer": "-",
+                     "domain": dom, "accuracy": level, "accuracy_lo": level - 0.1,
+                     "accuracy_hi": level + 0.1, "ece": float("nan")})
+    _write_rows(run_dir, rows)
+    by = {c.text: c for c in claims(_Run(run_dir))}
+    for text in ("CARE's OOD-AUROC beats MoE top-4 + MSP", "CARE's OOD-AUROC beats MC-dropout",
+                 "raw ECE comparable between CARE and MSP (|Δ| ≤ 0.03)",
+                 "one global τ spends more experts on harder domains (Spearman ρ of experts vs "
+                 "error)"):  # the last rests on CARE's per-domain rows (science at chance)
+        assert by[text].note == AT_CHANCE, text
+    assert by["CARE's OOD-AUROC beats MoE top-4 + MSP"].verdict == HOLDS  # the verdict stays
+    for text in ("mean experts rises monotonically with τ (point estimates)",
+                 "CARE reaches fixed-4 accuracy with fewer experts",
+                 "random-k loses accuracy vs fixed-k"):
+        assert by[text].note == "", text
+    report = write_paper_report(run_dir).read_text()
+    line = next(ln for ln in report.splitlines() if "beats MoE top-4 + MSP" in ln)
+    assert line.endswith(f"**{HOLDS}** — *{AT_CHANCE}* |")
+    n = sum(c.note == AT_CHANCE for c in by.values())
+    assert n == 7  # CARE vs MSP / MC / ensemble / ECE, the two selective claims, allocation
+    assert f"{n} of these rest on a model at chance" in report

@@ -13,7 +13,10 @@ Verdict rules, written down once and applied to every claim:
   with τ" (paired: highest τ − lowest τ > 0) and "CARE matches fixed-4 with fewer experts", which
   holds only if fixed-k at the rounded-down matching budget is less accurate than fixed-4 (paired)
   and does not hold only if CARE at B = 4 is less accurate than fixed-4 (paired): on a flat
-  frontier every budget "matches", above or below 4 experts, and neither would be CARE's doing.
+  frontier every budget "matches", above or below 4 experts, and neither would be CARE's doing;
+- a claim that rests on a method whose ID accuracy CI includes its domain's chance level (the
+  ``chance`` row; `uqbench.references.at_chance`) keeps its verdict but is marked **not
+  evidence: model at chance**: its numbers describe a model that cannot be told from guessing.
 
 `write_paper_report(run_dir)` writes ``paper_report.md`` from the numbers; it is never edited by
 hand.
@@ -21,7 +24,7 @@ hand.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +35,14 @@ from scipy.stats import spearmanr
 from uqbench import metrics as M
 from uqbench.cache import atomic_write_text
 from uqbench.errors import UserError
+from uqbench.references import at_chance
 from uqbench.report import read_results
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
 MSP4 = "moe-lora/top4/msp"
 CARE_B4 = "moe-lora/care-b4/msp"
 N_BOOT = 1000
+AT_CHANCE = "not evidence: model at chance"
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,17 @@ class Claim:
     paper: str
     ours: str
     verdict: str
+    #: the (method, domain) rows the claim rests on
+    rests_on: tuple[tuple[str, str], ...] = ()
+    #: `AT_CHANCE` when one of them is a model at chance, else ""
+    note: str = ""
+
+    def shown_verdict(self) -> str:
+        return f"**{self.verdict}**" + (f" — *{self.note}*" if self.note else "")
+
+
+def _pooled(*methods: str) -> tuple[tuple[str, str], ...]:
+    return tuple((m, "pooled") for m in methods)
 
 
 class _Run:
@@ -138,7 +154,7 @@ def claims(run: _Run) -> list[Claim]:
         d = _paired(run, a, b, metric)
         out.append(Claim(section, text, paper,
                          f"{_v(run, a, metric, pct)} vs {_v(run, b, metric, pct)}; "
-                         f"{_fmt_diff(d, pct)}", judge(d)))
+                         f"{_fmt_diff(d, pct)}", judge(d), _pooled(a, b)))
 
     pair_claim("uq", "CARE's OOD-AUROC beats MoE top-4 + MSP", "0.668 vs 0.640", care, msp,
                "ood_auroc", _greater)
@@ -176,7 +192,13 @@ def claims(run: _Run) -> list[Claim]:
     pair_claim("robustness", "CARE keeps more accuracy on shifted splits than fixed top-4",
                "53.1 vs 50.3", "moe-lora/care/msp", msp, "shift_accuracy", _greater, pct=True)
     out.append(_allocation(run))
-    return out
+    return _mark_at_chance(run, out)
+
+
+def _mark_at_chance(run: _Run, cs: list[Claim]) -> list[Claim]:
+    """Mark every claim resting on a (method, domain) whose ID accuracy CI includes chance."""
+    flagged = {(f["method"], f["domain"]) for f in at_chance(run.rows)}
+    return [replace(c, note=AT_CHANCE) if flagged.intersection(c.rests_on) else c for c in cs]
 
 
 def _gate_rows(run: _Run, prefix: str, scorer: str = "care") -> list[dict[str, Any]]:
@@ -198,14 +220,16 @@ def _thermostat(run: _Run) -> list[Claim]:
     if run.has(hi) and run.has(lo):
         d = _paired(run, hi, lo, "accuracy")
         rises = Claim("thermostat", text, "46.6 → 53.7", f"{', '.join(f'{a * 100:.1f}' for a in acc)}; "
-                      f"τ={taus[-1]} − τ={taus[0]}: {_fmt_diff(d, pct=True)}", _greater(d))
+                      f"τ={taus[-1]} − τ={taus[0]}: {_fmt_diff(d, pct=True)}", _greater(d),
+                      _pooled(hi, lo))
     else:
         rises = Claim("thermostat", text, "46.6 → 53.7", f"not measured ({hi} or {lo} missing)",
                       INCONCLUSIVE)
     return [
         Claim("thermostat", "mean experts rises monotonically with τ (point estimates)",
               "1.54, 1.92, 2.42, 3.08, 3.96", table,
-              HOLDS if all(b > a for a, b in zip(k, k[1:])) else FAILS),
+              HOLDS if all(b > a for a, b in zip(k, k[1:])) else FAILS,
+              _pooled(*(r["method"] for r in rows))),
         rises,
     ]
 
@@ -242,6 +266,7 @@ def _matching_budget(run: _Run) -> Claim:
     if len(care) < 2 or not fixed4:
         return Claim("frontier", text, paper, "not measured", INCONCLUSIVE)
     target = fixed4[0]["accuracy"]
+    rests = _pooled(*(r["method"] for r in _gate_rows(run, "care-b", "msp")), MSP4)
     xs, ys = zip(*care)
     match, exact = matched_budget(xs, ys, target) or (None, True)
     if match is None or match > 4.05:
@@ -252,11 +277,11 @@ def _matching_budget(run: _Run) -> Claim:
                 f"{match:.2f} experts ({(match - 4) / 4 * 100:.0f}% more; point estimates, "
                 "interpolated)")
         if not run.has(CARE_B4) or not run.has(MSP4):
-            return Claim("frontier", text, paper, ours, INCONCLUSIVE)
+            return Claim("frontier", text, paper, ours, INCONCLUSIVE, rests)
         d = _paired(run, MSP4, CARE_B4, "accuracy")
         return Claim("frontier", text, paper,
                      f"{ours}; fixed top-4 − CARE at B=4: {_fmt_diff(d, pct=True)}",
-                     FAILS if _greater(d) == HOLDS else INCONCLUSIVE)
+                     FAILS if _greater(d) == HOLDS else INCONCLUSIVE, rests)
     most, least = ("", "") if exact else ("≤ ", "≥ ")  # not exact: the lowest budget matches
     ours = (f"{most}{match:.2f} experts ({least}{(4 - match) / 4 * 100:.0f}% fewer; point "
             "estimates, interpolated)")
@@ -264,16 +289,16 @@ def _matching_budget(run: _Run) -> Claim:
     # on a flat frontier (every k equally accurate) any budget "matches" fixed-4.
     low = f"moe-lora/top{max(1, int(match))}/msp"
     if match >= 3.95 or not run.has(low) or not run.has(MSP4):
-        return Claim("frontier", text, paper, ours, INCONCLUSIVE)
+        return Claim("frontier", text, paper, ours, INCONCLUSIVE, rests)
     d = _paired(run, MSP4, low, "accuracy")
     return Claim("frontier", text, paper,
                  f"{ours}; fixed top-4 − {low.split('/')[1]}: {_fmt_diff(d, pct=True)}",
-                 HOLDS if _greater(d) == HOLDS else INCONCLUSIVE)
+                 HOLDS if _greater(d) == HOLDS else INCONCLUSIVE, rests + _pooled(low))
 
 
 def _wblend(run: _Run) -> Claim:
-    rows = sorted((float(r["scorer"][len("care_w"):]), r["ood_auroc"]) for r in run.rows
-                   if r["domain"] == "pooled" and r["scorer"].startswith("care_w"))
+    wrows = [r for r in run.rows if r["domain"] == "pooled" and r["scorer"].startswith("care_w")]
+    rows = sorted((float(r["scorer"][len("care_w"):]), r["ood_auroc"]) for r in wrows)
     if len(rows) < 3:
         return Claim("wblend", "interior peak of OOD-AUROC in w", "peak 0.671 at w=0.75",
                      "not measured", INCONCLUSIVE)
@@ -281,7 +306,7 @@ def _wblend(run: _Run) -> Claim:
     ours = ", ".join(f"w={w:g}: {a:.3f}" for w, a in rows)
     return Claim("wblend", "interior peak of OOD-AUROC in w (point estimates)",
                  "0.640, 0.657, 0.668, 0.671, 0.668", ours,
-                 HOLDS if 0 < best[0] < 1 else FAILS)
+                 HOLDS if 0 < best[0] < 1 else FAILS, _pooled(*(r["method"] for r in wrows)))
 
 
 def _allocation(run: _Run) -> Claim:
@@ -294,7 +319,8 @@ def _allocation(run: _Run) -> Claim:
     ours = ", ".join(f"{r['domain']} {r['avg_experts']:.2f} (err {1 - r['accuracy']:.2f})"
                      for r in rows) + f"; ρ = {rho:.2f}"
     return Claim("allocation", text, "MMLU 3.6, GSM8K 4.6, HumanEval 4.4, ScienceQA 3.4", ours,
-                 HOLDS if rho >= 0.8 else FAILS if rho <= 0 else INCONCLUSIVE)
+                 HOLDS if rho >= 0.8 else FAILS if rho <= 0 else INCONCLUSIVE,
+                 tuple((r["method"], r["domain"]) for r in rows))
 
 
 def write_paper_report(run_dir: str | Path) -> Path:
@@ -304,10 +330,14 @@ def write_paper_report(run_dir: str | Path) -> Path:
     lines = ["# CARE paper claims, measured by uqbench", "",
              __doc__.split("\n\n", 1)[1].split("`write_paper_report")[0].strip(), "",
              "| section | claim | paper | ours (95% CI) | verdict |", "|---|---|---|---|---|"]
-    lines += [f"| {c.section} | {c.text} | {c.paper} | {c.ours} | **{c.verdict}** |" for c in cs]
+    lines += [f"| {c.section} | {c.text} | {c.paper} | {c.ours} | {c.shown_verdict()} |"
+              for c in cs]
     counts = {v: sum(c.verdict == v for c in cs) for v in (HOLDS, FAILS, INCONCLUSIVE)}
+    n_chance = sum(bool(c.note) for c in cs)
     lines += ["", f"Totals: {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "
-              f"{counts[INCONCLUSIVE]} inconclusive at this scale."]
+              f"{counts[INCONCLUSIVE]} inconclusive at this scale."
+              + (f" {n_chance} of these rest on a model at chance (ID accuracy CI includes "
+                 "chance): not evidence." if n_chance else "")]
     path = run_dir / "paper_report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -105,6 +105,17 @@ def chance_p_value(records: Sequence[MCRecord], accuracy: float) -> float:
     return float(min(1.0, pmf[k:].sum()))
 
 
+def chance_interval(records: Sequence[MCRecord], level: float = 0.95) -> tuple[float, float]:
+    """Central ``level`` interval of a uniform guesser's accuracy on ``records``: the
+    ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the Poisson-binomial number
+    correct, divided by n (where a model guessing at random lands on this split)."""
+    if not records:
+        return float("nan"), float("nan")
+    cdf = np.cumsum(_null_pmf(records))
+    lo, hi = (int(np.searchsorted(cdf, q - 1e-12)) for q in ((1 - level) / 2, (1 + level) / 2))
+    return lo / len(records), hi / len(records)
+
+
 def chance_threshold(records: Sequence[MCRecord], alpha: float) -> float:
     """Smallest accuracy a/n with P(correct >= a) <= alpha under chance."""
     pmf = _null_pmf(records)
@@ -379,6 +390,6 @@ def check_suite(suite, *, seed: int = 0, alpha: float = 0.01
 
 __all__ = [
     "BASELINES", "ArtifactCheck", "OptionsOnlyClassifier", "artifact_check", "centroid_accuracy",
-    "centroid_scores", "chance_level", "chance_p_value", "chance_threshold", "check_suite",
+    "centroid_scores", "chance_interval", "chance_level", "chance_p_value", "chance_threshold", "check_suite",
     "classifier_accuracy", "longest_option_accuracy", "majority_position", "position_accuracy",
 ]
