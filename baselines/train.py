@@ -148,8 +148,8 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     Returns
     -------
     TrainResult
-        Per-step losses and train accuracy, wall time and number of steps. The model is left in eval mode, with
-        its MoE gates as they were before training.
+        Per-step losses and train accuracy, wall time and number of steps. The model is left
+        in eval mode, with its MoE gates as they were before training.
 
     Notes
     -----

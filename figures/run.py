@@ -5,8 +5,9 @@ A run folder (written by ``uqbench run``) holds ``results.jsonl`` (one row per m
 uncertainty/confidence/correct and ``"{model}/{gate}|{domain}|{role}|{field}"`` for router
 statistics and labels) and ``run.json`` (meta; its ``training`` logs feed the training figure).
 The reference rows of ``results.jsonl`` (``chance``, ``options-only``) are no method: `load_run`
-keeps them in ``RunData.references``, out of every method figure. Figures only *read* these records: every curve
-comes from a `uqbench.metrics` curve function, every table number from ``results.jsonl``.
+keeps them in ``RunData.references``, out of every method figure. Figures only *read* these
+records: every curve comes from a `uqbench.metrics` curve function, every table number from
+``results.jsonl``.
 """
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from numpy.typing import NDArray
 
 from figures.run import RunData
@@ -113,6 +114,8 @@ def _loss_panel(ax: Any, t: Mapping[str, Any], chance: float | None) -> None:
     if chance is not None:
         ax.axhline(chance, color=REFERENCE_COLOR, ls="--", lw=0.9,
                    label="chance", gid="chance_loss")
+    ax.set_ylim(bottom=0)  # from 0: a curve that hugs ln C looks as flat as it is
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _accuracy_panel(ax: Any, t: Mapping[str, Any], chance: float | None) -> None:

@@ -438,7 +438,8 @@ def _training_log(steps: int, *, learns: bool, seed: int) -> dict[str, Any]:
     acc = np.clip((0.25 + (0.6 * t / steps if learns else 0)) + rng.normal(0, 0.1, steps), 0, 1)
     return {"steps": steps, "seconds": 1.5, "losses": loss.tolist(),
             "aux_losses": [0.01] * steps, "train_accuracy": acc.tolist(),
-            "summary": {"first_loss": float(loss[:10].mean()), "last_loss": float(loss[-10:].mean()),
+            "summary": {"first_loss": float(loss[:10].mean()),
+                        "last_loss": float(loss[-10:].mean()),
                         "first_train_accuracy": float(acc[:10].mean()),
                         "last_train_accuracy": float(acc[-10:].mean()), "window": 10,
                         "chance_loss": float(np.log(4)), "chance_accuracy": 0.25}}

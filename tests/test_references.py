@@ -1,4 +1,5 @@
-"""Reference rows (chance, options-only) and the at-chance warning, on hand-built splits and rows."""
+"""Reference rows (chance, options-only) and the at-chance warning, on hand-built splits and
+rows."""
 from __future__ import annotations
 
 import json

@@ -390,6 +390,6 @@ def check_suite(suite, *, seed: int = 0, alpha: float = 0.01
 
 __all__ = [
     "BASELINES", "ArtifactCheck", "OptionsOnlyClassifier", "artifact_check", "centroid_accuracy",
-    "centroid_scores", "chance_interval", "chance_level", "chance_p_value", "chance_threshold", "check_suite",
-    "classifier_accuracy", "longest_option_accuracy", "majority_position", "position_accuracy",
+    "centroid_scores", "chance_interval", "chance_level", "chance_p_value", "chance_threshold",
+    "check_suite", "classifier_accuracy", "longest_option_accuracy", "majority_position", "position_accuracy",
 ]
