@@ -152,8 +152,7 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
                     continue
                 mask = batch["attention_mask"].to(dev).bool()             # (S, L)
                 n_ch = batch["n_choices"].to(dev)
-                seq_ex = (torch.arange(len(idx), device=dev) if model.mode == "letters"
-                          else torch.repeat_interleave(torch.arange(len(idx), device=dev), n_ch))
+                seq_ex = model.seq_example({"n_choices": n_ch})           # (S,)
                 stats = layer_stats(model.backbone)                       # per layer (S, L)
                 mean = {k: torch.stack([s[k].double() for s in stats]).mean(0)  # (S, L)
                         for k in STAT_FIELDS.values()}

@@ -1,13 +1,20 @@
 """Multiple-choice models on a frozen backbone: one score per option -> logits (B, C).
 
-Three heads, one interface (`MultipleChoiceModel.encode` then `forward`):
+Four heads, one interface (`MultipleChoiceModel.encode` then `forward`):
 
+``bi_encoder`` (encoder backbones; the default, chosen by the recipe search in docs/recipe.md)
+    The question and each option are encoded separately (the question once, not once per
+    option), mean-pooled over non-padding tokens (the sentence-transformers pooling that
+    all-MiniLM-L6-v2 and all-mpnet-base-v2 were trained with), passed through ``dropout`` and
+    L2-normalised; an option's score is ``exp(logit_scale) * cos(question, option)`` with a
+    learned temperature (initialised at scale 20, sentence-transformers' contrastive scale). It
+    starts from what the sentence-embedding space already knows and has one parameter.
 ``cross_encoder`` (encoder backbones)
     Each (question, option) pair is one sequence ``[CLS] question [SEP] option [SEP]``; the
     question is truncated first (``only_first``; ``longest_first`` for a pair whose option alone
-    is too long). Token states are mean-pooled over non-padding tokens (the sentence-transformers
-    pooling all-MiniLM-L6-v2 was trained with), then ``dropout -> Linear(hidden, 1)`` gives the
-    option's score.
+    is too long). Token states are mean-pooled over non-padding tokens, then
+    ``dropout -> Linear(hidden, 1)`` gives the option's score. ``cross_encoder_cls``: the same
+    with the ``[CLS]`` state instead of the mean.
 ``cloze`` (decoder backbones)
     Score of an option = mean log-likelihood of its tokens given ``"Question: q\\nAnswer:"``
     (length-normalised, as lm-evaluation-harness' ``acc_norm`` by tokens). No extra parameters.
@@ -24,6 +31,7 @@ from routing statistics and the load-balancing loss).
 """
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,7 +45,10 @@ from uqbench.data.records import MCRecord
 from uqbench.errors import ConfigError
 from uqbench.outputs import PAD_LOGIT
 
-HEAD_MODES = ("cross_encoder", "cloze", "letters")
+HEAD_MODES = ("bi_encoder", "cross_encoder", "cross_encoder_cls", "cloze", "letters")
+ENCODER_MODES = ("bi_encoder", "cross_encoder", "cross_encoder_cls")
+#: initial ``exp(logit_scale)`` of the bi-encoder head
+BI_ENCODER_SCALE = 20.0
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -88,8 +99,8 @@ class MultipleChoiceModel(nn.Module):
     backbone : Backbone
         Used in place (its model becomes ``self.backbone``); builders such as `make_moe` and
         `baselines.dense.make_dense` clone it first unless told not to.
-    mode : {"auto", "cross_encoder", "cloze", "letters"}
-        ``"auto"``: ``cross_encoder`` for encoders, ``letters`` for decoders.
+    mode : {"auto", "bi_encoder", "cross_encoder", "cross_encoder_cls", "cloze", "letters"}
+        ``"auto"``: ``bi_encoder`` for encoders, ``letters`` for decoders.
     head_dropout : float
         Dropout before the scoring head (cross-encoder only; an ``nn.Dropout``, so MC dropout
         samples it). 0.1 = BERT's classifier dropout.
@@ -101,19 +112,20 @@ class MultipleChoiceModel(nn.Module):
 
     Attributes
     ----------
-    head : ``nn.Linear(hidden, 1, bias=False)`` or None (decoder modes). No bias: the softmax over
-        choices is shift-invariant, a bias would get zero gradient.
+    head : ``nn.Linear(hidden, 1, bias=False)`` (cross-encoder modes) or None. No bias: the
+        softmax over choices is shift-invariant, a bias would get zero gradient.
+    logit_scale : scalar ``nn.Parameter`` (bi-encoder mode) or None: log of the temperature.
     """
 
     def __init__(self, backbone: Backbone, *, mode: str = "auto", head_dropout: float = 0.1,
                  seed: int = 0, adapter: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         if mode == "auto":
-            mode = "cross_encoder" if backbone.kind == "encoder" else "letters"
+            mode = "bi_encoder" if backbone.kind == "encoder" else "letters"
         if mode not in HEAD_MODES:
             raise ConfigError(f"head mode {mode!r} unknown; valid: auto, {', '.join(HEAD_MODES)}")
-        if (mode == "cross_encoder") != (backbone.kind == "encoder"):
-            want = "cross_encoder" if backbone.kind == "encoder" else "cloze or letters"
+        if (mode in ENCODER_MODES) != (backbone.kind == "encoder"):
+            want = " or ".join(ENCODER_MODES) if backbone.kind == "encoder" else "cloze or letters"
             raise ConfigError(f"head mode {mode!r} does not fit {backbone.kind} backbone "
                               f"{backbone.name!r}; use {want}")
         if not 0.0 <= head_dropout < 1.0:
@@ -127,16 +139,19 @@ class MultipleChoiceModel(nn.Module):
         self.seed = seed
         self.adapter: dict[str, Any] = dict(adapter or _infer_adapter(backbone))
         hidden = int(self.identity["hidden_size"])
-        if mode == "cross_encoder":
+        w = self.backbone.get_input_embeddings().weight
+        self.head: nn.Linear | None = None
+        self.logit_scale: nn.Parameter | None = None
+        if mode in ENCODER_MODES:
             self.dropout = nn.Dropout(head_dropout)
-            w = self.backbone.get_input_embeddings().weight
-            self.head: nn.Linear | None = nn.Linear(hidden, 1, bias=False, device=w.device,
-                                                    dtype=w.dtype)
+        if mode.startswith("cross_encoder"):
+            self.head = nn.Linear(hidden, 1, bias=False, device=w.device, dtype=w.dtype)
             gen = torch.Generator().manual_seed(seed)
             with torch.no_grad():   # BERT's initializer_range
                 self.head.weight.copy_(torch.randn(self.head.weight.shape, generator=gen) * 0.02)
-        else:
-            self.head = None
+        elif mode == "bi_encoder":
+            self.logit_scale = nn.Parameter(torch.tensor(math.log(BI_ENCODER_SCALE),
+                                                         device=w.device, dtype=torch.float32))
         self._moe = bool(_moe_layers(self.backbone))
         self._letter_ids: list[int] | None = None
 
@@ -152,6 +167,8 @@ class MultipleChoiceModel(nn.Module):
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The scoring head's parameters (trained at ``TrainConfig.head_lr``)."""
+        if self.logit_scale is not None:
+            return [self.logit_scale]
         return list(self.head.parameters()) if self.head is not None else []
 
     def trainable_parameters(self) -> list[nn.Parameter]:
@@ -172,7 +189,10 @@ class MultipleChoiceModel(nn.Module):
         tokenizers) of shape (S, L), right-padded to the longest sequence; ``n_choices`` (B,).
         ``S = sum(n_choices)`` (one sequence per option) except for ``letters`` where S = B.
         ``cloze`` adds ``target_mask`` (S, L) bool: the option tokens whose log-likelihood is
-        scored. ``letters`` adds ``letter_ids`` (C_max,).
+        scored. ``letters`` adds ``letter_ids`` (C_max,). ``bi_encoder`` encodes the B questions
+        and the S options separately (``q_*`` and ``o_*`` keys, each padded to its own longest
+        sequence); its ``attention_mask`` is the (B + S, L) stack of both masks, the layout of
+        its router statistics (`seq_example`).
         """
         if not records:
             raise ValueError("encode: empty batch of records")
@@ -182,7 +202,9 @@ class MultipleChoiceModel(nn.Module):
         if max_length < 8:
             raise ConfigError(f"max_length must be >= 8 tokens, got {max_length}")
         n_choices = torch.tensor([len(r.choices) for r in records], dtype=torch.long)
-        if self.mode == "cross_encoder":
+        if self.mode == "bi_encoder":
+            batch = self._encode_separately(records, max_length)
+        elif self.mode.startswith("cross_encoder"):
             batch = self._encode_pairs(records, max_length)
         elif self.mode == "cloze":
             batch = self._encode_cloze(records, max_length)
@@ -212,6 +234,30 @@ class MultipleChoiceModel(nn.Module):
         if "token_type_ids" in cols:
             out["token_type_ids"] = _pad(cols["token_type_ids"], 0)
         return out
+
+    def _encode_separately(self, records: Sequence[MCRecord], max_length: int
+                           ) -> dict[str, Tensor]:
+        tok = self.tokenizer
+        out: dict[str, Tensor] = {}
+        for key, texts in (("q", [r.question for r in records]),
+                           ("o", [c for r in records for c in r.choices])):
+            enc = tok(texts, truncation=True, max_length=max_length)
+            out[f"{key}_input_ids"] = _pad(enc["input_ids"], tok.pad_token_id)
+            out[f"{key}_attention_mask"] = _pad(enc["attention_mask"], 0)
+        qm, om = out["q_attention_mask"], out["o_attention_mask"]
+        width = max(qm.shape[1], om.shape[1])
+        out["attention_mask"] = torch.cat([F.pad(qm, (0, width - qm.shape[1])),
+                                           F.pad(om, (0, width - om.shape[1]))])
+        return out
+
+    def seq_example(self, batch: Mapping[str, Tensor]) -> Tensor:
+        """(R,) the example (row of the batch) of each row of ``batch["attention_mask"]``."""
+        n_choices = batch["n_choices"]
+        ex = torch.arange(n_choices.numel(), device=n_choices.device)
+        if self.mode == "letters":
+            return ex
+        per_option = torch.repeat_interleave(ex, n_choices)
+        return torch.cat([ex, per_option]) if self.mode == "bi_encoder" else per_option
 
     def _encode_cloze(self, records: Sequence[MCRecord], max_length: int) -> dict[str, Tensor]:
         tok = self.tokenizer
@@ -263,19 +309,24 @@ class MultipleChoiceModel(nn.Module):
     def forward(self, batch: Mapping[str, Tensor]) -> Tensor:
         """Logits (B, C_max) for a batch from `encode`; absent options get `PAD_LOGIT`."""
         dev = self.device
+        n_choices = batch["n_choices"].to(dev)                            # (B,)
+        if self.mode == "bi_encoder":
+            return self._bi_encoder(batch, n_choices)
         ids = batch["input_ids"].to(dev)                                  # (S, L)
         mask = batch["attention_mask"].to(dev)                            # (S, L)
-        n_choices = batch["n_choices"].to(dev)                            # (B,)
         if self._moe:
             from baselines.moe import set_token_mask
             set_token_mask(self.backbone, mask.bool())
         try:
-            if self.mode == "cross_encoder":
+            if self.mode.startswith("cross_encoder"):
                 extra = {"token_type_ids": batch["token_type_ids"].to(dev)} \
                     if "token_type_ids" in batch else {}
                 h = self.backbone(input_ids=ids, attention_mask=mask, **extra).last_hidden_state
-                m = mask.unsqueeze(-1).to(h.dtype)                        # (S, L, 1)
-                pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0)         # (S, H)
+                if self.mode == "cross_encoder_cls":
+                    pooled = h[:, 0]                                      # (S, H)
+                else:
+                    m = mask.unsqueeze(-1).to(h.dtype)                    # (S, L, 1)
+                    pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0)     # (S, H)
                 scores = self.head(self.dropout(pooled)).squeeze(-1)      # (S,)
                 return _scatter_choices(scores.float(), n_choices)
             h = self.backbone.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -291,6 +342,42 @@ class MultipleChoiceModel(nn.Module):
         finally:
             if self._moe:
                 set_token_mask(self.backbone, None)
+
+    def _bi_encoder(self, batch: Mapping[str, Tensor], n_choices: Tensor) -> Tensor:
+        """Two backbone calls (questions, options); with MoE-LoRA layers their statistics are
+        stacked in the layout of ``batch["attention_mask"]`` and their auxiliary losses
+        averaged, so readers of one forward's statistics see both calls."""
+        dev = self.device
+        layers = _moe_layers(self.backbone) if self._moe else []
+        embs, stats, aux = [], [], []
+        for key in ("q", "o"):
+            ids = batch[f"{key}_input_ids"].to(dev)
+            mask = batch[f"{key}_attention_mask"].to(dev)
+            if layers:
+                from baselines.moe import set_token_mask
+                set_token_mask(self.backbone, mask.bool())
+            try:
+                h = self.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+            finally:
+                if layers:
+                    set_token_mask(self.backbone, None)
+            m = mask.unsqueeze(-1).to(h.dtype)
+            pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0)             # (B or S, H)
+            embs.append(F.normalize(self.dropout(pooled).float(), dim=-1))
+            stats.append([layer.last_stats for layer in layers])
+            aux.append([layer._aux for layer in layers])
+        width = batch["attention_mask"].shape[1]
+        for i, layer in enumerate(layers):
+            sq, so = stats[0][i], stats[1][i]
+            layer.last_stats = None if sq is None or so is None else {
+                k: torch.cat([F.pad(sq[k], (0, width - sq[k].shape[1])),
+                              F.pad(so[k], (0, width - so[k].shape[1]))]) for k in sq}
+            terms = [a[i] for a in aux if a[i] is not None]
+            layer._aux = torch.stack(terms).mean() if terms else None
+        q = embs[0].repeat_interleave(n_choices, dim=0)                   # (S, H)
+        assert self.logit_scale is not None
+        scores = self.logit_scale.exp() * (q * embs[1]).sum(-1)           # (S,)
+        return _scatter_choices(scores, n_choices)
 
     def _lm_logits(self, h: Tensor) -> Tensor:
         """Vocabulary logits (float32) from final hidden states (..., H) through the LM head."""

@@ -42,8 +42,9 @@ def decoder() -> Backbone:
     return tiny_backbone("decoder")
 
 
-@pytest.mark.parametrize(("kind", "mode"), [("encoder", "auto"), ("decoder", "cloze"),
-                                            ("decoder", "letters")])
+@pytest.mark.parametrize(("kind", "mode"), [("encoder", "auto"), ("encoder", "cross_encoder"),
+                                            ("encoder", "cross_encoder_cls"),
+                                            ("decoder", "cloze"), ("decoder", "letters")])
 def test_logits_shape_finite_and_padded(request, kind: str, mode: str) -> None:
     bb = request.getfixturevalue(kind)
     model = make_moe(bb, SMALL_MOE, mode=mode).eval()
@@ -56,13 +57,13 @@ def test_logits_shape_finite_and_padded(request, kind: str, mode: str) -> None:
     assert torch.isfinite(logits).all()
     for i, ci in enumerate(c):
         assert (logits[i, ci:] == PAD_LOGIT).all() and (logits[i, :ci] > PAD_LOGIT / 2).all()
-    n_seq = 5 if model.mode == "letters" else sum(c)
-    assert batch["input_ids"].shape[0] == n_seq
+    n_seq = {"letters": 5, "bi_encoder": 5 + sum(c)}.get(model.mode, sum(c))
+    assert batch["attention_mask"].shape[0] == n_seq == len(model.seq_example(batch))
     assert batch["n_choices"].tolist() == c
 
 
 def test_auto_mode_and_mismatched_mode(encoder: Backbone, decoder: Backbone) -> None:
-    assert make_plain(encoder).mode == "cross_encoder"
+    assert make_plain(encoder).mode == "bi_encoder"
     assert make_plain(decoder).mode == "letters"
     with pytest.raises(ConfigError, match="does not fit"):
         MultipleChoiceModel(encoder, mode="cloze")
@@ -73,7 +74,7 @@ def test_auto_mode_and_mismatched_mode(encoder: Backbone, decoder: Backbone) -> 
 
 
 def test_padded_choices_get_no_gradient_and_finite_loss(encoder: Backbone) -> None:
-    model = make_moe(encoder, SMALL_MOE)
+    model = make_moe(encoder, SMALL_MOE, mode="cross_encoder")
     recs = toy_records(4, n_choices=(2, 4))
     logits = model(model.encode(recs, 64))
     loss = F.cross_entropy(logits, torch.tensor([r.answer for r in recs]))
@@ -83,11 +84,13 @@ def test_padded_choices_get_no_gradient_and_finite_loss(encoder: Backbone) -> No
 
 
 def test_trainable_parameters_are_adapters_routers_and_head(encoder: Backbone) -> None:
-    model = make_moe(encoder, SMALL_MOE)
+    model = make_moe(encoder, SMALL_MOE, mode="cross_encoder")
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     assert names and all(n.endswith(("lora_A", "lora_B", "router.weight")) or n == "head.weight"
                          for n in names)
     assert "head.weight" in names
+    bi = make_moe(encoder, SMALL_MOE, mode="bi_encoder")
+    assert bi.head is None and bi.head_parameters() == [bi.logit_scale]
     assert sum(n.endswith("router.weight") for n in names) == len(moe_layers(model.backbone)) == 12
     decoder_model = make_moe(tiny_backbone("decoder"), SMALL_MOE, mode="cloze")
     assert decoder_model.head is None and decoder_model.head_parameters() == []
@@ -103,7 +106,7 @@ def test_builders_leave_the_backbone_reusable(encoder: Backbone) -> None:
 
 
 def test_question_truncated_first_and_long_options_fall_back(encoder: Backbone) -> None:
-    model = make_plain(encoder)
+    model = make_plain(encoder, mode="cross_encoder")
     long_q = MCRecord(id="q", domain="t", question="word " * 200, choices=("yes", "no"),
                       answer=0, source="t")
     long_opt = MCRecord(id="o", domain="t", question="short question",
@@ -152,3 +155,61 @@ def test_cloze_score_is_mean_token_loglik(decoder: Backbone) -> None:
         ids = batch["input_ids"][j, pos]
         want = logp[j, pos - 1, ids].mean()
         assert torch.allclose(got[j], want, atol=1e-5)
+
+
+def _mean_pooled(bb: Backbone, texts: list[str]) -> torch.Tensor:
+    enc = bb.tokenizer(texts, padding=True, truncation=True, max_length=64, return_tensors="pt")
+    h = bb.model(**enc).last_hidden_state
+    m = enc["attention_mask"].unsqueeze(-1).float()
+    return F.normalize((h * m).sum(1) / m.sum(1), dim=-1)
+
+
+def test_bi_encoder_scores_are_scaled_cosines_of_separate_embeddings(encoder: Backbone) -> None:
+    """Worked by hand: each option's logit is 20 * cos(mean-pooled question, mean-pooled option),
+    the question encoded once (B + S sequences, not B * C pairs)."""
+    model = make_plain(encoder, mode="bi_encoder").eval()
+    recs = toy_records(3, n_choices=(2, 3))
+    batch = model.encode(recs, 64)
+    assert batch["q_input_ids"].shape[0] == 3
+    assert batch["o_input_ids"].shape[0] == sum(len(r.choices) for r in recs)
+    with torch.no_grad():
+        logits = model(batch)
+        for i, r in enumerate(recs):
+            q = _mean_pooled(encoder, [r.question])
+            o = _mean_pooled(encoder, list(r.choices))
+            want = 20.0 * (q * o).sum(-1)
+            torch.testing.assert_close(logits[i, :len(r.choices)], want, atol=1e-5, rtol=1e-5)
+
+
+def test_bi_encoder_router_stats_cover_questions_and_options(encoder: Backbone) -> None:
+    """Router statistics of both backbone calls land in the batch's stacked mask layout, and
+    the auxiliary loss is the mean of the two calls' losses."""
+    from baselines.moe import layer_stats, load_balance_loss, record_stats
+
+    model = make_moe(encoder, SMALL_MOE, mode="bi_encoder").eval()
+    recs = toy_records(3, n_choices=(2, 4))
+    batch = model.encode(recs, 64)
+    record_stats(model.backbone, True)
+    with torch.no_grad():
+        model(batch)
+    stats = layer_stats(model.backbone)
+    mask = batch["attention_mask"].bool()
+    for st in stats:
+        assert st["k"].shape == mask.shape
+        assert (st["k"][mask] == 2).all() and (st["k"][~mask] == 0).all()   # top-2 per real token
+    seq_ex = model.seq_example(batch)
+    assert seq_ex.tolist() == [0, 1, 2] + [i for i, r in enumerate(recs) for _ in r.choices]
+    # aux: the mean of the per-call Switch losses
+    record_stats(model.backbone, False)
+    parts = []
+    for key in ("q", "o"):
+        from baselines.moe import set_token_mask
+        set_token_mask(model.backbone, batch[f"{key}_attention_mask"].bool())
+        with torch.no_grad():
+            model.backbone(input_ids=batch[f"{key}_input_ids"],
+                           attention_mask=batch[f"{key}_attention_mask"])
+        parts.append(load_balance_loss(model.backbone))
+        set_token_mask(model.backbone, None)
+    with torch.no_grad():
+        model(batch)
+    torch.testing.assert_close(load_balance_loss(model.backbone), (parts[0] + parts[1]) / 2)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from uqbench.errors import UserError
+from uqbench.profiles import HEADS
 
 
 def _csv(s: str) -> tuple[str, ...]:
@@ -44,9 +45,11 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--models", type=_csv, default=(),
                      help="comma-separated models to train and score (uqbench list models; "
                      "default: the suite's models:, else lora,moe-lora)")
-    run.add_argument("--head", choices=["auto", "cross_encoder", "cloze", "letters"],
-                     help="how options are scored: decoders cloze (option log-likelihood) or "
-                     "letters (answer letter); default: the suite's head:, else auto")
+    run.add_argument("--head", choices=list(HEADS),
+                     help="how options are scored: encoders bi_encoder (cosine of question and "
+                     "option embeddings) or cross_encoder[_cls]; decoders cloze (option "
+                     "log-likelihood) or letters (answer letter); default: the suite's head:, "
+                     "else auto (the profile's recipe)")
     run.add_argument("--scorer-timeout", type=float, default=300.0, metavar="SECONDS",
                      help="stop the run if one scorer call takes longer (default 300; 0: none)")
     run.add_argument("--no-figures", action="store_true")

@@ -9,6 +9,12 @@ from dataclasses import dataclass
 
 from uqbench.errors import ConfigError
 
+#: scoring heads of encoder backbones (`baselines.heads`)
+ENCODER_HEADS = ("bi_encoder", "cross_encoder", "cross_encoder_cls")
+#: ``--head`` / a suite's ``head:`` values; auto = the profile's ``encoder_head`` for encoders,
+#: letters for decoders
+HEADS = ("auto", *ENCODER_HEADS, "cloze", "letters")
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -27,6 +33,23 @@ class Profile:
     ensemble_members: int  # M
     seeds: int  # independent repetitions for mean +- std
     bootstrap: int  # bootstrap resamples for CIs
+    # the training recipe (chosen by `benchmarks/recipe_search.py`; see docs/recipe.md)
+    lr: float = 2e-4  # AdamW lr of adapters and routers
+    head_lr: float = 1e-2  # lr of the scoring head (bi-encoder: its log temperature)
+    encoder_head: str = "cross_encoder"  # head of encoder backbones ("auto" resolves to it)
+    target_modules: str = "auto"  # MoE-LoRA / LoRA targets: "auto" (attention + FFN) or "ffn"
+
+    def __post_init__(self) -> None:
+        checks = [("lr", 0 < self.lr <= 1e-1, "(0, 0.1]"),
+                  ("head_lr", 0 < self.head_lr <= 1.0, "(0, 1]"),
+                  ("epochs", self.epochs >= 1, "an integer >= 1"),
+                  ("encoder_head", self.encoder_head in ENCODER_HEADS,
+                   " | ".join(ENCODER_HEADS)),
+                  ("target_modules", self.target_modules in ("auto", "ffn"), "auto | ffn")]
+        for name, ok, valid in checks:
+            if not ok:
+                raise ConfigError(f"profile {self.name!r}: {name}={getattr(self, name)!r} is out "
+                                  f"of range; valid: {valid}")
 
 
 PROFILES: dict[str, Profile] = {

@@ -75,7 +75,7 @@ from uqbench.cache import StaleCacheWarning, atomic_write_text, key_hash
 from uqbench.data import loaders as L
 from uqbench.data.records import MCRecord, Split, content_hash
 from uqbench.errors import ConfigError, DataError
-from uqbench.profiles import Profile, get_profile
+from uqbench.profiles import HEADS, Profile, get_profile
 from uqbench.registry import Registry
 
 #: Bump when selection or the split/recipe format changes.
@@ -212,8 +212,6 @@ def list_suites() -> list[str]:
 # -- YAML -------------------------------------------------------------------------------------
 
 _SUITE_KEYS = {"name", "description", "domains", "caps", "choices", "models", "head"}
-#: ``head:`` values; auto = cross_encoder for encoders, letters for decoders
-HEADS = ("auto", "cross_encoder", "cloze", "letters")
 _ROLE_KEYS = {"source", "split", "subjects", "half", "choices"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -300,7 +298,7 @@ def check_head(v: Any, where: str = "--head") -> str:
     option log-likelihood, ``letters`` = answer-letter logits)."""
     if v not in HEADS:
         raise ConfigError(f"{where}: head {v!r} unknown; valid: {', '.join(HEADS)} (cloze and "
-                          "letters are for decoder backbones, cross_encoder for encoders)")
+                          "letters are for decoder backbones, bi_encoder and cross_encoder for encoders)")
     return str(v)
 
 

@@ -1,0 +1,140 @@
+"""Recipe search: one row per training recipe on the same splits and seed.
+
+Each candidate trains one MoE-LoRA model (16 experts of rank 8, top-4 in training, the runner's
+model) on the pooled suite's train splits and reports, per domain, the ID-test accuracy with its
+95% percentile-bootstrap CI, the final train loss (mean of the last 10 steps) and the seconds of
+training and evaluation. The `cpu` profile's recipe (`uqbench.profiles`) is chosen from this table
+(docs/recipe.md); `smoke` keeps the same recipe at smaller caps.
+
+    python -m benchmarks.recipe_search --candidates bi,cross --out recipe.jsonl
+
+A candidate is ``name:key=value,key=value`` or a preset name from `PRESETS`; keys: head
+(bi_encoder | cross_encoder | cross_encoder_cls), lr, head_lr, epochs (0 = no training),
+train_cap, targets (auto | ffn), backbone.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+BASE: dict[str, Any] = {"head": "bi_encoder", "lr": 1e-3, "head_lr": 1e-2, "epochs": 1,
+                        "train_cap": 150, "targets": "auto", "backbone": "minilm"}
+PRESETS: dict[str, dict[str, Any]] = {
+    "bi-zero": {"epochs": 0},
+    "cross-zero": {"head": "cross_encoder", "epochs": 0},
+    "bi": {},
+    "cross": {"head": "cross_encoder"},
+    "cross-cls": {"head": "cross_encoder_cls"},
+    "cross-paper-lr": {"head": "cross_encoder", "lr": 2e-4},
+    "bi-lr2e-4": {"lr": 2e-4},
+    "bi-lr3e-3": {"lr": 3e-3},
+    "bi-headlr1e-3": {"head_lr": 1e-3},
+    "bi-ep2": {"epochs": 2},
+    "bi-ep3": {"epochs": 3},
+    "bi-cap400": {"train_cap": 400},
+    "bi-cap400-ep2": {"train_cap": 400, "epochs": 2},
+    "bi-ffn": {"targets": "ffn"},
+    "bi-mpnet": {"backbone": "mpnet"},
+}
+
+
+def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
+    name, _, rest = text.partition(":")
+    cand = {**BASE, **PRESETS.get(name, {})}
+    if not rest and name not in PRESETS:
+        raise SystemExit(f"unknown preset {name!r}; valid: {', '.join(PRESETS)} "
+                         "(or name:key=value,...)")
+    for kv in filter(None, rest.split(",")):
+        k, _, v = kv.partition("=")
+        if k not in BASE:
+            raise SystemExit(f"unknown recipe key {k!r}; valid: {', '.join(BASE)}")
+        cand[k] = type(BASE[k])(float(v)) if isinstance(BASE[k], (int, float)) else v
+    return name, cand
+
+
+def boot_ci(correct: np.ndarray, n_boot: int = 1000, seed: int = 0) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    means = correct[rng.integers(0, len(correct), (n_boot, len(correct)))].mean(1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str | None,
+                  cache_dir: str, backbones: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from baselines import forward, heads, moe, train
+    from baselines.backbones import load_backbone
+    from uqbench.data.suites import build_suite
+    from uqbench.profiles import get_profile
+
+    prof = dataclasses.replace(get_profile(profile), train_cap=int(cand["train_cap"]))
+    suite = build_suite("pooled", prof, data_dir=data_dir, cache_dir=f"{cache_dir}/splits",
+                        progress=False)
+    if cand["backbone"] not in backbones:
+        backbones[cand["backbone"]] = load_backbone(cand["backbone"], cache_dir=cache_dir)
+    torch.manual_seed(0)
+    model = heads.make_moe(backbones[cand["backbone"]],
+                           moe.MoELoRAConfig(seed=0, target_modules=cand["targets"]),
+                           mode=cand["head"], seed=0)
+    records = [r for s in suite.role("train") for r in s.records]
+    t0 = time.perf_counter()
+    losses: tuple[float, ...] = ()
+    if cand["epochs"] > 0:
+        cfg = train.TrainConfig(lr=cand["lr"], head_lr=cand["head_lr"], epochs=int(cand["epochs"]),
+                                batch_size=prof.batch_size, max_length=prof.max_length, seed=0)
+        losses = train.train(model, records, cfg, progress=False).losses
+    t_train = time.perf_counter() - t0
+    row: dict[str, Any] = {"candidate": name, **cand, "train_records": len(records),
+                           "steps": len(losses),
+                           "final_loss": float(np.mean(losses[-10:])) if losses else None,
+                           "first_loss": float(np.mean(losses[:10])) if losses else None,
+                           "train_seconds": round(t_train, 1)}
+    t0 = time.perf_counter()
+    pooled = []
+    for dom in suite.domains:
+        split = suite.split(dom, "id")
+        logits = forward.collect(model, split.records, batch_size=prof.eval_batch_size,
+                                 max_length=prof.max_length, progress=False)["logits"]
+        correct = (logits.argmax(1) == np.array([r.answer for r in split.records])).astype(float)
+        pooled.append(correct)
+        lo, hi = boot_ci(correct)
+        row[f"acc_{dom}"] = [round(float(correct.mean()), 3), round(lo, 3), round(hi, 3)]
+    allc = np.concatenate(pooled)
+    lo, hi = boot_ci(allc)
+    row["acc_pooled"] = [round(float(allc.mean()), 3), round(lo, 3), round(hi, 3)]
+    row["eval_seconds"] = round(time.perf_counter() - t0, 1)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--candidates", default=",".join(PRESETS),
+                    help="';'-separated candidates (preset names or name:key=value,...)")
+    ap.add_argument("--profile", default="cpu", help="caps and batch sizes (train_cap overridden)")
+    ap.add_argument("--data-dir", default=os.environ.get("UQBENCH_DATA"))
+    ap.add_argument("--cache-dir", default=os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
+    ap.add_argument("--out", help="append JSON lines here too")
+    args = ap.parse_args(argv)
+    sep = ";" if ";" in args.candidates else ","
+    cands = [parse_candidate(c) for c in args.candidates.split(sep) if c]
+    backbones: dict[str, Any] = {}
+    for name, cand in cands:
+        row = run_candidate(name, cand, args.profile, args.data_dir, args.cache_dir, backbones)
+        line = json.dumps(row)
+        print(line, flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
