@@ -113,6 +113,22 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     return row
 
 
+def table(rows: list[dict[str, Any]]) -> str:
+    """The markdown table of docs/recipe.md: one row per candidate."""
+    doms = [k[4:] for k in rows[0] if k.startswith("acc_")]
+    head = ["candidate", "head", "lr", "head_lr", "epochs", "train/domain", "targets",
+            "backbone", *doms, "final loss", "train s", "eval s"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        accs = [f"{a:.3f} [{lo:.2f}, {hi:.2f}]" for a, lo, hi in (r[f"acc_{d}"] for d in doms)]
+        loss = "-" if r["final_loss"] is None else f"{r['final_loss']:.3f}"
+        cells = [r["candidate"], r["head"], f"{r['lr']:g}", f"{r['head_lr']:g}", r["epochs"],
+                 r["train_cap"], r["targets"], r["backbone"], *accs, loss, r["train_seconds"],
+                 r["eval_seconds"]]
+        out.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,7 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=os.environ.get("UQBENCH_DATA"))
     ap.add_argument("--cache-dir", default=os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
     ap.add_argument("--out", help="append JSON lines here too")
+    ap.add_argument("--table", metavar="JSONL", help="print the markdown table of a finished "
+                    "search's JSON lines and exit")
     args = ap.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            print(table([json.loads(line) for line in f if line.strip()]))
+        return 0
     sep = ";" if ";" in args.candidates else ","
     cands = [parse_candidate(c) for c in args.candidates.split(sep) if c]
     backbones: dict[str, Any] = {}

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
+from uqbench.report import is_reference
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -42,15 +43,19 @@ def test_smoke_run_writes_every_table_and_figure(smoke_run):
     methods = {r["method"] for r in rows}
     assert {"lora/dense/msp", "moe-lora/top4/msp", "moe-lora/top4/mc_dropout_mutual_info",
             "moe-lora/top4/ensemble_entropy", "moe-lora/care/care"} <= methods
+    refs = {(r["method"], r["domain"]) for r in rows if is_reference(r)}
+    assert refs == {(m, d) for m in ("chance", "options-only") for d in domains}
     for r in rows:
-        assert 0 <= r["accuracy"] <= 1 and 0 <= r["ece"] <= 1 and 0 <= r["ood_auroc"] <= 1
-        assert r["n_id"] > 0 and r["protocol"] and r["split_hashes"]
+        assert 0 <= r["accuracy"] <= 1 and r["n_id"] > 0 and r["protocol"] and r["split_hashes"]
+        if not is_reference(r):  # the reference rows have the accuracy columns only
+            assert 0 <= r["ece"] <= 1 and 0 <= r["ood_auroc"] <= 1
     care = next(r for r in rows if r["method"] == "moe-lora/care/care" and r["domain"] == "pooled")
     meta = json.loads((run / "run.json").read_text())
     cal = meta["gates"]["moe-lora/care@0"]["calibration"]
     assert abs(cal["achieved"] - 4.0) <= 0.05 or not cal["met"]
     assert 1.0 <= care["avg_experts"] <= 8.0
     assert "moe-lora/care/care" in proc.stdout  # the printed summary
+    assert set(meta["training"]) == set(meta["trained"]) and "at_chance" in meta
     pngs = list((run / "figures").glob("*.png"))
     assert pngs and all(p.with_suffix(".pdf").exists() for p in pngs)
 

@@ -129,16 +129,50 @@ def test_one_gate_under_two_names_is_calibrated_and_run_once(env, cold):
         ref["moe-lora/top4/care", "pooled"]["accuracy"]
 
 
+def test_cold_run_json_holds_every_trained_models_training_log(cold):
+    prof = get_profile("smoke")
+    meta = json.loads((cold.out / "run.json").read_text())
+    assert set(meta["training"]) == {"lora@0", "moe-lora@0",
+                                     *(f"moe-lora@{m}" for m in range(1, prof.ensemble_members))}
+    assert sorted(meta["training"]) == sorted(cold.stats.trained)
+    for name, t in meta["training"].items():
+        assert t["steps"] > 0 and t["seconds"] > 0, name
+        assert len(t["losses"]) == len(t["aux_losses"]) == len(t["train_accuracy"]) == t["steps"]
+        assert all(0 <= a <= 1 for a in t["train_accuracy"])
+        s = t["summary"]
+        assert s["first_loss"] == pytest.approx(np.mean(t["losses"][:10]))
+        assert s["last_train_accuracy"] == pytest.approx(np.mean(t["train_accuracy"][-10:]))
+        assert s["chance_loss"] == pytest.approx(np.log(4))  # the suite keeps 4 options
+
+
+def test_reference_rows_and_at_chance_in_the_run(cold):
+    from uqbench.references import at_chance
+    from uqbench.report import is_reference
+
+    refs = {(r["method"], r["domain"]): r for r in cold.rows if is_reference(r)}
+    assert set(refs) == {(m, d) for m in ("chance", "options-only")
+                         for d in ("science", "knowledge", "pooled")}
+    assert refs["chance", "pooled"]["accuracy"] == pytest.approx(0.25)  # 4 options everywhere
+    assert refs["options-only", "pooled"]["n_id"] == 24
+    meta = json.loads((cold.out / "run.json").read_text())
+    assert meta["at_chance"] == at_chance(cold.rows)
+    md = (cold.out / "results.md").read_text()
+    assert "| chance | pooled |" in md and "| options-only | science |" in md
+
+
 def test_warm_rerun_does_no_model_work_and_gives_identical_numbers(env, cold, monkeypatch):
     import uqbench.evaluate
 
     def no_evaluation(*a, **k):
         raise AssertionError("a warm rerun must read its rows from the evaluation cache")
 
+    training = json.loads((cold.out / "run.json").read_text())["training"]
     monkeypatch.setattr(uqbench.evaluate, "evaluate", no_evaluation)
     warm = run(cfg(env))
     assert warm.stats.total() == 0 and warm.stats.trained == []
     assert json.dumps(warm.rows) == json.dumps(cold.rows)  # NaN-safe exact comparison
+    # the training logs travel with the cached checkpoints: a warm run shows them too
+    assert json.loads((warm.out / "run.json").read_text())["training"] == training
 
 
 def test_evaluation_cache_is_keyed_by_content_and_options(tmp_path):

@@ -52,6 +52,10 @@ def _build_parser() -> argparse.ArgumentParser:
                      "else auto (the profile's recipe)")
     run.add_argument("--scorer-timeout", type=float, default=300.0, metavar="SECONDS",
                      help="stop the run if one scorer call takes longer (default 300; 0: none)")
+    run.add_argument("--threads", type=int, default=None, metavar="N",
+                     help="torch intra-op threads (default: the cores this process may use, "
+                     "os.sched_getaffinity; on a machine shared with other busy processes 1 "
+                     "avoids threads spinning on a busy core)")
     run.add_argument("--no-figures", action="store_true")
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--overwrite", action="store_true",
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                 scorers=args.scorers, plugins=tuple(args.plugin), out=args.out,
                 cache_dir=args.cache_dir, data_dir=args.data_dir, seeds=args.seeds,
                 budget=args.budget, experiment=args.experiment, models=args.models,
-                head=args.head,
+                head=args.head, threads=args.threads,
                 figures=not args.no_figures,
                 progress=not args.no_progress, overwrite=args.overwrite,
                 scorer_timeout=args.scorer_timeout or None))

@@ -28,6 +28,7 @@ from uqbench.outputs import ROUTER_FIELDS, Outputs
 from uqbench.plan import (Method, ModelSpec, Pair, default_pairs, methods, model_pairs,
                           needed_fields)
 from uqbench.profiles import Profile, get_profile
+from uqbench.references import reference_rows, warn_at_chance
 from uqbench.registry import import_plugin
 from uqbench.report import summary, write_results
 from uqbench.scorer import get_scorer, list_scorers, probe_scorers
@@ -51,17 +52,18 @@ class RunConfig:
     budget: float = 4.0
     experiment: str | None = None
     models: tuple[str, ...] = ()  # empty: the suite's `models:`, else lora + moe-lora
-    head: str | None = None  # auto | cloze | letters | cross_encoder; None: the suite's `head:`
+    head: str | None = None  # one of uqbench.data.suites.HEADS; None: the suite's `head:`
     figures: bool = True
     progress: bool = True
     overwrite: bool = False
     scorer_timeout: float | None = 300.0  # seconds per scorer call; None: no limit
+    threads: int | None = None  # torch intra-op threads; None: the cores we may use
 
     def identity(self) -> dict[str, Any]:
         """What must match for an existing --out folder to be refreshed in place."""
         d = asdict(self)
         for k in ("out", "cache_dir", "data_dir", "figures", "progress", "overwrite",
-                  "scorer_timeout"):
+                  "scorer_timeout", "threads"):
             d.pop(k)
         if not d["models"]:  # runs without --models keep the identity they always had
             d.pop("models")
@@ -170,6 +172,9 @@ def _check_numbers(cfg: RunConfig) -> None:
         raise ConfigError(f"--budget {cfg.budget:g}: CARE's average expert budget must lie in "
                           f"[1, {n_experts}] (the MoE-LoRA layers have {n_experts} experts); "
                           "the paper uses 4")
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ConfigError(f"--threads {cfg.threads}: give at least 1 thread (or leave it out for "
+                          "the cores this process may use)")
     if cfg.scorer_timeout is not None and not cfg.scorer_timeout > 0:
         raise ConfigError(f"--scorer-timeout {cfg.scorer_timeout:g}: give a positive number of "
                           "seconds, or 0 on the command line for no limit")
@@ -181,6 +186,9 @@ def run(cfg: RunConfig) -> RunResult:
     if (n := sweep_orphans(cache)):
         log.info("removed %d temporary file(s) left in %s by killed runs", n, cache)
     from baselines import distributed  # under `accelerate launch`: see its docstring
+
+    why = "--threads" if cfg.threads else "the cores this process may use"
+    print(f"torch threads: {set_threads(cfg.threads)} ({why})", flush=True)
     from uqbench.data.suites import build_suite, get_suite_spec
 
     with distributed.main_first():  # process 0 builds the split cache, the others read it
@@ -204,6 +212,7 @@ def run(cfg: RunConfig) -> RunResult:
         return RunResult(out, [], stats)
     rows, arrays = score_all(ms, suite, outs, n_seeds, prof, cache=engine.arrays,
                              scorer_timeout=cfg.scorer_timeout)
+    flags = warn_at_chance(rows)  # one WARNING listing every method and domain at chance
     meta = {
         "config": cfg.identity(), "protocol": PROTOCOL_VERSION, "profile": prof.name,
         "profile_settings": asdict(prof),
@@ -213,6 +222,8 @@ def run(cfg: RunConfig) -> RunResult:
         "gates": engine.gate_log,
         "forward_passes_run": {"/".join(map(str, k)): v for k, v in sorted(stats.passes.items())},
         "cache_hits": stats.cache_hits, "trained": stats.trained,
+        "training": engine.training_log,
+        "at_chance": flags,
         "processes": distributed.world(),
         "seconds": {**stats.seconds, "total": time.perf_counter() - t0},
     }
@@ -225,16 +236,31 @@ def run(cfg: RunConfig) -> RunResult:
 
         print(write_paper_report(out).read_text(), flush=True)
     print(summary(rows), flush=True)
+    if flags:  # the list went to the log (stderr) once; the summary points at it
+        print(f"\nWARNING: {len(flags)} method/domain result(s) have an ID accuracy CI that "
+              "includes chance (listed in the log, on stderr, and in run.json `at_chance`): "
+              "their UQ numbers measure a model at chance", flush=True)
     print(f"\nwrote {out}/results.{{md,csv,jsonl,tex}}; forward passes run: {stats.total()}, "
           f"cache hits: {stats.cache_hits}", flush=True)
     return RunResult(out, rows, stats)
 
 
+def set_threads(n: int | None) -> int:
+    """torch's intra-op threads: ``n``, else the cores this process may use."""
+    import torch
+
+    if not n:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    torch.set_num_threads(n or 1)
+    return n
+
+
 def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, int], Outputs],
               n_seeds: int, prof: Profile, cache: ArrayCache | None = None,
               scorer_timeout: float | None = None) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """One row per method per domain and ``pooled``; also the per-example arrays for figures.
-    With ``cache``, rows already evaluated on identical scores are read back, not recomputed."""
+    """One row per method per domain and ``pooled``, then the reference rows (``chance``,
+    ``options-only``: `uqbench.references`); also the per-example arrays for figures. With
+    ``cache``, rows already evaluated on identical scores are read back, not recomputed."""
     rows: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
     domains = list(suite.domains)
@@ -266,6 +292,7 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
                 arrays[f"{key}|uncertainty"] = sc.uncertainty[:, 0]
                 arrays[f"{key}|confidence"] = sc.confidence[:, 0]
                 arrays[f"{key}|correct"] = sc.correct[:, 0]
+    rows += reference_rows(suite, n_boot=prof.bootstrap, seed=0)  # chance, options-only
     return rows, arrays
 
 
@@ -276,6 +303,11 @@ def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray]) -> None:
     from figures import draw_run
 
     h = hashlib.sha256((out / "results.jsonl").read_bytes())
+    try:  # the training figure reads run.json's training logs
+        h.update(json.dumps(json.loads((out / "run.json").read_text()).get("training"),
+                            sort_keys=True).encode())
+    except (OSError, ValueError):
+        pass
     for k in sorted(arrays):
         h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
     for src in sorted(Path(figures.__file__).parent.glob("*.py")):
@@ -310,6 +342,9 @@ class Engine:
         self._models: dict[tuple[str, int], tuple[Any, str]] = {}
         self._gates: dict[tuple[str, int, str], tuple[Any, dict[str, Any]]] = {}
         self.gate_log: dict[str, Any] = {}
+        #: "name@seed" -> the training log stored with its checkpoint (None: trained before
+        #: checkpoints kept one)
+        self.training_log: dict[str, Any] = {}
         self._backbone: Any = None
 
     # -- models -----------------------------------------------------------------------------
@@ -327,6 +362,12 @@ class Engine:
     def backbone_identity(self) -> dict[str, Any]:
         return dict(self.backbone().identity)
 
+    def head_mode(self) -> str:
+        """The head models are built with: ``auto`` is the profile's recipe for encoders."""
+        if self.head == "auto" and self.backbone().kind == "encoder":
+            return self.prof.encoder_head
+        return self.head
+
     def model(self, spec: ModelSpec, seed: int) -> tuple[Any, str]:
         """(model, adapter sha256): trained once per config, then loaded from the cache."""
         key = (spec.name, seed)
@@ -334,8 +375,9 @@ class Engine:
             return self._models[key]
         from baselines import checkpoint, distributed, train
 
-        train_cfg = train.TrainConfig(epochs=self.prof.epochs, batch_size=self.prof.batch_size,
-                                      max_length=self.prof.max_length, seed=seed)
+        p = self.prof
+        train_cfg = train.TrainConfig(epochs=p.epochs, batch_size=p.batch_size, lr=p.lr,
+                                      head_lr=p.head_lr, max_length=p.max_length, seed=seed)
         train_splits = self.suite.role("train")
         material = {
             "protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
@@ -344,19 +386,24 @@ class Engine:
         }
         if spec.kind not in ("moe", "lora", "dora", "adalora"):  # a variant: key by its preset
             material["adapter_config"] = self._variant_config(spec, seed).to_dict()
-        if self.head != "auto":
-            material["head"] = self.head
+        else:
+            material["target_modules"] = p.target_modules
+        material["head"] = self.head_mode()
 
         def write(tmp: Path) -> None:
             t = time.perf_counter()
             model = self._fresh(spec, seed)
             records = [r for s in train_splits for r in s.records]
-            train.train(model, records, train_cfg, progress=self.progress)
-            checkpoint.save_adapter(model, tmp, meta={"model": spec.name, "seed": seed})
+            result = train.train(model, records, train_cfg, progress=self.progress)
+            checkpoint.save_adapter(model, tmp, meta={"model": spec.name, "seed": seed,
+                                                      "training": result.to_json()})
             self.stats.trained.append(f"{spec.name}@{seed}")
             self.stats.seconds[f"train {spec.name}@{seed}"] = time.perf_counter() - t
 
         path = distributed.build_dir(self.dirs, "models", material, write)
+        # the log travels with the checkpoint: a warm run (no training) shows it too
+        self.training_log[f"{spec.name}@{seed}"] = \
+            checkpoint.read_config(path).get("meta", {}).get("training")
         model = checkpoint.load_adapter(path, self.backbone())
         self._models[key] = (model, checkpoint.adapter_hash(path))
         return self._models[key]
@@ -364,13 +411,16 @@ class Engine:
     def _fresh(self, spec: ModelSpec, seed: int) -> Any:
         from baselines import dense, heads, moe
 
+        targets, mode = self.prof.target_modules, self.head_mode()
         if spec.kind == "moe":
-            return heads.make_moe(self.backbone(), moe.MoELoRAConfig(seed=seed), seed=seed,
-                                  mode=self.head)
+            return heads.make_moe(self.backbone(), moe.MoELoRAConfig(seed=seed,
+                                                                     target_modules=targets),
+                                  seed=seed, mode=mode)
         if spec.kind in ("lora", "dora", "adalora"):
-            return dense.make_dense(self.backbone(), kind=spec.kind, seed=seed, mode=self.head)
+            return dense.make_dense(self.backbone(), kind=spec.kind, seed=seed, mode=mode,
+                                    target_modules=targets)
         return heads.make_moe(self.backbone(), self._variant_config(spec, seed), seed=seed,
-                              mode=self.head)
+                              mode=mode)
 
     @staticmethod
     def _variant_config(spec: ModelSpec, seed: int) -> Any:

@@ -1,0 +1,65 @@
+"""The `cpu` profile's recipe learns: a small real run on the science domain (ARC-Easy).
+
+The check is the artifact module's exact chance bound: the accuracy must reach the smallest
+a/n that a uniform guesser reaches with probability <= 1% (Poisson-binomial over the questions'
+option counts; about 0.36 for 120 questions of 4 options). `test_the_check_rejects_chance` shows
+that a model at chance fails it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from uqbench.data.artifacts import chance_threshold
+from uqbench.data.records import MCRecord
+
+ALPHA = 0.01
+
+
+def beats_chance(correct: np.ndarray, records: list[MCRecord]) -> bool:
+    return float(np.mean(correct)) >= chance_threshold(records, ALPHA)
+
+
+def _four_option_records(n: int) -> list[MCRecord]:
+    return [MCRecord(f"q{i}", "science", "?", ("a", "b", "c", "d"), i % 4, "toy")
+            for i in range(n)]
+
+
+def test_the_check_rejects_chance() -> None:
+    recs = _four_option_records(120)
+    rng = np.random.default_rng(0)
+    guesses = [(rng.integers(0, 4, 120) == np.array([r.answer for r in recs])).astype(float)
+               for _ in range(200)]
+    assert sum(beats_chance(g, recs) for g in guesses) <= 4   # a uniform guesser: ~1% pass
+    assert not beats_chance(np.r_[np.ones(30), np.zeros(90)], recs)   # exactly chance (0.25)
+    assert beats_chance(np.r_[np.ones(48), np.zeros(72)], recs)       # 0.40
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_cpu_recipe_learns_science(real_data_dir, tmp_path) -> None:
+    from baselines import forward, heads, moe, train
+    from baselines.backbones import load_backbone
+    from uqbench.data.suites import SuiteSpec, build_suite, get_suite_spec
+    from uqbench.profiles import get_profile
+
+    cpu = get_profile("cpu")
+    prof = dataclasses.replace(cpu, train_cap=96, calib_cap=8, id_cap=120, shift_cap=8)
+    science = next(d for d in get_suite_spec("pooled").domains if d.name == "science")
+    suite = build_suite(SuiteSpec("science-only", (science,)), prof, data_dir=real_data_dir,
+                        cache_dir=tmp_path, progress=False)
+    model = heads.make_moe(load_backbone("minilm"),
+                           moe.MoELoRAConfig(seed=0, target_modules=cpu.target_modules),
+                           mode=cpu.encoder_head, seed=0)
+    cfg = train.TrainConfig(lr=cpu.lr, head_lr=cpu.head_lr, epochs=cpu.epochs,
+                            batch_size=cpu.batch_size, max_length=cpu.max_length, seed=0)
+    result = train.train(model, suite.split("science", "train").records, cfg, progress=False)
+    assert all(np.isfinite(result.losses)) and result.steps == 6 * cpu.epochs
+    test = list(suite.split("science", "id").records)
+    logits = forward.collect(model, test, batch_size=cpu.eval_batch_size,
+                             max_length=cpu.max_length, progress=False)["logits"]
+    correct = (logits.argmax(1) == np.array([r.answer for r in test])).astype(float)
+    assert beats_chance(correct, test), (f"science ID accuracy {correct.mean():.3f} is within "
+                                         f"chance (bound {chance_threshold(test, ALPHA):.3f})")
