@@ -29,7 +29,7 @@ def encoder() -> Backbone:
 
 @pytest.mark.parametrize("kind", DENSE_KINDS)
 def test_construct_train_round_trip(tmp_path, encoder: Backbone, kind: str) -> None:
-    model = make_dense(encoder, kind, rank=4, alpha=8)
+    model = make_dense(encoder, kind, rank=4, alpha=8, mode="cross_encoder")
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     assert "head.weight" in names
     assert all(n == "head.weight" or n.endswith(ADAPTER_PARAMS[kind]) for n in names)
