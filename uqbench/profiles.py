@@ -52,15 +52,18 @@ class Profile:
                                   f"of range; valid: {valid}")
 
 
+#: the training recipe of `smoke` and `cpu`, chosen by `benchmarks.recipe_search` (docs/recipe.md)
+RECIPE = {"lr": 1e-3, "head_lr": 0.1, "encoder_head": "bi_encoder", "target_modules": "ffn"}
+
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("smoke", train_cap=48, calib_cap=16, id_cap=32, shift_cap=32, epochs=1,
-                max_length=96, batch_size=16, eval_batch_size=64, mc_passes=4,
-                ensemble_members=2, seeds=1, bootstrap=200),
+        Profile("smoke", train_cap=32, calib_cap=16, id_cap=24, shift_cap=24, epochs=1,
+                max_length=96, batch_size=16, eval_batch_size=64, mc_passes=2,
+                ensemble_members=2, seeds=1, bootstrap=200, **RECIPE),
         Profile("cpu", train_cap=150, calib_cap=32, id_cap=120, shift_cap=120, epochs=1,
-                max_length=128, batch_size=16, eval_batch_size=64, mc_passes=8,
-                ensemble_members=3, seeds=1, bootstrap=1000),
+                max_length=128, batch_size=16, eval_batch_size=64, mc_passes=4,
+                ensemble_members=3, seeds=1, bootstrap=1000, **RECIPE),
         Profile("full", train_cap=None, calib_cap=256, id_cap=None, shift_cap=None, epochs=3,
                 max_length=256, batch_size=16, eval_batch_size=64, mc_passes=10,
                 ensemble_members=5, seeds=3, bootstrap=1000),

@@ -81,6 +81,9 @@ class RunStats:
     trained: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
+    def add_seconds(self, phase: str, s: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + s
+
     def total(self, mode: str | None = None) -> int:
         return sum(v for k, v in self.passes.items() if mode is None or k[4] == mode)
 
@@ -207,11 +210,13 @@ def run(cfg: RunConfig) -> RunResult:
             need = needed_fields(pair, ms)
             for split in eval_splits:
                 outs[pair.name, split.name, rep] = engine.outputs(pair, split, rep, need)
-    stats.seconds["models+passes"] = time.perf_counter() - t0 - stats.seconds["data"]
+    t_score = time.perf_counter()  # models+passes: backbone, trainings, calibration, passes
+    stats.seconds["models+passes"] = t_score - t0 - stats.seconds["data"]
     if not distributed.is_main():  # every process holds every record; process 0 reports
         return RunResult(out, [], stats)
     rows, arrays = score_all(ms, suite, outs, n_seeds, prof, cache=engine.arrays,
                              scorer_timeout=cfg.scorer_timeout)
+    stats.seconds["scoring"] = time.perf_counter() - t_score
     flags = warn_at_chance(rows)  # one WARNING listing every method and domain at chance
     meta = {
         "config": cfg.identity(), "protocol": PROTOCOL_VERSION, "profile": prof.name,
@@ -230,7 +235,13 @@ def run(cfg: RunConfig) -> RunResult:
     write_results(out, rows, meta)
     _save_scores(out / "scores.npz", arrays)
     if cfg.figures:
+        t_fig = time.perf_counter()
         _draw_figures(out, arrays)
+        meta["seconds"]["figures"] = time.perf_counter() - t_fig
+        meta["seconds"]["total"] = time.perf_counter() - t0
+        atomic_write_text(out / "run.json", json.dumps(meta, indent=1, default=str))
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()),
+          flush=True)
     if cfg.experiment == "paper":
         from uqbench.paper import write_paper_report
 
@@ -354,9 +365,11 @@ class Engine:
             from baselines import distributed
             from baselines.backbones import load_backbone
 
+            t = time.perf_counter()
             with distributed.main_first():  # process 0 converts/caches it (GGUF) first
                 self._backbone = load_backbone(self.backbone_name, device=distributed.device(),
                                                cache_dir=self.cache_root)
+            self.stats.seconds["backbone"] = time.perf_counter() - t
         return self._backbone
 
     def backbone_identity(self) -> dict[str, Any]:
@@ -437,7 +450,9 @@ class Engine:
         from uqbench.gating import make_gate
 
         model, sha = self.model(pair.model, seed)
+        t = time.perf_counter()
         gate, desc = make_gate(pair.gate, model, sha, self)
+        self.stats.add_seconds("calibration", time.perf_counter() - t)
         self._gates[key] = (gate, desc)
         self.gate_log[f"{pair.name}@{seed}"] = desc
         return gate, desc
@@ -460,9 +475,12 @@ class Engine:
             if gate is not None:  # a fresh gate per pass: RandomK's draws restart from its seed
                 moe.set_gate(model, gates.gate_from_dict(desc["gate"]))
             self.stats.passes[spec.name, seed, pair.gate.name, split.name, mode] += 1
-            return forward.collect(model, split.records, batch_size=self.prof.eval_batch_size,
-                                   max_length=self.prof.max_length, mode=mode, seed=index,
-                                   progress=self.progress)
+            t = time.perf_counter()
+            rec = forward.collect(model, split.records, batch_size=self.prof.eval_batch_size,
+                                  max_length=self.prof.max_length, mode=mode, seed=index,
+                                  progress=self.progress)
+            self.stats.add_seconds("passes", time.perf_counter() - t)
+            return rec
 
         arrays, hit = distributed.get_or_compute(self.arrays, "forward", material, compute)
         self.stats.cache_hits += hit
