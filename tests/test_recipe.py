@@ -55,11 +55,24 @@ def test_the_cpu_recipe_learns_science(real_data_dir, tmp_path) -> None:
                            mode=cpu.encoder_head, seed=0)
     cfg = train.TrainConfig(lr=cpu.lr, head_lr=cpu.head_lr, epochs=cpu.epochs,
                             batch_size=cpu.batch_size, max_length=cpu.max_length, seed=0)
-    result = train.train(model, suite.split("science", "train").records, cfg, progress=False)
+    records = suite.split("science", "train").records
+
+    def logits_of(recs):
+        return forward.collect(model, recs, batch_size=cpu.eval_batch_size,
+                               max_length=cpu.max_length, progress=False)["logits"]
+
+    def train_ce() -> float:
+        lg = logits_of(records)
+        lg = lg - lg.max(1, keepdims=True)
+        logp = lg - np.log(np.exp(lg).sum(1, keepdims=True))
+        return float(-logp[np.arange(len(records)), [r.answer for r in records]].mean())
+
+    before = train_ce()
+    result = train.train(model, records, cfg, progress=False)
     assert all(np.isfinite(result.losses)) and result.steps == 6 * cpu.epochs
+    assert train_ce() < before   # the recipe fits its training data
     test = list(suite.split("science", "id").records)
-    logits = forward.collect(model, test, batch_size=cpu.eval_batch_size,
-                             max_length=cpu.max_length, progress=False)["logits"]
+    logits = logits_of(test)
     correct = (logits.argmax(1) == np.array([r.answer for r in test])).astype(float)
     assert beats_chance(correct, test), (f"science ID accuracy {correct.mean():.3f} is within "
                                          f"chance (bound {chance_threshold(test, ALPHA):.3f})")
