@@ -129,7 +129,8 @@ class MoELoRAConfig:
         return cls(**d)
 
 
-def gram_disagreement(weights: Tensor, z: Tensor, gram: Tensor, *, eps: float = EPS) -> Tensor:
+def gram_disagreement(weights: Tensor, z: Tensor, gram: Tensor, *, eps: float = EPS,
+                      u: Tensor | None = None, u_scale: float = 1.0) -> Tensor:
     """Disagreement ``D`` from Gram blocks, equal to :func:`baselines.gates.disagreement`.
 
     With ``e_i = B_i z_i`` and ``G = B_stack^T B_stack``: ``||e_i||^2 = z_i^T G_ii z_i`` and
@@ -140,6 +141,8 @@ def gram_disagreement(weights: Tensor, z: Tensor, gram: Tensor, *, eps: float = 
     weights : (T, N) zero outside the admitted set (renormalised here).
     z : (T, N, r) expert codes ``A_i h``.
     gram : (N*r, N*r) ``B_stack^T B_stack``.
+    u : optional (T, N*r) ``u_scale * (p~_i z_i)_i`` when the caller already has it (the layer's
+        scaled mixture codes); saves one (T, N*r) pass.
     """
     T, N, r = z.shape
     p = weights / weights.sum(-1, keepdim=True)                           # (T, N)
@@ -147,8 +150,11 @@ def gram_disagreement(weights: Tensor, z: Tensor, gram: Tensor, *, eps: float = 
     zt = z.transpose(0, 1)                                                # (N, T, r)
     e2 = (torch.bmm(zt, blocks) * zt).sum(-1).T                          # (T, N) ||e_i||^2
     m2 = (p * e2).sum(-1)                                                 # (T,)
-    u = (p[:, :, None] * z).reshape(T, N * r)                             # (T, N*r)
+    if u is None:
+        u, u_scale = (p[:, :, None] * z).reshape(T, N * r), 1.0           # (T, N*r)
     mean2 = ((u @ gram) * u).sum(-1)                                      # (T,) ||e_bar||^2
+    if u_scale != 1.0:
+        mean2 = mean2 / (u_scale * u_scale)
     return ((m2 - mean2) / (m2 + eps)).clamp(0.0, 1.0)
 
 
@@ -206,17 +212,57 @@ class MoELoRALinear(nn.Module):
         self.record = False
         self.token_mask: Tensor | None = None      # (B, L) bool, True = real token
         self.last_stats: dict[str, Tensor] | None = None
-        self._aux: Tensor | None = None   # this variant's auxiliary loss of the last forward
+        self._aux_value: Tensor | None = None   # the variant's auxiliary loss of the last forward
+        self._aux_args: tuple[Any, ...] | None = None   # its inputs, evaluated on first read
         self._gram: tuple[tuple[Any, ...], Tensor] | None = None
+        self._cache: dict[str, tuple[tuple[Any, ...], Tensor]] = {}
 
     def extra_repr(self) -> str:
         return (f"in={self.in_features}, out={self.out_features}, n_experts={self.n_experts}, "
                 f"rank={self.rank}, scaling={self.scaling:g}, gate={self.gate}")
 
+    @property
+    def _aux(self) -> Tensor | None:
+        """This variant's auxiliary loss of the last forward (None if every token was masked),
+        computed when first read: a forward whose loss nobody reads (inference) skips it."""
+        if self._aux_args is not None:
+            self._aux_value, self._aux_args = self._aux_loss(*self._aux_args), None
+        return self._aux_value
+
+    @_aux.setter
+    def _aux(self, value: Tensor | None) -> None:
+        self._aux_value, self._aux_args = value, None
+
+    def _derived(self, name: str, params: tuple[Tensor, ...], make: Any) -> Tensor:
+        """``make()``, a tensor derived from ``params``; cached until one of them changes
+        (version counter, storage, device, dtype) unless autograd needs its graph."""
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return make()
+        key = tuple((p._version, p.data_ptr(), p.device, p.dtype) for p in params)
+        hit = self._cache.get(name)
+        if hit is None or hit[0] != key:
+            with torch.no_grad():
+                hit = (key, make())
+            self._cache[name] = hit
+        return hit[1]
+
     def b_stack(self) -> Tensor:
         """(d_out, N*r): column ``i*r + j`` is ``lora_B[i, :, j]``."""
         N, O, r = self.lora_B.shape
         return self.lora_B.permute(1, 0, 2).reshape(O, N * r)
+
+    def _b_rows(self) -> Tensor:
+        """``b_stack().T`` as a contiguous (N*r, d_out) matrix (cached while ``lora_B`` is
+        unchanged and needs no gradient)."""
+        N, O, r = self.lora_B.shape
+        return self._derived("b_rows", (self.lora_B,),
+                             lambda: self.lora_B.transpose(1, 2).reshape(N * r, O))
+
+    def _router_a(self) -> Tensor:
+        """(N + n_A*r, d): the router weight stacked on the flattened ``lora_A``, so one matmul
+        gives both the router logits and the expert codes when the codes read ``h`` itself."""
+        return self._derived("router_a", (self.router.weight, self.lora_A), lambda: torch.cat(
+            [self.router.weight, self.lora_A.reshape(-1, self.in_features)]))
 
     @torch.no_grad()
     def gram(self, dtype: torch.dtype) -> Tensor:
@@ -224,15 +270,14 @@ class MoELoRALinear(nn.Module):
         by an optimiser or ``load_state_dict`` bump its version counter)."""
         key = (self.lora_B._version, self.lora_B.data_ptr(), self.lora_B.device, dtype)
         if self._gram is None or self._gram[0] != key:
-            b = self.b_stack().to(dtype)                                  # (O, N*r)
-            self._gram = (key, b.T @ b)
+            b = self._b_rows().to(dtype)                                  # (N*r, O)
+            self._gram = (key, b @ b.T)
         return self._gram[1]
 
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
-        N, r = self.n_experts, self.rank
-        y = self.base_layer(x)                                            # (*, O)
-        h = x.reshape(-1, self.in_features)                               # (T, E)
+        N, r, E, O = self.n_experts, self.rank, self.in_features, self.out_features
+        h = x.reshape(-1, E)                                              # (T, E)
         T = h.shape[0]
         cdt = torch.promote_types(x.dtype, torch.float32)   # routing maths in >= float32
         valid = None
@@ -242,29 +287,45 @@ class MoELoRALinear(nn.Module):
                                  f"match this input's {tuple(lead)}: call set_token_mask(model, "
                                  "mask) with the current batch's mask, or None")
             valid = self.token_mask.to(x.device).reshape(-1)              # (T,)
-        probs = F.softmax(self.router(h).to(cdt), dim=-1)                 # (T, N)
+        base = self.base_layer
+        if type(base) is nn.Linear:       # (T, O), a fresh tensor: the experts add in place
+            y, fresh = F.linear(h, base.weight, base.bias), True
+        else:
+            y, fresh = base(x).reshape(T, O), False
+        if self.dropout.training and self.dropout.p > 0:
+            logits = self.router(h)                                       # (T, N)
+            z = F.linear(self.dropout(h), self.lora_A.reshape(-1, E))     # (T, n_A*r)
+        else:                             # dropout is the identity: one matmul for both
+            rz = F.linear(h, self._router_a())                            # (T, N + n_A*r)
+            logits, z = rz[:, :N], rz[:, N:]
+        probs = F.softmax(logits.to(cdt), dim=-1)                         # (T, N)
         p_task = None
         if self.variant == "hmora":
             probs, p_task = self._hmora_route(probs, h, lead, valid)
-        z = F.linear(self.dropout(h), self.lora_A.reshape(-1, self.in_features))  # (T, N*r)
-        if self.shared_a:
-            z = z.repeat(1, N)                      # (T, r) -> (T, N*r): every head reads A h
-        b_stack = self.b_stack()                                          # (O, N*r)
+        # (T, N, r) codes; HydraLoRA: every head reads the one shared A h (a broadcast view)
+        z3 = z.unsqueeze(1).expand(T, N, r) if self.shared_a else z.view(T, N, r)
 
         with torch.no_grad():
-            probe = _Probe(self, probs.detach().to(cdt), z.detach().view(T, N, r).to(cdt))
+            probe = _Probe(self, probs.detach().to(cdt), z3.detach().to(cdt))
             sel = self.gate.select(probe.probs, probe)                    # mask (T, N)
 
         w = probs * sel.mask                                              # (T, N)
         w = w * (self.scaling / w.sum(-1, keepdim=True))                  # scaling * p~
-        u = (w.to(z.dtype).unsqueeze(-1) * z.view(T, N, r)).reshape(T, N * r)  # (T, N*r)
-        y = torch.addmm(y.reshape(T, self.out_features), u, b_stack.T)   # (T, O)
-        y = y.view(*lead, self.out_features)
+        u = (w.to(z.dtype).unsqueeze(-1) * z3).reshape(T, N * r)          # (T, N*r)
+        b_rows = self._b_rows()                                           # (N*r, O)
+        y = y.addmm_(u, b_rows) if fresh else torch.addmm(y, u, b_rows)   # (T, O)
+        y = y.view(*lead, O)
 
-        self._aux = self._aux_loss(probs, sel.mask, valid, p_task)
+        self._aux_args = (probs, sel.mask, valid, p_task)
         if self.record:
             with torch.no_grad():
-                d = sel.disagreement if sel.disagreement is not None else probe(sel.d_mask)
+                d = sel.disagreement
+                if d is None and sel.d_mask is sel.mask and u.dtype == cdt:
+                    # the reported set is the admitted one: reuse u = scaling * (p~_i z_i)_i
+                    d = gram_disagreement(w.detach(), probe.z, self.gram(cdt), u=u.detach(),
+                                          u_scale=self.scaling)
+                elif d is None:
+                    d = probe(sel.d_mask)
                 stats = {"entropy": normalized_entropy(probe.probs),
                          "top1": probe.probs.max(-1).values,
                          "disagreement": d,
