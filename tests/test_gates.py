@@ -214,3 +214,39 @@ def test_validate_rejects_k_above_n(gate, field) -> None:
 def test_care_k_validates() -> None:
     with pytest.raises(ValueError, match="tau"):
         care_k(P4, torch.ones(1, 4, 2), tau=0.0)
+
+
+# --- gate specs: an unknown kind is an error, never CARE --------------------------------------
+
+def test_unknown_gate_kind_raises_listing_valid_kinds() -> None:
+    from uqbench.errors import ConfigError
+    from uqbench.plan import GATE_KINDS, GateSpec
+
+    for budget in (None, 4.0):
+        with pytest.raises(ConfigError, match="unknown gate kind 'nucleous'.*valid: native, "
+                           "dense, topk, care, nucleus, randomk, entropyk"):
+            GateSpec("typo", "nucleous", budget=budget)
+    with pytest.raises(ConfigError, match="needs a budget"):
+        GateSpec("r", "randomk")
+    with pytest.raises(ConfigError, match="takes no budget"):
+        GateSpec("t", "topk", budget=4.0, params={"k": 4})
+    assert [GateSpec(k, k, budget=4.0 if k in ("randomk", "entropyk") else None).kind
+            for k in GATE_KINDS] == list(GATE_KINDS)
+
+
+def test_make_gate_refuses_an_unknown_kind_even_past_gatespec() -> None:
+    """make_gate checks the kind itself (for a spec changed after GateSpec checked it), before
+    any model or calibration work."""
+    from uqbench.errors import ConfigError
+    from uqbench.gating import make_gate
+    from uqbench.plan import GateSpec
+
+    spec = GateSpec("care", "care", budget=4.0)
+    object.__setattr__(spec, "kind", "bogus")
+
+    class NoModel:  # any attribute access would mean model work began
+        def __getattr__(self, name: str) -> None:
+            raise AssertionError(f"model touched: {name}")
+
+    with pytest.raises(ConfigError, match="unknown gate kind 'bogus'; valid: native, dense"):
+        make_gate(spec, NoModel(), "sha", engine=None)

@@ -216,6 +216,42 @@ def test_protections_report(sb: Sandbox) -> None:
         assert p["process_limit"] == "pids_cgroup"
 
 
+def test_protections_are_probed_not_assumed(sb: Sandbox) -> None:
+    p = sb.protections()
+    assert "wall_timeout_killpg" in p["os_limits"]
+    # every limit is either found in place or reported as failed, none assumed
+    for name in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC",
+                 "RLIMIT_CORE", "no_new_privs"):
+        assert (name in p["os_limits"]) != (name in p["os_limits_failed"]), name
+    assert "RLIMIT_AS" in p["os_limits"] and "RLIMIT_NOFILE" in p["os_limits"]
+    assert p["python_guards"] is True  # the probe's socket was refused by the audit hook
+    assert Sandbox(timeout_s=5.0, python_guards=False).protections()["python_guards"] is False
+
+
+def test_failed_setrlimit_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A setrlimit that fails in the child's set-up (patched here; the child is forked from
+    this process) shows in the run's result and in `protections`, not silently dropped."""
+    import resource
+
+    real = resource.setrlimit
+
+    def failing(lim: int, val: tuple[int, int]) -> None:
+        if lim == resource.RLIMIT_NOFILE:
+            raise OSError("refused for the test")
+        real(lim, val)
+
+    monkeypatch.setattr(resource, "setrlimit", failing)
+    box = Sandbox(timeout_s=5.0, max_open_files=37)
+    res = box.run("pass\n")
+    assert res.passed and res.limits_failed == ("RLIMIT_NOFILE",)
+    assert "setrlimit" not in res.stderr_tail
+    p = box.protections()
+    assert "RLIMIT_NOFILE" not in p["os_limits"] and "RLIMIT_AS" in p["os_limits"]
+    assert p["os_limits_failed"]["RLIMIT_NOFILE"].startswith("setrlimit failed")
+    monkeypatch.undo()
+    assert Sandbox(timeout_s=5.0).run("pass\n").limits_failed == ()
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
         Sandbox(timeout_s=0)

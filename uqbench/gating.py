@@ -14,12 +14,15 @@ import numpy as np
 
 from uqbench.cache import PROTOCOL_VERSION
 from uqbench.errors import ConfigError
-from uqbench.plan import GateSpec
+from uqbench.plan import BUDGET_KINDS, GATE_KINDS, GateSpec
 
 
 def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any) -> tuple[Any, dict[str, Any]]:
     from baselines import gates as G
 
+    if spec.kind not in GATE_KINDS:  # GateSpec checks this too; never fall back to CARE
+        raise ConfigError(f"gate {spec.name!r}: unknown gate kind {spec.kind!r}; valid: "
+                          f"{', '.join(GATE_KINDS)}")
     if spec.kind == "dense":
         return None, {"spec": spec.describe()}
     if not model.has_moe:
@@ -34,8 +37,11 @@ def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any) -> tupl
         gate = G.TopK(**spec.kwargs)
         return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
     if spec.budget is None:  # a fixed threshold, e.g. the thermostat sweep's tau
-        cls = {"care": G.Care, "nucleus": G.NucleusOnly}[spec.kind]
-        gate = cls(**spec.kwargs)
+        fixed = {"care": G.Care, "nucleus": G.NucleusOnly}
+        if spec.kind not in fixed:
+            raise ConfigError(f"gate {spec.name!r}: kind {spec.kind!r} needs a budget; only "
+                              f"{', '.join(fixed)} take a fixed tau")
+        gate = fixed[spec.kind](**spec.kwargs)
         return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
     calib = engine.suite.role("calib")
     material = {"protocol": PROTOCOL_VERSION, "adapter": adapter_sha, "spec": spec.key(),
@@ -63,13 +69,16 @@ def _calibrate(spec: GateSpec, model: Any, records: list[Any], prof: Any) -> dic
     if spec.kind == "entropyk":
         res = TH.calibrate_entropy_k(model, batches, budget, forward=fwd, **p)
         gate = G.EntropyK(res.tau, **p)  # type: ignore[arg-type]
-    else:
+    elif spec.kind in ("care", "nucleus", "randomk"):
         nucleus = spec.kind == "nucleus"
         factory = (lambda t: G.NucleusOnly(t, **p)) if nucleus else (lambda t: G.Care(t, **p))
         res = TH.calibrate(model, batches, budget, gate_factory=factory, forward=fwd)
         gate = factory(res.tau)
         if spec.kind == "randomk":  # CARE's k histogram at this budget, re-assigned at random
             gate = TH.random_k_from_care(model, batches, res.tau, seed=0, care=factory, forward=fwd)
+    else:
+        raise ConfigError(f"gate {spec.name!r}: the thermostat cannot calibrate kind "
+                          f"{spec.kind!r}; valid: {', '.join(BUDGET_KINDS)}")
     return {"spec": spec.describe(), "gate": G.gate_to_dict(gate),
             "calibration": {"knob": res.tau, "achieved": res.achieved, "target": res.target,
                             "met": res.met, "iterations": res.iterations,

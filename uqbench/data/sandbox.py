@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import json
 import math
 import os
 import resource
@@ -60,6 +61,42 @@ _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _PR_SET_NO_NEW_PRIVS = 38
 _MEMORY_MARK = "uqbench-sandbox: MemoryError"
+#: written to the child's stderr by the set-up code when a ``setrlimit`` fails (then parsed into
+#: `SandboxResult.limits_failed` and removed from ``stderr_tail``)
+_LIMIT_MARK = "uqbench-sandbox: setrlimit failed: "
+_PROBE_MARK = "uqbench-probe: "
+#: the OS limits the set-up code applies, in order
+_RLIMITS = ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC",
+            "RLIMIT_CORE")
+# What `Sandbox.protections` runs: it reports what the child actually got (its limits, whether
+# PR_SET_NO_NEW_PRIVS is set, its network namespace and cgroup, whether sockets are refused).
+_PROBE = r'''
+import json, os, resource, sys
+got = {"limits": {n: list(resource.getrlimit(getattr(resource, n))) for n in %r}}
+try:
+    with open("/proc/self/status") as f:
+        got["no_new_privs"] = any(ln.split() == ["NoNewPrivs:", "1"] for ln in f)
+except OSError:
+    got["no_new_privs"] = None
+try:
+    got["net_ns"] = os.readlink("/proc/self/ns/net")
+except OSError:
+    got["net_ns"] = None
+try:
+    with open("/proc/self/cgroup") as f:
+        got["cgroup"] = "uqbench-" in f.read()
+except OSError:
+    got["cgroup"] = None
+try:
+    import socket
+    socket.socket().close()
+    got["sockets_refused"] = False
+except PermissionError:
+    got["sockets_refused"] = True
+except OSError:
+    got["sockets_refused"] = None
+sys.stderr.write("\n%s" + json.dumps(got) + "\n")
+''' % (_RLIMITS, _PROBE_MARK)
 _STDERR_TAIL = 2000
 
 # The program the child runs: it reads the solution, installs the guards, runs it, and on normal
@@ -160,7 +197,7 @@ class SandboxResult:
     ``passed``: exit status 0 *and* the program ran to its end. ``killed_reason``: why the run was
     stopped from outside or by a limit: "timeout" (wall clock), "cpu_time", "memory" (allocation
     refused under the address-space limit), "signal:NAME"; None for an ordinary exit (pass or
-    failing assertion/exception).
+    failing assertion/exception). ``limits_failed``: OS limits that could not be set.
     """
 
     passed: bool
@@ -169,6 +206,9 @@ class SandboxResult:
     killed_reason: str | None
     stderr_tail: str
     elapsed_s: float = 0.0
+    #: OS limits whose ``setrlimit`` failed in this run's set-up (e.g. ``("RLIMIT_AS",)``): the
+    #: run went on without them
+    limits_failed: tuple[str, ...] = ()
 
     @property
     def killed(self) -> bool:
@@ -294,31 +334,65 @@ class Sandbox:
         return [r for r in results if r is not None]
 
     def protections(self) -> dict[str, Any]:
-        """What this machine actually enforces (probed once with a tiny run)."""
+        """What this machine actually enforces, probed once with a tiny run: the probe reads
+        its own limits (``getrlimit``), ``NoNewPrivs``, network namespace and cgroup, and tries
+        to open a socket; nothing here is assumed.
+
+        Keys: ``running_as_root``; ``network_namespace`` (the probe's differs from ours);
+        ``process_limit`` (``pids_cgroup`` | ``rlimit_nproc`` | ``python_only``); ``os_limits``
+        (the limits found in place: ``wall_timeout_killpg``, which the parent enforces, the
+        ``RLIMIT_*`` whose values match, ``no_new_privs``); ``os_limits_failed`` (limit ->
+        what the probe found, or why it could not tell; ``setrlimit`` failures included);
+        ``python_guards`` (the audit hook refused the probe's socket); ``file_writes_outside_dir``.
+        """
         if self._probe is None:
-            probe = ("import os\n"
-                     "print('net', os.readlink('/proc/self/ns/net'), file=open('p.txt', 'w'))\n"
-                     "print(open('/proc/self/cgroup').read(), file=open('c.txt', 'w'))\n"
-                     "import sys; sys.stderr.write(open('p.txt').read() + '|' + "
-                     "open('c.txt').read())\n")
-            res = self.run(probe, timeout_s=max(self.timeout_s, 5.0))
+            timeout = max(self.timeout_s, 5.0)
+            res = self.run(_PROBE, timeout_s=timeout)
+            got: dict[str, Any] = {}
+            for ln in res.stderr_tail.splitlines():
+                if ln.startswith(_PROBE_MARK):
+                    try:
+                        got = json.loads(ln[len(_PROBE_MARK):])
+                    except ValueError:
+                        got = {}
             try:
-                parent_ns = os.readlink("/proc/self/ns/net")
+                parent_ns: str | None = os.readlink("/proc/self/ns/net")
             except OSError:
                 parent_ns = None
-            net = bool(res.passed and parent_ns and "net " in res.stderr_tail
-                       and parent_ns not in res.stderr_tail)
-            cg = bool(res.passed and self._cg_root and "uqbench-" in res.stderr_tail)
+            ok, failed = ["wall_timeout_killpg"], {}
+            found = got.get("limits", {})
+            for name, want in self._limits(timeout).items():
+                have = found.get(name)
+                if name in res.limits_failed:
+                    failed[name] = f"setrlimit failed (limit found: {have})"
+                elif have is None:
+                    failed[name] = "not probed (the probe run failed: " \
+                        f"{res.stderr_tail[-200:].strip()!r})"
+                elif tuple(have) != want:
+                    failed[name] = f"wanted {list(want)}, found {have}"
+                else:
+                    ok.append(name)
+            if got.get("no_new_privs"):
+                ok.append("no_new_privs")
+            else:
+                failed["no_new_privs"] = ("not set" if got.get("no_new_privs") is False
+                                          else "could not be read")
+            net = bool(got.get("net_ns") and parent_ns and got["net_ns"] != parent_ns)
+            cg = bool(self._cg_root and got.get("cgroup"))
+            nproc = "RLIMIT_NPROC" in ok and not self._is_root
             self._probe = {
                 "running_as_root": self._is_root,
                 "network_namespace": net,
-                "process_limit": ("pids_cgroup" if cg else
-                                  "rlimit_nproc" if not self._is_root else "python_only"),
-                "os_limits": ["wall_timeout_killpg", "RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE",
-                              "RLIMIT_NOFILE", "RLIMIT_CORE", "no_new_privs"],
-                "python_guards": self.python_guards,
-                "file_writes_outside_dir": ("python_audit_hook" if self._is_root else
-                                            "python_audit_hook + file permissions"),
+                "process_limit": ("pids_cgroup" if cg else "rlimit_nproc" if nproc
+                                  else "python_only"),
+                "os_limits": ok,
+                "os_limits_failed": failed,
+                "python_guards": bool(got.get("sockets_refused")),
+                "file_writes_outside_dir": (("python_audit_hook" if got.get("sockets_refused")
+                                             else "none") if self._is_root else
+                                            ("python_audit_hook + file permissions"
+                                             if got.get("sockets_refused")
+                                             else "file permissions")),
             }
         return dict(self._probe)
 
@@ -343,12 +417,20 @@ class Sandbox:
             env["PYTHONHASHSEED"] = str(int(self.hash_seed))
         return env
 
-    def _preexec(self, cgroup: str | None, timeout: float) -> Any:
+    def _limits(self, timeout: float) -> dict[str, tuple[int, int]]:
+        """(soft, hard) of each OS limit in `_RLIMITS` for a run of ``timeout`` seconds."""
         mem = self.memory_mb * 1024 * 1024
         cpu = math.ceil(timeout) + 1
         fsize = self.file_size_mb * 1024 * 1024
-        nofile = self.max_open_files
-        nproc = self.max_processes
+        return {"RLIMIT_AS": (mem, mem), "RLIMIT_CPU": (cpu, cpu + 1),
+                "RLIMIT_FSIZE": (fsize, fsize),
+                "RLIMIT_NOFILE": (self.max_open_files, self.max_open_files),
+                "RLIMIT_NPROC": (self.max_processes, self.max_processes), "RLIMIT_CORE": (0, 0)}
+
+    def _preexec(self, cgroup: str | None, timeout: float) -> Any:
+        # resolved now, in the parent: the child only calls setrlimit and writes bytes
+        limits = [(getattr(resource, name), val, (_LIMIT_MARK + name + "\n").encode())
+                  for name, val in self._limits(timeout).items()]
         isolate = self.isolate_network and sys.platform == "linux"
         is_root = self._is_root
         libc = _get_libc() if sys.platform == "linux" else False
@@ -365,16 +447,11 @@ class Sandbox:
                     pass
             if isolate and libc and libc.unshare(_CLONE_NEWNET) != 0 and not is_root:
                 libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
-            for lim, val in ((resource.RLIMIT_AS, (mem, mem)),
-                             (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-                             (resource.RLIMIT_FSIZE, (fsize, fsize)),
-                             (resource.RLIMIT_NOFILE, (nofile, nofile)),
-                             (resource.RLIMIT_NPROC, (nproc, nproc)),
-                             (resource.RLIMIT_CORE, (0, 0))):
+            for lim, val, mark in limits:
                 try:
                     resource.setrlimit(lim, val)
                 except (ValueError, OSError):
-                    pass
+                    os.write(2, mark)  # reported in SandboxResult.limits_failed
             if libc:
                 libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
@@ -460,6 +537,11 @@ class Sandbox:
         self._cleanup(job)
         finished = job.nonce in err
         err = err.replace("\n" + job.nonce + "\n", "").replace(job.nonce, "")
+        failed = tuple(ln[len(_LIMIT_MARK):].strip() for ln in err.splitlines()
+                       if ln.startswith(_LIMIT_MARK))
+        if failed:
+            err = "".join(ln for ln in err.splitlines(keepends=True)
+                          if not ln.startswith(_LIMIT_MARK))
         killed: str | None = None
         if timed_out:
             killed = "timeout"
@@ -477,7 +559,7 @@ class Sandbox:
         passed = rc == 0 and finished and not timed_out
         return SandboxResult(passed=passed, returncode=rc, timed_out=timed_out,
                              killed_reason=killed, stderr_tail=err[-_STDERR_TAIL:],
-                             elapsed_s=elapsed)
+                             elapsed_s=elapsed, limits_failed=failed)
 
     def _cleanup(self, job: _Job) -> None:
         if job.pidfd is not None:
