@@ -15,6 +15,16 @@
    which, unlike the process RSS, does not hide reuse of freed heap), next to the analytic size
    of the largest intermediate.
 
+3. ``moe_forward_vs_plain`` / ``moe_forward_vs_plain_care``: the cost of the MoE-LoRA model
+   itself: a forward of all-MiniLM-L6-v2 with the adapter (statistics recorded, top-4 gate /
+   CARE gate at budget 4) against the plain backbone's forward on the same 64 x 96 batch, both
+   in eval mode, timed in one interleaved run; target <= 1.5. ``moe_train_step_vs_full_grad``:
+   forward + backward of the adapter in train mode (dropout on, its top-4 train gate, loss
+   ``mean(h^2) + lb_coef * load_balance_loss``) against forward + backward of the plain
+   backbone with every weight requiring grad (same batch, ``mean(h^2)``); target <= 1.2. The
+   MoE config is a parameter of :func:`bench_cost`; ``run`` measures the 36-linear default
+   (16 experts, rank 8) and, with the ``_ffn`` suffix, ``target_modules="ffn"`` (12 linears).
+
 Timings run single-threaded (``torch.set_num_threads(1)``, restored afterwards): on a shared
 2-core machine, intra-op thread hand-offs make timings swing by 2-5x, which would swamp a
 2% effect; one thread measures the arithmetic the two gates add, and its CPU time
@@ -86,7 +96,7 @@ def bench_forward() -> Iterator[dict[str, Any]]:
     from baselines.thermostat import calibrate
 
     torch.manual_seed(0)
-    model = inject(_minilm(), MoELoRAConfig())
+    model = inject(_minilm(), MoELoRAConfig()).eval()
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for layer in moe_layers(model):
@@ -190,8 +200,104 @@ def bench_memory(T: int = 4096, N: int = 16, r: int = 8, d: int = 4096) -> dict[
             "ratio": round(ratio, 1), "target": ">= 10", "met": ratio >= 10}
 
 
+COST_BATCH = (64, 96)
+COST_REPS = 5
+#: what :func:`bench_cost` measures: the 36-linear default recipe and the FFN-only one
+COST_CONFIGS = {"": dict(n_experts=16, rank=8, top_k=4, target_modules="auto"),
+                "_ffn": dict(n_experts=16, rank=8, top_k=4, target_modules="ffn")}
+
+
+def _random_experts(model: Any, seed: int = 0) -> None:
+    """Non-zero B and a peaked router, as after training (a fresh B = 0 adds nothing to D)."""
+    from baselines.moe import moe_layers
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in moe_layers(model):
+            layer.lora_B.normal_(0.0, 0.02, generator=g)
+            layer.router.weight.normal_(0.0, 0.05, generator=g)
+
+
+def _cost_row(name: str, config: Any, n_layers: int, a: str, b: str,
+              best: dict[str, dict[str, float]], target: float, **extra: Any) -> dict[str, Any]:
+    ratio = best[a]["cpu"] / best[b]["cpu"]
+    return {"name": name, "model": "all-MiniLM-L6-v2", "moe_layers": n_layers,
+            "n_experts": config.n_experts, "rank": config.rank,
+            "target_modules": config.target_modules, "batch": list(COST_BATCH),
+            "threads": torch.get_num_threads(), **extra,
+            "moe_cpu_s": round(best[a]["cpu"], 4), "plain_cpu_s": round(best[b]["cpu"], 4),
+            "moe_wall_s": round(best[a]["wall"], 4), "plain_wall_s": round(best[b]["wall"], 4),
+            "wall_ratio": round(best[a]["wall"] / best[b]["wall"], 4),
+            "ratio": round(ratio, 4), "target": f"<= {target}", "met": ratio <= target}
+
+
+def bench_cost(config: Any, suffix: str = "", reps: int = COST_REPS) -> Iterator[dict[str, Any]]:
+    """MoE-LoRA model vs plain backbone: eval forward with stats (top-4 and CARE, one
+    interleaved run) and a training step vs a full-gradient step; ``config`` a MoELoRAConfig."""
+    from baselines.gates import Care, TopK
+    from baselines.moe import (inject, load_balance_loss, moe_layers, record_stats, set_gate,
+                               set_token_mask, train_gate)
+    from baselines.thermostat import calibrate
+
+    torch.manual_seed(0)
+    plain = _minilm().eval()
+    model = inject(_minilm(), config).eval()
+    n_layers = len(moe_layers(model))
+    _random_experts(model)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1000, 20000, COST_BATCH, generator=g)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    res = calibrate(model, [{k: v[:8] for k, v in batch.items()}], budget=4.0)
+    care, top4 = Care(float(res.tau)), TopK(4)  # type: ignore[arg-type]
+    record_stats(model, True)
+    set_token_mask(model, batch["attention_mask"].bool())
+
+    def fwd(m: Any, gate: Any = None) -> Any:
+        def f() -> None:
+            if gate is not None:
+                set_gate(model, gate)
+            with torch.no_grad():
+                m(**batch)
+        return f
+
+    best = _best_times({"plain": fwd(plain), "top4": fwd(model, top4),
+                        "care": fwd(model, care)}, reps)
+    extra = {"record_stats": True, "reps": reps}
+    yield _cost_row("moe_forward_vs_plain" + suffix, config, n_layers, "top4", "plain", best,
+                    1.5, gate="top4", **extra)
+    yield _cost_row("moe_forward_vs_plain_care" + suffix, config, n_layers, "care", "plain", best,
+                    1.5, gate="care", care_tau=round(float(res.tau), 6),  # type: ignore[arg-type]
+                    care_mean_k_calib=round(res.achieved, 4), **extra)
+
+    record_stats(model, False)
+    set_gate(model, train_gate(config))
+    model.train()
+    plain.train()
+    for p in plain.parameters():
+        p.requires_grad_(True)
+
+    def step(m: Any, moe: bool) -> Any:
+        def f() -> None:
+            m.zero_grad(set_to_none=True)
+            loss = m(**batch).last_hidden_state.pow(2).mean()
+            if moe:
+                loss = loss + config.lb_coef * load_balance_loss(m)
+            loss.backward()
+        return f
+
+    best = _best_times({"plain": step(plain, False), "moe": step(model, True)}, max(3, reps - 1))
+    yield _cost_row("moe_train_step_vs_full_grad" + suffix, config, n_layers, "moe", "plain",
+                    best, 1.2, gate=f"top{config.top_k}", reps=max(3, reps - 1),
+                    dropout=config.dropout, lb_coef=config.lb_coef)
+    set_token_mask(model, None)
+
+
 def run() -> Iterator[dict[str, Any]]:
+    from baselines.moe import MoELoRAConfig
+
     with _threads(THREADS):
         yield from bench_forward()
         yield bench_layer()
+        for suffix, kw in COST_CONFIGS.items():
+            yield from bench_cost(MoELoRAConfig(**kw), suffix)
     yield bench_memory()

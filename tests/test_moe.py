@@ -353,3 +353,119 @@ def test_real_minilm_injection_and_stats(monkeypatch) -> None:
         assert ((st["k"][real] >= 1) & (st["k"][real] <= 8)).all()
         assert (st["k"][~real] == 0).all()
     assert not math.isnan(float(load_balance_loss(model)))
+
+
+# --- fast paths against their references ------------------------------------------------------
+
+def _unfused_reference(layer: MoELoRALinear, x: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Output and stats by the plain formula: separate router and A matmuls, u = p~ z (no
+    reuse), D from :func:`gram_disagreement` on a freshly built B_stack, the gate on top."""
+    from baselines.moe import _lb_parts
+    lead = x.shape[:-1]
+    N, r = layer.n_experts, layer.rank
+    h = x.reshape(-1, layer.in_features)
+    T = h.shape[0]
+    valid = layer.token_mask.reshape(-1) if layer.token_mask is not None else None
+    probs = layer.router(h).softmax(-1)
+    if layer.variant == "hmora":
+        probs, _ = layer._hmora_route(probs, h, lead, valid)
+    z = h @ layer.lora_A.reshape(-1, layer.in_features).T
+    if layer.shared_a:
+        z = z.repeat(1, N)
+    b_stack = layer.lora_B.permute(1, 0, 2).reshape(layer.out_features, N * r)
+    gram = b_stack.T @ b_stack
+    z3 = z.view(T, N, r)
+    sel = layer.gate.select(probs, lambda m: gram_disagreement(probs * m, z3, gram))
+    w = probs * sel.mask
+    w = w / w.sum(-1, keepdim=True)
+    u = (w[:, :, None] * z3).reshape(T, N * r)
+    y = layer.base_layer(x) + layer.scaling * (u @ b_stack.T).view(*lead, -1)
+    d = (sel.disagreement if sel.disagreement is not None
+         else gram_disagreement(probs * sel.d_mask, z3, gram))
+    stats = {"k": sel.k.double(), "disagreement": d, "top1": probs.max(-1).values}
+    if valid is not None:
+        stats = {k: v * valid for k, v in stats.items()}
+    assert _lb_parts(probs, sel.mask, valid) is not None
+    return y, {k: v.view(lead) for k, v in stats.items()}
+
+
+@pytest.mark.parametrize("variant", ["moe-lora", "loramoe", "hydralora", "mixlora", "dynmole",
+                                     "hmora"])
+@pytest.mark.parametrize("gate", [TopK(2), Care(0.7, k_max=5), Care(0.6, delta=0.2, k_max=6),
+                                  NucleusOnly(0.8, k_max=6), EntropyK(0.6, k_max=6)])
+def test_fast_forward_equals_unfused_reference(variant, gate) -> None:
+    """Fused router+A matmul, in-place expert add, cached B rows and D from the layer's own u
+    equal the plain formula on random inputs, for every routed variant (HydraLoRA's shared A,
+    HMoRA's task router included), with a token mask."""
+    torch.manual_seed(3)
+    layer = MoELoRALinear(nn.Linear(12, 10, dtype=torch.float64), n_experts=6, rank=3,
+                          alpha=6.0, dropout=0.1, gate=gate, variant=variant, depth=0.5).eval()
+    with torch.no_grad():
+        layer.lora_B.normal_()
+        layer.router.weight.mul_(4.0)
+    layer.record = True
+    x = torch.randn(3, 7, 12, dtype=torch.float64)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[1, 4:] = False
+    layer.token_mask = mask
+    for _ in range(2):                      # the second forward reads the caches
+        y = layer(x)
+        y_ref, st_ref = _unfused_reference(layer, x)
+        torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
+        for key, v in st_ref.items():
+            torch.testing.assert_close(layer.last_stats[key].double(), v.float().double(),
+                                       rtol=0, atol=1e-6)
+        with torch.no_grad():               # caches must follow in-place updates
+            layer.lora_B.mul_(1.5)
+            layer.router.weight.add_(0.3)
+            layer.lora_A.mul_(0.7)
+
+
+def test_fused_path_gradients_equal_unfused_path(monkeypatch) -> None:
+    """With dropout off the router and A share one matmul; its gradients (and the aux loss's)
+    equal those of the separate matmuls the dropout path uses."""
+    import baselines.moe as moe_mod
+
+    grads = []
+    for fused in (True, False):
+        layer = tiny_layer(gate=TopK(3))
+        layer.train()
+        if fused:
+            layer.dropout.p = 0.0
+        else:                               # dropout path with an identity dropout
+            monkeypatch.setattr(moe_mod, "fast_dropout", lambda h, p: h)
+        h = torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True)
+        y = layer(h)
+        (y.pow(2).mean() + 0.1 * load_balance_loss(nn.Sequential(layer))).backward()
+        grads.append([layer.router.weight.grad, layer.lora_A.grad, layer.lora_B.grad, h.grad])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_fast_dropout_rate_mean_and_gradient() -> None:
+    from baselines.moe import fast_dropout
+
+    h = torch.ones(400, 500, requires_grad=True)
+    torch.manual_seed(0)
+    out = fast_dropout(h, 0.05)
+    zero = out == 0
+    assert abs(float(zero.float().mean()) - 0.05) < 3e-3
+    assert float(out.detach().mean()) == pytest.approx(1.0, abs=3e-3)
+    keep_scale = 65536 / (65536 - round(0.05 * 65536))
+    torch.testing.assert_close(out[~zero], torch.full_like(out[~zero], keep_scale))
+    out.sum().backward()
+    torch.testing.assert_close(h.grad, out.detach())          # d out / d h = mask * scale
+    torch.manual_seed(0)
+    assert torch.equal(fast_dropout(h.detach(), 0.05), out.detach())   # seeded
+    assert not torch.equal(fast_dropout(h.detach(), 0.05), out.detach())
+    assert torch.equal(fast_dropout(h.detach(), 0.0), h.detach())
+    odd = torch.randn(3, 7)                                   # numel not a multiple of 4
+    assert fast_dropout(odd, 0.5).shape == odd.shape
+
+
+def test_inject_keeps_train_eval_mode() -> None:
+    model = inject(tiny_bert(), MoELoRAConfig())              # tiny_bert() is in eval mode
+    assert all(not m.training for m in moe_layers(model))
+    assert all(not layer.dropout.training for layer in moe_layers(model))
+    model.train()
+    assert all(layer.dropout.training for layer in moe_layers(model))
