@@ -250,3 +250,76 @@ def test_claims_resting_on_a_model_at_chance_are_not_evidence(run_dir: Path) -> 
     n = sum(c.note == AT_CHANCE for c in by.values())
     assert n == 7  # CARE vs MSP / MC / ensemble / ECE, the two selective claims, allocation
     assert f"{n} of these rest on a model at chance" in report
+
+
+# --- Table "uq"'s single-pass MoE baselines; the ablation's concentration-only read-out ---------
+
+EVERY = ("CARE's OOD-AUROC beats every single-pass MoE baseline (HydraLoRA + MSP, MixLoRA + MSP, "
+         "DynMoLE + entropy, FlyLoRA + MSP, FlyLoRA + entropy)")
+
+
+def _add(run_dir: Path, per_method: dict[str, dict[str, np.ndarray]]) -> None:
+    with np.load(run_dir / "scores.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    rows = _rows(run_dir)
+    for method, a in per_method.items():
+        arrays.update({f"{method}|pooled|{k}": v for k, v in a.items()})
+        rows.append(_row(method, accuracy=float(a["id|correct"].mean()),
+                         ood_auroc=M.ood_auroc(a["id|uncertainty"], a["shift|uncertainty"])))
+    _write_rows(run_dir, rows)
+    np.savez(run_dir / "scores.npz", **arrays)
+
+
+def test_care_beats_every_single_pass_moe_baseline(run_dir: Path) -> None:
+    from uqbench.paper import UQ_SINGLE_PASS
+
+    verdict, ours = _by_text(run_dir)[EVERY]
+    assert verdict == INCONCLUSIVE and ours.startswith("not measured")
+    rng = np.random.default_rng(1)
+    _add(run_dir, {m: _arrays(rng, None) for m in UQ_SINGLE_PASS[:-1]})  # AUROC 0.5 each
+    verdict, ours = _by_text(run_dir)[EVERY]  # CARE (~0.86) beats the four, the fifth missing
+    assert verdict == INCONCLUSIVE and ours.endswith("not measured: flylora/native/entropy")
+    assert ours.count("vs ") == 4
+    _add(run_dir, {UQ_SINGLE_PASS[-1]: _arrays(rng, None)})
+    claim = next(c for c in claims(_Run(run_dir)) if c.text == EVERY)
+    assert claim.verdict == HOLDS and claim.section == "uq"
+    assert set(claim.rests_on) == {(m, "pooled") for m in (CARE, *UQ_SINGLE_PASS)}
+    with np.load(run_dir / "scores.npz") as z:
+        care = {k.split("|", 2)[2]: z[k] for k in z.files if k.startswith(CARE + "|pooled|")}
+    _add(run_dir, {"flylora/native/msp": care})  # identical to CARE: Δ = 0 exactly
+    assert _by_text(run_dir)[EVERY][0] == INCONCLUSIVE
+    _add(run_dir, {"mixlora/native/msp": _arrays(rng, 8.0)})  # one baseline clearly better
+    assert _by_text(run_dir)[EVERY][0] == FAILS
+
+
+def test_disagreement_claim_scores_nucleus_only_by_the_concentration_read_out(
+        run_dir: Path) -> None:
+    """CARE (w = 0.5) against nucleus-only under the w = 0 read-out; the nucleus-only row
+    scored by CARE's own read-out (which holds D already) is not the comparison."""
+    from uqbench.experiments import CONCENTRATION
+
+    rng = np.random.default_rng(2)
+    _add(run_dir, {"moe-lora/nucleus-only/care": _arrays(rng, 8.0),  # would make it fail
+                   f"moe-lora/nucleus-only/{CONCENTRATION}": _arrays(rng, None)})
+    claim = next(c for c in claims(_Run(run_dir)) if c.text.startswith("disagreement term "
+                                                                      "raises OOD-AUROC"))
+    assert "concentration-only read-out, w = 0" in claim.text and "w = 0.5" in claim.text
+    assert claim.verdict == HOLDS
+    assert claim.rests_on == ((CARE, "pooled"),
+                              (f"moe-lora/nucleus-only/{CONCENTRATION}", "pooled"))
+
+
+def test_a_single_experiments_report_has_its_own_claims_only(run_dir: Path) -> None:
+    everything = claims(_Run(run_dir))
+    text = write_paper_report(run_dir, "ablation").read_text()
+    n_ablation = sum(c.section == "ablation" for c in everything)
+    assert n_ablation == 5 and text.count("\n| ablation |") == n_ablation
+    assert text.count("\n| ") == n_ablation + 1 and "experiment `ablation` only" in text
+    # without an argument: the experiment run.json records; no run.json (or none named): all
+    (run_dir / "run.json").write_text(json.dumps({"config": {"experiment": "thermostat"}}))
+    text = write_paper_report(run_dir).read_text()
+    assert text.count("\n| thermostat |") == 2 and text.count("\n| ") == 3
+    (run_dir / "run.json").write_text(json.dumps({"config": {"experiment": None}}))
+    assert write_paper_report(run_dir).read_text().count("\n| ") == len(everything) + 1
+    with pytest.raises(UserError, match="unknown experiment 'ablations'"):
+        write_paper_report(run_dir, "ablations")

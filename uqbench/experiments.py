@@ -1,8 +1,8 @@
 """The CARE paper's experiments as sets of (model, gate) pairs and scorers on the same runner.
 
 ``uqbench run --suite pooled --experiment NAME`` evaluates the experiment's pairs; the results
-table has the usual columns, and `uqbench.paper` turns them into the paper's tables with a
-verdict per claim. All gates at a budget are calibrated by the thermostat on the unlabeled
+table has the usual columns, and `uqbench.paper` writes ``paper_report.md`` with a verdict per
+claim of that experiment (``paper``: of all of them). All gates at a budget are calibrated by the thermostat on the unlabeled
 calibration split; the achieved budget is in ``run.json`` and in the ``avg_experts`` column.
 """
 from __future__ import annotations
@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from uqbench.errors import ConfigError
-from uqbench.plan import MOE, ROUTER, TOP4, GateSpec, Method, Pair, default_pairs, methods
+from uqbench.plan import (DET, MODELS, MOE, NATIVE, ROUTER, TOP4, GateSpec, Method, Pair,
+                          default_pairs, methods)
 from uqbench.scorer import Scorer
 
 TAUS = (0.4, 0.5, 0.6, 0.7, 0.8)
@@ -42,12 +43,34 @@ def _ablation(b: float) -> list[Pair]:
             _moe(GateSpec("care", "care", budget=b))]
 
 
+#: Table "uq"'s single-pass MoE baselines, each under its own training gate; logits only (the
+#: table scores them with MSP or predictive entropy), so no router statistics, no MC-dropout
+#: and no ensemble members are run for them
+UQ_BASELINES = ("hydralora", "mixlora", "dynmole", "flylora")
+
+
+def _uq(b: float) -> list[Pair]:
+    """Table "uq": dense LoRA, MoE-LoRA top-4 (MSP, MC-dropout, deep ensemble), CARE, and the
+    MoE-LoRA baselines HydraLoRA, MixLoRA, DynMoLE, FlyLoRA under their own routing
+    (FlyLoRA's is implicit: no router distribution, gate ``dense``)."""
+    out = default_pairs(b)
+    for name in UQ_BASELINES:
+        entry = MODELS[name]
+        out.append(Pair(entry.spec, NATIVE if entry.router else GateSpec("native", "dense"), DET))
+    return out
+
+
+#: CARE's read-out restricted to the concentration term (paper Eq. "uq" with w = 0): the
+#: ablation scores its concentration-only model (nucleus-only) with it
+CONCENTRATION = "care_concentration"
 _MSP_CARE: dict[str, tuple[str, dict[str, float]]] = {"msp": ("msp", {}), "care": ("care", {})}
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
-    Experiment("uq", "Table 'uq': dense LoRA + MSP; MoE top-4 + MSP/entropy/routing entropy; "
-               "MC-dropout; deep ensemble; CARE", default_pairs),
+    Experiment("uq", "Table 'uq': dense LoRA + MSP; HydraLoRA, MixLoRA, DynMoLE, FlyLoRA (own "
+               "routing) + MSP/entropy; MoE top-4 + MSP; MC-dropout; deep ensemble; CARE", _uq),
     Experiment("ablation", "Table 'ablation': fixed-k, random-k, entropy-k, nucleus-only, CARE at "
-               "matched budget", _ablation, scorers=_MSP_CARE),
+               "matched budget; nucleus-only is also scored by the concentration-only read-out "
+               f"({CONCENTRATION}: CARE's with w = 0)", _ablation,
+               scorers={**_MSP_CARE, CONCENTRATION: ("care", {"w": 0.0})}),
     Experiment("thermostat", "Table 'tau': tau -> mean experts, accuracy", lambda b: [
         _moe(GateSpec(f"care-tau{t:g}", "care", params={"tau": t})) for t in TAUS],
                scorers=_MSP_CARE),
@@ -70,8 +93,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("allocation", "Mean experts per domain under one global tau (CARE at budget B)",
                lambda b: [_moe(GateSpec("care", "care", budget=b))],
                scorers={"care": ("care", {})}),
-    Experiment("paper", "every experiment above in one run, then paper_report.md with a verdict "
-               "per claim", default_pairs),
+    Experiment("paper", "every experiment above in one run; paper_report.md has a verdict per "
+               "claim of all of them (a single experiment's run: its own claims)", default_pairs),
 )}
 
 

@@ -1,4 +1,5 @@
-"""The CARE paper's claims, checked against a finished ``--experiment paper`` run.
+"""The CARE paper's claims, checked against a finished ``--experiment`` run (``paper``: all of
+them; a single experiment, e.g. ``ablation``: the claims of its own section).
 
 Each claim compares two methods (or a trend) on the ``pooled`` domain. Differences are
 *paired*: one bootstrap resample of the examples (ID examples, and independently shifted ones for
@@ -7,6 +8,8 @@ Verdict rules, written down once and applied to every claim:
 
 - "A > B": **holds** if the CI of A − B lies above 0, **does not hold** if it lies below 0,
   otherwise **inconclusive at this scale**;
+- "A > each of B1, B2, ...": holds if every CI of A − Bi lies above 0, does not hold if any lies
+  below 0, otherwise inconclusive (a missing Bi is listed, and can only leave it inconclusive);
 - "A ≈ B within m": holds if the CI of A − B lies inside [−m, m], does not hold if it lies
   entirely outside, otherwise inconclusive;
 - trends (monotone, rank order) are judged on point estimates and say so, except "accuracy rises
@@ -35,10 +38,14 @@ from scipy.stats import spearmanr
 from uqbench import metrics as M
 from uqbench.cache import atomic_write_text
 from uqbench.errors import UserError
+from uqbench.experiments import CONCENTRATION, EXPERIMENTS
 from uqbench.references import at_chance
 from uqbench.report import read_results
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
+#: Table "uq"'s single-pass MoE baselines, as the paper scores them
+UQ_SINGLE_PASS = ("hydralora/native/msp", "mixlora/native/msp", "dynmole/native/entropy",
+                  "flylora/native/msp", "flylora/native/entropy")
 MSP4 = "moe-lora/top4/msp"
 CARE_B4 = "moe-lora/care-b4/msp"
 N_BOOT = 1000
@@ -70,7 +77,8 @@ class _Run:
         self.rows = read_results(run_dir)
         path = run_dir / "scores.npz"
         if not path.exists():
-            raise UserError(f"{path} not found; rerun `uqbench run --experiment paper --out {run_dir}`")
+            raise UserError(f"{path} not found; rerun `uqbench run --experiment paper --out "
+                            f"{run_dir}` (or the experiment whose claims you want)")
         with np.load(path) as z:
             self.arrays = {k: z[k] for k in z.files}
 
@@ -162,6 +170,10 @@ def claims(run: _Run) -> list[Claim]:
                "moe-lora/top4/mc_dropout_msp", "ood_auroc", _greater)
     pair_claim("uq", "CARE's OOD-AUROC beats the deep ensemble", "0.668 vs 0.638", care,
                "moe-lora/top4/ensemble_msp", "ood_auroc", _greater)
+    out.append(_beats_each(run, "uq", "CARE's OOD-AUROC beats every single-pass MoE baseline "
+                           "(HydraLoRA + MSP, MixLoRA + MSP, DynMoLE + entropy, FlyLoRA + MSP, "
+                           "FlyLoRA + entropy)", "0.668 vs 0.640, 0.640, 0.651, 0.640, 0.651",
+                           care, UQ_SINGLE_PASS, "ood_auroc"))
     pair_claim("uq", "raw ECE comparable between CARE and MSP (|Δ| ≤ 0.03)", "0.186 vs 0.175",
                care, msp, "ece", lambda d: _within(d, 0.03))
     abl = "moe-lora/{}/care"
@@ -171,9 +183,10 @@ def claims(run: _Run) -> list[Claim]:
                abl.format("nucleus-only"), abl.format("fixed-k"), "accuracy", _greater, pct=True)
     pair_claim("ablation", "entropy-k gains accuracy over fixed-k", "53.7 vs 52.8",
                abl.format("entropy-k"), abl.format("fixed-k"), "accuracy", _greater, pct=True)
-    pair_claim("ablation", "disagreement term raises OOD-AUROC (CARE vs nucleus-only)",
-               "0.668 vs 0.640", abl.format("care"), abl.format("nucleus-only"), "ood_auroc",
-               _greater)
+    pair_claim("ablation", "disagreement term raises OOD-AUROC (CARE with its read-out, w = 0.5, "
+               "vs the concentration-only model: nucleus-only gate scored by the "
+               "concentration-only read-out, w = 0)", "0.668 vs 0.640", abl.format("care"),
+               f"moe-lora/nucleus-only/{CONCENTRATION}", "ood_auroc", _greater)
     pair_claim("ablation", "disagreement term costs no accuracy (|Δ| ≤ 1 pt)", "53.7 vs 53.7",
                abl.format("care"), abl.format("nucleus-only"), "accuracy",
                lambda d: _within(d, 0.01), pct=True)
@@ -193,6 +206,30 @@ def claims(run: _Run) -> list[Claim]:
                "53.1 vs 50.3", "moe-lora/care/msp", msp, "shift_accuracy", _greater, pct=True)
     out.append(_allocation(run))
     return _mark_at_chance(run, out)
+
+
+def _beats_each(run: _Run, section: str, text: str, paper: str, a: str, others: Sequence[str],
+                metric: str) -> Claim:
+    """"A > each of ``others``" (paired, one comparison per baseline): holds only if A beats
+    every one with its CI above 0; does not hold if any one is significantly better than A;
+    otherwise (or with a baseline missing) inconclusive."""
+    missing = [b for b in others if not run.has(b)]
+    have = [b for b in others if run.has(b)]
+    if not run.has(a) or not have:
+        return Claim(section, text, paper, "not measured "
+                     f"({', '.join(([] if run.has(a) else [a]) + missing)} missing)", INCONCLUSIVE)
+    parts, verdicts = [], []
+    for b in have:
+        d = _paired(run, a, b, metric)
+        verdicts.append(_greater(d))
+        parts.append(f"vs {b}: {_v(run, b, metric)}, {_fmt_diff(d)}")
+    ours = f"{_v(run, a, metric)}; " + "; ".join(parts)
+    if missing:
+        ours += f"; not measured: {', '.join(missing)}"
+    verdict = (FAILS if FAILS in verdicts else
+               HOLDS if not missing and all(v == HOLDS for v in verdicts) else
+               INCONCLUSIVE)
+    return Claim(section, text, paper, ours, verdict, _pooled(a, *have))
 
 
 def _mark_at_chance(run: _Run, cs: list[Claim]) -> list[Claim]:
@@ -323,11 +360,31 @@ def _allocation(run: _Run) -> Claim:
                  tuple((r["method"], r["domain"]) for r in rows))
 
 
-def write_paper_report(run_dir: str | Path) -> Path:
+def run_experiment(run_dir: Path) -> str:
+    """The experiment a finished run ran (``run.json`` config), ``paper`` when it names none."""
+    import json
+
+    try:
+        exp = json.loads((run_dir / "run.json").read_text()).get("config", {}).get("experiment")
+    except (OSError, ValueError, AttributeError):
+        exp = None
+    return exp or "paper"
+
+
+def write_paper_report(run_dir: str | Path, experiment: str | None = None) -> Path:
+    """Write ``paper_report.md``: the claims of ``experiment`` (its section; ``paper``: every
+    claim), judged on the run's numbers. ``experiment`` None: the one ``run.json`` records."""
     run_dir = Path(run_dir)
+    experiment = experiment or run_experiment(run_dir)
+    if experiment not in EXPERIMENTS:
+        raise UserError(f"unknown experiment {experiment!r}; valid: {', '.join(EXPERIMENTS)}")
     run = _Run(run_dir)
     cs = claims(run)
-    lines = ["# CARE paper claims, measured by uqbench", "",
+    if experiment != "paper":
+        cs = [c for c in cs if c.section == experiment]
+    scope = ("every experiment's claims" if experiment == "paper" else
+             f"the claims of experiment `{experiment}` only (`--experiment paper` checks all)")
+    lines = ["# CARE paper claims, measured by uqbench", "", f"Scope: {scope}.", "",
              __doc__.split("\n\n", 1)[1].split("`write_paper_report")[0].strip(), "",
              "| section | claim | paper | ours (95% CI) | verdict |", "|---|---|---|---|---|"]
     lines += [f"| {c.section} | {c.text} | {c.paper} | {c.ours} | {c.shown_verdict()} |"

@@ -242,10 +242,10 @@ def run(cfg: RunConfig) -> RunResult:
         atomic_write_text(out / "run.json", json.dumps(meta, indent=1, default=str))
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()),
           flush=True)
-    if cfg.experiment == "paper":
+    if cfg.experiment:  # paper_report.md: the claims of this experiment (paper: all)
         from uqbench.paper import write_paper_report
 
-        print(write_paper_report(out).read_text(), flush=True)
+        print(write_paper_report(out, cfg.experiment).read_text(), flush=True)
     print(summary(rows), flush=True)
     if flags:  # the list went to the log (stderr) once; the summary points at it
         print(f"\nWARNING: {len(flags)} method/domain result(s) have an ID accuracy CI that "

@@ -1,0 +1,89 @@
+"""The CARE paper's experiments: their (model, gate, scorer) rows and the claims each reports."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import builtin_scorers
+from uqbench.experiments import (CONCENTRATION, EXPERIMENTS, experiment_methods,
+                                 experiment_scorers)
+from uqbench.plan import DET
+from uqbench.scorer import get_scorer
+
+
+def _methods(name: str) -> dict[str, object]:
+    chosen = [get_scorer(n) for n in builtin_scorers()]
+    ms = experiment_methods(name, 4.0, lambda e: experiment_scorers(e) or chosen)
+    return {m.name: m for m in ms}
+
+
+def test_uq_has_every_row_of_the_papers_table() -> None:
+    ms = _methods("uq")
+    table = ["lora/dense/msp", "hydralora/native/msp", "mixlora/native/msp",
+             "dynmole/native/entropy", "flylora/native/msp", "flylora/native/entropy",
+             "moe-lora/top4/mc_dropout_msp", "moe-lora/top4/ensemble_msp", "moe-lora/care/care",
+             "moe-lora/top4/msp"]
+    assert set(table) <= set(ms)
+    for name in ("hydralora", "mixlora", "dynmole", "flylora"):
+        pairs = {m.pair for m in ms.values() if m.pair.model.name == name}
+        # one pair each, under its own routing, logits only: no MC passes, no ensemble members
+        assert len(pairs) == 1 and next(iter(pairs)).fields == DET
+        assert next(iter(pairs)).gate.kind == ("dense" if name == "flylora" else "native")
+    assert not any(m.startswith(("hydralora/care", "flylora/care")) for m in ms)
+    # the paper run holds them too
+    assert set(table) <= set(_methods("paper"))
+
+
+def test_ablation_scores_with_care_and_the_concentration_only_read_out() -> None:
+    ms = _methods("ablation")
+    conc = ms[f"moe-lora/nucleus-only/{CONCENTRATION}"].scorer
+    care = ms["moe-lora/care/care"].scorer
+    assert (conc.w, care.w) == (0.0, 0.5)  # type: ignore[attr-defined]
+    assert f"moe-lora/nucleus-only/{CONCENTRATION}" in _methods("paper")
+
+
+def test_every_claim_belongs_to_an_experiment(tmp_path: Path) -> None:
+    """A single experiment's report lists the claims of its section: every section must be an
+    experiment's name, or its claims would be reported by ``paper`` only."""
+    from uqbench.paper import _Run, claims
+
+    (tmp_path / "results.jsonl").write_text(json.dumps(
+        {"method": "x/y/z", "model": "x", "gate": "y", "scorer": "z", "domain": "pooled"}) + "\n")
+    np.savez(tmp_path / "scores.npz", unused=np.zeros(1))
+    sections = {c.section for c in claims(_Run(tmp_path))}
+    assert sections == set(EXPERIMENTS) - {"paper"}
+
+
+@pytest.fixture(scope="module")
+def tiny_env(tmp_path_factory):
+    from tests.conftest import data_dir
+    from tests.test_runner import SUITE
+
+    data = data_dir()
+    if data is None:
+        pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
+    root = tmp_path_factory.mktemp("experiments")
+    (root / "tiny.yaml").write_text(SUITE)
+    return root, data
+
+
+def test_a_single_experiment_run_writes_its_claims(tiny_env) -> None:
+    from uqbench.paper import HOLDS
+    from uqbench.runner import RunConfig, run
+
+    root, data = tiny_env
+    res = run(RunConfig(suite=str(root / "tiny.yaml"), profile="smoke", backbone="tiny-bert",
+                        experiment="ablation", out=root / "out", cache_dir=root / "cache",
+                        data_dir=data, figures=False, progress=False))
+    text = (res.out / "paper_report.md").read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    assert len(rows) == 5 and all(ln.startswith("| ablation |") for ln in rows)
+    assert "experiment `ablation` only" in text
+    meta = json.loads((res.out / "run.json").read_text())
+    assert meta["config"]["experiment"] == "ablation"
+    # every ablation claim was measured: none reads "not measured"
+    assert not any("not measured" in ln for ln in rows), text
+    assert HOLDS in text or "does not hold" in text or "inconclusive" in text
