@@ -205,11 +205,17 @@ def test_risk_coverage_curve_by_hand_with_tie():
 
 
 def test_aurc_family_by_hand_with_tie():
-    # rectangle .2*0, then .2*(0+0)/2 + .4*(0+.25)/2 + .2*(.25+.4)/2 = 0 + .05 + .065
-    assert aurc(U_SEL, C_SEL) == pytest.approx(0.115)
+    # positions .1 (right), .2 (right), the two tied at .5 (one wrong) in random order, .9:
+    # expected risks 0, 0, (1/2)/3, 1/4, 2/5; AURC = (sum + (r_1 - r_N)/2) / N
+    assert aurc(U_SEL, C_SEL) == pytest.approx((1 / 6 + 1 / 4 + 2 / 5 - 1 / 5) / 5)
+    assert aurc(U_SEL, C_SEL) == pytest.approx(37 / 300)
+    # = the mean of the two tie-breaks: right one first (0, 0, 0, 1/4, 2/5) or wrong one first
+    assert aurc(U_SEL, C_SEL) == pytest.approx(
+        (aurc([.2, .5, .6, .1, .9], C_SEL) + aurc([.2, .6, .5, .1, .9], C_SEL)) / 2)
+    assert aurc([.2, .6, .5, .1, .9], C_SEL) == pytest.approx((1 / 4 + 2 / 5 - 1 / 5) / 5)
     # error rate .4: optimal = .4 + .6 ln .6 = .4 - .3064954 = .0935046
-    assert e_aurc(U_SEL, C_SEL) == pytest.approx(0.115 - (0.4 + 0.6 * math.log(0.6)))
-    assert e_aurc(U_SEL, C_SEL) == pytest.approx(0.0214954, abs=1e-7)
+    assert e_aurc(U_SEL, C_SEL) == pytest.approx(37 / 300 - (0.4 + 0.6 * math.log(0.6)))
+    assert e_aurc(U_SEL, C_SEL) == pytest.approx(0.0298287, abs=1e-7)
     # generalized risk = errors / 5: (0,0) (.2,0) (.4,0) (.8,.2) (1,.4)
     # .4*(0+.2)/2 + .2*(.2+.4)/2 = .04 + .06
     assert augrc(U_SEL, C_SEL) == pytest.approx(0.1)
@@ -518,13 +524,90 @@ def test_augrc_at_least_oracle_even_with_ties(data):
     assert augrc(u, correct) >= err**2 / 2 - 1e-12
 
 
-def test_aurc_tie_plateau_can_beat_oracle():
-    # Documented limitation of trapezoid AURC (also in fd-shifts): the two wrong predictions
-    # tied at 1 are joined by a straight line, below the concave expected risk.
-    # points (1/3, 0), (1, 2/3): 2/3 * (0 + 2/3) / 2 = 2/9 < oracle 5/18 = .2778
-    assert aurc([0, 1, 1], [1, 0, 0]) == pytest.approx(2 / 9)
+def test_aurc_tie_plateau_cannot_beat_oracle():
+    # Two wrong predictions tied at 1: every tie-break is the same ranking, so the tie costs
+    # nothing, and AURC is the oracle's 5/18. (A straight line between the curve's points
+    # (1/3, 0) and (1, 2/3) would give 2/9, below the oracle: the old trapezoid's bias.)
+    assert aurc([0, 1, 1], [1, 0, 0]) == pytest.approx(5 / 18)
     assert aurc([0, 1, 2], [1, 0, 0]) == pytest.approx(5 / 18)
-    assert e_aurc([0, 1, 1], [1, 0, 0]) < 0
+    assert e_aurc([0, 1, 1], [1, 0, 0]) == pytest.approx(e_aurc([0, 1, 2], [1, 0, 0]))
+
+
+@PROPS
+@given(_scored())
+def test_aurc_at_least_oracle_even_with_ties(data):
+    u, correct = data
+    n = u.size
+    oracle = np.where(correct, 0, n) + np.arange(n)
+    assert aurc(u, correct) >= aurc(oracle, correct) - 1e-12
+    assert e_aurc(u, correct) >= -0.08 / n
+
+
+# --------------------------------------------------------------------------------------------
+# ties: each ranking metric is its expectation over random tie-breaks (Monte Carlo check)
+# --------------------------------------------------------------------------------------------
+
+
+def _break_ties(u, rng):
+    """Distinct scores ordering ``u`` with ties broken uniformly at random."""
+    order = np.lexsort((rng.random(u.size), u))
+    broken = np.empty(u.size)
+    broken[order] = np.arange(u.size)
+    return broken
+
+
+def _tied_selective(seed, n=400, decimals=1):
+    rng = np.random.default_rng(seed)
+    u = rng.random(n)
+    correct = rng.random(n) > 0.7 * u  # informative, so tie-breaks matter
+    return np.round(u, decimals), correct
+
+
+def _monte_carlo(metric, draw, k=2000, seed=0):
+    rng = np.random.default_rng(seed)
+    values = np.array([metric(*draw(rng)) for _ in range(k)])
+    return values.mean(), values.std(ddof=1) / math.sqrt(k)
+
+
+@pytest.mark.parametrize("seed, decimals", [(0, 1), (1, 1), (2, 0), (3, 2)])
+@pytest.mark.parametrize("metric", [
+    aurc, e_aurc, augrc, selective_accuracy,
+    functools.partial(selective_accuracy, coverage=0.55),
+], ids=["aurc", "e_aurc", "augrc", "selacc80", "selacc55"])
+def test_selective_metrics_are_the_expectation_over_random_tie_breaks(metric, seed, decimals):
+    u, correct = _tied_selective(seed, decimals=decimals)
+    mean, se = _monte_carlo(metric, lambda rng: (_break_ties(u, rng), correct), seed=seed)
+    # 5 standard errors (a Monte Carlo miss 1 time in ~3.5 million), plus float slack
+    assert metric(u, correct) == pytest.approx(mean, abs=5 * se + 1e-12)
+
+
+def test_aurc_on_ties_is_no_longer_below_every_tie_break():
+    # The issue's case: scores rounded to one decimal; the old linear interpolation gave a value
+    # below all 200 random tie-breaks.
+    u, correct = _tied_selective(0)
+    rng = np.random.default_rng(5)
+    broken = [aurc(_break_ties(u, rng), correct) for _ in range(200)]
+    assert min(broken) < aurc(u, correct) < max(broken)
+
+
+@pytest.mark.parametrize("seed, decimals", [(0, 1), (1, 2)])
+def test_ood_auroc_is_the_expectation_over_random_tie_breaks(seed, decimals):
+    u_id, u_ood = _ood_sample(150, 90, seed=seed, decimals=decimals)
+
+    def draw(rng):
+        both = _break_ties(np.r_[u_id, u_ood], rng)  # ID and OOD ties broken together
+        return both[:u_id.size], both[u_id.size:]
+
+    mean, se = _monte_carlo(ood_auroc, draw, seed=seed)
+    assert ood_auroc(u_id, u_ood) == pytest.approx(mean, abs=5 * se + 1e-12)
+
+
+def test_ranking_metrics_on_untied_data_are_unchanged_by_tie_breaking():
+    rng = np.random.default_rng(7)
+    u, correct = rng.random(200), rng.random(200) > 0.3
+    for metric in (aurc, e_aurc, augrc, selective_accuracy):
+        assert metric(_break_ties(u, rng), correct) == pytest.approx(metric(u, correct),
+                                                                     abs=1e-12)
 
 
 # --------------------------------------------------------------------------------------------

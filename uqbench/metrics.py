@@ -14,7 +14,11 @@ Conventions shared by every function here:
   (:func:`_tie_groups`), so tied scores always move together; the ROC / precision-recall counts
   are the same as scikit-learn's (``roc_curve(..., drop_intermediate=False)``,
   ``roc_auc_score``, ``average_precision_score``), which the tests check, but computed without
-  scikit-learn's stable argsort so that 10^6 examples take milliseconds.
+  scikit-learn's stable argsort so that 10^6 examples take milliseconds. On tied scores AUROC,
+  AURC/E-AURC, AUGRC and selective accuracy equal their expectation over uniformly random
+  orderings inside the tie groups (AUROC's half credit; AUGRC's errors growing linearly inside
+  a group; selective accuracy's pro rata share of a straddling group; AURC's closed form in
+  :func:`aurc`); AUPR and FPR@95TPR keep scikit-learn's convention (ties move together).
 - Curves come before summaries (:func:`reliability_curve` -> ECE/MCE,
   :func:`risk_coverage_curve` -> AURC/E-AURC, :func:`ood_roc_curve` -> FPR@95TPR) so that
   figures draw exactly the binning and points the numbers were computed from.
@@ -762,10 +766,20 @@ def _selective_groups(uncertainty: ArrayLike, correct: ArrayLike) -> _TieGroups:
 
 
 def _aurc(groups: _TieGroups) -> float:
-    coverage = groups.n_upto / groups.n_upto[-1]
-    risk = groups.hits_upto / groups.n_upto
-    # Rectangle from coverage 0 to the first point at its risk, then trapezoids.
-    return float(coverage[0] * risk[0] + np.sum(np.diff(coverage) * (risk[1:] + risk[:-1])) / 2)
+    """Expected trapezoid AURC over random orderings inside tie groups (see :func:`aurc`)."""
+    n_upto, errors_upto = groups.n_upto, groups.hits_upto
+    n = int(n_upto[-1])
+    size = np.diff(n_upto, prepend=0)  # (G,) examples per tie group
+    group_errors = np.diff(errors_upto, prepend=0)
+    group = np.repeat(np.arange(size.size), size)  # (N,) tie group of each accepted position
+    accepted = np.arange(1, n + 1)  # (N,) i = 1..N
+    into_group = accepted - (n_upto - size)[group]  # (N,) j = 1..n_g
+    # Expected errors among the first j of a group of n_g holding e_g errors: j * e_g / n_g.
+    expected_errors = (errors_upto - group_errors)[group] + into_group * (group_errors / size)[group]
+    risk = expected_errors / accepted  # (N,) E[r_i]
+    # Trapezoids between consecutive positions plus the rectangle from coverage 0 to 1/N:
+    # (1/N) (r_1 + sum_i (r_i + r_{i+1}) / 2) = (1/N) (sum_i r_i + (r_1 - r_N) / 2).
+    return float((np.sum(risk) + (risk[0] - risk[-1]) / 2) / n)
 
 
 def risk_coverage_curve(
@@ -812,11 +826,29 @@ def aurc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
 
     Reported as a fraction in [0, 1], **not** multiplied by 1000 as in some papers.
 
-    .. math:: \mathrm{AURC} = c_1 r_1 + \sum_{g=1}^{G-1} (c_{g+1} - c_g)\,\frac{r_g + r_{g+1}}{2}
+    With distinct uncertainties, accepting the i least uncertain examples gives coverage
+    :math:`i/N` and selective risk :math:`r_i = E_i / i` (:math:`E_i` errors among them), and
 
-    over the points :math:`(c_g, r_g)` of :func:`risk_coverage_curve`: the trapezoid rule plus
-    the rectangle from coverage 0 to the first point at its risk (fd-shifts' "linear" AURC). A
-    constant uncertainty gives the error rate.
+    .. math:: \mathrm{AURC} = \frac1N \Bigl(r_1 + \sum_{i=1}^{N-1} \frac{r_i + r_{i+1}}{2}\Bigr)
+              = \frac1N \Bigl(\sum_{i=1}^{N} r_i + \frac{r_1 - r_N}{2}\Bigr),
+
+    the trapezoid rule over every point plus the rectangle from coverage 0 to the first point at
+    its risk (fd-shifts' "linear" AURC). A constant uncertainty gives the error rate.
+
+    **Ties**: the value is the expectation of the above over uniformly random orderings inside
+    each tie group, in closed form. AURC is linear in the :math:`r_i`, so it suffices to replace
+    each :math:`r_i` by its expectation. For position :math:`i = n_< + j` inside a group of
+    :math:`n_g` examples holding :math:`e_g` errors, with :math:`n_<` examples and :math:`E_<`
+    errors in the groups before it, the first :math:`j` of a random ordering of the group hold
+    :math:`j\,e_g/n_g` errors on average (hypergeometric mean), so
+
+    .. math:: \mathbb{E}[r_i] = \frac{E_< + j\,e_g / n_g}{n_< + j},
+
+    i.e. the group's errors are spread uniformly over its positions: cumulative errors grow
+    linearly inside the group, the risk does not. (Joining the group's end points of
+    :func:`risk_coverage_curve` by a straight line instead, as a plain trapezoid over the curve
+    does, underestimates this and can even beat a perfect ranking.) The curve itself keeps one
+    point per distinct value, so on tied data AURC is not the trapezoid area under those points.
 
     Parameters
     ----------
@@ -829,19 +861,15 @@ def aurc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
     -------
     float
 
-    Notes
-    -----
-    Inside a tie group the risk is interpolated linearly between the group's end points. The
-    expected selective risk under random tie-breaking is not linear there, so large uncertainty
-    plateaus can make AURC smaller than that of any strict ranking (fd-shifts notes the same);
-    :func:`augrc` has no such bias.
-
     Examples
     --------
-    Points (.2, 0), (.4, 0), (.8, .25), (1, .4): 0 + 0 + .4*(0+.25)/2 + .2*(.25+.4)/2.
+    Order .1, .2, then the two tied at .5 (one wrong) in random order, then .9 (wrong):
+    :math:`\mathbb{E}[r] = (0, 0, \tfrac12/3, 1/4, 2/5)`, so
+    AURC = (0 + 0 + 1/6 + 1/4 + 2/5 + (0 - 2/5)/2) / 5 = 37/300: the mean of the two orderings'
+    AURCs 0.09 and 0.15667.
 
     >>> round(aurc([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0]), 6)
-    0.115
+    0.123333
     """
     return _aurc(_selective_groups(uncertainty, correct))
 
@@ -869,16 +897,17 @@ def e_aurc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
 
     Notes
     -----
-    The value can be slightly negative. On N examples with distinct uncertainties, the oracle's
-    own trapezoid AURC lies below the closed form by less than 0.08 / N (the oracle curve is
-    concave above its kink); tied uncertainties can lower AURC further (see :func:`aurc`).
+    The value can be slightly negative: on N examples the oracle's own trapezoid AURC lies
+    below the closed form by less than 0.08 / N (the oracle curve is concave above its kink).
+    Ties cannot push it lower: AURC is the expectation over tie-breaks (see :func:`aurc`), and
+    every tie-break is a strict ranking, at least the oracle's.
 
     Examples
     --------
-    AURC 0.115 and e = 0.4: 0.115 - (0.4 + 0.6 ln 0.6) = 0.115 - 0.0935.
+    AURC 37/300 and e = 0.4: 0.123333 - (0.4 + 0.6 ln 0.6) = 0.123333 - 0.0935046.
 
     >>> round(e_aurc([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0]), 6)
-    0.021495
+    0.029829
     """
     groups = _selective_groups(uncertainty, correct)
     err = float(groups.hits_upto[-1] / groups.n_upto[-1])
