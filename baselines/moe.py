@@ -158,12 +158,14 @@ def gram_disagreement(weights: Tensor, z: Tensor, gram: Tensor, *, eps: float = 
     return ((m2 - mean2) / (m2 + eps)).clamp(0.0, 1.0)
 
 
-def fast_dropout(h: Tensor, p: float) -> Tensor:
+def fast_dropout(h: Tensor, p: float, *, scaled: bool = True) -> Tensor:
     """Inverted dropout with 16-bit uniform draws: each element is zeroed with probability
-    ``round(p * 2**16) / 2**16`` (0.0500030 for p = 0.05) and the kept ones scaled by the inverse
-    keep rate, so ``E[out] = h``. One 64-bit draw of torch's default generator serves four
-    elements, which makes it about 2x cheaper than ``nn.Dropout`` (one float draw per element,
-    the largest single cost of an MoE-LoRA training step on CPU besides the matmuls)."""
+    ``round(p * 2**16) / 2**16`` (0.0500030 for p = 0.05) and the kept ones scaled by
+    :func:`dropout_scale`, the inverse keep rate, so ``E[out] = h``; ``scaled=False`` leaves the
+    scaling to the caller (the MoE layer folds it into the small ``A``, sparing a (T, d) pass).
+    One 64-bit draw of torch's default generator serves four elements, and the mask is applied
+    by one ``where`` (its backward saves a bool mask): about 2x cheaper than ``nn.Dropout``,
+    whose draws were the largest cost of an MoE-LoRA training step on CPU after the matmuls."""
     thr = round(p * 65536)
     if thr <= 0:
         return h
@@ -172,7 +174,14 @@ def fast_dropout(h: Tensor, p: float) -> Tensor:
     n = h.numel()
     bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=h.device).random_(-2**63, None)
     keep = bits.view(torch.int16)[:n].view(h.shape) >= thr - 32768           # P = 1 - thr/2^16
-    return h * keep.to(h.dtype).mul_(65536 / (65536 - thr))
+    out = torch.where(keep, h, 0.0)
+    return out * dropout_scale(p) if scaled else out
+
+
+def dropout_scale(p: float) -> float:
+    """The inverse keep rate of :func:`fast_dropout` with drop probability ``p``."""
+    thr = round(p * 65536)
+    return 65536 / (65536 - thr) if 0 < thr < 65536 else 1.0
 
 
 class _Probe:
@@ -256,7 +265,8 @@ class MoELoRALinear(nn.Module):
         (version counter, storage, device, dtype) unless autograd needs its graph."""
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
             return make()
-        key = tuple((p._version, p.data_ptr(), p.device, p.dtype) for p in params)
+        key = (torch.is_inference_mode_enabled(),   # inference tensors stay in inference mode
+               *((p._version, p.data_ptr(), p.device, p.dtype) for p in params))
         hit = self._cache.get(name)
         if hit is None or hit[0] != key:
             with torch.no_grad():
@@ -312,7 +322,8 @@ class MoELoRALinear(nn.Module):
             y, fresh = base(x).reshape(T, O), False
         if self.dropout.training and self.dropout.p > 0:
             logits = self.router(h)                                       # (T, N)
-            z = F.linear(fast_dropout(h, self.dropout.p), self.lora_A.reshape(-1, E))
+            a = self.lora_A.reshape(-1, E) * dropout_scale(self.dropout.p)   # scale in A
+            z = F.linear(fast_dropout(h, self.dropout.p, scaled=False), a)  # (T, n_A*r)
         else:                             # dropout is the identity: one matmul for both
             rz = F.linear(h, self._router_a())                            # (T, N + n_A*r)
             logits, z = rz[:, :N], rz[:, N:]

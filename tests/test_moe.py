@@ -433,7 +433,8 @@ def test_fused_path_gradients_equal_unfused_path(monkeypatch) -> None:
         if fused:
             layer.dropout.p = 0.0
         else:                               # dropout path with an identity dropout
-            monkeypatch.setattr(moe_mod, "fast_dropout", lambda h, p: h)
+            monkeypatch.setattr(moe_mod, "fast_dropout", lambda h, p, scaled=True: h)
+            monkeypatch.setattr(moe_mod, "dropout_scale", lambda p: 1.0)
         h = torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True)
         y = layer(h)
         (y.pow(2).mean() + 0.1 * load_balance_loss(nn.Sequential(layer))).backward()
@@ -443,7 +444,7 @@ def test_fused_path_gradients_equal_unfused_path(monkeypatch) -> None:
 
 
 def test_fast_dropout_rate_mean_and_gradient() -> None:
-    from baselines.moe import fast_dropout
+    from baselines.moe import dropout_scale, fast_dropout
 
     h = torch.ones(400, 500, requires_grad=True)
     torch.manual_seed(0)
@@ -459,6 +460,9 @@ def test_fast_dropout_rate_mean_and_gradient() -> None:
     assert torch.equal(fast_dropout(h.detach(), 0.05), out.detach())   # seeded
     assert not torch.equal(fast_dropout(h.detach(), 0.05), out.detach())
     assert torch.equal(fast_dropout(h.detach(), 0.0), h.detach())
+    torch.manual_seed(0)
+    unscaled = fast_dropout(h.detach(), 0.05, scaled=False)
+    torch.testing.assert_close(unscaled * dropout_scale(0.05), out.detach())
     odd = torch.randn(3, 7)                                   # numel not a multiple of 4
     assert fast_dropout(odd, 0.5).shape == odd.shape
 
@@ -469,3 +473,25 @@ def test_inject_keeps_train_eval_mode() -> None:
     assert all(not layer.dropout.training for layer in moe_layers(model))
     model.train()
     assert all(layer.dropout.training for layer in moe_layers(model))
+
+
+def test_dropout_path_equals_formula_on_the_dropped_input() -> None:
+    """In train mode the experts read fast_dropout(h) (its scale folded into A): the output is
+    the naive formula on that dropped input, the router reading h itself."""
+    from baselines.moe import fast_dropout
+
+    layer = tiny_layer(gate=TopK(3))
+    layer.dropout.p = 0.3
+    layer.dropout.train()
+    h = torch.randn(15, 12, dtype=torch.float64)
+    torch.manual_seed(5)
+    y = layer(h)
+    torch.manual_seed(5)
+    hd = fast_dropout(h, 0.3)
+    probs = layer.router(h).softmax(-1)
+    top = probs >= probs.topk(3).values[:, -1:]
+    w = probs * top
+    w = w / w.sum(-1, keepdim=True)
+    expect = layer.base_layer(h) + layer.scaling * torch.einsum(
+        "tn,tno->to", w, naive_expert_outputs(layer, hd))
+    torch.testing.assert_close(y, expect, rtol=1e-10, atol=1e-10)
