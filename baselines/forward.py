@@ -37,6 +37,8 @@ from uqbench.outputs import PAD_LOGIT
 FORWARD_PASSES: Counter[str] = Counter()
 
 MODES = ("deterministic", "mc_dropout")
+#: what a record holds, in its cache key: records written before ``n_tokens`` are recomputed
+RECORD_FIELDS = "logits+router-stats+n_tokens"
 #: Outputs field <- MoE layer statistic
 STAT_FIELDS = {"route_entropy": "entropy", "top1_mass": "top1", "disagreement": "disagreement",
                "experts": "k"}
@@ -103,7 +105,8 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
         ``logits`` (N, C_max) float64 (absent options: `PAD_LOGIT`); with MoE layers also
         ``route_entropy``, ``top1_mass``, ``disagreement``, ``experts`` (N,) float64: means over
         the example's non-padding tokens and all MoE layers of ``H(p)/log N``, ``p_(1)``, ``D``
-        and ``k``.
+        and ``k``; and ``n_tokens`` (N,) float64, the number of those tokens (the average
+        experts per token over examples is ``sum(experts * n_tokens) / sum(n_tokens)``).
 
     Examples
     --------
@@ -182,6 +185,8 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
     result: dict[str, NDArray[np.generic]] = {"logits": logits}
     for field, total in sums.items():
         result[field] = total / np.maximum(counts, 1.0)
+    if model.has_moe:  # the per-token mean of a statistic over examples weighs them by this
+        result["n_tokens"] = counts.copy()
     if keep_tokens:
         ex = torch.cat(tok_parts["tok_example"]).numpy().astype(np.int64)
         order = np.argsort(ex, kind="stable")

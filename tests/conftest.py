@@ -73,6 +73,7 @@ def make_outputs(n: int = 5, c: int = 4, *, seed: int = 0, t: int = 3, m: int = 
         top1_mass=rng.uniform(0.1, 1, size=n),
         disagreement=rng.uniform(size=n),
         experts=rng.uniform(1, 8, size=n),
+        n_tokens=rng.integers(5, 60, size=n).astype(float),
         mc_logits=rng.normal(size=(t, n, c)),
         member_logits=rng.normal(size=(m, n, c)),
     )

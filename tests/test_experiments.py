@@ -87,3 +87,45 @@ def test_a_single_experiment_run_writes_its_claims(tiny_env) -> None:
     # every ablation claim was measured: none reads "not measured"
     assert not any("not measured" in ln for ln in rows), text
     assert HOLDS in text or "does not hold" in text or "inconclusive" in text
+
+
+# --- one budget: average experts per token, as the thermostat measures it ---------------------
+
+def test_avg_experts_is_the_per_token_mean_not_the_per_example_mean() -> None:
+    from uqbench.evaluate import Scored, evaluate
+
+    # two examples: 30 tokens at 2 experts, 10 tokens at 6 experts; per token (60 + 60) / 40 =
+    # 3.0, while the mean of the per-example means would be 4.0
+    one = np.ones((2, 1))
+    ex, tok = np.array([[2.0], [6.0]]), np.array([[30.0], [10.0]])
+    id_ = Scored(np.array([[0.1], [0.9]]), one * 0.5, np.array([[1.0], [0.0]]), ex, tok)
+    row = evaluate(id_, id_, n_boot=10)
+    assert row["avg_experts"] == pytest.approx(3.0) and row["shift_avg_experts"] == pytest.approx(3.0)
+    assert ex.mean() == 4.0
+    with pytest.raises(ValueError, match="token counts"):  # never silently per example
+        evaluate(Scored(id_.uncertainty, id_.confidence, id_.correct, ex, None), id_, n_boot=10)
+    nan = evaluate(Scored(id_.uncertainty, id_.confidence, id_.correct, None), id_, n_boot=10)
+    assert np.isnan(nan["avg_experts"])
+
+
+def test_forward_records_token_counts_and_match_the_thermostats_mean() -> None:
+    """`collect`'s ``n_tokens`` are each example's non-padding tokens; with them the per-token
+    mean of its ``experts`` equals the thermostat's `mean_k` on the same batches."""
+    from baselines.backbones import tiny_backbone
+    from baselines.forward import collect
+    from baselines.gates import Care
+    from baselines.heads import make_moe
+    from baselines.moe import set_gate
+    from baselines.thermostat import mean_k
+    from tests.test_heads import SMALL_MOE, toy_records
+
+    model = make_moe(tiny_backbone("encoder"), SMALL_MOE, mode="auto")
+    set_gate(model, Care(0.6, k_max=4))
+    recs = toy_records(12, seed=3, n_choices=(2, 3, 4))
+    rec = collect(model, recs, batch_size=64, max_length=48, progress=False)
+    enc = [model.encode([r], 48) for r in recs]
+    assert rec["n_tokens"].tolist() == [float(e["attention_mask"].sum()) for e in enc]
+    assert np.ptp(rec["experts"]) > 0  # k varies by token, so the two means can differ
+    per_token = float((rec["experts"] * rec["n_tokens"]).sum() / rec["n_tokens"].sum())
+    expected, _ = mean_k(model, [model.encode(recs, 48)], forward=lambda m, b: m(b))
+    assert per_token == pytest.approx(expected, abs=1e-9)

@@ -40,18 +40,22 @@ class Scored:
     confidence: NDArray[np.float64]
     correct: NDArray[np.float64]
     experts: NDArray[np.float64] | None
+    #: tokens each example's ``experts`` is a mean over (`Outputs.n_tokens`)
+    n_tokens: NDArray[np.float64] | None = None
 
     @staticmethod
     def of(scorer: Scorer, per_seed: Sequence[Outputs], *, timeout: float | None = None) -> Scored:
-        u, conf, corr, exp = [], [], [], []
+        u, conf, corr, exp, tok = [], [], [], [], []
         for out in per_seed:
             ui, ci = run_scorer(scorer, out, timeout=timeout)
             u.append(ui)
             conf.append(ci)
             corr.append((scorer.predictive(out).argmax(axis=1) == out.labels).astype(float))
             exp.append(out.experts)
+            tok.append(out.n_tokens)
         experts = None if any(e is None for e in exp) else np.stack(exp, axis=1)  # type: ignore[arg-type]
-        return Scored(np.stack(u, 1), np.stack(conf, 1), np.stack(corr, 1), experts)
+        n_tokens = None if any(t is None for t in tok) else np.stack(tok, axis=1)  # type: ignore[arg-type]
+        return Scored(np.stack(u, 1), np.stack(conf, 1), np.stack(corr, 1), experts, n_tokens)
 
 
 def _seed_mean(metric: Callable[..., float]) -> Callable[..., float]:
@@ -109,8 +113,22 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = 12, n_boot: int = 1000
         if scored.experts is None:
             row[name] = row[f"{name}_std"] = float("nan")
         else:
-            row[name], row[f"{name}_std"] = M.mean_std(list(scored.experts.mean(axis=0)))
+            row[name], row[f"{name}_std"] = M.mean_std(per_token_experts(scored))
     return row
+
+
+def per_token_experts(scored: Scored) -> list[float]:
+    """Average experts per token, per seed: the paper's budget and the thermostat's target,
+    ``sum_i experts_i * n_tokens_i / sum_i n_tokens_i`` (not the mean over examples of their
+    per-token means). ``[nan]`` without router statistics; experts without token counts are an
+    error, not silently weighted by example."""
+    if scored.experts is None:
+        return [float("nan")]
+    if scored.n_tokens is None:
+        raise ValueError("avg_experts: per-example expert means without their token counts "
+                         "(Outputs.n_tokens); the per-token average cannot be formed")
+    w = scored.n_tokens
+    return list((scored.experts * w).sum(axis=0) / np.maximum(w.sum(axis=0), 1.0))
 
 
 @cache

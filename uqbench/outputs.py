@@ -18,7 +18,8 @@ from numpy.typing import NDArray
 #: Finite so validation stays strict; its softmax probability is exactly 0 in float64.
 PAD_LOGIT = -1e9
 
-ROUTER_FIELDS = ("route_entropy", "top1_mass", "disagreement", "experts")
+#: recorded with the router statistics: ``n_tokens``, the tokens they are averaged over
+ROUTER_FIELDS = ("route_entropy", "top1_mass", "disagreement", "experts", "n_tokens")
 REQUIRED_FIELDS = ("ids", "labels", "logits", "domain")
 OPTIONAL_FIELDS = (*ROUTER_FIELDS, "mc_logits", "member_logits")
 
@@ -36,7 +37,10 @@ class Outputs:
     route_entropy : (N,) normalised router entropy ``H(p)/log N_experts`` in [0, 1].
     top1_mass : (N,) largest router probability in [0, 1].
     disagreement : (N,) CARE disagreement ``D`` of the admitted experts, in [0, 1].
-    experts : (N,) mean number of active experts.
+    experts : (N,) mean number of active experts (over the example's tokens and MoE layers).
+    n_tokens : (N,) number of non-padding tokens those means are taken over; the average
+        experts per token (the budget, as the thermostat measures it) is
+        ``sum(experts * n_tokens) / sum(n_tokens)``.
     mc_logits : (T, N, C) MC-dropout logits.
     member_logits : (M, N, C) deep-ensemble member logits.
     tokens : optional per-token arrays for mechanism figures (name -> 1-D array, plus
@@ -51,6 +55,7 @@ class Outputs:
     top1_mass: NDArray[np.float64] | None = None
     disagreement: NDArray[np.float64] | None = None
     experts: NDArray[np.float64] | None = None
+    n_tokens: NDArray[np.float64] | None = None
     mc_logits: NDArray[np.float64] | None = None
     member_logits: NDArray[np.float64] | None = None
     tokens: Mapping[str, NDArray[Any]] | None = None

@@ -466,7 +466,7 @@ class Engine:
         gate, desc = self.gate(Pair(spec, pair.gate, pair.fields), seed)
         material = {"protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
                     "adapter": sha, "gate": desc.get("gate"),  # the resolved gate, not its name
-                    "split": split.hash, "mode": mode,
+                    "split": split.hash, "mode": mode, "record": forward.RECORD_FIELDS,
                     "index": index, "max_length": self.prof.max_length}
         if mode == "mc_dropout":  # masks seeded per batch (same for any number of processes)
             material["dropout_seeds"] = "per-batch"
