@@ -775,7 +775,8 @@ def _aurc(groups: _TieGroups) -> float:
     accepted = np.arange(1, n + 1)  # (N,) i = 1..N
     into_group = accepted - (n_upto - size)[group]  # (N,) j = 1..n_g
     # Expected errors among the first j of a group of n_g holding e_g errors: j * e_g / n_g.
-    expected_errors = (errors_upto - group_errors)[group] + into_group * (group_errors / size)[group]
+    errors_before = (errors_upto - group_errors)[group]
+    expected_errors = errors_before + into_group * (group_errors / size)[group]
     risk = expected_errors / accepted  # (N,) E[r_i]
     # Trapezoids between consecutive positions plus the rectangle from coverage 0 to 1/N:
     # (1/N) (r_1 + sum_i (r_i + r_{i+1}) / 2) = (1/N) (sum_i r_i + (r_1 - r_N) / 2).
