@@ -2,8 +2,10 @@
 
 A run folder (written by ``uqbench run``) holds ``results.jsonl`` (one row per method x domain),
 ``scores.npz`` (per-example arrays, keys ``"{method}|{domain}|{role}|{field}"`` for
-uncertainty/confidence/correct and ``"{model}/{gate}|{domain}|{role}|{field}"`` for router
-statistics and labels) and ``run.json`` (meta; its ``training`` logs feed the training figure).
+uncertainty/confidence/correct (on the ID split also the recalibrated ``confidence_ts``,
+``confidence_hb``, ``confidence_iso`` of `uqbench.recalibration`) and
+``"{model}/{gate}|{domain}|{role}|{field}"`` for router statistics and labels) and
+``run.json`` (meta; its ``training`` logs feed the training figure).
 The reference rows of ``results.jsonl`` (``chance``, ``options-only``) are no method: `load_run`
 keeps them in ``RunData.references``, out of every method figure. Figures only *read* these
 records: every curve comes from a `uqbench.metrics` curve function, every table number from
@@ -209,7 +211,7 @@ def figure_plan(run: RunData, *, max_methods: int | None = 8,
                 methods: list[str] | None = None) -> list[tuple[str, Callable[[], Figure | None]]]:
     """(file stem, builder) of every figure; a builder returns None when the run's data does
     not support its figure (and logs why)."""
-    from figures import calibration, compute, mechanism, ood, selective, training
+    from figures import calibration, compute, mechanism, ood, recalibrated, selective, training
     from figures.style import select_methods
 
     if methods is not None:
@@ -234,6 +236,8 @@ def figure_plan(run: RunData, *, max_methods: int | None = 8,
     hist_dom = POOLED if POOLED in run.domains else run.domains[0]
     plan += [
         (f"ood_hist_{_slug(hist_dom)}", partial(ood.histogram_figure, run, hist_dom, shown)),
+        (f"reliability_recalibrated_{_slug(hist_dom)}",
+         partial(recalibrated.recalibrated_reliability_figure, run, hist_dom, shown)),
         ("frontier", partial(compute.frontier_figure, run)),
         ("thermostat", partial(compute.thermostat_figure, run)),
         ("allocation", partial(compute.allocation_figure, run)),

@@ -24,6 +24,7 @@ matplotlib.use("Agg")
 DOMAINS = ("science", "math")
 N = {"id": 140, "shift": 110}
 ROUTER = ("route_entropy", "top1_mass", "disagreement", "experts")
+RECAL = ("confidence_ts", "confidence_hb", "confidence_iso")
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -89,6 +90,11 @@ def make_run(root: Path, *, frontier: bool = True, extra: bool = True,
                 key = f"{pair}/{s}|{dom}|{role}"
                 arrays[f"{key}|uncertainty"], arrays[f"{key}|confidence"] = u, conf
                 arrays[f"{key}|correct"] = correct
+                if role == "id":  # stand-ins for the runner's recalibrated confidences
+                    logit = np.log(conf) - np.log1p(-np.minimum(conf, 1 - 1e-9))
+                    arrays[f"{key}|confidence_ts"] = _sigmoid(logit / 1.7)
+                    arrays[f"{key}|confidence_hb"] = np.round(conf * 10) / 10
+                    arrays[f"{key}|confidence_iso"] = 0.9 * conf + 0.05
     if degenerate:  # a method that is always right
         methods.append(("stub/dense", "msp"))
         for (dom, role), zz in z.items():
@@ -97,11 +103,11 @@ def make_run(root: Path, *, frontier: bool = True, extra: bool = True,
             arrays[f"{key}|correct"] = np.ones(zz.size)
     for pair, s in methods:  # pooled = concatenation of the domains
         for role in N:
-            for f in ("uncertainty", "confidence", "correct", *ROUTER, "labels"):
+            for f in ("uncertainty", "confidence", "correct", *ROUTER, "labels", *RECAL):
                 parts = [arrays.get(f"{pair}/{s}|{d}|{role}|{f}", arrays.get(f"{pair}|{d}|{role}|{f}"))
                          for d in DOMAINS]
                 if all(p is not None for p in parts):
-                    tgt = f"{pair}/{s}" if f in ("uncertainty", "confidence", "correct") else pair
+                    tgt = pair if f in (*ROUTER, "labels") else f"{pair}/{s}"
                     arrays[f"{tgt}|pooled|{role}|{f}"] = np.concatenate(parts)
     if empty_shift:
         for f in ("uncertainty", "confidence", "correct"):
@@ -168,6 +174,7 @@ def _texts(ax: Any) -> str:
 def test_draw_run_writes_every_figure_png_and_pdf(run_dir: Path) -> None:
     paths = draw_run(run_dir, max_methods=3)  # every code path; fewer panels, faster
     stems = {"frontier", "thermostat", "allocation", "ablation", "mechanism", "ood_hist_pooled",
+             "reliability_recalibrated_pooled",
              *(f"{kind}_{d}" for kind in ("reliability", "risk_coverage", "ood_roc")
                for d in ("pooled", *DOMAINS))}
     expected = {run_dir / "figures" / f"{s}.{ext}" for s in stems for ext in ("png", "pdf")}
@@ -247,6 +254,43 @@ def test_reliability_bars_are_the_metric_bins(run: RunData) -> None:
     assert list(keys) == ["perfect", "accuracy", "gap to mean confidence"]
     assert keys["accuracy"].get_facecolor() == pytest.approx(matplotlib.colors.to_rgba(
         run.styles.color(m), 0.85))  # the key is full strength even where the bars fade
+
+
+def test_recalibrated_reliability_draws_the_stored_confidences(run: RunData) -> None:
+    from figures.recalibrated import KINDS, recalibrated_reliability_figure
+
+    methods = ["moe-lora/care/care", "moe-lora/top4/msp"]
+    fig = recalibrated_reliability_figure(run, "pooled", methods)
+    assert fig is not None
+    panels = [a for a in fig.axes if any(p.get_gid() == "accuracy" for p in a.patches)]
+    assert len(panels) == len(methods) * len(KINDS)  # rows: methods; columns: raw, ts, hb, iso
+    for i, m in enumerate(methods):
+        s = run.scores(m, "pooled", "id")
+        for j, (kind, title) in enumerate(KINDS):
+            ax = panels[i * len(KINDS) + j]
+            conf = run.arrays[f"{m}|pooled|id|confidence_{kind}"] if kind else s.confidence
+            curve = M.reliability_curve(conf, s.correct, n_bins=12)
+            filled = curve.count > 0
+            bars = [p for p in ax.patches if p.get_gid() == "accuracy"]
+            np.testing.assert_allclose([b.get_height() for b in bars], curve.accuracy[filled])
+            np.testing.assert_allclose([b.get_x() for b in bars], curve.edges[:-1][filled])
+            ece = M.expected_calibration_error(conf, s.correct, n_bins=12)
+            assert f"ECE {ece:.3f}" in ax.get_title()
+            assert (title in ax.get_title()) == (i == 0)  # column heads on the first row
+
+
+def test_recalibrated_reliability_is_skipped_without_recalibrated_arrays(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from figures.recalibrated import recalibrated_reliability_figure
+
+    d = make_run(tmp_path / "old", frontier=False, extra=False)
+    with np.load(d / "scores.npz") as z:
+        kept = {k: z[k] for k in z.files if not k.endswith(RECAL)}
+    np.savez_compressed(d / "scores.npz", **kept)  # a run written before recalibration
+    run = load_run(d)
+    with caplog.at_level(logging.INFO, logger="figures"):
+        assert recalibrated_reliability_figure(run, "pooled", run.methods) is None
+    assert "no recalibrated confidences" in caplog.text
 
 
 def test_reliability_bars_fade_with_their_bins_count() -> None:

@@ -86,7 +86,9 @@ def test_cold_run_counts_exactly_the_passes_the_plan_needs(cold):
     prof = get_profile("smoke")
     passes = cold.stats.passes
     splits = {k[3] for k in passes}
-    assert splits == {f"{d}/{r}" for d in ("science", "knowledge") for r in ("id", "shift")}
+    # calib too: every method's ECE is recalibrated on it (uqbench.recalibration)
+    assert splits == {f"{d}/{r}" for d in ("science", "knowledge")
+                      for r in ("id", "shift", "calib")}
     for split in splits:
         # one deterministic pass per (model, gate, split) for all single-pass scorers together
         assert passes["lora", 0, "dense", split, "deterministic"] == 1
@@ -113,6 +115,27 @@ def test_forward_passes_column_matches_the_plan(cold):
     assert 0 <= care["ood_auroc_lo"] <= care["ood_auroc"] <= care["ood_auroc_hi"] <= 1
     meta = json.loads((cold.out / "run.json").read_text())
     assert meta["gates"]["moe-lora/care@0"]["calibration"]["target"] == 4.0
+
+
+def test_every_row_reports_recalibrated_ece_beside_the_raw_one(cold):
+    from uqbench.recalibration import CALIBRATORS
+    from uqbench.report import is_reference
+
+    rows = [r for r in cold.rows if not is_reference(r)]
+    assert rows
+    for r in rows:
+        cols = list(r)
+        assert cols[cols.index("ece_hi") + 1] == "ece_ts"  # beside the raw ECE
+        for kind in CALIBRATORS:
+            assert 0 <= r[f"ece_{kind}_lo"] <= r[f"ece_{kind}"] <= r[f"ece_{kind}_hi"] <= 1
+        assert r["ts_temperature"] > 0 and r["n_calib"] == (16 if r["domain"] == "pooled" else 8)
+    by = {(r["method"], r["domain"]): r for r in rows}
+    assert by["moe-lora/top4/msp", "pooled"]["calib_hashes"].count(",") == 1  # two domains
+    with np.load(cold.out / "scores.npz") as z:
+        for kind in CALIBRATORS:
+            conf = z[f"moe-lora/care/care|pooled|id|confidence_{kind}"]
+            assert conf.shape == z["moe-lora/care/care|pooled|id|confidence"].shape
+    assert "ECE-TS" in (cold.out / "results.md").read_text()
 
 
 def test_one_gate_under_two_names_is_calibrated_and_run_once(env, cold):

@@ -1,8 +1,11 @@
 """Result tables: ``results.{jsonl,csv,md,tex}`` and the printed summary.
 
 AURC and E-AURC are fractions (not x1000). ECE uses 12 equal-width bins on the MSP of the
-method's predictive distribution (the paper's convention). OOD-AUROC is ID vs the shifted split
-of the same domain, OOD = positive, score = uncertainty. The rows `chance` (a uniform guess;
+method's predictive distribution (the paper's convention); ECE-TS (and, in the csv/jsonl,
+``ece_hb``, ``ece_iso``) is the same ECE after temperature scaling (histogram binning,
+isotonic regression) fitted on the domain's labelled calibration split
+(`uqbench.recalibration`). OOD-AUROC is ID vs the shifted split of the same domain, OOD =
+positive, score = uncertainty. The rows `chance` (a uniform guess;
 its interval is where a random guesser lands) and `options-only` (a classifier that sees the
 options, not the question) are references with accuracy columns only: a model must beat them to
 show it reads the question (`uqbench.references`).
@@ -32,7 +35,8 @@ def is_reference(row: Mapping[str, Any]) -> bool:
 
 
 SHOWN = (  # (column, header, digits)
-    ("accuracy", "Acc", 3), ("ece", "ECE", 3), ("ood_auroc", "OOD-AUROC", 3),
+    ("accuracy", "Acc", 3), ("ece", "ECE", 3), ("ece_ts", "ECE-TS", 3),
+    ("ood_auroc", "OOD-AUROC", 3),
     ("aurc", "AURC", 3), ("sel_acc_80", "SelAcc@80", 3), ("shift_accuracy", "ShiftAcc", 3),
     ("avg_experts", "Experts", 2), ("forward_passes", "Passes", 0),
 )

@@ -203,7 +203,8 @@ def run(cfg: RunConfig) -> RunResult:
                     head=cfg.head or get_suite_spec(cfg.suite).head)
     n_seeds = cfg.seeds or prof.seeds
     pairs = list(dict.fromkeys(m.pair for m in ms))
-    eval_splits = [s for s in suite.splits.values() if s.role in ("id", "shift")]
+    # calib: every method's ECE is reported beside its recalibrated ECE (`uqbench.recalibration`)
+    eval_splits = [s for s in suite.splits.values() if s.role in ("id", "shift", "calib")]
     outs: dict[tuple[str, str, int], Outputs] = {}
     for rep in range(n_seeds):
         for pair in pairs:
@@ -271,7 +272,12 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
               scorer_timeout: float | None = None) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """One row per method per domain and ``pooled``, then the reference rows (``chance``,
     ``options-only``: `uqbench.references`); also the per-example arrays for figures. With
-    ``cache``, rows already evaluated on identical scores are read back, not recomputed."""
+    ``cache``, rows already evaluated on identical scores are read back, not recomputed.
+
+    ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
+    ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.recalibration`)."""
+    from uqbench.recalibration import CALIBRATORS, recalibrate_cached
+
     rows: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
     domains = list(suite.domains)
@@ -279,21 +285,30 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
         for dom in [*domains, "pooled"]:
             parts = domains if dom == "pooled" else [dom]
 
-            id_outs, sh_outs = (
+            id_outs, sh_outs, cal_outs = (
                 [Outputs.concat([outs[m.pair.name, f"{d}/{role}", r] for d in parts])
                  for r in range(n_seeds)]
-                for role in ("id", "shift"))
-            id_s, sh_s = (Scored.of(m.scorer, o, timeout=scorer_timeout) for o in (id_outs, sh_outs))
+                for role in ("id", "shift", "calib"))
+            id_s, sh_s, cal_s = (Scored.of(m.scorer, o, timeout=scorer_timeout)
+                                 for o in (id_outs, sh_outs, cal_outs))
+            metrics = evaluate_cached(cache, id_s, sh_s, n_bins=12, n_boot=prof.bootstrap, seed=0)
+            recal, recal_conf = recalibrate_cached(
+                cache, m.scorer, cal_outs, id_outs, cal_s.confidence, id_s.confidence,
+                id_s.correct, n_bins=12, n_boot=prof.bootstrap, seed=0)
+            at = list(metrics).index("ece_hi") + 1  # the recalibrated ECEs beside the raw one
             row: dict[str, Any] = {
                 "method": m.name, "model": m.pair.model.name, "gate": m.pair.gate.name,
                 "scorer": m.scorer.name, "domain": dom,
-                **evaluate_cached(cache, id_s, sh_s, n_bins=12, n_boot=prof.bootstrap, seed=0),
+                **dict(list(metrics.items())[:at]), **recal, **dict(list(metrics.items())[at:]),
                 "forward_passes": m.scorer.passes(id_outs[0]),
-                "n_id": id_outs[0].n, "n_shift": sh_outs[0].n, "seeds": n_seeds,
-                "protocol": PROTOCOL_VERSION,
+                "n_id": id_outs[0].n, "n_shift": sh_outs[0].n, "n_calib": cal_outs[0].n,
+                "seeds": n_seeds, "protocol": PROTOCOL_VERSION,
                 "split_hashes": ",".join(suite.split(d, r).hash for d in parts for r in ("id", "shift")),
+                "calib_hashes": ",".join(suite.split(d, "calib").hash for d in parts),
             }
             rows.append(row)
+            for kind in CALIBRATORS:  # seed 0, as the raw arrays below
+                arrays[f"{m.name}|{dom}|id|confidence_{kind}"] = recal_conf.confidence[kind][:, 0]
             for role, o in (("id", id_outs[0]), ("shift", sh_outs[0])):
                 for f in ("route_entropy", "top1_mass", "disagreement", "experts", "labels"):
                     if getattr(o, f) is not None:

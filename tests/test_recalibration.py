@@ -1,0 +1,222 @@
+"""Recalibration (uqbench.recalibration, through netcal): temperatures with a known answer,
+predictions and accuracy unchanged, the binning calibrators, the cached columns, and the
+calibration split disjoint from the ID test split."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import make_outputs
+from uqbench import metrics as M
+from uqbench.cache import ArrayCache
+from uqbench.evaluate import Scored
+from uqbench.outputs import Outputs
+from uqbench.recalibration import (CALIBRATORS, T_MAX, columns, recalibrate, recalibrate_cached,
+                                   temperature_scaling, top_label)
+from uqbench.scorer import Scorer, get_scorer
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _calibrated(n: int, c: int = 4, *, seed: int = 0, scale: float = 1.5):
+    """Logits and labels drawn from softmax(logits): calibrated by construction."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, c)) * scale
+    p = _softmax(z)
+    labels = (rng.random(n)[:, None] > p.cumsum(axis=1)).sum(axis=1)
+    return z, labels
+
+
+@pytest.mark.parametrize("factor", [2.0, 0.5])
+def test_temperature_undoes_a_known_scaling_of_calibrated_logits(factor):
+    # softmax(z) is calibrated for these labels; softmax(factor * z) is over- (factor 2) or
+    # under-confident (0.5), and the maximum-likelihood temperature is `factor`.
+    z, y = _calibrated(6000)
+    t, q = temperature_scaling(_softmax(factor * z), y, _softmax(factor * z))
+    assert t == pytest.approx(factor, rel=0.06)
+    np.testing.assert_allclose(q, _softmax(factor * z / t), atol=1e-6)  # softmax(log p / T)
+
+
+def test_temperature_is_one_on_a_calibrated_set():
+    z, y = _calibrated(6000, seed=1)
+    t, _ = temperature_scaling(_softmax(z), y, _softmax(z))
+    assert t == pytest.approx(1.0, rel=0.06)
+
+
+@pytest.mark.parametrize("case", ["over", "under", "anti", "chance"])
+def test_temperature_scaling_keeps_every_prediction_and_the_accuracy(case):
+    z, y = _calibrated(800, seed=2)
+    p = _softmax({"over": 3 * z, "under": 0.3 * z, "anti": z, "chance": z}[case])
+    if case == "anti":  # the most probable choice is always wrong: 1/T < 0 unconstrained
+        y = p.argmin(axis=1)
+    if case == "chance":
+        y = np.random.default_rng(0).integers(0, 4, y.size)
+    test = _softmax(np.random.default_rng(3).normal(size=(500, 4)) * 2)
+    t, q = temperature_scaling(p, y, test)
+    assert 0 < t <= T_MAX
+    np.testing.assert_array_equal(q.argmax(axis=1), test.argmax(axis=1))
+    labels = np.random.default_rng(4).integers(0, 4, 500)
+    assert np.mean(q.argmax(axis=1) == labels) == np.mean(test.argmax(axis=1) == labels)
+    if case == "anti":
+        assert t == T_MAX  # held at the bound, not flipped
+    if case == "over":
+        assert t > 1
+
+
+def test_padded_choices_stay_at_zero_after_temperature_scaling():
+    z, y = _calibrated(400, c=3, seed=7)
+    p = np.c_[_softmax(0.2 * z), np.zeros(400)]  # a 4th, padded choice; underconfident: T < 1
+    t, q = temperature_scaling(p, y, p)
+    assert np.all(q[:, 3] == 0) and np.allclose(q.sum(axis=1), 1)
+    np.testing.assert_allclose(q[:, :3], _softmax(0.2 * z / t), atol=1e-9)
+
+
+def test_binary_temperature_scaling_of_a_confidence():
+    # netcal's binary form, sigmoid(logit(c) / T): calibrated confidences made sharper by 2
+    rng = np.random.default_rng(5)
+    logit = rng.normal(size=8000) * 1.5
+    right = rng.random(8000) < 1 / (1 + np.exp(-logit))
+    sharp = 1 / (1 + np.exp(-2 * logit))
+    t, q = temperature_scaling(sharp, right.astype(float), sharp)
+    assert t == pytest.approx(2.0, rel=0.06)
+    np.testing.assert_allclose(q, 1 / (1 + np.exp(-2 * logit / t)), atol=1e-6)
+
+
+def test_histogram_binning_and_isotonic_by_hand():
+    # calib: confidence .05 (bin 0 of 10) right 1 of 2; .95 (bin 9) right 2 of 2
+    conf, right = np.array([0.05, 0.05, 0.95, 0.95]), np.array([1.0, 0.0, 1.0, 1.0])
+    # bins 0 and 9 map to their accuracies; an empty bin keeps its midpoint (bin 5: .55)
+    assert top_label("hb", conf, right, np.array([0.02, 0.99, 0.51])).tolist() == \
+        pytest.approx([0.5, 1.0, 0.55])
+    # isotonic: the fitted steps, clipped outside the calibration range
+    assert top_label("iso", conf, right, np.array([0.0, 0.05, 0.95, 1.0])).tolist() == \
+        pytest.approx([0.5, 0.5, 1.0, 1.0])
+    with pytest.raises(ValueError, match="unknown top-label calibrator 'bbq'"):
+        top_label("bbq", conf, right, conf)
+
+
+def test_isotonic_is_monotone_and_recalibration_lowers_in_sample_ece():
+    z, y = _calibrated(3000, seed=6)
+    p = _softmax(3 * z)  # overconfident
+    conf, right = p.max(axis=1), (p.argmax(axis=1) == y).astype(float)
+    raw = M.expected_calibration_error(conf, right, n_bins=12)
+    iso = top_label("iso", conf, right, conf)
+    assert np.all(np.diff(iso[np.argsort(conf)]) >= 0)
+    for kind in ("hb", "iso"):
+        assert M.expected_calibration_error(top_label(kind, conf, right, conf), right,
+                                            n_bins=12) < raw / 3
+    _, q = temperature_scaling(p, y, p)
+    assert M.expected_calibration_error(q.max(axis=1), right, n_bins=12) < raw / 3
+
+
+def _seeds(n: int, seeds: int, offset: int) -> list[Outputs]:
+    return [make_outputs(n=n, seed=offset + s) for s in range(seeds)]
+
+
+def _scored(scorer: Scorer, outs: list[Outputs]) -> Scored:
+    return Scored.of(scorer, outs)
+
+
+@pytest.mark.parametrize("name", ["msp", "mc_dropout_msp"])
+def test_recalibrate_per_seed_keeps_predictions(name):
+    scorer = get_scorer(name)
+    cal, test = _seeds(60, 2, 0), _seeds(50, 2, 10)
+    cs, ts = _scored(scorer, cal), _scored(scorer, test)
+    rec = recalibrate(scorer, cal, test, cs.confidence, ts.confidence)
+    assert set(rec.confidence) == set(CALIBRATORS) and rec.temperature.shape == (2,)
+    for kind in CALIBRATORS:
+        assert rec.confidence[kind].shape == (50, 2)
+        assert np.all((rec.confidence[kind] >= 0) & (rec.confidence[kind] <= 1))
+    for s in range(2):  # ts = the MSP of the rescaled predictive, seed by seed
+        _, q = temperature_scaling(scorer.predictive(cal[s]), cal[s].labels,
+                                   scorer.predictive(test[s]))
+        np.testing.assert_allclose(rec.confidence["ts"][:, s], q.max(axis=1))
+
+
+class _OwnConfidence(Scorer):
+    name = "own_conf"
+
+    def __call__(self, outputs: Outputs) -> np.ndarray:
+        return 1 - self.confidence(outputs)
+
+    def confidence(self, outputs: Outputs) -> np.ndarray:
+        return 0.25 + 0.75 * self.predictive(outputs).max(axis=1) ** 2
+
+
+def test_a_scorer_with_its_own_confidence_gets_binary_temperature_scaling():
+    scorer = _OwnConfidence()
+    cal, test = _seeds(80, 1, 0), _seeds(40, 1, 10)
+    cs, ts = _scored(scorer, cal), _scored(scorer, test)
+    rec = recalibrate(scorer, cal, test, cs.confidence, ts.confidence)
+    right = (scorer.predictive(cal[0]).argmax(axis=1) == cal[0].labels).astype(float)
+    t, q = temperature_scaling(cs.confidence[:, 0], right, ts.confidence[:, 0])
+    np.testing.assert_allclose(rec.confidence["ts"][:, 0], q)
+    assert rec.temperature[0] == pytest.approx(t)
+
+
+def test_columns_and_cache(tmp_path, monkeypatch):
+    import uqbench.recalibration as R
+
+    scorer = get_scorer("msp")
+    cal, test = _seeds(60, 2, 0), _seeds(50, 2, 10)
+    cs, ts = _scored(scorer, cal), _scored(scorer, test)
+    opts = dict(n_bins=12, n_boot=50, seed=0)
+    cache = ArrayCache(tmp_path)
+    row, rec = recalibrate_cached(cache, scorer, cal, test, cs.confidence, ts.confidence,
+                                  ts.correct, **opts)
+    assert row == columns(recalibrate(scorer, cal, test, cs.confidence, ts.confidence),
+                          ts.correct, **opts)
+    for kind in CALIBRATORS:
+        per_seed = [M.expected_calibration_error(rec.confidence[kind][:, s],
+                                                 ts.correct[:, s].astype(bool), n_bins=12)
+                    for s in range(2)]
+        assert row[f"ece_{kind}"] == pytest.approx(np.mean(per_seed))
+        assert row[f"ece_{kind}_lo"] <= row[f"ece_{kind}"] <= row[f"ece_{kind}_hi"]
+    assert row["ts_temperature"] == pytest.approx(rec.temperature.mean())
+
+    def no_fit(*a, **k):
+        raise AssertionError("a cached recalibration must not be refitted")
+
+    monkeypatch.setattr(R, "recalibrate", no_fit)
+    again, rec2 = recalibrate_cached(cache, scorer, cal, test, cs.confidence, ts.confidence,
+                                     ts.correct, **opts)
+    assert json.dumps(again) == json.dumps(row)
+    np.testing.assert_array_equal(rec2.confidence["hb"], rec.confidence["hb"])
+    with pytest.raises(AssertionError, match="refitted"):  # another calib split: refitted
+        recalibrate_cached(cache, scorer, _seeds(60, 2, 99), test, cs.confidence,
+                           ts.confidence, ts.correct, **opts)
+
+
+def test_importing_recalibration_does_not_load_netcal_or_torch():
+    probe = ("import sys, json, uqbench.recalibration, uqbench.runner; "
+             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    loaded = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                       text=True, check=True).stdout)
+    assert "netcal" not in loaded and "torch" not in loaded
+
+
+def test_calib_split_is_disjoint_from_the_id_test_split(real_data_dir, tmp_path):
+    """Recalibrators are fitted on ``calib`` and scored on ``id``: no example (by id or by
+    question text) may be in both. Checked on the pooled suite's science and knowledge (whose
+    calib and id come from one MMLU test set, split in seeded halves)."""
+    from uqbench.data import suites as S
+
+    pooled = S.SUITES.get("pooled")
+    for dom in pooled.domains:  # the spec: calib never draws from the ID split's pool
+        cal, id_ = dom.roles["calib"], dom.roles["id"]
+        assert (cal.source, cal.split, cal.half) != (id_.source, id_.split, id_.half), dom.name
+    fast = S.SuiteSpec("pooled", pooled.domains[:2])
+    suite = S.build_suite(fast, "smoke", data_dir=real_data_dir, cache_dir=tmp_path,
+                          progress=False)
+    for dom in suite.domains:
+        cal, id_ = suite.split(dom, "calib").records, suite.split(dom, "id").records
+        assert cal and id_
+        assert not {r.id for r in cal} & {r.id for r in id_}, dom
+        assert not {r.question for r in cal} & {r.question for r in id_}, dom

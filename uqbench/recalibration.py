@@ -1,0 +1,242 @@
+"""Post-hoc recalibration through netcal, fitted on each domain's labelled calibration split.
+
+The CARE paper reports raw ECE and tells practitioners to recalibrate; this module says what
+recalibration buys. For every method and domain (``pooled``: the union of the domains' splits)
+three calibrators are fitted on the method's outputs on the ``calib`` split (labelled, disjoint
+from the ID test split: a seeded slice of the train pool, or another half of the source) and
+applied to the ID test split, where ECE is measured with the same 12 bins as the raw ``ece``:
+
+``ts`` -- temperature scaling (``netcal.scaling.TemperatureScaling``, Guo et al. 2017) of the
+    method's **full predictive distribution**: ``q = softmax(log p / T)``, one scalar T fitted
+    by maximum likelihood; the recalibrated confidence is ``max q``. T > 0 keeps the order of
+    every row, so no prediction and no accuracy changes. T is kept in ``(0, T_MAX]``: the
+    unconstrained fit gives 1/T < 0 when confidence anti-correlates with correctness (a model at
+    chance), which would reverse every ranking; the likelihood is convex in 1/T, so the
+    constrained optimum is then the bound (an almost uniform distribution). A scorer with its
+    own ``confidence`` (not the MSP of its predictive) gets netcal's binary form on that
+    confidence instead, ``sigmoid(logit(c) / T)``.
+``hb`` -- histogram binning (``netcal.binning.HistogramBinning``, `HB_BINS` equal-width bins;
+    an empty bin keeps its midpoint) of the **top-label confidence**: the confidence of the
+    predicted class against whether the prediction was right.
+``iso`` -- isotonic regression (``netcal.binning.IsotonicRegression``) of the top-label
+    confidence, as ``hb``.
+
+Why top-label for the binning methods: the choices of a multiple-choice question are positions,
+not classes with a meaning, so netcal's multiclass mode (one calibrator per class index, then
+renormalised) would calibrate "option B" across unrelated questions and could change the
+argmax; calibrating the confidence ECE measures (Kumar et al. 2019, Gupta & Ramdas 2022) keeps
+every prediction. Recalibration changes confidences only: accuracy and the ranking metrics
+(AUROC, AURC, ...) stay on the raw scores.
+
+netcal imports torch and pyro (~4 s): it is imported inside the fitting functions, and the
+runner imports this module only where recalibration runs; `recalibrate_cached` answers a warm
+rerun from the cache without importing netcal at all. Metrics, scorers and figures never import
+this module.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from uqbench import metrics as M
+from uqbench.cache import ArrayCache
+from uqbench.outputs import Outputs
+from uqbench.scorer import Scorer
+
+#: The calibrators, in column order: ``ece_ts``, ``ece_hb``, ``ece_iso``.
+CALIBRATORS = ("ts", "hb", "iso")
+#: Equal-width bins of histogram binning (netcal's default).
+HB_BINS = 10
+#: Largest temperature: a fit that wants more (or 1/T <= 0) is held at this bound.
+T_MAX = 1000.0
+
+
+@dataclass(frozen=True)
+class Recalibrated:
+    """Recalibrated confidences of one method on its ID test split, stacked over seeds.
+
+    ``confidence[kind]`` has shape (N, S) like `uqbench.evaluate.Scored`; ``temperature`` (S,)
+    is the fitted T of temperature scaling per seed.
+    """
+
+    confidence: dict[str, NDArray[np.float64]]
+    temperature: NDArray[np.float64]
+
+
+def _netcal() -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # netcal's dependencies warn on import
+        import netcal.binning
+        import netcal.scaling
+
+    return netcal
+
+
+def _uses_msp(scorer: Scorer) -> bool:
+    """Whether the scorer's confidence is the default: the MSP of its predictive."""
+    return type(scorer).confidence is Scorer.confidence
+
+
+def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
+                        probs: NDArray[Any]) -> tuple[float, NDArray[np.float64]]:
+    """Fit T on ``(probs_calib, labels_calib)`` and rescale ``probs``.
+
+    Parameters
+    ----------
+    probs_calib : (N_cal, C) predictive distributions; labels_calib : (N_cal,) int labels.
+        C = 1 (or a 1-D array): binary confidences, labels 0/1 (netcal's binary form).
+    probs : (N, C) (or (N,) binary) distributions to rescale.
+
+    Returns
+    -------
+    T, and ``softmax(log probs / T)`` (binary: ``sigmoid(logit(probs) / T)``), the same shape.
+    A choice of probability 0 (a padded choice of a pooled row whose domains have fewer
+    options) stays at 0; the fit sees it at netcal's epsilon (~1e-16), negligible unless T is
+    in the hundreds.
+
+    Examples
+    --------
+    Logits of a calibrated set scaled by 2 are fitted with T close to 2 (tests).
+    """
+    nc = _netcal()
+    ts = nc.scaling.TemperatureScaling()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # pyro's, inside netcal
+        ts.fit(np.asarray(probs_calib, np.float64), np.asarray(labels_calib))
+        inverse = float(np.ravel(ts._sites["weights"]["values"])[0])  # netcal fits 1/T
+        if not inverse >= 1.0 / T_MAX:  # also catches NaN
+            ts._sites["weights"]["values"] = np.array([1.0 / T_MAX])
+            inverse = 1.0 / T_MAX
+        scaled = np.asarray(ts.transform(np.asarray(probs, np.float64)), np.float64)
+    scaled = scaled.reshape(np.shape(probs))
+    absent = np.asarray(probs) == 0  # padded choices (`PAD_LOGIT`) stay at probability 0
+    if scaled.ndim == 2 and absent.any():  # netcal sees them at its epsilon, which T inflates
+        scaled = np.where(absent, 0.0, scaled)
+        scaled /= scaled.sum(axis=1, keepdims=True)
+    return 1.0 / inverse, scaled
+
+
+def top_label(kind: str, confidence_calib: NDArray[Any], correct_calib: NDArray[Any],
+              confidence: NDArray[Any]) -> NDArray[np.float64]:
+    """Histogram binning (``hb``) or isotonic regression (``iso``) of a top-label confidence,
+    fitted on ``(confidence_calib, correct_calib)`` (N_cal,), applied to ``confidence`` (N,)."""
+    nc = _netcal()
+    if kind == "hb":
+        cal = nc.binning.HistogramBinning(bins=HB_BINS)
+    elif kind == "iso":
+        cal = nc.binning.IsotonicRegression()
+    else:
+        raise ValueError(f"unknown top-label calibrator {kind!r}; valid: hb, iso")
+    cal.fit(np.asarray(confidence_calib, np.float64), np.asarray(correct_calib, np.float64))
+    return np.asarray(cal.transform(np.asarray(confidence, np.float64)), np.float64).reshape(-1)
+
+
+def _check_same_prediction(raw: NDArray[Any], scaled: NDArray[Any], what: str) -> None:
+    if not np.array_equal(raw.argmax(axis=1), scaled.argmax(axis=1)):
+        raise RuntimeError(f"temperature scaling changed a prediction of {what}: T must be > 0")
+
+
+def recalibrate(scorer: Scorer, calib: Sequence[Outputs], test: Sequence[Outputs],
+                calib_confidence: NDArray[Any], test_confidence: NDArray[Any]) -> Recalibrated:
+    """Fit every calibrator per seed on ``calib`` and apply it to ``test``.
+
+    ``calib``/``test``: one `Outputs` per seed; ``*_confidence`` (N, S): the scorer's
+    confidences (as `uqbench.evaluate.Scored.confidence`). Correctness is the argmax of the
+    scorer's predictive against the labels, as in `uqbench.evaluate.Scored`.
+    """
+    out: dict[str, list[NDArray[np.float64]]] = {k: [] for k in CALIBRATORS}
+    temps = []
+    for s, (cal, tst) in enumerate(zip(calib, test)):
+        p_cal, p_tst = scorer.predictive(cal), scorer.predictive(tst)
+        c_cal, c_tst = calib_confidence[:, s], test_confidence[:, s]
+        right_cal = (p_cal.argmax(axis=1) == cal.labels).astype(np.float64)
+        if _uses_msp(scorer):
+            t, q = temperature_scaling(p_cal, cal.labels, p_tst)
+            _check_same_prediction(p_tst, q, f"scorer {scorer.name!r}")
+            out["ts"].append(q.max(axis=1))
+        else:
+            t, q = temperature_scaling(c_cal, right_cal, c_tst)
+            out["ts"].append(q)
+        temps.append(t)
+        for kind in ("hb", "iso"):
+            out[kind].append(top_label(kind, c_cal, right_cal, c_tst))
+    return Recalibrated({k: np.stack(v, axis=1) for k, v in out.items()}, np.array(temps))
+
+
+def columns(rec: Recalibrated, correct: NDArray[Any], *, n_bins: int = 12, n_boot: int = 1000,
+            seed: int = 0) -> dict[str, float]:
+    """``ece_<kind>`` (mean over seeds), ``_std``, bootstrap ``_lo``/``_hi`` over the ID test
+    examples (the calibrators held fixed), for each of `CALIBRATORS`; ``ts_temperature``."""
+    from uqbench.evaluate import _per_seed, _seed_mean
+
+    def ece(conf: NDArray[Any], c: NDArray[Any]) -> float:
+        return M.expected_calibration_error(conf, c.astype(bool), n_bins=n_bins)
+
+    row: dict[str, float] = {}
+    for kind in CALIBRATORS:
+        name, arrays = f"ece_{kind}", (rec.confidence[kind], correct)
+        row[name], row[f"{name}_std"] = _per_seed(ece, *arrays)
+        _, row[f"{name}_lo"], row[f"{name}_hi"] = M.bootstrap_ci(
+            _seed_mean(ece), *arrays, n_resamples=n_boot, seed=seed)
+    row["ts_temperature"], row["ts_temperature_std"] = M.mean_std(list(rec.temperature))
+    return row
+
+
+@cache
+def _code_hash() -> str:
+    import uqbench.recalibration as me
+
+    try:
+        version = metadata.version("netcal")
+    except metadata.PackageNotFoundError:
+        version = "?"
+    return hashlib.sha256((inspect.getsource(M) + inspect.getsource(me) + version).encode()
+                          ).hexdigest()
+
+
+def recalibrate_cached(cache: ArrayCache | None, scorer: Scorer, calib: Sequence[Outputs],
+                       test: Sequence[Outputs], calib_confidence: NDArray[Any],
+                       test_confidence: NDArray[Any], test_correct: NDArray[Any],
+                       **options: Any) -> tuple[dict[str, float], Recalibrated]:
+    """(`columns`, `Recalibrated`), memoised in ``cache`` (kind ``recalibrate``) by content:
+    the predictive distributions, labels and confidences of both splits, the options, this
+    module's and the metrics' source and netcal's version. No cache -> compute."""
+
+    def compute() -> dict[str, NDArray[Any]]:
+        rec = recalibrate(scorer, calib, test, calib_confidence, test_confidence)
+        arrays: dict[str, NDArray[Any]] = {
+            k: np.float64(v) for k, v in columns(rec, test_correct, **options).items()}
+        arrays.update({f"confidence_{k}": v for k, v in rec.confidence.items()})
+        arrays["temperature"] = rec.temperature
+        return arrays
+
+    if cache is None:
+        got = compute()
+    else:
+        h = hashlib.sha256()
+        for outs in (calib, test):
+            for o in outs:
+                for a in (scorer.predictive(o), o.labels):
+                    h.update(np.ascontiguousarray(a).tobytes() + str(a.shape).encode())
+        for a in (calib_confidence, test_confidence, test_correct):
+            h.update(np.ascontiguousarray(a).tobytes() + str(a.shape).encode())
+        material = {"scores": h.hexdigest(), "msp": _uses_msp(scorer), "options": options,
+                    "code": _code_hash()}
+        got, _ = cache.get_or_compute("recalibrate", material, compute)
+    row = {k: float(v) for k, v in got.items() if np.ndim(v) == 0}
+    rec = Recalibrated({k: np.asarray(got[f"confidence_{k}"]) for k in CALIBRATORS},
+                       np.asarray(got["temperature"]))
+    return row, rec
+
+
+__all__ = ["CALIBRATORS", "HB_BINS", "T_MAX", "Recalibrated", "columns", "recalibrate",
+           "recalibrate_cached", "temperature_scaling", "top_label"]
