@@ -310,10 +310,14 @@ def test_stale_entries_are_recomputed_never_reused(root, cold, monkeypatch):
     more = run(_cfg(root, "cold", out=root / "out-epochs"))
     assert more.stats.trained == cold.stats.trained and more.stats.total() == cold.stats.total()
     monkeypatch.undo()
-    # changed data (another cap -> another split hash): the evaluation splits are recomputed
+    # changed data (another cap -> another split hash): the evaluation splits are recomputed;
+    # the unchanged calib split's records are read back
     (root / "tiny-cap.yaml").write_text(SUITE.replace("id: 10, shift: 10", "id: 9, shift: 9"))
     capped = run(_cfg(root, "cold", suite=str(root / "tiny-cap.yaml"), out=root / "out-cap"))
-    assert capped.stats.trained == [] and capped.stats.total() == cold.stats.total()
+    eval_passes = sum(v for k, v in cold.stats.passes.items() if not k[3].endswith("/calib"))
+    assert capped.stats.trained == [] and dict(capped.stats.passes) == {
+        k: v for k, v in cold.stats.passes.items() if not k[3].endswith("/calib")}
+    assert capped.stats.total() == eval_passes < cold.stats.total()
 
 
 def test_late_plugin_failure_names_it_and_keeps_finished_work(root, cold):
