@@ -12,7 +12,7 @@ SUITE ?= pooled
 PROFILE ?= cpu
 ARGS ?=
 
-.PHONY: venv run test bench
+.PHONY: venv run test test-fast bench
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,6 +27,11 @@ run: venv
 
 test: venv
 	$(PY) -m pytest -q $(ARGS)
+
+# between edits: every test but those using real data/weights, subprocesses, the sandbox or the
+# smoke run (tests/conftest.py marks them `slow`/`e2e` by the fixtures they use)
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow and not e2e" $(ARGS)
 
 bench: venv
 	$(PY) -m benchmarks $(ARGS)

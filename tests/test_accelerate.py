@@ -2,32 +2,32 @@
 
 Sharded forward records are bitwise equal to one process's (same batches, per-batch dropout
 seeds); DDP training equals one process's up to float summation order (dropout off: its masks
-are per process). Every launch has a hard timeout, so a hung collective fails the test instead
-of blocking CI.
+are per process). Every launch has a hard timeout (a multiple of its quiet time, see
+`tests.conftest.timeout_for`), so a hung collective fails the test, naming the launch and its
+output, instead of blocking CI. Both tests use the `procs` fixture: slow tier.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from tests import dist_worker
-from tests.conftest import REPO, data_dir
+from tests.conftest import REPO, Procs
 from uqbench.report import is_reference
 
-TIMEOUT = 420
+#: each launch's time on 2 quiet cores (the timeout is `timeout_for` of it: a multiple, so that
+#: a busy machine is not a failure, while a hung collective still is)
+QUIET_S = {"dist_worker": 40.0, "run": 60.0}
 
 
-def _launch(args: list[str], tmp: Path) -> None:
+def _launch(procs: Procs, args: list[str], tmp: Path, *, quiet_s: float) -> None:
     """``accelerate launch --multi_gpu --num_processes 2 ARGS``: torchrun-style processes; on a
     machine without GPUs `baselines.distributed` makes them a gloo group on the CPU."""
     with socket.socket() as s:   # a free port for the rendezvous
@@ -38,20 +38,15 @@ def _launch(args: list[str], tmp: Path) -> None:
            "--dynamo_backend", "no", "--main_process_port", str(port), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
-    # own process group: on a timeout the launcher and both workers are killed together
-    proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
-        pytest.fail(f"2-process launch did not finish in {TIMEOUT} s: {err[-4000:]}")
-    assert proc.returncode == 0, err[-4000:]
+    # own process group: on a timeout the launcher and both workers are killed together, and
+    # the failure names the launch, what it had written and its output tails
+    procs.run(cmd, what=f"2-process launch {' '.join(args)}", quiet_s=quiet_s, env=env,
+              cwd=tmp, watch=[tmp])
 
 
-def test_sharded_training_and_records_match_one_process(tmp_path) -> None:
-    _launch(["-m", "tests.dist_worker", str(tmp_path / "two.npz")], tmp_path)
+def test_sharded_training_and_records_match_one_process(tmp_path, procs) -> None:
+    _launch(procs, ["-m", "tests.dist_worker", str(tmp_path / "two.npz")], tmp_path,
+            quiet_s=QUIET_S["dist_worker"])
     dist_worker.main(str(tmp_path / "one.npz"))
     one, two = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
     assert (int(one["world"]), int(two["world"])) == (1, 2)
@@ -87,17 +82,16 @@ def _rows(out: Path) -> dict[tuple[str, str], dict[str, object]]:
     return {(r["method"], r["domain"]): r for r in rows}
 
 
-def test_accelerate_launch_run_matches_one_process(tmp_path) -> None:
+def test_accelerate_launch_run_matches_one_process(tmp_path, procs, real_data) -> None:
     """`accelerate launch -m uqbench run` (2 processes: DDP training, sharded records, process 0
     reports) and a 1-process run on the adapters it trained report the same numbers."""
-    data = data_dir()
-    if data is None:
-        pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
+    data = real_data
     (tmp_path / "tiny.yaml").write_text(SUITE)
     common = ["--suite", str(tmp_path / "tiny.yaml"), "--profile", "smoke",
               "--backbone", "tiny-llama", "--models", "moe-lora", "--data-dir", str(data),
               "--scorers", "msp,routing_entropy,disagreement", "--no-figures", "--no-progress"]
-    _launch(["-m", "uqbench", "run", *common, "--out", "two", "--cache-dir", "c2"], tmp_path)
+    _launch(procs, ["-m", "uqbench", "run", *common, "--out", "two", "--cache-dir", "c2"],
+            tmp_path, quiet_s=QUIET_S["run"])
     meta = json.loads((tmp_path / "two" / "run.json").read_text())
     assert meta["trained"] == ["moe-lora@0"] and meta["processes"] == 2
     from baselines.checkpoint import read_config

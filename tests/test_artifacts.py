@@ -114,13 +114,11 @@ def test_alpha_and_empty_inputs() -> None:
     assert np.isnan(A.classifier_accuracy([], one))
 
 
-def test_build_report_on_a_small_real_suite(tmp_path) -> None:
-    from tests.conftest import REPO, data_dir
+def test_build_report_on_a_small_real_suite(tmp_path, real_data) -> None:
+    from tests.conftest import REPO
     from uqbench.data.build import build_report, format_report
 
-    d = data_dir()
-    if d is None:
-        pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
+    d = real_data
     rows = build_report(str(REPO / "examples/suites/commonsense.yaml"), "smoke", data_dir=d,
                         cache_dir=tmp_path, seed=0, progress=False)
     assert [(r["domain"], r["role"]) for r in rows] == [

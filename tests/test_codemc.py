@@ -6,7 +6,6 @@ import ast
 import difflib
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -23,23 +22,14 @@ from uqbench.data.codemc import (
 from uqbench.data.records import MCRecord
 from uqbench.data.sandbox import Sandbox
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def data_dir() -> Path | None:
-    d = Path(os.environ.get("UQBENCH_DATA") or REPO.parent / "shared" / "data")
-    return d if d.is_dir() else None
-
-
-def _data_file(rel: str) -> Path:
-    d = data_dir()
-    if d is None or not (d / rel).is_file():
+def _data_file(d: Path, rel: str) -> Path:
+    if not (d / rel).is_file():
         pytest.skip(f"data file {rel} not found (set UQBENCH_DATA to the data folder)")
     return d / rel
 
 
 @pytest.fixture(scope="module")
-def sb() -> Sandbox:
+def sb(sandbox_ok) -> Sandbox:  # sandbox_ok (tests/conftest.py): the slow tier
     return Sandbox(timeout_s=5.0, workers=1)
 
 
@@ -205,8 +195,8 @@ def test_mutation_catalogue() -> None:
     assert "min(out)" in "\n".join(texts)
 
 
-def test_real_mbpp_first_twenty() -> None:
-    path = _data_file("mbpp/mbpp.jsonl")
+def test_real_mbpp_first_twenty(real_data: Path, sandbox_ok) -> None:
+    path = _data_file(real_data, "mbpp/mbpp.jsonl")
     with open(path, encoding="utf-8") as f:
         raws = [json.loads(line) for line in f][10:30]  # task ids 11..30 (the eval range)
     recs, stats = build_code_mc(raws, "mbpp", seed=0, workers=2)
@@ -220,8 +210,8 @@ def test_real_mbpp_first_twenty() -> None:
     assert len(square) >= 10 and _medoid_accuracy(square) <= 0.5
 
 
-def test_real_humaneval_first_five(sb: Sandbox) -> None:
-    path = _data_file("humaneval/HumanEval.jsonl.gz")
+def test_real_humaneval_first_five(real_data: Path, sb: Sandbox) -> None:
+    path = _data_file(real_data, "humaneval/HumanEval.jsonl.gz")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         raws = [json.loads(line) for line in f][:5]
     ok = 0

@@ -2,33 +2,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
-import pytest
-
-from tests.conftest import REPO
+from tests.conftest import REPO, uqbench_env
 from uqbench.report import is_reference
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    from tests.conftest import data_dir
-
-    data = data_dir()
-    if data is None:
-        pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
-    root = tmp_path_factory.mktemp("e2e")
-    env = {**os.environ, "UQBENCH_DATA": str(data), "HF_HUB_OFFLINE": "1",
-           "UQBENCH_CACHE": str(root / "cache")}
-    cmd = [sys.executable, "-m", "uqbench", "run", "--suite", "pooled", "--profile", "smoke",
-           "--out", str(root / "run"), "--no-progress"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root, env, proc
+# every test here uses the session's shared `smoke_run` (tests/conftest.py), which puts it in
+# the slow and e2e tiers; the run itself is made once per session, cold, in a temporary folder
 
 
 def test_smoke_run_writes_every_table_and_figure(smoke_run):
@@ -60,22 +40,22 @@ def test_smoke_run_writes_every_table_and_figure(smoke_run):
     assert pngs and all(p.with_suffix(".pdf").exists() for p in pngs)
 
 
-def test_warm_rerun_does_no_forward_pass_and_report_reprints(smoke_run):
+def test_warm_rerun_does_no_forward_pass_and_report_reprints(smoke_run, procs):
     root, env, _ = smoke_run
     cmd = [sys.executable, "-m", "uqbench", "run", "--suite", "pooled", "--profile", "smoke",
            "--out", str(root / "run"), "--no-progress", "--no-figures"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = procs.run(cmd, what="the warm smoke rerun", quiet_s=30, env=env, cwd=REPO,
+                     watch=[root / "cache", root / "run"])
     assert "forward passes run: 0" in proc.stdout
-    rep = subprocess.run([sys.executable, "-m", "uqbench", "report", str(root / "run")],
-                         capture_output=True, text=True, env=env, cwd=REPO, check=True)
+    rep = procs.run([sys.executable, "-m", "uqbench", "report", str(root / "run")],
+                    what="uqbench report", quiet_s=10, env=env, cwd=REPO)
     assert "moe-lora/care/care" in rep.stdout and "OOD-AUROC" in rep.stdout
 
 
-def test_cli_user_error_has_no_traceback(smoke_run):
-    root, env, _ = smoke_run
-    proc = subprocess.run([sys.executable, "-m", "uqbench", "run", "--suite", "pooledd",
-                           "--out", str(root / "x")], capture_output=True, text=True, env=env,
-                          cwd=REPO)
+def test_cli_user_error_has_no_traceback(tmp_path, procs):
+    # needs no finished run: the installed entry point, in a process of its own
+    proc = procs.run([sys.executable, "-m", "uqbench", "run", "--suite", "pooledd",
+                      "--out", str(tmp_path / "x")], what="uqbench run --suite pooledd",
+                     quiet_s=10, env=uqbench_env(), cwd=REPO, check=False)
     assert proc.returncode == 2
     assert "uqbench: error:" in proc.stderr and "Traceback" not in proc.stderr

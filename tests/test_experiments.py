@@ -58,13 +58,10 @@ def test_every_claim_belongs_to_an_experiment(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_env(tmp_path_factory):
-    from tests.conftest import data_dir
+def tiny_env(tmp_path_factory, real_data):
     from tests.test_runner import SUITE
 
-    data = data_dir()
-    if data is None:
-        pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
+    data = real_data
     root = tmp_path_factory.mktemp("experiments")
     (root / "tiny.yaml").write_text(SUITE)
     return root, data

@@ -171,7 +171,7 @@ def _texts(ax: Any) -> str:
 # -- end to end ------------------------------------------------------------------------------
 
 
-def test_draw_run_writes_every_figure_png_and_pdf(run_dir: Path) -> None:
+def test_draw_run_writes_every_figure_png_and_pdf(heavy_compute, run_dir: Path) -> None:
     paths = draw_run(run_dir, max_methods=3)  # every code path; fewer panels, faster
     stems = {"frontier", "thermostat", "allocation", "ablation", "mechanism", "ood_hist_pooled",
              "reliability_recalibrated_pooled",
@@ -489,7 +489,8 @@ def _training_log(steps: int, *, learns: bool, seed: int) -> dict[str, Any]:
                         "chance_loss": float(np.log(4)), "chance_accuracy": 0.25}}
 
 
-def test_training_figure_from_run_json_and_reference_rows_skipped(tmp_path: Path) -> None:
+def test_training_figure_from_run_json_and_reference_rows_skipped(heavy_compute,
+                                                                  tmp_path: Path) -> None:
     """run.json's training logs give one column per model (loss with the ln C line, train
     accuracy with the chance line); the chance / options-only rows of results.jsonl are no
     method: no figure draws them."""

@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from baselines.backbones import load_backbone, tiny_backbone
+from baselines.backbones import tiny_backbone
 from baselines.forward import FORWARD_PASSES, STAT_FIELDS, collect, plan_batches
 from baselines.gates import Care
 from baselines.heads import MultipleChoiceModel, make_moe, make_plain
@@ -121,9 +121,9 @@ def test_no_moe_gives_logits_only() -> None:
         collect(m, [], progress=False)
 
 
-def test_real_minilm_with_moe() -> None:
+def test_real_minilm_with_moe(minilm) -> None:
     """The real backbone: 16 experts on all 36 linears, four records, one pass."""
-    bb = load_backbone("minilm")
+    bb = minilm
     m = make_moe(bb, MoELoRAConfig(), copy=False)
     recs = [MCRecord(id=f"r{i}", domain="science", question=q, choices=c, answer=0, source="t")
             for i, (q, c) in enumerate([

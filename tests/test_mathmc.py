@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -23,17 +22,9 @@ from uqbench.data.mathmc import (
 )
 from uqbench.data.records import MCRecord
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def data_dir() -> Path | None:
-    d = Path(os.environ.get("UQBENCH_DATA") or REPO.parent / "shared" / "data")
-    return d if d.is_dir() else None
-
-
-def _jsonl(rel: str) -> list[dict]:
-    d = data_dir()
-    if d is None or not (d / rel).is_file():
+def _jsonl(d: Path, rel: str) -> list[dict]:
+    """The real data file ``rel`` (``d``: the `real_data` fixture, which marks the test slow)."""
+    if not (d / rel).is_file():
         pytest.skip(f"data file {rel} not found (set UQBENCH_DATA to the data folder)")
     with open(d / rel, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -164,8 +155,8 @@ def _hub_accuracy(recs: list[MCRecord]) -> float:
     return acc / len(recs)
 
 
-def test_gsm8k_real_data_has_no_magnitude_artifact() -> None:
-    raws = _jsonl("gsm8k/test.jsonl")
+def test_gsm8k_real_data_has_no_magnitude_artifact(real_data: Path) -> None:
+    raws = _jsonl(real_data, "gsm8k/test.jsonl")
     recs, stats = build_math_mc(raws, "gsm8k", seed=0, split="test")
     assert stats["kept"] == len(raws) == len(recs)
     n = len(recs)
@@ -185,8 +176,8 @@ def test_gsm8k_real_data_has_no_magnitude_artifact() -> None:
     assert used / n > 0.6
 
 
-def test_math500_real_data() -> None:
-    raws = _jsonl("math/math500_test.jsonl")
+def test_math500_real_data(real_data: Path) -> None:
+    raws = _jsonl(real_data, "math/math500_test.jsonl")
     recs, stats = build_math_mc(raws, "math500", seed=0)
     expected = sum(parse_integer_answer(r["answer"]) is not None for r in raws)
     assert stats["kept"] == expected == len(recs)

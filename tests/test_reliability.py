@@ -103,7 +103,7 @@ def _data() -> Path:
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
+def root(tmp_path_factory, real_data):  # real_data (tests/conftest.py): the slow tier
     root = tmp_path_factory.mktemp("reliability")
     (root / "tiny.yaml").write_text(SUITE)
     for name, src in PLUGINS.items():
@@ -129,7 +129,7 @@ def root(tmp_path_factory):
     (root / "runs" / "other" / "results.jsonl").write_text((root / "runs/noscores/results.jsonl").read_text())
     (root / "runs" / "other" / "run.json").write_text(json.dumps({"config": {"suite": "else"}}))
     # data folders: one file corrupted, one file missing (the rest link to the real copies)
-    real = _data()
+    real = real_data
     for name in ("data-corrupt", "data-missing"):
         d = root / name
         d.mkdir()
@@ -331,12 +331,17 @@ def test_late_plugin_failure_names_it_and_keeps_finished_work(root, cold):
     assert any((root / "cache-cold" / "forward").glob("*.npz"))
 
 
-def test_two_concurrent_cold_runs_share_a_cache_and_match_an_in_process_run(root, cold):
-    procs = [subprocess.Popen(_cli(root, f"conc{i}", "cache-shared"), env=_env(), cwd=root,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
-    for p in procs:
-        out, err = p.communicate(timeout=600)
+#: a cold `uqbench run` of the tiny suite on tiny-bert in a subprocess, on 2 quiet cores
+#: (imports included); timeouts are `timeout_for` of it
+QUIET_TINY_RUN_S = 30.0
+
+
+def test_two_concurrent_cold_runs_share_a_cache_and_match_an_in_process_run(root, cold, procs):
+    ps = [procs.start(_cli(root, f"conc{i}", "cache-shared"), env=_env(), cwd=root)
+          for i in range(2)]
+    for i, p in enumerate(ps):   # two at once on 2 cores: each may take twice its quiet time
+        out, err = procs.wait(p, what=f"concurrent cold run {i}", quiet_s=2 * QUIET_TINY_RUN_S,
+                              watch=[root / "cache-shared", root / f"out-conc{i}"])
         assert p.returncode == 0, err[-2000:]
     # same seed -> identical numbers across cold runs (in-process, and two processes at once)
     assert _numbers(root / "out-conc0") == _numbers(root / "out-conc1") == _numbers(cold.out)
@@ -348,15 +353,25 @@ def test_two_concurrent_cold_runs_share_a_cache_and_match_an_in_process_run(root
     assert warm.stats.total() == 0 and warm.stats.trained == []
 
 
-def test_sigkill_mid_run_then_rerun_reuses_finished_entries(root, cold):
+def test_sigkill_mid_run_then_rerun_reuses_finished_entries(root, cold, procs):
+    from tests.conftest import timeout_for, written
+
     cache = root / "cache-killed"
-    p = subprocess.Popen(_cli(root, "killed", "cache-killed"), env=_env(), cwd=root,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
+    p = procs.start(_cli(root, "killed", "cache-killed"), env=_env(), cwd=root,
+                    stdout=subprocess.DEVNULL)
+    limit = timeout_for(QUIET_TINY_RUN_S)
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline and p.poll() is None:
         if len(list((cache / "forward").glob("*.npz"))) >= 3:
             break
         time.sleep(0.05)
+    else:
+        if p.poll() is None:   # still running, but not 3 forward records in `limit` seconds
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+            pytest.fail(f"the run wrote fewer than 3 forward records in {limit:.0f} s; where it "
+                        f"was: {written([cache])}\n--- stderr tail ---\n"
+                        f"{p.stderr.read()[-2000:]}", pytrace=False)
     assert p.poll() is None, "the run finished before it could be killed: " + p.stderr.read()[-500:]
     os.kill(p.pid, signal.SIGKILL)
     p.wait()

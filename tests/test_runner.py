@@ -58,13 +58,8 @@ def env(tmp_path_factory, real_data_dir_module):
 
 
 @pytest.fixture(scope="module")
-def real_data_dir_module():
-    from tests.conftest import data_dir
-
-    d = data_dir()
-    if d is None:
-        pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
-    return d
+def real_data_dir_module(real_data):  # tests/conftest.py: skips without data; slow tier
+    return real_data
 
 
 def cfg(env, **kw) -> RunConfig:

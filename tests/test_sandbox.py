@@ -12,7 +12,10 @@ import pytest
 
 from uqbench.data.sandbox import Sandbox, SandboxResult
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox targets Linux")
+# every test here runs programs in the sandbox (or its pieces): the `sandbox_ok` fixture
+# (tests/conftest.py) puts them in the slow tier
+pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="the sandbox targets Linux"),
+              pytest.mark.usefixtures("sandbox_ok")]
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ def test_missing_package_names_the_pip_command(monkeypatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
+def smollm2(real_weights, tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
     t = time.perf_counter()
     first = load_backbone("smollm2", cache_dir=cache)      # dequantises the GGUF file

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, data_dir
+from tests.conftest import REPO
 from uqbench.cache import StaleCacheWarning
 from uqbench.data import loaders as L
 from uqbench.data import suites as S
@@ -22,13 +22,6 @@ from uqbench.profiles import get_profile
 SMOKE = get_profile("smoke")
 CAPS = {"train": SMOKE.train_cap, "calib": SMOKE.calib_cap, "id": SMOKE.id_cap,
         "shift": SMOKE.shift_cap}
-
-
-def _need_data() -> Path:
-    d = data_dir()
-    if d is None:
-        pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
-    return d
 
 
 def _need_builders(*kinds: str) -> None:
@@ -83,9 +76,9 @@ def _check_disjoint(suite: S.Suite) -> None:
                     assert not ids[a] & ids[b], f"{dom}: {a} and {b} share records"
 
 
-def test_pooled_science_knowledge_math_deterministic_disjoint_capped() -> None:
+def test_pooled_science_knowledge_math_deterministic_disjoint_capped(real_data: Path) -> None:
     """The fast domains of pooled (code, slow to build, is covered by the tests below)."""
-    d = _need_data()
+    d = real_data
     _need_builders("gsm8k", "math500")
     fast = S.SuiteSpec("pooled", S.SUITES.get("pooled").domains[:3])
     one = S.build_suite(fast, "smoke", data_dir=d, progress=False)
@@ -104,14 +97,14 @@ def test_pooled_science_knowledge_math_deterministic_disjoint_capped() -> None:
 
 
 @pytest.fixture(scope="module")
-def pooled(tmp_path_factory: pytest.TempPathFactory) -> tuple[S.Suite, Path, Path]:
-    d = _need_data()
+def pooled(real_data: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> tuple[S.Suite, Path, Path]:
+    d = real_data
     _need_builders("gsm8k", "math500", "mbpp", "humaneval")
     cache = tmp_path_factory.mktemp("split-cache")
     return S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False), cache, d
 
 
-@pytest.mark.slow
 def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) -> None:
     suite, _, _ = pooled
     assert suite.name == "pooled" and suite.profile == "smoke"
@@ -130,7 +123,6 @@ def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) 
     assert {x.source for x in suite.split("code", "shift").records} == {"humaneval"}
 
 
-@pytest.mark.slow
 def test_pooled_is_deterministic(pooled: tuple[S.Suite, Path, Path]) -> None:
     suite, _, d = pooled
     spec = S.SUITES.get("pooled")
@@ -146,7 +138,6 @@ def test_pooled_is_deterministic(pooled: tuple[S.Suite, Path, Path]) -> None:
     assert {k: s.hash for k, s in h1.splits.items()} == {k: s.hash for k, s in h2.splits.items()}
 
 
-@pytest.mark.slow
 def test_pooled_warm_cache_builds_nothing(pooled: tuple[S.Suite, Path, Path],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # (fails, correctly, if uqbench/data/{mathmc,codemc,sandbox}.py are edited while it runs:
@@ -159,8 +150,9 @@ def test_pooled_warm_cache_builds_nothing(pooled: tuple[S.Suite, Path, Path],
     assert warm.splits == suite.splits
 
 
-def test_missing_builder_fails_before_building(monkeypatch: pytest.MonkeyPatch) -> None:
-    d = _need_data()
+def test_missing_builder_fails_before_building(real_data: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    d = real_data
     monkeypatch.setattr(L, "builder_available",
                         lambda k: (k == "mc", "uqbench.data.codemc is not importable (test)"))
     monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
@@ -174,8 +166,7 @@ SCIENCE_FILES = ["arc-easy/llm-adapters_train.json", "arc-easy/llm-adapters_test
                  "arc-challenge/llm-adapters_test.json"]
 
 
-def _mini(tmp: Path) -> Path:
-    src = _need_data()
+def _mini(tmp: Path, src: Path) -> Path:
     entries = []
     for rel in SCIENCE_FILES:
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -199,9 +190,9 @@ def _restamp(d: Path, rel: str) -> None:
     (d / "manifest.json").write_text(json.dumps(man))
 
 
-def test_cache_rebuilds_when_a_source_changes(tmp_path: Path,
+def test_cache_rebuilds_when_a_source_changes(real_data: Path, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    d, cache = _mini(tmp_path / "data"), tmp_path / "cache"
+    d, cache = _mini(tmp_path / "data", real_data), tmp_path / "cache"
     built = _count_builds(monkeypatch)
     first = S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
     assert len(built) == 4 and len(list((cache / "sci").glob("*.json"))) == 4
@@ -224,9 +215,9 @@ def test_cache_rebuilds_when_a_source_changes(tmp_path: Path,
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "tamper", "rekey"])
-def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        damage: str) -> None:
-    d, cache = _mini(tmp_path / "data"), tmp_path / "cache"
+def test_corrupt_cache_entry_is_rebuilt(real_data: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    d, cache = _mini(tmp_path / "data", real_data), tmp_path / "cache"
     first = S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
     (entry,) = (cache / "sci").glob("science-id-*.json")
     text = entry.read_text()
@@ -251,8 +242,8 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, monkeypatch: pytest.Monk
         S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
 
 
-def test_caps_none_takes_the_rest_of_the_pool(tmp_path: Path) -> None:
-    d = _mini(tmp_path / "data")
+def test_caps_none_takes_the_rest_of_the_pool(real_data: Path, tmp_path: Path) -> None:
+    d = _mini(tmp_path / "data", real_data)
     spec = S.SuiteSpec("sci", _science().domains, caps={"train": None, "calib": 7, "id": 3,
                                                          "shift": 3})
     s = S.build_suite(spec, "smoke", data_dir=d, progress=False)
@@ -270,14 +261,14 @@ def test_caps_none_takes_the_rest_of_the_pool(tmp_path: Path) -> None:
 EXAMPLE = REPO / "examples" / "suites" / "commonsense.yaml"
 
 
-def test_example_yaml_parses_and_builds() -> None:
+def test_example_yaml_parses_and_builds(real_data: Path) -> None:
     spec = S.load_suite_file(EXAMPLE)
     assert spec.name == "commonsense" and [d.name for d in spec.domains] == ["openbook", "trivia"]
     assert spec.caps == {"train": 200, "id": 100, "shift": 100}
     ob = spec.domain("openbook")
     assert ob.roles["calib"] == ob.roles["train"] and ob.roles["shift"].source == "arc-challenge"
     assert all(rs.choices == 4 for d in spec.domains for rs in d.roles.values())
-    d = _need_data()
+    d = real_data
     suite = S.build_suite(str(EXAMPLE), "smoke", data_dir=d, progress=False)
     assert suite.name == "commonsense"
     assert len(suite.split("openbook", "train").records) == 200
@@ -361,9 +352,9 @@ def test_unknown_suite_and_profile_names() -> None:
     assert "pooled" in S.list_suites()
 
 
-def test_missing_file_fails_before_any_split_is_built(tmp_path: Path,
+def test_missing_file_fails_before_any_split_is_built(real_data: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    d = _mini(tmp_path / "data")
+    d = _mini(tmp_path / "data", real_data)
     spec = S.parse_suite({"name": "two", "domains": {
         "sci": GOOD["domains"]["d"] | {"train": {"source": "arc-easy", "split": "train"},
                                        "id": {"source": "arc-easy", "split": "test"}},
@@ -375,8 +366,8 @@ def test_missing_file_fails_before_any_split_is_built(tmp_path: Path,
         S.build_suite(spec, "smoke", data_dir=d, progress=False)
 
 
-def test_roles_sharing_a_pool_are_disjoint_or_refused(tmp_path: Path) -> None:
-    d = _mini(tmp_path / "data")
+def test_roles_sharing_a_pool_are_disjoint_or_refused(real_data: Path, tmp_path: Path) -> None:
+    d = _mini(tmp_path / "data", real_data)
     arc = {"source": "arc-easy", "split": "test"}
     shared = S.parse_suite({"name": "s", "domains": {"a": {
         "train": arc, "id": arc, "shift": {"source": "arc-challenge", "split": "test"}}},

@@ -268,15 +268,12 @@ def test_unknown_names_list_the_valid_ones(tmp_path) -> None:
         parse_suite({**suite, "models": ["moe"]})
 
 
-def test_run_with_models_from_suite_yaml(tmp_path) -> None:
+def test_run_with_models_from_suite_yaml(tmp_path, real_data) -> None:
     """End to end on tiny-bert: the suite's ``models:`` picks the models; router variants get
     router fields and CARE rows, FlyLoRA only its own routing."""
-    from tests.conftest import data_dir
     from uqbench.runner import RunConfig, run
 
-    data = data_dir()
-    if data is None:
-        pytest.skip("real data not found: set UQBENCH_DATA to a copy of shared/data")
+    data = real_data
     (tmp_path / "v.yaml").write_text(textwrap.dedent("""
         name: v
         choices: 4
