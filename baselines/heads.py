@@ -71,6 +71,12 @@ def _encode_pair(tok: Any, question: str, option: str, max_length: int) -> Any:
         return tok(question, option, truncation="longest_first", max_length=max_length)
 
 
+def _mean_pool(h: Tensor, mask: Tensor) -> Tensor:
+    """(S, L, H) token states -> (S, H) mean over the non-padding tokens of ``mask`` (S, L)."""
+    m = mask.unsqueeze(-1).to(h.dtype)
+    return (h * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
 def _scatter_choices(scores: Tensor, n_choices: Tensor) -> Tensor:
     """(S,) scores of the real options, S = sum(n_choices) -> (B, C_max), PAD_LOGIT elsewhere."""
     b, c = n_choices.numel(), int(n_choices.max())
@@ -325,8 +331,7 @@ class MultipleChoiceModel(nn.Module):
                 if self.mode == "cross_encoder_cls":
                     pooled = h[:, 0]                                      # (S, H)
                 else:
-                    m = mask.unsqueeze(-1).to(h.dtype)                    # (S, L, 1)
-                    pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0)     # (S, H)
+                    pooled = _mean_pool(h, mask)                          # (S, H)
                 scores = self.head(self.dropout(pooled)).squeeze(-1)      # (S,)
                 return _scatter_choices(scores.float(), n_choices)
             h = self.backbone.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -361,8 +366,7 @@ class MultipleChoiceModel(nn.Module):
             finally:
                 if layers:
                     set_token_mask(self.backbone, None)
-            m = mask.unsqueeze(-1).to(h.dtype)
-            pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0)             # (B or S, H)
+            pooled = _mean_pool(h, mask)                                  # (B or S, H)
             embs.append(F.normalize(self.dropout(pooled).float(), dim=-1))
             stats.append([layer.last_stats for layer in layers])
             aux.append([layer._aux for layer in layers])

@@ -237,7 +237,7 @@ def run(cfg: RunConfig) -> RunResult:
     _save_scores(out / "scores.npz", arrays)
     if cfg.figures:
         t_fig = time.perf_counter()
-        _draw_figures(out, arrays)
+        _draw_figures(out, arrays, meta["training"])
         meta["seconds"]["figures"] = time.perf_counter() - t_fig
         meta["seconds"]["total"] = time.perf_counter() - t0
         atomic_write_text(out / "run.json", json.dumps(meta, indent=1, default=str))
@@ -263,7 +263,8 @@ def set_threads(n: int | None) -> int:
 
     if not n:
         n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    torch.set_num_threads(n or 1)
+    n = n or 1
+    torch.set_num_threads(n)
     return n
 
 
@@ -322,18 +323,14 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
     return rows, arrays
 
 
-def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray]) -> None:
+def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray], training: Any) -> None:
     """Draw the run's figures unless ``figures/STAMP`` shows they were drawn from these very
     results by this very figures code and are all still there (a warm rerun then costs nothing)."""
     import figures
     from figures import draw_run
 
     h = hashlib.sha256((out / "results.jsonl").read_bytes())
-    try:  # the training figure reads run.json's training logs
-        h.update(json.dumps(json.loads((out / "run.json").read_text()).get("training"),
-                            sort_keys=True).encode())
-    except (OSError, ValueError):
-        pass
+    h.update(json.dumps(training, sort_keys=True).encode())  # the training figure's input
     for k in sorted(arrays):
         h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
     for src in sorted(Path(figures.__file__).parent.glob("*.py")):
