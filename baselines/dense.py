@@ -31,7 +31,7 @@ _PENDING_STEPS = 1000
 
 def make_dense(backbone: Backbone, kind: str = "lora", rank: int = 8, alpha: float = 16.0,
                dropout: float = 0.05, target_modules: str | Sequence[str] = "auto", *,
-               mode: str = "auto", head_dropout: float = 0.1, seed: int = 0,
+               top_layers: int | None = None, mode: str = "auto", head_dropout: float = 0.1, seed: int = 0,
                total_step: int | None = None, copy: bool = True) -> MultipleChoiceModel:
     """A dense peft adapter on the backbone, wrapped as a `MultipleChoiceModel`.
 
@@ -44,6 +44,9 @@ def make_dense(backbone: Backbone, kind: str = "lora", rank: int = 8, alpha: flo
     rank, alpha, dropout : LoRA hyper-parameters (paper: r = 8, dropout 0.05).
     target_modules : "auto" or module-name suffixes; "auto" = MoE-LoRA's targets for this
         architecture (`baselines.moe.resolve_targets`).
+    top_layers : int, optional
+        Adapt only the targets of the last ``top_layers`` transformer blocks (as MoE-LoRA's
+        ``MoELoRAConfig.top_layers``); the stored config lists the resolved module names.
     mode, head_dropout, seed : see `MultipleChoiceModel`; ``seed`` also seeds the adapter init.
     total_step : int, optional
         AdaLoRA schedule length; `baselines.train.train` sets it from the data anyway.
@@ -68,7 +71,7 @@ def make_dense(backbone: Backbone, kind: str = "lora", rank: int = 8, alpha: flo
                           f"rank={rank}, alpha={alpha}, dropout={dropout}")
     bb = _prepare(backbone, copy)
     targets = list(resolve_targets(bb.model, target_modules if isinstance(target_modules, str)
-                                   else tuple(target_modules)))
+                                   else tuple(target_modules), top_layers))
     if kind == "adalora":
         steps = int(total_step) if total_step else _PENDING_STEPS
         tinit, tfinal = _adalora_phases(steps)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from numpy.typing import NDArray
-from torch import Tensor, nn
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from baselines import distributed
@@ -84,8 +84,9 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
     max_length : int
         Max tokens per sequence.
     mode : {"deterministic", "mc_dropout"}
-        ``mc_dropout``: every ``nn.Dropout`` in train mode, everything else in eval mode, the
-        dropout masks drawn from ``seed`` (same seed -> same logits). Attention-probability
+        ``mc_dropout``: every ``nn.Dropout`` that was on in training (all of them, but those of
+        a frozen prefix: `MultipleChoiceModel.mc_dropout_on`) in train mode, everything else in
+        eval mode, the dropout masks drawn from ``seed`` (same seed -> same logits). Attention-probability
         dropout that HF implements functionally (gated by the attention module's own flag) stays
         off; hidden, adapter and head dropout are sampled.
     seed : int
@@ -132,9 +133,7 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
     flags = {m: m.training for m in model.modules()}
     model.eval()
     if mode == "mc_dropout":
-        for m in model.modules():
-            if isinstance(m, nn.Dropout):
-                m.train()
+        model.mc_dropout_on()
     if model.has_moe:
         from baselines.moe import layer_stats, record_stats
         record_stats(model.backbone, True)

@@ -31,8 +31,12 @@ from routing statistics and the load-balancing loss).
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import re
 import sys
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -84,6 +88,81 @@ def _scatter_choices(scores: Tensor, n_choices: Tensor) -> Tensor:
     present = col[None, :] < n_choices[:, None]                          # (B, C)
     out = scores.new_full((b, c), PAD_LOGIT)
     return out.masked_scatter(present, scores)                           # row-major fill
+
+
+class PrefixCache:
+    """Hidden states of a frozen, adapter-free stack of bottom blocks, per text.
+
+    When every adapter sits in the last blocks of a BERT-family encoder (``top_layers``), the
+    embeddings and the blocks below the first adapted one compute the same function for every
+    model built on the backbone (the dense baseline, each ensemble member, every gate and every
+    pass), in eval mode. Their output for a sequence of token ids is computed once, kept here
+    (float32, unpadded) and reused; only the adapted blocks run per model and pass. Least
+    recently used entries leave when the cache holds more than ``max_mb`` MiB
+    (``UQBENCH_PREFIX_CACHE_MB``, default 4096). One cache per process, shared by every model.
+    """
+
+    def __init__(self, max_mb: float) -> None:
+        self.max_bytes = int(max_mb * 2 ** 20)
+        self.bytes = 0
+        self.hits = self.misses = 0
+        self._items: OrderedDict[tuple[str, int, bytes], Tensor] = OrderedDict()
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.bytes = self.hits = self.misses = 0
+
+    def states(self, model: MultipleChoiceModel, start: int, ids: Tensor, mask: Tensor,
+               token_types: Tensor | None) -> Tensor:
+        """(S, L, H) input of block ``start`` for right-padded ``ids`` (S, L); 0 at padding."""
+        ident = json.dumps(model.identity, sort_keys=True)
+        lengths = mask.sum(1).tolist()
+        keys = []
+        for i, n in enumerate(lengths):
+            row = ids[i, :n].cpu().numpy().tobytes()
+            if token_types is not None:
+                row += b"|" + token_types[i, :n].cpu().numpy().tobytes()
+            keys.append((ident, start, row))
+        miss = [i for i, k in enumerate(keys) if k not in self._items]
+        self.hits += len(keys) - len(miss)
+        self.misses += len(miss)
+        if miss:
+            width = max(lengths[i] for i in miss)
+            sel = torch.tensor(miss, device=ids.device)
+            extra = {} if token_types is None else {"token_type_ids": token_types[sel, :width]}
+            with torch.no_grad():
+                h = _run_blocks(model.backbone, model.backbone.embeddings(
+                    input_ids=ids[sel, :width], **extra), mask[sel, :width], 0, start)
+            for j, i in enumerate(miss):
+                self._put(keys[i], h[j, :lengths[i]].float().clone())
+        out = torch.zeros(ids.shape[0], ids.shape[1], int(model.identity["hidden_size"]),
+                          device=ids.device)
+        for i, k in enumerate(keys):
+            self._items.move_to_end(k)
+            out[i, :lengths[i]] = self._items[k]
+        return out
+
+    def _put(self, key: tuple[str, int, bytes], value: Tensor) -> None:
+        self._items[key] = value
+        self.bytes += value.numel() * value.element_size()
+        while self.bytes > self.max_bytes and len(self._items) > 1:
+            _, old = self._items.popitem(last=False)
+            self.bytes -= old.numel() * old.element_size()
+
+
+PREFIX_CACHE = PrefixCache(float(os.environ.get("UQBENCH_PREFIX_CACHE_MB", "4096")))
+
+
+def _run_blocks(bert: nn.Module, h: Tensor, mask: Tensor, start: int, stop: int | None) -> Tensor:
+    """Blocks ``start:stop`` of a BERT-family encoder on hidden states ``h`` (S, L, H), with the
+    bidirectional attention mask that the model's own forward would build from ``mask``."""
+    from transformers.masking_utils import create_bidirectional_mask
+
+    att = create_bidirectional_mask(config=bert.config, inputs_embeds=h, attention_mask=mask)
+    for block in bert.encoder.layer[start:stop]:
+        h = block(h, att)
+        h = h[0] if isinstance(h, tuple) else h
+    return h
 
 
 def adapter_layers(model: nn.Module) -> list[str]:
@@ -160,6 +239,56 @@ class MultipleChoiceModel(nn.Module):
                                                          device=w.device, dtype=torch.float32))
         self._moe = bool(_moe_layers(self.backbone))
         self._letter_ids: list[int] | None = None
+        self.prefix_start = self._frozen_prefix()
+
+    def _frozen_prefix(self) -> int:
+        """The first adapted block of a BERT-family encoder whose blocks below carry no adapter
+        (their states come from `PREFIX_CACHE`); 0 when there is no such prefix."""
+        if self.kind != "encoder" or self.identity.get("model_type") != "bert":
+            return 0
+        try:
+            import transformers.masking_utils  # noqa: F401  (transformers >= 5)
+        except ImportError:
+            return 0
+        blocks = [int(m.group(1)) for n in adapter_layers(self.backbone)
+                  if (m := re.match(r"encoder\.layer\.(\d+)\.", n))]
+        if not blocks or len(blocks) != len(adapter_layers(self.backbone)):
+            return 0
+        return min(blocks)
+
+    def _prefix_modules(self) -> list[nn.Module]:
+        bert = self.backbone
+        return [bert.embeddings, *bert.encoder.layer[:self.prefix_start]]
+
+    def train(self, mode: bool = True) -> MultipleChoiceModel:
+        """As ``nn.Module.train``, but a frozen prefix (`prefix_start` > 0) stays in eval mode:
+        it has nothing to learn, and in eval mode its states are the cached ones. MC-dropout
+        samples dropout where training did (`mc_dropout_on`), so it reads the cached states too."""
+        super().train(mode)
+        if self.prefix_start:
+            for m in self._prefix_modules():
+                m.eval()
+        return self
+
+    def mc_dropout_on(self) -> None:
+        """MC-dropout: every ``nn.Dropout`` that training samples in train mode (all but those of
+        a frozen prefix, which trains in eval mode), everything else as it is (eval)."""
+        frozen = {id(m) for p in self._prefix_modules() for m in p.modules()} \
+            if self.prefix_start else set()
+        for m in self.modules():
+            if isinstance(m, nn.Dropout) and id(m) not in frozen:
+                m.train()
+
+    def encoder_states(self, ids: Tensor, mask: Tensor,
+                       token_types: Tensor | None = None) -> Tensor:
+        """Last hidden states (S, L, H) of the encoder backbone; the frozen prefix's states come
+        from `PREFIX_CACHE` when no module of it is in training mode."""
+        start = self.prefix_start
+        if not start or any(m.training for p in self._prefix_modules() for m in p.modules()):
+            extra = {} if token_types is None else {"token_type_ids": token_types}
+            return self.backbone(input_ids=ids, attention_mask=mask, **extra).last_hidden_state
+        h = PREFIX_CACHE.states(self, start, ids, mask, token_types)
+        return _run_blocks(self.backbone, h, mask, start, None)
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -325,9 +454,8 @@ class MultipleChoiceModel(nn.Module):
             set_token_mask(self.backbone, mask.bool())
         try:
             if self.mode.startswith("cross_encoder"):
-                extra = {"token_type_ids": batch["token_type_ids"].to(dev)} \
-                    if "token_type_ids" in batch else {}
-                h = self.backbone(input_ids=ids, attention_mask=mask, **extra).last_hidden_state
+                tt = batch["token_type_ids"].to(dev) if "token_type_ids" in batch else None
+                h = self.encoder_states(ids, mask, tt)
                 if self.mode == "cross_encoder_cls":
                     pooled = h[:, 0]                                      # (S, H)
                 else:
@@ -362,7 +490,7 @@ class MultipleChoiceModel(nn.Module):
                 from baselines.moe import set_token_mask
                 set_token_mask(self.backbone, mask.bool())
             try:
-                h = self.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+                h = self.encoder_states(ids, mask)
             finally:
                 if layers:
                     set_token_mask(self.backbone, None)
@@ -460,4 +588,5 @@ def make_plain(backbone: Backbone, *, mode: str = "auto", head_dropout: float = 
                                seed=seed)
 
 
-__all__ = ["HEAD_MODES", "MultipleChoiceModel", "adapter_layers", "make_moe", "make_plain"]
+__all__ = ["HEAD_MODES", "PREFIX_CACHE", "MultipleChoiceModel", "PrefixCache", "adapter_layers",
+           "make_moe", "make_plain"]

@@ -78,6 +78,10 @@ class MoELoRAConfig:
         "'auto' (resolved per architecture: BERT query,key,value,attention.output.dense,"
         "intermediate.dense,output.dense; Llama q/k/v/o_proj,gate/up/down_proj), 'ffn' (the "
         "feed-forward linears only) or module-name suffixes matched on dotted boundaries", "auto")
+    top_layers: int | None = _help(
+        "adapt only the target linears of the last top_layers transformer blocks (None: every "
+        "block). The blocks below stay frozen and adapter-free, so an encoder head computes them "
+        "once per text and reuses them (baselines.heads.PrefixCache)", None)
     top_k: int = _help("experts per token during training (fixed top-k gate)", 4)
     lb_coef: float = _help("weight of the load-balancing auxiliary loss in training", 0.01)
     seed: int = _help("seed of the router and lora_A initialisation", 0)
@@ -95,6 +99,10 @@ class MoELoRAConfig:
                 raise bad("target_modules", "give 'auto' or non-empty module-name suffixes")
         elif not isinstance(self.target_modules, str) or self.target_modules not in ("auto", "ffn"):
             raise bad("target_modules", "give 'auto', 'ffn' or a tuple of module-name suffixes")
+        if self.top_layers is not None and (isinstance(self.top_layers, bool)
+                                            or not isinstance(self.top_layers, int)
+                                            or self.top_layers < 1):
+            raise bad("top_layers", "use None (every block) or an integer >= 1")
         if self.n_experts < 1:
             raise bad("n_experts", "use n_experts >= 1")
         if self.rank < 1:
@@ -498,9 +506,22 @@ def _describe_linears(model: nn.Module) -> str:
     return ", ".join(seen) or "(none)"
 
 
-def resolve_targets(model: nn.Module, target_modules: tuple[str, ...] | str) -> tuple[str, ...]:
+def resolve_targets(model: nn.Module, target_modules: tuple[str, ...] | str,
+                    top_layers: int | None = None) -> tuple[str, ...]:
     """Module-name suffixes to adapt; ``"auto"`` resolves by ``model.config.model_type``,
-    ``"ffn"`` to the full names of the feed-forward linears (:data:`FFN_PATTERN`)."""
+    ``"ffn"`` to the full names of the feed-forward linears (:data:`FFN_PATTERN`). With
+    ``top_layers``: the full names of the matching linears in the last ``top_layers`` transformer
+    blocks (``config.num_hidden_layers``, else the largest block index + 1)."""
+    if top_layers is not None:
+        targets = resolve_targets(model, target_modules)
+        names = [n for n in _linear_names(model) if _matches(n, targets)]
+        n_blocks = int(getattr(getattr(model, "config", None), "num_hidden_layers", 0)
+                       or max((_block_index(n) for n in names), default=0) + 1)
+        if not 1 <= top_layers <= n_blocks:
+            from uqbench.errors import ConfigError
+            raise ConfigError(f"top_layers={top_layers} is out of range: this model has "
+                              f"{n_blocks} transformer blocks; valid: 1..{n_blocks} (or None)")
+        return tuple(n for n in names if _block_index(n) >= n_blocks - top_layers)
     if target_modules == "ffn":
         return tuple(n for n in _linear_names(model) if FFN_PATTERN.search(n))
     if target_modules != "auto":
@@ -533,7 +554,7 @@ def inject(model: nn.Module, config: MoELoRAConfig) -> nn.Module:
     """
     if moe_layers(model) or any(isinstance(m, FlyLoRALinear) for m in model.modules()):
         raise ValueError("inject: model already has MoE-LoRA layers; inject into a fresh backbone")
-    targets = resolve_targets(model, config.target_modules)
+    targets = resolve_targets(model, config.target_modules, config.top_layers)
     names = [n for n in _linear_names(model) if _matches(n, targets)]
     if not names:
         raise ValueError(f"inject: target_modules={targets or config.target_modules!r} match no "

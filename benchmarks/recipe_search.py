@@ -10,7 +10,7 @@ training and evaluation. The `cpu` profile's recipe (`uqbench.profiles`) is chos
 
 A candidate is ``name:key=value,key=value`` or a preset name from `PRESETS`; keys: head
 (bi_encoder | cross_encoder | cross_encoder_cls), lr, head_lr, epochs (0 = no training),
-train_cap, targets (auto | ffn), backbone.
+train_cap, targets (auto | ffn), top (adapt the last N blocks; 0 = all), batch, backbone.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 BASE: dict[str, Any] = {"head": "bi_encoder", "lr": 1e-3, "head_lr": 1e-2, "epochs": 1,
-                        "train_cap": 150, "targets": "auto", "backbone": "minilm"}
+                        "train_cap": 150, "targets": "auto", "top": 0, "batch": 16,
+                        "backbone": "minilm"}
 PRESETS: dict[str, dict[str, Any]] = {
     "bi-zero": {"epochs": 0},
     "cross-zero": {"head": "cross_encoder", "epochs": 0},
@@ -80,15 +81,17 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     if cand["backbone"] not in backbones:
         backbones[cand["backbone"]] = load_backbone(cand["backbone"], cache_dir=cache_dir)
     torch.manual_seed(0)
+    heads.PREFIX_CACHE.clear()  # each candidate pays for its own frozen-prefix states
     model = heads.make_moe(backbones[cand["backbone"]],
-                           moe.MoELoRAConfig(seed=0, target_modules=cand["targets"]),
+                           moe.MoELoRAConfig(seed=0, target_modules=cand["targets"],
+                                             top_layers=int(cand["top"]) or None),
                            mode=cand["head"], seed=0)
     records = [r for s in suite.role("train") for r in s.records]
     t0 = time.perf_counter()
     losses: tuple[float, ...] = ()
     if cand["epochs"] > 0:
         cfg = train.TrainConfig(lr=cand["lr"], head_lr=cand["head_lr"], epochs=int(cand["epochs"]),
-                                batch_size=prof.batch_size, max_length=prof.max_length, seed=0)
+                                batch_size=int(cand["batch"]), max_length=prof.max_length, seed=0)
         losses = train.train(model, records, cfg, progress=False).losses
     t_train = time.perf_counter() - t0
     row: dict[str, Any] = {"candidate": name, **cand, "train_records": len(records),
@@ -116,14 +119,15 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of docs/recipe.md: one row per candidate."""
     doms = [k[4:] for k in rows[0] if k.startswith("acc_")]
-    head = ["candidate", "head", "lr", "head_lr", "epochs", "train/domain", "targets",
-            "backbone", *doms, "final loss", "train s", "eval s"]
+    head = ["candidate", "head", "lr", "head_lr", "epochs", "train/domain", "targets", "top",
+            "batch", "backbone", *doms, "final loss", "train s", "eval s"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         accs = [f"{a:.3f} [{lo:.2f}, {hi:.2f}]" for a, lo, hi in (r[f"acc_{d}"] for d in doms)]
         loss = "-" if r["final_loss"] is None else f"{r['final_loss']:.3f}"
         cells = [r["candidate"], r["head"], f"{r['lr']:g}", f"{r['head_lr']:g}", r["epochs"],
-                 r["train_cap"], r["targets"], r["backbone"], *accs, loss, r["train_seconds"],
+                 r["train_cap"], r["targets"], r.get("top", 0) or "all", r.get("batch", 16),
+                 r["backbone"], *accs, loss, r["train_seconds"],
                  r["eval_seconds"]]
         out.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(out)

@@ -38,6 +38,7 @@ class Profile:
     head_lr: float = 1e-2  # lr of the scoring head (bi-encoder: its log temperature)
     encoder_head: str = "cross_encoder"  # head of encoder backbones ("auto" resolves to it)
     target_modules: str = "auto"  # MoE-LoRA / LoRA targets: "auto" (attention + FFN) or "ffn"
+    top_layers: int | None = None  # adapt only the last N transformer blocks (None: all)
 
     def __post_init__(self) -> None:
         checks = [("lr", 0 < self.lr <= 1e-1, "(0, 0.1]"),
@@ -45,7 +46,10 @@ class Profile:
                   ("epochs", self.epochs >= 1, "an integer >= 1"),
                   ("encoder_head", self.encoder_head in ENCODER_HEADS,
                    " | ".join(ENCODER_HEADS)),
-                  ("target_modules", self.target_modules in ("auto", "ffn"), "auto | ffn")]
+                  ("target_modules", self.target_modules in ("auto", "ffn"), "auto | ffn"),
+                  ("top_layers", self.top_layers is None
+                   or (isinstance(self.top_layers, int) and self.top_layers >= 1),
+                   "None (every block) or an integer >= 1")]
         for name, ok, valid in checks:
             if not ok:
                 raise ConfigError(f"profile {self.name!r}: {name}={getattr(self, name)!r} is out "

@@ -413,6 +413,8 @@ class Engine:
             material["adapter_config"] = self._variant_config(spec, seed).to_dict()
         else:
             material["target_modules"] = p.target_modules
+            if p.top_layers is not None:  # keys of runs adapting every block stay as they were
+                material["top_layers"] = p.top_layers
         material["head"] = self.head_mode()
 
         def write(tmp: Path) -> None:
@@ -436,14 +438,13 @@ class Engine:
     def _fresh(self, spec: ModelSpec, seed: int) -> Any:
         from baselines import dense, heads, moe
 
-        targets, mode = self.prof.target_modules, self.head_mode()
+        targets, top, mode = self.prof.target_modules, self.prof.top_layers, self.head_mode()
         if spec.kind == "moe":
-            return heads.make_moe(self.backbone(), moe.MoELoRAConfig(seed=seed,
-                                                                     target_modules=targets),
-                                  seed=seed, mode=mode)
+            return heads.make_moe(self.backbone(), moe.MoELoRAConfig(
+                seed=seed, target_modules=targets, top_layers=top), seed=seed, mode=mode)
         if spec.kind in ("lora", "dora", "adalora"):
             return dense.make_dense(self.backbone(), kind=spec.kind, seed=seed, mode=mode,
-                                    target_modules=targets)
+                                    target_modules=targets, top_layers=top)
         return heads.make_moe(self.backbone(), self._variant_config(spec, seed), seed=seed,
                               mode=mode)
 
