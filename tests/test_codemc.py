@@ -222,3 +222,27 @@ def test_real_humaneval_first_five(real_data: Path, sb: Sandbox) -> None:
             ok += 1
             _check_record(rec)
     assert ok >= 4
+
+
+def test_token_keeping_swaps_are_tried_before_insertions_and_blunt_edits() -> None:
+    """Tier 0 keeps the program's tokens (a swap), tier 1 inserts or deletes some (``not``,
+    ``- 1``), tier 2 is blunt; order_mutations tries every tier-0 candidate first."""
+    import random
+
+    from uqbench.data.codemc import mutation_tier, order_mutations
+
+    tree = ast.parse(COUNT["code"].replace("\r\n", "\n"))
+    muts = enumerate_mutations(tree)
+    ref_tokens = len(apply_mutations(tree, []).split())
+    for m in muts:
+        changed = len(apply_mutations(tree, [m]).split()) - ref_tokens
+        if m.tier == 0:   # a swap: as many whitespace-separated tokens as the reference
+            assert changed == 0, m
+        assert m.tier == mutation_tier(m.kind, m.variant)
+    kinds = {m.tier: set() for m in muts}
+    for m in muts:
+        kinds[m.tier].add(m.kind)
+    assert {"comparison", "constant"} <= kinds[0] and {"range", "condition"} <= kinds[1]
+    assert mutation_tier("return", "->None") == 2 and mutation_tier("call", "drop_len") == 2
+    tiers = [m.tier for m in order_mutations(muts, random.Random(0))]
+    assert tiers == sorted(tiers)

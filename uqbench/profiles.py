@@ -57,7 +57,8 @@ class Profile:
 
 
 #: the training recipe of `smoke` and `cpu`, chosen by `benchmarks.recipe_search` (docs/recipe.md)
-RECIPE = {"lr": 1e-3, "head_lr": 0.1, "encoder_head": "bi_encoder", "target_modules": "ffn"}
+RECIPE = {"lr": 1e-3, "head_lr": 0.1, "encoder_head": "bi_encoder", "target_modules": "ffn",
+          "top_layers": 2}
 
 PROFILES: dict[str, Profile] = {
     p.name: p
@@ -65,7 +66,7 @@ PROFILES: dict[str, Profile] = {
         Profile("smoke", train_cap=32, calib_cap=16, id_cap=24, shift_cap=24, epochs=1,
                 max_length=96, batch_size=16, eval_batch_size=64, mc_passes=2,
                 ensemble_members=2, seeds=1, bootstrap=200, **RECIPE),
-        Profile("cpu", train_cap=400, calib_cap=32, id_cap=120, shift_cap=120, epochs=1,
+        Profile("cpu", train_cap=800, calib_cap=32, id_cap=120, shift_cap=120, epochs=1,
                 max_length=128, batch_size=16, eval_batch_size=64, mc_passes=4,
                 ensemble_members=3, seeds=1, bootstrap=1000, **RECIPE),
         Profile("full", train_cap=None, calib_cap=256, id_cap=None, shift_cap=None, epochs=3,

@@ -9,7 +9,11 @@ swapped, min/max, any/all, upper/lower, startswith/endswith... swapped, a wrappe
 ``range(n + 1)``, an index +-1, slice bounds swapped, ``and`` <-> ``or``, a condition (also a
 comprehension's) negated, a boolean return negated, ``''`` <-> ``' '``; as a last resort
 ("blunt": used only when the subtle ones do not suffice) a return value replaced by ``None``,
-``len(x)`` -> ``x``, a string upper/lower-cased. All four options are ``ast.unparse`` output with docstrings removed (comments and
+``len(x)`` -> ``x``, a string upper/lower-cased. Candidates are tried by tier (`mutation_tier`):
+swaps that keep the program's tokens (an operator, constant, builtin, argument order or slice
+bound swapped) before edits that insert or delete tokens (``not``, ``- 1``, ``reverse=True``, a
+dropped term or wrapper), blunt ones last: an inserted ``not`` or ``- 1`` in three of four
+options would let a reader of the options alone spot the reference. All four options are ``ast.unparse`` output with docstrings removed (comments and
 formatting cannot give the reference away; the question carries the docstring).
 
 Scheme "square" (default): two failing single mutants a and b at unrelated places, plus the
@@ -38,7 +42,7 @@ from uqbench.data.mathmc import record_rng
 from uqbench.data.records import MCRecord
 from uqbench.data.sandbox import Sandbox, SandboxResult
 
-CODE_MC_VERSION = "1"
+CODE_MC_VERSION = "2"  # 2: token-keeping swaps tried before insertions/deletions
 N_CHOICES = 4
 SCHEMES = ("square", "independent")
 DEFAULT_MAX_TRIES = 16
@@ -80,7 +84,25 @@ class Mutation:
     site: int
     variant: str
     line: int
-    tier: int = 0  # 0: subtle; 1: blunt, used only when the subtle ones do not suffice
+    tier: int = 0  # `mutation_tier`: 0 token-keeping swap, 1 insertion/deletion, 2 blunt
+
+
+#: tier 1: edits that insert or delete tokens; tier 2: blunt last resorts (see `mutation_tier`)
+_INSERT_DELETE_KINDS = frozenset(("index", "range", "condition", "operand", "call"))
+_BLUNT = frozenset((("return", "->None"), ("call", "drop_len"), ("string", "upper"),
+                    ("string", "lower")))
+
+
+def mutation_tier(kind: str, variant: str) -> int:
+    """0: a swap that keeps the program's tokens (comparison, arithmetic, boolean operator,
+    constant, builtin, argument order, slice bounds, ``''`` <-> ``' '``); 1: an edit that inserts
+    or deletes tokens (``not``, ``+ 1``/``- 1``, ``reverse=True``, a term, minus or wrapper
+    dropped); 2: blunt (a return value -> ``None``, ``len(x)`` -> ``x``, a string's case)."""
+    if (kind, variant) in _BLUNT:
+        return 2
+    if kind in _INSERT_DELETE_KINDS or variant in ("negate", "drop_minus"):
+        return 1
+    return 0
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "variant": self.variant, "line": self.line}
@@ -166,9 +188,8 @@ def enumerate_mutations(tree: ast.Module, entry_point: str | None = None) -> lis
             continue
         line = getattr(node, "lineno", 0)
 
-        def add(kind: str, variant: str, tier: int = 0, site: int = site, line: int = line
-                ) -> None:
-            out.append(Mutation(kind, site, variant, line, tier))
+        def add(kind: str, variant: str, site: int = site, line: int = line) -> None:
+            out.append(Mutation(kind, site, variant, line, mutation_tier(kind, variant)))
 
         if isinstance(node, ast.Compare):
             for j, op in enumerate(node.ops):
@@ -208,7 +229,7 @@ def enumerate_mutations(tree: ast.Module, entry_point: str | None = None) -> lis
                 add("builtin", f".{f.attr}->.{_METHOD_SWAP[f.attr]}")
             if (isinstance(f, ast.Name) and f.id in _WRAPPERS | {"len"} and len(pos) == 1
                     and not node.keywords and not isinstance(pos[0], ast.Starred)):
-                add("call", f"drop_{f.id}", tier=int(f.id == "len"))  # abs(x) -> x
+                add("call", f"drop_{f.id}")  # abs(x) -> x
             name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
             if name in _SORTS and not any(kw.arg == "reverse" for kw in node.keywords):
                 add("call", "reverse=True")
@@ -228,7 +249,7 @@ def enumerate_mutations(tree: ast.Module, entry_point: str | None = None) -> lis
                                              and isinstance(v.op, ast.Not)):
                 add("return", "negate")
             elif not (isinstance(v, ast.Constant) and v.value is None):
-                add("return", "->None", tier=1)
+                add("return", "->None")
         elif isinstance(node, (ast.If, ast.While, ast.IfExp)):
             add("condition", "negate")
         elif isinstance(node, ast.comprehension):
@@ -251,7 +272,7 @@ def enumerate_mutations(tree: ast.Module, entry_point: str | None = None) -> lis
             else:
                 for new in (node.value.upper(), node.value.lower()):
                     if new != node.value:
-                        add("string", "upper" if new == node.value.upper() else "lower", tier=1)
+                        add("string", "upper" if new == node.value.upper() else "lower")
                         break
     return out
 
@@ -373,10 +394,11 @@ def _ancestry(tree: ast.Module) -> list[set[int]]:
 
 
 def order_mutations(muts: Sequence[Mutation], rng: Any) -> list[Mutation]:
-    """Subtle mutations first, round-robin over kinds (kinds and members shuffled), so the
-    first few candidates are of different kinds; blunt ones last."""
+    """By tier (`mutation_tier`: token-keeping swaps, then insertions/deletions, then blunt),
+    round-robin over kinds within a tier (kinds and members shuffled), so the first few
+    candidates are of different kinds."""
     ordered: list[Mutation] = []
-    for tier in (0, 1):
+    for tier in (0, 1, 2):
         groups: dict[str, list[Mutation]] = {}
         for m in muts:
             if m.tier == tier:
@@ -515,7 +537,7 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
     if picked is None and scheme == "square" and fallback and len(failing) >= N_CHOICES - 1:
         # tiny programs (``return a + b``) have no two unrelated edit sites
         firsts: list[tuple[Mutation, str, str]] = []
-        for tier in (0, 1):  # subtle before blunt, then different kinds before repeats
+        for tier in (0, 1, 2):  # by tier, then different kinds before repeats
             group = [f for f in failing if f[0].tier == tier]
             for f in group:
                 if f[0].kind not in {x[0].kind for x in firsts}:
