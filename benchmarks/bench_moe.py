@@ -23,7 +23,11 @@
    ``mean(h^2) + lb_coef * load_balance_loss``) against forward + backward of the plain
    backbone with every weight requiring grad (same batch, ``mean(h^2)``); target <= 1.2. The
    MoE config is a parameter of :func:`bench_cost`; ``run`` measures the 36-linear default
-   (16 experts, rank 8) and, with the ``_ffn`` suffix, ``target_modules="ffn"`` (12 linears).
+   (16 experts, rank 8), with the ``_ffn`` suffix ``target_modules="ffn"`` (12 linears), and
+   with ``_recipe`` the profiles' recipe (the FFN linears of the last 2 blocks, 4 linears);
+   ``moe_forward_cached_prefix_vs_plain_recipe`` is that model's forward when the frozen
+   bottom 4 blocks' states come from `baselines.heads.PrefixCache` (as in a run, where every
+   model, gate and pass after the first reads them) against the plain backbone's forward.
 
 Timings run single-threaded (``torch.set_num_threads(1)``, restored afterwards): on a shared
 2-core machine, intra-op thread hand-offs make timings swing by 2-5x, which would swamp a
@@ -202,9 +206,12 @@ def bench_memory(T: int = 4096, N: int = 16, r: int = 8, d: int = 4096) -> dict[
 
 COST_BATCH = (64, 96)
 COST_REPS = 5
-#: what :func:`bench_cost` measures: the 36-linear default recipe and the FFN-only one
+#: what :func:`bench_cost` measures: the 36-linear default, the FFN-only layers, and the
+#: profiles' recipe (FFN linears of the last 2 blocks: `uqbench.profiles.RECIPE`)
 COST_CONFIGS = {"": dict(n_experts=16, rank=8, top_k=4, target_modules="auto"),
-                "_ffn": dict(n_experts=16, rank=8, top_k=4, target_modules="ffn")}
+                "_ffn": dict(n_experts=16, rank=8, top_k=4, target_modules="ffn"),
+                "_recipe": dict(n_experts=16, rank=8, top_k=4, target_modules="ffn",
+                                top_layers=2)}
 
 
 def _random_experts(model: Any, seed: int = 0) -> None:
@@ -260,9 +267,25 @@ def bench_cost(config: Any, suffix: str = "", reps: int = COST_REPS) -> Iterator
                 m(**batch)
         return f
 
-    best = _best_times({"plain": fwd(plain), "top4": fwd(model, top4),
-                        "care": fwd(model, care)}, reps)
+    fns = {"plain": fwd(plain), "top4": fwd(model, top4), "care": fwd(model, care)}
+    start = 0
+    if config.top_layers:  # the runner reads the frozen prefix's states from PrefixCache
+        from baselines.heads import _run_blocks
+        start = model.config.num_hidden_layers - config.top_layers
+        with torch.no_grad():
+            h0 = _run_blocks(model, model.embeddings(input_ids=ids), batch["attention_mask"],
+                             0, start)
+
+        def cached() -> None:
+            set_gate(model, top4)
+            with torch.no_grad():
+                _run_blocks(model, h0, batch["attention_mask"], start, None)
+        fns["cached"] = cached
+    best = _best_times(fns, reps)
     extra = {"record_stats": True, "reps": reps}
+    if start:
+        yield _cost_row("moe_forward_cached_prefix_vs_plain" + suffix, config, n_layers,
+                        "cached", "plain", best, 1.5, gate="top4", prefix_blocks=start, **extra)
     yield _cost_row("moe_forward_vs_plain" + suffix, config, n_layers, "top4", "plain", best,
                     1.5, gate="top4", **extra)
     yield _cost_row("moe_forward_vs_plain_care" + suffix, config, n_layers, "care", "plain", best,

@@ -86,6 +86,9 @@ class Mutation:
     line: int
     tier: int = 0  # `mutation_tier`: 0 token-keeping swap, 1 insertion/deletion, 2 blunt
 
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "variant": self.variant, "line": self.line}
+
 
 #: tier 1: edits that insert or delete tokens; tier 2: blunt last resorts (see `mutation_tier`)
 _INSERT_DELETE_KINDS = frozenset(("index", "range", "condition", "operand", "call"))
@@ -103,9 +106,6 @@ def mutation_tier(kind: str, variant: str) -> int:
     if kind in _INSERT_DELETE_KINDS or variant in ("negate", "drop_minus"):
         return 1
     return 0
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "variant": self.variant, "line": self.line}
 
 
 def _opname(op: Any) -> str:
