@@ -64,7 +64,8 @@ def run() -> Iterator[dict[str, object]]:
 
     records, source = _records()
     model = make_moe(load_backbone("minilm"),
-                     MoELoRAConfig(seed=0, target_modules=RECIPE["target_modules"]),
+                     MoELoRAConfig(seed=0, target_modules=RECIPE["target_modules"],
+                                   top_layers=RECIPE["top_layers"]),
                      mode=RECIPE["encoder_head"], seed=0)
     cfg = TrainConfig(epochs=1, batch_size=N_RECORDS, lr=RECIPE["lr"],
                       head_lr=RECIPE["head_lr"], seed=0)

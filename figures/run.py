@@ -167,7 +167,7 @@ class RunData:
         return f"{pair}/{scorer}" if f"{pair}/{scorer}" in ms else (ms[0] if ms else None)
 
     def seed_note(self) -> str:
-        return f"per-example curves: seed 1 of {self.n_seeds}" if self.n_seeds > 1 else ""
+        return f"per-example curves: {self.n_seeds} seeds pooled" if self.n_seeds > 1 else ""
 
 
 def load_run(run_dir: str | Path) -> RunData:

@@ -323,3 +323,24 @@ def test_a_single_experiments_report_has_its_own_claims_only(run_dir: Path) -> N
     assert write_paper_report(run_dir).read_text().count("\n| ") == len(everything) + 1
     with pytest.raises(UserError, match="unknown experiment 'ablations'"):
         write_paper_report(run_dir, "ablations")
+
+
+def test_paired_verdicts_pool_every_seed(run_dir: Path) -> None:
+    """scores.npz holds (N, seeds) arrays; a paired difference resamples examples (the same for
+    every seed) and pools the seeds. Seed 0 alone would say the τ=0.8 CARE is 10 points more
+    accurate than τ=0.4; seed 1 reverses it exactly, so pooled Δ = 0 with a CI of width 0."""
+    from uqbench.paper import _paired
+
+    run = _Run(run_dir)
+    hi, lo = "moe-lora/care-tau0.8/care", "moe-lora/care-tau0.4/care"
+    seed0 = _paired(run, hi, lo, "accuracy")
+    assert seed0[0] == pytest.approx(0.10)
+    c_hi, c_lo = (run.arrays[f"{m}|pooled|id|correct"] for m in (hi, lo))
+    for m in (hi, lo):
+        for k in ("id|uncertainty", "id|confidence", "shift|correct", "shift|uncertainty"):
+            a = run.arrays[f"{m}|pooled|{k}"]
+            run.arrays[f"{m}|pooled|{k}"] = np.stack([a, a], 1)
+    run.arrays[f"{hi}|pooled|id|correct"] = np.stack([c_hi, c_lo], 1)   # seed 1 reversed
+    run.arrays[f"{lo}|pooled|id|correct"] = np.stack([c_lo, c_hi], 1)
+    assert _paired(run, hi, lo, "accuracy") == pytest.approx((0.0, 0.0, 0.0))
+    assert run.a(hi, "id", "correct").shape == (N, 2)

@@ -51,7 +51,8 @@ def test_the_cpu_recipe_learns_science(real_data_dir, tmp_path) -> None:
     suite = build_suite(SuiteSpec("science-only", (science,)), prof, data_dir=real_data_dir,
                         cache_dir=tmp_path, progress=False)
     model = heads.make_moe(load_backbone("minilm"),
-                           moe.MoELoRAConfig(seed=0, target_modules=cpu.target_modules),
+                           moe.MoELoRAConfig(seed=0, target_modules=cpu.target_modules,
+                                             top_layers=cpu.top_layers),
                            mode=cpu.encoder_head, seed=0)
     cfg = train.TrainConfig(lr=cpu.lr, head_lr=cpu.head_lr, epochs=cpu.epochs,
                             batch_size=cpu.batch_size, max_length=cpu.max_length, seed=0)

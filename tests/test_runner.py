@@ -268,3 +268,15 @@ def test_scorer_no_model_can_serve_is_rejected_up_front(env):
 
     with pytest.raises(ConfigError, match="scorer 'care' needs field"):
         methods([Pair(LORA, DENSE, DET)], [get_scorer("care")])
+
+
+def test_every_seed_is_kept_per_example(env):
+    """scores.npz holds one column per seed; the CIs and verdicts pool them (uqbench.paper)."""
+    root, _ = env
+    res = run(cfg(env, seeds=2, scorers=("msp",), out=root / "out-seeds", models=("moe-lora",)))
+    with np.load(res.out / "scores.npz") as z:
+        correct = z["moe-lora/top4/msp|pooled|id|correct"]
+        experts = z["moe-lora/top4|pooled|id|experts"]
+    row = next(r for r in res.rows if r["method"] == "moe-lora/top4/msp" and r["domain"] == "pooled")
+    assert correct.shape == (row["n_id"], 2) and experts.shape == (row["n_id"], 2)
+    assert row["accuracy"] == pytest.approx(correct.mean())

@@ -86,7 +86,9 @@ class _Run:
         return f"{method}|pooled|id|correct" in self.arrays
 
     def a(self, method: str, role: str, field: str) -> NDArray[np.float64]:
-        return self.arrays[f"{method}|pooled|{role}|{field}"]
+        """(N, seeds): one column per seed (a run written before seeds were kept: (N, 1))."""
+        a = self.arrays[f"{method}|pooled|{role}|{field}"]
+        return a.reshape(len(a), -1)
 
     def row(self, method: str, domain: str = "pooled") -> dict[str, Any]:
         for r in self.rows:
@@ -96,19 +98,22 @@ class _Run:
 
 
 def _paired(run: _Run, a: str, b: str, metric: str, seed: int = 0) -> tuple[float, float, float]:
-    """Point and 95% CI of metric(a) − metric(b) under a shared bootstrap of examples."""
+    """Point and 95% CI of metric(a) − metric(b) under a shared bootstrap of examples. Every
+    seed counts: a resample draws examples (the same for every seed and both methods), and the
+    metric is computed on those examples pooled over the seeds."""
     rng = np.random.default_rng(seed)
 
     def value(m: str, i: NDArray[np.intp], j: NDArray[np.intp]) -> float:
-        c, u = run.a(m, "id", "correct")[i], run.a(m, "id", "uncertainty")[i]
+        c, u = run.a(m, "id", "correct")[i].ravel(), run.a(m, "id", "uncertainty")[i].ravel()
         if metric == "accuracy":
             return float(c.mean())
         if metric == "ece":
-            return M.expected_calibration_error(run.a(m, "id", "confidence")[i], c.astype(bool),
-                                                n_bins=12)
+            return M.expected_calibration_error(run.a(m, "id", "confidence")[i].ravel(),
+                                                c.astype(bool), n_bins=12)
         if metric == "sel_acc_80":
             return M.selective_accuracy(u, c.astype(bool), coverage=0.8)
-        cs, us = run.a(m, "shift", "correct")[j], run.a(m, "shift", "uncertainty")[j]
+        cs = run.a(m, "shift", "correct")[j].ravel()
+        us = run.a(m, "shift", "uncertainty")[j].ravel()
         if metric == "shift_accuracy":
             return float(cs.mean())
         if metric == "shift_sel_acc_80":

@@ -308,17 +308,19 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
                 "calib_hashes": ",".join(suite.split(d, "calib").hash for d in parts),
             }
             rows.append(row)
-            for kind in CALIBRATORS:  # seed 0, as the raw arrays below
-                arrays[f"{m.name}|{dom}|id|confidence_{kind}"] = recal_conf.confidence[kind][:, 0]
-            for role, o in (("id", id_outs[0]), ("shift", sh_outs[0])):
+            # per-example arrays are (N, seeds): verdicts and figures pool every seed
+            for kind in CALIBRATORS:
+                arrays[f"{m.name}|{dom}|id|confidence_{kind}"] = recal_conf.confidence[kind]
+            for role, os_ in (("id", id_outs), ("shift", sh_outs)):
                 for f in ("route_entropy", "top1_mass", "disagreement", "experts", "labels"):
-                    if getattr(o, f) is not None:
-                        arrays[f"{m.pair.name}|{dom}|{role}|{f}"] = getattr(o, f)
+                    if getattr(os_[0], f) is not None:
+                        arrays[f"{m.pair.name}|{dom}|{role}|{f}"] = np.stack(
+                            [getattr(o, f) for o in os_], 1)
             for role, sc in (("id", id_s), ("shift", sh_s)):
                 key = f"{m.name}|{dom}|{role}"
-                arrays[f"{key}|uncertainty"] = sc.uncertainty[:, 0]
-                arrays[f"{key}|confidence"] = sc.confidence[:, 0]
-                arrays[f"{key}|correct"] = sc.correct[:, 0]
+                arrays[f"{key}|uncertainty"] = sc.uncertainty
+                arrays[f"{key}|confidence"] = sc.confidence
+                arrays[f"{key}|correct"] = sc.correct
     rows += reference_rows(suite, n_boot=prof.bootstrap, seed=0)  # chance, options-only
     return rows, arrays
 
