@@ -123,3 +123,20 @@ def test_prefix_cache_is_bounded_lru() -> None:
         cache._put(("m", 1, bytes([i])), torch.zeros(1))
     assert cache.bytes == 12 and [k[2] for k in cache._items] == [bytes([2]), bytes([3]),
                                                                 bytes([4])]
+
+
+def test_config_dict_omits_top_layers_only_when_unset() -> None:
+    """Every-block configs keep the dict (and so the cache keys) they had before top_layers."""
+    assert "top_layers" not in MoELoRAConfig(**SMALL).to_dict()
+    d = MoELoRAConfig(**SMALL, top_layers=2).to_dict()
+    assert d["top_layers"] == 2 and MoELoRAConfig.from_dict(d).top_layers == 2
+
+
+def test_variants_train_on_the_profiles_blocks(tmp_path) -> None:
+    from uqbench.plan import ModelSpec
+    from uqbench.profiles import get_profile
+    from uqbench.runner import Engine, RunStats
+
+    engine = Engine("tiny-bert", get_profile("cpu"), None, tmp_path, RunStats())
+    cfg = engine._variant_config(ModelSpec("hydralora", "hydralora"), seed=0)
+    assert cfg.variant == "hydralora" and cfg.top_layers == get_profile("cpu").top_layers == 2

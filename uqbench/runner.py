@@ -14,7 +14,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -450,11 +450,11 @@ class Engine:
         return heads.make_moe(self.backbone(), self._variant_config(spec, seed), seed=seed,
                               mode=mode)
 
-    @staticmethod
-    def _variant_config(spec: ModelSpec, seed: int) -> Any:
+    def _variant_config(self, spec: ModelSpec, seed: int) -> Any:
+        """A variant's preset (its experts, targets, gate, loss) on the profile's blocks."""
         from baselines.variants import variant_config
 
-        return variant_config(spec.kind, seed=seed)
+        return replace(variant_config(spec.kind, seed=seed), top_layers=self.prof.top_layers)
 
     # -- gates ------------------------------------------------------------------------------
     def gate(self, pair: Pair, seed: int) -> tuple[Any, dict[str, Any]]:
