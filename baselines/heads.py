@@ -250,11 +250,9 @@ class MultipleChoiceModel(nn.Module):
             import transformers.masking_utils  # noqa: F401  (transformers >= 5)
         except ImportError:
             return 0
-        blocks = [int(m.group(1)) for n in adapter_layers(self.backbone)
-                  if (m := re.match(r"encoder\.layer\.(\d+)\.", n))]
-        if not blocks or len(blocks) != len(adapter_layers(self.backbone)):
-            return 0
-        return min(blocks)
+        names = adapter_layers(self.backbone)
+        blocks = [int(m.group(1)) for n in names if (m := re.match(r"encoder\.layer\.(\d+)\.", n))]
+        return min(blocks) if names and len(blocks) == len(names) else 0
 
     def _prefix_modules(self) -> list[nn.Module]:
         bert = self.backbone

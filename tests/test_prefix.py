@@ -103,12 +103,16 @@ def test_prefix_trains_in_eval_mode_and_mc_dropout_samples_after_it(encoder: Bac
 
 
 def test_training_through_the_prefix_learns_and_reloads(encoder: Backbone) -> None:
-    model = make_moe(encoder, MoELoRAConfig(**SMALL, top_layers=2), seed=0)
+    model = make_moe(encoder, MoELoRAConfig(**SMALL, top_layers=2), seed=0).eval()
     recs = toy_records(48, seed=3)
+    PREFIX_CACHE.clear()
+    with torch.inference_mode():   # states cached by an inference pass serve training too
+        model(model.encode(recs, 64))
     result = train(model, recs, TrainConfig(lr=3e-3, head_lr=0.1, epochs=2, batch_size=8),
                    progress=False)
     assert all(torch.isfinite(torch.tensor(result.losses)))
     assert sum(result.losses[-3:]) < sum(result.losses[:3])
+    assert PREFIX_CACHE.hits >= 2 * len(recs)   # every training text came from the cache
     again = build_from_description(model.describe(), encoder)
     again.load_state_dict(model.state_dict())
     batch = model.encode(recs[:5], 64)

@@ -277,6 +277,7 @@ def test_every_seed_is_kept_per_example(env):
     with np.load(res.out / "scores.npz") as z:
         correct = z["moe-lora/top4/msp|pooled|id|correct"]
         experts = z["moe-lora/top4|pooled|id|experts"]
-    row = next(r for r in res.rows if r["method"] == "moe-lora/top4/msp" and r["domain"] == "pooled")
+    row = next(r for r in res.rows
+               if r["method"] == "moe-lora/top4/msp" and r["domain"] == "pooled")
     assert correct.shape == (row["n_id"], 2) and experts.shape == (row["n_id"], 2)
     assert row["accuracy"] == pytest.approx(correct.mean())

@@ -13,8 +13,9 @@ comprehension's) negated, a boolean return negated, ``''`` <-> ``' '``; as a las
 swaps that keep the program's tokens (an operator, constant, builtin, argument order or slice
 bound swapped) before edits that insert or delete tokens (``not``, ``- 1``, ``reverse=True``, a
 dropped term or wrapper), blunt ones last: an inserted ``not`` or ``- 1`` in three of four
-options would let a reader of the options alone spot the reference. All four options are ``ast.unparse`` output with docstrings removed (comments and
-formatting cannot give the reference away; the question carries the docstring).
+options would let a reader of the options alone spot the reference. All four options are
+``ast.unparse`` output with docstrings removed (comments and formatting cannot give the
+reference away; the question carries the docstring).
 
 Scheme "square" (default): two failing single mutants a and b at unrelated places, plus the
 double mutant a+b, which must fail too. The options {ref, ref+a, ref+b, ref+a+b} are symmetric:
