@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.table) as f:
             print(table([json.loads(line) for line in f if line.strip()]))
         return 0
-    sep = ";" if ";" in args.candidates else ","
+    # ';' separates candidates; without one, a single "name:key=value,..." is one candidate and
+    # a list of preset names is comma-separated
+    sep = ";" if ";" in args.candidates or ":" in args.candidates else ","
     cands = [parse_candidate(c) for c in args.candidates.split(sep) if c]
     backbones: dict[str, Any] = {}
     for name, cand in cands:
