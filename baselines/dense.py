@@ -32,8 +32,8 @@ _PENDING_STEPS = 1000
 def make_dense(backbone: Backbone, kind: str = "lora", rank: int = 8, alpha: float = 16.0,
                dropout: float = 0.05, target_modules: str | Sequence[str] = "auto", *,
                top_layers: int | None = None, mode: str = "auto", head_dropout: float = 0.1,
-               seed: int = 0,
-               total_step: int | None = None, copy: bool = True) -> MultipleChoiceModel:
+               seed: int = 0, total_step: int | None = None,
+               copy: bool = True) -> MultipleChoiceModel:
     """A dense peft adapter on the backbone, wrapped as a `MultipleChoiceModel`.
 
     Parameters

@@ -87,8 +87,8 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
         ``mc_dropout``: every ``nn.Dropout`` that was on in training (all of them, but those of
         a frozen prefix: `MultipleChoiceModel.mc_dropout_on`) in train mode, everything else in
         eval mode, the dropout masks drawn from ``seed`` (same seed -> same logits).
-        Attention-probability dropout that HF implements functionally (gated by the attention module's own flag) stays
-        off; hidden, adapter and head dropout are sampled.
+        Attention-probability dropout that HF implements functionally (gated by the attention
+        module's own flag) stays off; hidden, adapter and head dropout are sampled.
     seed : int
         Seed of the dropout masks, drawn afresh for each batch from (seed, batch number) so
         that sharding over processes does not change them (global RNG state is restored
