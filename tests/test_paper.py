@@ -344,3 +344,28 @@ def test_paired_verdicts_pool_every_seed(run_dir: Path) -> None:
     run.arrays[f"{lo}|pooled|id|correct"] = np.stack([c_lo, c_hi], 1)
     assert _paired(run, hi, lo, "accuracy") == pytest.approx((0.0, 0.0, 0.0))
     assert run.a(hi, "id", "correct").shape == (N, 2)
+
+
+@pytest.mark.parametrize("where, verdict", [("high", HOLDS), ("low", FAILS), (None, INCONCLUSIVE)])
+def test_gain_of_a_fifth_expert_against_disagreement(run_dir: Path, where: str | None,
+                                                     verdict: str) -> None:
+    """Figure "mechanism" (c) as a claim: a 5th expert turns 30 wrong top-4 answers right, all
+    among the examples of high (or low) top-4 disagreement: the gain above the median is
+    30 / 100 = 30 pts and 0 below, a difference of ±30 pts."""
+    from uqbench.paper import _gain_with_disagreement
+
+    run = _Run(run_dir)
+    c4 = run.arrays[f"{MSP}|pooled|id|correct"].astype(bool)
+    dis = np.random.default_rng(1).permutation(N).astype(float)
+    if where is None:
+        assert "not measured" in _gain_with_disagreement(run).ours
+        return
+    pool = np.flatnonzero(~c4 & ((dis >= N / 2) if where == "high" else (dis < N / 2)))
+    c5 = c4.copy()
+    c5[pool[:30]] = True
+    run.arrays.update({"moe-lora/top5/msp|pooled|id|correct": c5,
+                       "moe-lora/top4|pooled|id|disagreement": dis})
+    c = _gain_with_disagreement(run)
+    assert c.verdict == verdict
+    assert f"Δ = {'+' if where == 'high' else '-'}30.000 pts" in c.ours
+    assert "(200 examples)" in c.ours  # the fixture has no shifted disagreement: ID only

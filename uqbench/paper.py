@@ -199,6 +199,7 @@ def claims(run: _Run) -> list[Claim]:
     pair_claim("frontier", "CARE at B=4 beats fixed top-4 accuracy", "53.7 vs 52.8",
                "moe-lora/care-b4/msp", "moe-lora/top4/msp", "accuracy", _greater, pct=True)
     out.append(_matching_budget(run))
+    out.append(_gain_with_disagreement(run))
     pair_claim("kmax", "accuracy saturates by k_max = 6 (|acc(12) − acc(6)| ≤ 1 pt)",
                "53.7 vs 53.6", "moe-lora/care-kmax12/care", "moe-lora/care-kmax6/care",
                "accuracy", lambda d: _within(d, 0.01), pct=True)
@@ -336,6 +337,45 @@ def _matching_budget(run: _Run) -> Claim:
     return Claim("frontier", text, paper,
                  f"{ours}; fixed top-4 − {low.split('/')[1]}: {_fmt_diff(d, pct=True)}",
                  HOLDS if _greater(d) == HOLDS else INCONCLUSIVE, rests + _pooled(low))
+
+
+def _gain_with_disagreement(run: _Run, seed: int = 0) -> Claim:
+    """Figure "mechanism" (c) as a paired claim: per example (ID and shifted pooled, as the
+    figure), the gain of a 5th expert is ``correct(top-5) - correct(top-4)``; the statistic is its
+    mean on the examples whose top-4 disagreement is above the median minus its mean on the rest
+    (per seed), with a bootstrap over examples."""
+    text = ("the accuracy gain of a 5th expert grows with top-4 disagreement (mean gain above "
+            "vs below the median disagreement)")
+    paper = "Fig. mechanism (c): grows"
+    top5, field = "moe-lora/top5/msp", "moe-lora/top4|pooled|{}|disagreement"
+    roles = [r for r in ("id", "shift") if field.format(r) in run.arrays]
+    if not (run.has(MSP4) and run.has(top5) and roles):
+        return Claim("frontier", text, paper, f"not measured ({MSP4}, {top5} or the top-4 "
+                     "disagreement missing)", INCONCLUSIVE)
+
+    def cat(get: Callable[[str], NDArray[np.float64]]) -> NDArray[np.float64]:
+        return np.concatenate([get(r).reshape(len(get(r)), -1) for r in roles]).astype(float)
+
+    gain = cat(lambda r: run.a(top5, r, "correct")) - cat(lambda r: run.a(MSP4, r, "correct"))
+    dis = cat(lambda r: run.arrays[field.format(r)])
+    dis = np.broadcast_to(dis, gain.shape)
+
+    def stat(i: NDArray[np.intp]) -> float:
+        g, d = gain[i], dis[i]
+        high = d > np.median(d, axis=0)
+        if high.all() or not high.any():
+            return float("nan")
+        return float(g[high].mean() - g[~high].mean())
+
+    n = len(gain)
+    rng = np.random.default_rng(seed)
+    full = stat(np.arange(n))
+    lo, hi = np.nanpercentile([stat(rng.integers(0, n, n)) for _ in range(N_BOOT)], [2.5, 97.5])
+    d = (full, float(lo), float(hi))
+    high = dis > np.median(dis, axis=0)
+    ours = (f"gain {gain[high].mean() * 100:+.2f} pts above vs {gain[~high].mean() * 100:+.2f} "
+            f"pts below the median ({n} examples); {_fmt_diff(d, pct=True)}")
+    return Claim("frontier", text, paper, ours, _greater(d), _pooled(MSP4, top5))
 
 
 def _wblend(run: _Run) -> Claim:
