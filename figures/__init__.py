@@ -7,6 +7,7 @@ only draws them.
 """
 from __future__ import annotations
 
-from figures.run import draw_run, load_run
+from figures.data import load_run
+from figures.run import draw_run
 
 __all__ = ["draw_run", "load_run"]
