@@ -218,12 +218,12 @@ def _argv(extra: list[str], root: Path) -> list[str]:
 @pytest.mark.parametrize("case, extra, pattern", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_a_clear_error_before_model_work(root, case, extra, pattern, capsys,
                                                       monkeypatch):
-    import uqbench.runner
+    from baselines.engine import TorchEngine
 
     def no_model_work(self):
         raise AssertionError(f"{case}: model work started before the bad input was reported")
 
-    monkeypatch.setattr(uqbench.runner.Engine, "backbone", no_model_work)
+    monkeypatch.setattr(TorchEngine, "backbone", no_model_work)
     t0 = time.perf_counter()
     try:
         rc = main(_argv(extra, root))
