@@ -19,5 +19,4 @@ class FractionK:
 
     def select(self, probs: torch.Tensor, disagreement) -> Selection:
         k = torch.full(probs.shape[:1], max(1, math.ceil(self.frac * probs.shape[-1])))
-        mask = top_mask(probs, k)
-        return Selection(mask, k, mask)
+        return Selection(mask := top_mask(probs, k), k, mask)

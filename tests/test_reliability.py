@@ -298,7 +298,10 @@ def test_stale_entries_are_recomputed_never_reused(root, cold, monkeypatch):
         warm = run(_cfg(root, "cold"))
     assert warm.stats.total() == 0 and warm.stats.cache_hits > 0
     # a changed protocol version: every model retrained, every pass recomputed
-    monkeypatch.setattr(uqbench.runner, "PROTOCOL_VERSION", "test-bumped")
+    import baselines.engine
+
+    for module in (uqbench.runner, baselines.engine):  # rows and run.json; the cache keys
+        monkeypatch.setattr(module, "PROTOCOL_VERSION", "test-bumped")
     bumped = run(_cfg(root, "cold", out=root / "out-bumped"))
     assert bumped.stats.cache_hits == 0 and bumped.stats.total() == cold.stats.total()
     assert bumped.stats.trained == cold.stats.trained

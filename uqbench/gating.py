@@ -117,9 +117,10 @@ def check_spec(spec: GateSpec) -> None:
     if unknown:
         raise ConfigError(f"gate {spec.name!r}: kind {spec.kind!r} takes no parameter(s) "
                           f"{', '.join(map(repr, unknown))}; valid: {', '.join(allowed)}")
+    if spec.budget is not None or entry.proxy:
+        return  # the thermostat sets the knob
     missing = [f.name for f in fields(entry.cls) if f.init and f.name not in spec.kwargs
-               and f.default is MISSING and f.default_factory is MISSING
-               and spec.budget is None and not entry.proxy]
+               and f.default is MISSING and f.default_factory is MISSING]
     if missing:
         raise ConfigError(f"gate {spec.name!r}: kind {spec.kind!r} needs {', '.join(missing)} "
                           "(or a budget, for the thermostat to calibrate it)")
