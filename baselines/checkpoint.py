@@ -21,7 +21,6 @@ Example
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -33,33 +32,13 @@ from safetensors.torch import load_file, save_file
 
 from baselines.backbones import Backbone, identity_mismatch, same_backbone
 from baselines.heads import MultipleChoiceModel, make_moe, make_plain
+from uqbench.cache import atomic_write, atomic_write_text, file_sha256
 
 FORMAT = "uqbench-adapter"
 VERSION = 1
 TENSORS_FILE = "adapter.safetensors"
 WEIGHTS_FILE = TENSORS_FILE   # alias used by the runner
 CONFIG_FILE = "adapter_config.json"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    """``write(tmp_path)`` then ``os.replace(tmp_path, path)``; no partial file ever at ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def adapter_state(model: MultipleChoiceModel) -> dict[str, torch.Tensor]:
@@ -93,18 +72,18 @@ def save_adapter(model: MultipleChoiceModel, directory: str | os.PathLike[str], 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     tensors_path = out / TENSORS_FILE
-    _atomic_write(tensors_path, lambda p: save_file(state, str(p), metadata={"format": "pt"}))
+    atomic_write(tensors_path, lambda p: save_file(state, str(p), metadata={"format": "pt"}))
     config = {
         "format": FORMAT,
         "version": VERSION,
         "backbone": dict(model.identity),
         "head": model.describe(),
         "meta": meta_json,
-        "tensors": {"file": TENSORS_FILE, "sha256": _sha256(tensors_path), "count": len(state),
+        "tensors": {"file": TENSORS_FILE, "sha256": file_sha256(tensors_path), "count": len(state),
                     "numel": int(sum(t.numel() for t in state.values()))},
     }
     config_path = out / CONFIG_FILE
-    _atomic_write(config_path, lambda p: p.write_text(json.dumps(config, indent=2, sort_keys=True)))
+    atomic_write_text(config_path, json.dumps(config, indent=2, sort_keys=True))
     return config_path
 
 
@@ -166,7 +145,7 @@ def load_adapter(directory: str | os.PathLike[str], backbone: Backbone, *,
     if not tensors_path.is_file():
         raise ValueError(f"adapter checkpoint {str(directory)!r} is incomplete: "
                          f"{tensors_path.name} missing; delete the directory and retrain")
-    if _sha256(tensors_path) != config["tensors"]["sha256"]:
+    if file_sha256(tensors_path) != config["tensors"]["sha256"]:
         raise ValueError(f"adapter checkpoint {str(directory)!r} is corrupt or stale: the hash of "
                          f"{tensors_path.name} differs from {CONFIG_FILE}; delete and retrain")
 

@@ -19,6 +19,11 @@ set's disagreement (T,). Only gates that need ``D`` call it (CARE with ``gamma >
 pays nothing for it unless the layer records statistics. ``validate(n_experts)`` is called by
 ``set_gate`` to check ``k`` against the layer's ``N``.
 
+Each gate class is registered for `uqbench.plan.GateSpec` kinds with ``@register_gate(kind,
+knob=...)`` (`uqbench.gating`): the kind a spec names, the field the thermostat calibrates for a
+budget, and (from the dataclass fields) the parameters a spec may set. A new gate is one such
+class, in this module or in a plugin module.
+
 Reference functions (plain and slow, written for reading and for testing the fast paths):
 :func:`disagreement` (paper Eq. "disagree") and :func:`care_k` (paper Algorithm 1, per token).
 """
@@ -32,10 +37,15 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import Tensor
 
+from uqbench.gating import GATES, register_gate
+
 #: ``epsilon`` of the disagreement denominator (paper Eq. "disagree"). Absolute, on the unscaled
 #: expert outputs ``e_i = B_i A_i h``: ``D = 0`` (not NaN) when every admitted output is 0, e.g.
 #: right after LoRA's ``B = 0`` initialisation; negligible once ``sum p_i ||e_i||^2 >> 1e-8``.
 EPS: float = 1e-8
+
+#: Lower end of the tau search: ``C_1 >= 1e-6`` always, so every token gets ``k_nu = 1``.
+TAU_MIN = 1e-6
 
 DisagreementFn = Callable[[Tensor], Tensor]
 
@@ -212,6 +222,7 @@ def _check_n(gate: str, fld: str, k: int, n_experts: int) -> None:
                    f"{n_experts}")
 
 
+@register_gate("topk")
 @dataclass(frozen=True)
 class TopK:
     """Fixed top-``k`` admission (paper Eq. "moelora"); the training gate. ``TopK(N)`` = dense."""
@@ -232,6 +243,7 @@ class TopK:
         return Selection(mask, k, mask)
 
 
+@register_gate("care", knob="tau", bounds=(TAU_MIN, 1.0))
 @dataclass(frozen=True)
 class Care:
     """CARE admission, paper Algorithm 1, vectorised over tokens.
@@ -286,6 +298,7 @@ class Care:
         return Selection(mask, k, nucleus, d)
 
 
+@register_gate("nucleus", knob="tau", bounds=(TAU_MIN, 1.0))
 @dataclass(frozen=True)
 class NucleusOnly(Care):
     """Nucleus admission without the disagreement extension: ``Care`` with ``gamma = 0``."""
@@ -293,6 +306,7 @@ class NucleusOnly(Care):
     name: ClassVar[str] = "nucleus"
 
 
+@register_gate("randomk", fixed=False, proxy="care")
 @dataclass(frozen=True)
 class RandomK:
     """``k`` drawn per token from a histogram, then the top-``k`` experts admitted.
@@ -343,6 +357,7 @@ class RandomK:
         return Selection(mask, k.to(probs.device), mask)
 
 
+@register_gate("entropyk", knob="scale", fixed=False, expand_hi=True)
 @dataclass(frozen=True)
 class EntropyK:
     """``k`` rising with router entropy: ``k = clip(ceil(scale * H(p) * k_max), k_min, k_max)``.
@@ -373,6 +388,7 @@ class EntropyK:
         return Selection(mask, k, mask)
 
 
+@register_gate("dynmole")
 @dataclass(frozen=True)
 class DynMoLE:
     """DynMoLE's hybrid routing (DynMoLE, 2025, "Boosting Mixture of LoRA Experts Fine-Tuning
@@ -411,10 +427,6 @@ class DynMoLE:
         return Selection(mask, k, mask)
 
 
-GATES: dict[str, type] = {g.name: g for g in (TopK, Care, NucleusOnly, RandomK, EntropyK,
-                                               DynMoLE)}
-
-
 def gate_to_dict(gate: Gate) -> dict[str, Any]:
     """JSON-able ``{"name": ..., **fields}`` (inverse: :func:`gate_from_dict`)."""
     d = {f.name: getattr(gate, f.name) for f in fields(gate)  # type: ignore[arg-type]
@@ -425,10 +437,13 @@ def gate_to_dict(gate: Gate) -> dict[str, Any]:
 
 
 def gate_from_dict(d: dict[str, Any]) -> Gate:
+    """The gate of a `gate_to_dict` record: ``name`` is the class's ``name``, of any gate class
+    in the registry (`uqbench.gating.GATES`)."""
+    classes = {e.cls.name: e.cls for e in map(GATES.get, GATES.names())}
     d = dict(d)
     name = d.pop("name", None)
-    if name not in GATES:
-        raise ValueError(f"gate_from_dict: unknown gate name {name!r}; valid: {sorted(GATES)}")
+    if name not in classes:
+        raise ValueError(f"gate_from_dict: unknown gate name {name!r}; valid: {sorted(classes)}")
     if "histogram" in d:
         d["histogram"] = tuple(d["histogram"])
-    return GATES[name](**d)
+    return classes[name](**d)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines.gates import EPS, DynMoLE, Gate, TopK, normalized_entropy, tsallis_entropy
+from uqbench.config import help_field
 
 BERT_TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense",
                 "output.dense")
@@ -63,29 +64,25 @@ HMORA_EPSILON = 2.0           # HMoRA: alpha_l = sigmoid(-eps + 2 eps l / (L - 1
 HMORA_GAMMA = (0.5, 0.98)     # HMoRA: (certainty, balance) bounds of its routing loss
 
 
-def _help(text: str, default: Any) -> Any:
-    return field(default=default, metadata={"help": text})
-
-
 @dataclass(frozen=True)
 class MoELoRAConfig:
     """Hyper-parameters of the MoE-LoRA adapter (paper Appendix "Detailed Experimental Setup")."""
-    n_experts: int = _help("number of LoRA experts N per adapted linear", 16)
-    rank: int = _help("LoRA rank r of each expert", 8)
-    alpha: float = _help("LoRA alpha; the expert mixture is scaled by alpha / rank", 16.0)
-    dropout: float = _help("dropout on the experts' input (also the MC-dropout source)", 0.05)
-    target_modules: tuple[str, ...] | str = _help(
+    n_experts: int = help_field("number of LoRA experts N per adapted linear", 16)
+    rank: int = help_field("LoRA rank r of each expert", 8)
+    alpha: float = help_field("LoRA alpha; the expert mixture is scaled by alpha / rank", 16.0)
+    dropout: float = help_field("dropout on the experts' input (also the MC-dropout source)", 0.05)
+    target_modules: tuple[str, ...] | str = help_field(
         "'auto' (resolved per architecture: BERT query,key,value,attention.output.dense,"
         "intermediate.dense,output.dense; Llama q/k/v/o_proj,gate/up/down_proj), 'ffn' (the "
         "feed-forward linears only) or module-name suffixes matched on dotted boundaries", "auto")
-    top_layers: int | None = _help(
+    top_layers: int | None = help_field(
         "adapt only the target linears of the last top_layers transformer blocks (None: every "
         "block). The blocks below stay frozen and adapter-free, so an encoder head computes them "
         "once per text and reuses them (baselines.heads.PrefixCache)", None)
-    top_k: int = _help("experts per token during training (fixed top-k gate)", 4)
-    lb_coef: float = _help("weight of the load-balancing auxiliary loss in training", 0.01)
-    seed: int = _help("seed of the router and lora_A initialisation", 0)
-    variant: str = _help(f"layer variant, one of {', '.join(VARIANTS)} (baselines.variants)",
+    top_k: int = help_field("experts per token during training (fixed top-k gate)", 4)
+    lb_coef: float = help_field("weight of the load-balancing auxiliary loss in training", 0.01)
+    seed: int = help_field("seed of the router and lora_A initialisation", 0)
+    variant: str = help_field(f"layer variant, one of {', '.join(VARIANTS)} (baselines.variants)",
                          "moe-lora")
 
     def __post_init__(self) -> None:

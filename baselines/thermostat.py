@@ -11,6 +11,7 @@ Usage::
     res = calibrate(model, batches, budget=4.0)               # global tau; model left gated
     res = calibrate(model, batches, 4.0, per_layer=True)      # one tau per layer, front to back
     res = calibrate_entropy_k(model, batches, 4.0)            # EntropyK's scale
+    gate, res = calibrate_kind(GATES.get("care"), model, batches, 4.0, {})  # any registered kind
     set_gate(model, random_k_from_care(model, batches, res.tau))  # RandomK at the same budget
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from baselines.gates import Care, EntropyK, Gate, RandomK
+from baselines.gates import TAU_MIN, Care, EntropyK, Gate, RandomK
 from baselines.moe import (
     get_gates,
     moe_layers,
@@ -30,9 +31,9 @@ from baselines.moe import (
     set_gate,
     set_token_mask,
 )
+from uqbench.gating import GATES, GateKind
 
 Forward = Callable[[nn.Module, Any], Any]
-TAU_MIN = 1e-6   # lower end of the tau search: C_1 >= 1e-6 always, so every token gets k_nu = 1
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,34 @@ def calibrate_entropy_k(model: nn.Module, batches: Iterable[Any], budget: float 
     return calibrate(model, batches, budget, per_layer,
                      gate_factory=lambda s: EntropyK(s, k_min, k_max), tol=tol,
                      max_iter=max_iter, forward=forward, bounds=(0.0, 1.0), expand_hi=True)
+
+
+def calibrate_kind(kind: GateKind, model: nn.Module, batches: Iterable[Any], budget: float,
+                   params: Mapping[str, Any], *, forward: Forward | None = None
+                   ) -> tuple[Gate, CalibrationResult]:
+    """Calibrate a registered gate kind (`uqbench.gating.GateKind`) for ``budget``: bisection on
+    its ``knob`` within its ``bounds`` (:func:`calibrate`), the other fields from ``params``.
+
+    A kind with a ``proxy`` calibrates the proxy's knob instead, then is built from the proxy's
+    per-token ``k`` at that knob with ``kind.cls.from_counts(ks, seed=0)`` (RandomK: CARE's
+    ``k`` histogram at the budget, as :func:`random_k_from_care`). The model is left gated by
+    the calibrated proxy (or the gate itself).
+    """
+    base = GATES.get(kind.proxy) if kind.proxy else kind
+    if base.knob is None:
+        raise ValueError(f"calibrate_kind: gate kind {kind.kind!r} has no knob to calibrate")
+    knob = base.knob
+
+    def factory(x: float) -> Gate:
+        return base.cls(**{knob: x}, **params)  # type: ignore[no-any-return]
+
+    batches = list(batches)
+    res = calibrate(model, batches, budget, gate_factory=factory, forward=forward,
+                    bounds=base.bounds, expand_hi=base.expand_hi)
+    if kind.proxy is None:
+        return factory(res.tau), res   # type: ignore[arg-type]
+    ks = torch.cat(measure_k(model, batches, forward))   # under the calibrated proxy
+    return kind.cls.from_counts(ks, seed=0), res  # type: ignore[attr-defined]
 
 
 def care_k_histogram(model: nn.Module, batches: Iterable[Any], *, per_layer: bool = False,

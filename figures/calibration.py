@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from numpy.typing import ArrayLike
 
-from figures.run import ROLE_LABELS, RunData
+from figures.data import ROLE_LABELS, RunData
 from figures.style import GREY, N_BINS, TEXT_WIDTH, new_figure, note, split_method
 from uqbench import metrics as M
 

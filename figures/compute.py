@@ -19,7 +19,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from figures.run import POOLED, RunData
+from figures.data import POOLED, RunData
 from figures.style import (
     BLACK,
     COLUMN_WIDTH,

@@ -22,7 +22,7 @@ from matplotlib.patches import Patch
 from numpy.typing import NDArray
 from scipy.stats import rankdata
 
-from figures.run import POOLED, ROLE_LABELS, ROLES, RunData
+from figures.data import POOLED, ROLE_LABELS, ROLES, RunData
 from figures.style import BLACK, BLUE, GREY, ID_COLOR, SHIFT_COLOR, new_figure, note
 
 log = logging.getLogger(__name__)

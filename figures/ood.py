@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from numpy.typing import ArrayLike, NDArray
 
-from figures.run import RunData, Scores
+from figures.data import RunData, Scores
 from figures.style import (
     COLUMN_WIDTH,
     ID_COLOR,

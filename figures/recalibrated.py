@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from matplotlib.figure import Figure
 
 from figures.calibration import ReliabilityDisplay
-from figures.run import RunData, Scores
+from figures.data import RunData, Scores
 from figures.style import N_BINS, TEXT_WIDTH, new_figure, note, split_method
 
 log = logging.getLogger(__name__)

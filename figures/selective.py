@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from numpy.typing import ArrayLike, NDArray
 
-from figures.run import ROLE_LABELS, RunData
+from figures.data import ROLE_LABELS, RunData
 from figures.style import COLUMN_WIDTH, REFERENCE_COLOR, LineStyle, new_figure, note
 from uqbench import metrics as M
 

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from numpy.typing import NDArray
 
-from figures.run import RunData
+from figures.data import RunData
 from figures.style import BLUE, GREY, REFERENCE_COLOR, TEXT_WIDTH, VERMILLION, new_figure
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from transformers import BertConfig, GPT2Config, LlamaConfig, T5Config
@@ -220,3 +222,38 @@ def test_architecture_is_checked_from_config_alone_before_any_data_work(tmp_path
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ConfigError, match="cannot be reached"):
         check_architecture("no-such-org/no-such-model")
+
+
+# --- the registry: a backbone is one decorated loader (README "Adding a backbone") -------------
+
+@pytest.fixture
+def example_backbone():
+    import sys
+
+    from baselines.backbones import BACKBONES
+    yield importlib.import_module("tests.example_backbone")  # executed afresh: registers
+    BACKBONES._items.pop("my-bert", None)
+    sys.modules.pop("tests.example_backbone", None)
+
+
+def test_a_registered_backbone_is_checked_listed_and_loaded(example_backbone, monkeypatch,
+                                                             tmp_path) -> None:
+    from uqbench.engine import get_backend
+
+    assert "my-bert" in list_backbones() and "my-bert" in get_backend().backbones()
+    assert check_backbone("my-bert") == "registered"
+    bb = load_backbone("my-bert")
+    assert bb.kind == "encoder" and bb.name == "my-bert"
+    assert bb.identity["weights_hash"] == load_backbone("minilm").identity["weights_hash"]
+    monkeypatch.setattr(example_backbone, "FOLDER", tmp_path)  # its check runs, not a load
+    with pytest.raises(ConfigError, match="'my-bert' needs"):
+        check_backbone("my-bert")
+
+
+def test_a_plugin_backbone_runs_through_the_cli_checks(example_backbone, tmp_path) -> None:
+    """``--plugin MODULE --backbone NAME``: the runner's checks accept it before any data."""
+    from uqbench.runner import RunConfig, prepare
+
+    prepare(RunConfig(profile="smoke", backbone="my-bert", out=tmp_path / "o"))
+    with pytest.raises(ConfigError, match="unknown backbone 'my-bert2'"):
+        prepare(RunConfig(profile="smoke", backbone="my-bert2", out=tmp_path / "o"))

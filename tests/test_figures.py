@@ -14,7 +14,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from figures import calibration, compute, mechanism, ood, selective
-from figures.run import RunData, draw_run, load_run
+from figures.data import RunData, load_run
+from figures.run import draw_run
 from uqbench import metrics as M
 from uqbench.errors import UserError
 from uqbench.paper import matched_budget

@@ -1,7 +1,9 @@
 """Gates and CARE's reference functions: hand-worked cases, equivalences, properties, errors."""
 from __future__ import annotations
 
+import importlib
 import itertools
+import sys
 
 import pytest
 import torch
@@ -220,25 +222,80 @@ def test_care_k_validates() -> None:
 
 def test_unknown_gate_kind_raises_listing_valid_kinds() -> None:
     from uqbench.errors import ConfigError
-    from uqbench.plan import GATE_KINDS, GateSpec
+    from uqbench.gating import check_spec, gate_kinds
+    from uqbench.plan import GateSpec
 
+    valid = gate_kinds()
+    assert valid[:2] == ["native", "dense"]
+    assert {"topk", "care", "nucleus", "randomk", "entropyk", "dynmole"} <= set(valid)
     for budget in (None, 4.0):
         with pytest.raises(ConfigError, match="unknown gate kind 'nucleous'.*valid: native, "
-                           "dense, topk, care, nucleus, randomk, entropyk"):
-            GateSpec("typo", "nucleous", budget=budget)
+                           "dense, care, dynmole, entropyk, nucleus, randomk, topk"):
+            check_spec(GateSpec("typo", "nucleous", budget=budget))
     with pytest.raises(ConfigError, match="needs a budget"):
-        GateSpec("r", "randomk")
+        check_spec(GateSpec("r", "randomk"))
     with pytest.raises(ConfigError, match="takes no budget"):
-        GateSpec("t", "topk", budget=4.0, params={"k": 4})
-    assert [GateSpec(k, k, budget=4.0 if k in ("randomk", "entropyk") else None).kind
-            for k in GATE_KINDS] == list(GATE_KINDS)
+        check_spec(GateSpec("t", "topk", budget=4.0, params={"k": 4}))
+    with pytest.raises(ConfigError, match="takes no budget"):
+        check_spec(GateSpec("d", "dense", budget=4.0))
+    with pytest.raises(ConfigError, match="no parameter.*'gama'.*valid: gamma, delta"):
+        check_spec(GateSpec("c", "care", budget=4.0, params={"gama": 1.0}))
+    with pytest.raises(ConfigError, match="needs tau"):
+        check_spec(GateSpec("c", "care"))
+    for k in valid:  # every registered kind is valid with a budget where it needs one
+        needs = k in ("randomk", "entropyk")
+        check_spec(GateSpec(k, k, budget=4.0 if needs else None,
+                            params={"tau": 0.5} if k in ("care", "nucleus") else {}))
+
+
+def test_the_registry_holds_each_gate_with_its_knob_and_parameters() -> None:
+    from uqbench.gating import GATES
+
+    care, entropyk, randomk, topk = (GATES.get(k) for k in ("care", "entropyk", "randomk",
+                                                               "topk"))
+    assert care.cls is Care and care.knob == "tau" and care.bounds[1] == 1.0
+    assert care.params == ("gamma", "delta", "k_min", "k_max")
+    assert GATES.get("nucleus").params == ("delta", "k_min", "k_max")  # gamma is fixed at 0
+    assert entropyk.cls is EntropyK and entropyk.knob == "scale" and entropyk.expand_hi
+    assert randomk.cls is RandomK and randomk.proxy == "care" and randomk.params == care.params
+    assert topk.cls is TopK and topk.knob is None and not topk.budgeted
+    for k in GATES.names():  # every registered class round-trips through its record
+        cls = GATES.get(k).cls
+        gate = cls(**({"tau": 0.5} if cls in (Care, NucleusOnly) else {"scale": 1.0}
+                      if cls is EntropyK else {"histogram": (0.5, 0.5)} if cls is RandomK
+                      else {}))
+        assert gate_from_dict(gate_to_dict(gate)) == gate
+
+
+@pytest.fixture
+def example_gate():
+    """The README's gate plugin (`tests/example_gate.py`), registered for one test."""
+    from uqbench.gating import GATES
+
+    yield importlib.import_module("tests.example_gate")  # executed afresh: registers it
+    GATES._items.pop("fractionk", None)
+    sys.modules.pop("tests.example_gate", None)
+
+
+def test_a_gate_is_one_decorated_class(example_gate) -> None:
+    """The README's "Adding a gate" example: registered, checked, built, serialised."""
+    from uqbench.gating import GATES, check_spec, gate_kinds
+    from uqbench.plan import GateSpec
+
+    FractionK = example_gate.FractionK
+    assert "fractionk" in gate_kinds() and GATES.get("fractionk").cls is FractionK
+    check_spec(GateSpec("quarter", "fractionk", budget=4.0))
+    check_spec(GateSpec("quarter", "fractionk", params={"frac": 0.25}))
+    sel = FractionK(0.5).select(torch.softmax(torch.randn(3, 8), -1), lambda m: None)
+    assert sel.k.tolist() == [4, 4, 4] and sel.mask.sum(-1).tolist() == [4, 4, 4]
+    assert gate_from_dict(gate_to_dict(FractionK(0.25))) == FractionK(0.25)
 
 
 def test_make_gate_refuses_an_unknown_kind_even_past_gatespec() -> None:
     """make_gate checks the kind itself (for a spec changed after GateSpec checked it), before
     any model or calibration work."""
+    from baselines.engine import make_gate
     from uqbench.errors import ConfigError
-    from uqbench.gating import make_gate
     from uqbench.plan import GateSpec
 
     spec = GateSpec("care", "care", budget=4.0)

@@ -1,30 +1,199 @@
-"""The layering rule, checked on the real import graph: scorers, figures and the metric/report
-side of `uqbench` never load torch or the model code (`baselines`), not even transitively."""
+"""The layering rule (docs: DESIGN.md "Layout"), checked on the real import graph.
+
+Statically, on every ``import`` statement of the four packages (module level or inside a
+function, so a lazy import counts): the core `uqbench` never imports `baselines`, torch, the
+model libraries, `figures` or `scorers` (it reaches plug-ins by registry name: built-in scorers,
+the ``"torch"`` backend, the figure set); `scorers` never imports torch or the model code;
+`figures` reads only the core's metric curves, report readers and registry; no two packages
+import each other (directly or through a third) and no two modules of one package either. At
+run time, importing the metric/report side and the runner loads none of torch, `baselines` or
+matplotlib.
+"""
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-HEAVY = ("torch", "transformers", "peft", "accelerate", "baselines")
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("uqbench", "scorers", "figures", "baselines")
+MODEL_LIBS = ("torch", "transformers", "peft", "accelerate", "safetensors")
+#: package -> top-level names it must never import
+FORBIDDEN = {
+    "uqbench": (*MODEL_LIBS, "baselines", "figures", "scorers", "matplotlib", "seaborn"),
+    "scorers": (*MODEL_LIBS, "baselines", "figures", "matplotlib", "seaborn"),
+    "figures": (*MODEL_LIBS, "baselines", "scorers"),
+}
+#: the core modules figures may read (metric curves, report readers, errors, the registry)
+FIGURES_MAY_USE = {"uqbench", "uqbench.metrics", "uqbench.report", "uqbench.paper",
+                   "uqbench.errors", "uqbench.engine"}
+
+
+def module_imports(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """Module name -> every module it imports (absolute names, any nesting depth)."""
+    graph: dict[str, set[str]] = {}
+    for pkg in packages:
+        for path in sorted((root / pkg).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            is_pkg = parts[-1] == "__init__"
+            name = ".".join(parts[:-1] if is_pkg else parts)
+            here = name if is_pkg else name.rpartition(".")[0]
+            deps: set[str] = set()
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    deps |= {a.name for a in node.names}
+                elif isinstance(node, ast.ImportFrom):
+                    base = node.module or ""
+                    if node.level:  # relative: resolve against this module's package
+                        up = here.split(".")[:len(here.split(".")) - node.level + 1]
+                        base = ".".join([*up, *([base] if base else [])])
+                    deps.add(base)
+                    deps |= {f"{base}.{a.name}" for a in node.names}  # `from pkg import mod`
+            graph[name] = deps
+    return graph
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that breaks `FORBIDDEN` or `FIGURES_MAY_USE` (``from a import b`` once)."""
+    out = []
+    for mod, deps in sorted(graph.items()):
+        pkg = mod.split(".")[0]
+        bad = {d for d in deps if d.split(".")[0] in FORBIDDEN.get(pkg, ())}
+        if pkg == "figures":
+            bad |= {d for d in deps if d.split(".")[0] == "uqbench" and d not in FIGURES_MAY_USE
+                    and d.rpartition(".")[0] not in FIGURES_MAY_USE - {"uqbench"}}
+        out += [f"{mod} imports {d}" for d in sorted(bad) if d.rpartition(".")[0] not in bad]
+    return out
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def package_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {p: {d.split(".")[0] for m, ds in graph.items() if m.split(".")[0] == p for d in ds
+                if d.split(".")[0] in PACKAGES and d.split(".")[0] != p} for p in PACKAGES}
+
+
+def module_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Edges between the modules of the graph (``from pkg import mod`` resolved to ``mod``);
+    a package's ``__init__`` re-exporting its own modules is not an edge back to it."""
+    out: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        targets = {d for d in deps if d in graph and d != mod}
+        out[mod] = {d for d in targets if not d.startswith(mod + ".")}
+    return out
+
+
+GRAPH = module_imports(ROOT)
+
+
+def test_the_graph_covers_every_package_and_sees_lazy_imports() -> None:
+    assert {m.split(".")[0] for m in GRAPH} == set(PACKAGES)
+    assert "uqbench.data.suites" in GRAPH and "scorers.care" in GRAPH
+    assert "torch" in GRAPH["baselines.engine"]  # the torch side is where torch is
+
+
+def test_no_package_imports_what_its_layer_forbids() -> None:
+    bad = violations(GRAPH)
+    assert not bad, "reverse or forbidden imports (plug in through a registry instead):\n" + \
+        "\n".join(bad)
+
+
+def test_packages_import_one_way() -> None:
+    edges = package_edges(GRAPH)
+    assert edges["uqbench"] == set(), edges
+    assert edges["baselines"] == edges["scorers"] == edges["figures"] == {"uqbench"}
+    assert not cycles(edges)
+
+
+def test_no_module_cycle() -> None:
+    found = cycles(module_edges(GRAPH))
+    assert not found, f"module import cycles: {found}"
+
+
+def test_the_checker_fails_on_a_reverse_import(tmp_path: Path) -> None:
+    """A lazy core -> baselines import, a figures <-> panel cycle and a package cycle are seen."""
+    for pkg in PACKAGES:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "uqbench" / "runner.py").write_text(
+        "import numpy\n\ndef run():\n    from baselines.moe import MoELoRAConfig\n")
+    (tmp_path / "baselines" / "moe.py").write_text("from uqbench.errors import ConfigError\n")
+    (tmp_path / "figures" / "run.py").write_text("from figures import calibration\n")
+    (tmp_path / "figures" / "calibration.py").write_text(
+        "from figures.run import RunData\nfrom uqbench.evaluate import evaluate\n")
+    graph = module_imports(tmp_path)
+    assert violations(graph) == ["figures.calibration imports uqbench.evaluate",
+                                 "uqbench.runner imports baselines.moe"]
+    assert cycles(package_edges(graph)) == [["baselines", "uqbench"]]
+    assert cycles(module_edges(graph)) == [["figures.calibration", "figures.run"]]
+
 
 _PROBE = """
 import importlib, json, pkgutil, sys
 names = ["scorers", "figures", "uqbench.metrics", "uqbench.scorer", "uqbench.outputs",
          "uqbench.report", "uqbench.paper", "uqbench.experiments", "uqbench.evaluate"]
 for pkg in ("scorers", "figures"):
-    names += [f"{pkg}.{m.name}" for m in pkgutil.iter_modules(importlib.import_module(pkg).__path__)]
+    path = importlib.import_module(pkg).__path__
+    names += [f"{pkg}.{m.name}" for m in pkgutil.iter_modules(path)]
 for name in names:
     importlib.import_module(name)
 print(json.dumps({"imported": names, "loaded": sorted({m.split(".")[0] for m in sys.modules})}))
 """
 
+HEAVY = ("torch", "transformers", "peft", "accelerate", "baselines")
+
+
+def _loaded(code: str) -> dict[str, list[str]]:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout
+    return json.loads(out)  # type: ignore[no-any-return]
+
 
 def test_scorers_figures_and_metrics_never_load_torch_or_models() -> None:
-    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
-                         check=True).stdout
-    got = json.loads(out)
+    got = _loaded(_PROBE)
     assert "scorers.care" in got["imported"] and "figures.calibration" in got["imported"]
     assert "numpy" in got["loaded"]  # the probe does see what was loaded
     heavy = sorted(set(got["loaded"]) & set(HEAVY))
     assert not heavy, f"scorers/figures/metrics pull in {heavy}: import them lazily where used"
+
+
+@pytest.mark.parametrize("module", ["uqbench.runner", "uqbench.cli", "uqbench.gating"])
+def test_the_runner_and_cli_load_no_torch_models_or_plots(module: str) -> None:
+    got = _loaded(f"import json, sys, {module}\n"
+                  "print(json.dumps({'loaded': sorted({m.split('.')[0] for m in sys.modules})}))")
+    heavy = sorted(set(got["loaded"]) & {*HEAVY, "figures", "matplotlib", "scorers"})
+    assert not heavy, f"import {module} loads {heavy}"

@@ -137,10 +137,11 @@ def test_config_dict_omits_top_layers_only_when_unset() -> None:
 
 
 def test_variants_train_on_the_profiles_blocks(tmp_path) -> None:
+    from baselines.engine import TorchEngine
+    from uqbench.engine import RunStats
     from uqbench.plan import ModelSpec
     from uqbench.profiles import get_profile
-    from uqbench.runner import Engine, RunStats
 
-    engine = Engine("tiny-bert", get_profile("cpu"), None, tmp_path, RunStats())
+    engine = TorchEngine("tiny-bert", get_profile("cpu"), None, tmp_path, RunStats())
     cfg = engine._variant_config(ModelSpec("hydralora", "hydralora"), seed=0)
     assert cfg.variant == "hydralora" and cfg.top_layers == get_profile("cpu").top_layers == 2

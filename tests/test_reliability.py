@@ -218,12 +218,12 @@ def _argv(extra: list[str], root: Path) -> list[str]:
 @pytest.mark.parametrize("case, extra, pattern", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_a_clear_error_before_model_work(root, case, extra, pattern, capsys,
                                                       monkeypatch):
-    import uqbench.runner
+    from baselines.engine import TorchEngine
 
     def no_model_work(self):
         raise AssertionError(f"{case}: model work started before the bad input was reported")
 
-    monkeypatch.setattr(uqbench.runner.Engine, "backbone", no_model_work)
+    monkeypatch.setattr(TorchEngine, "backbone", no_model_work)
     t0 = time.perf_counter()
     try:
         rc = main(_argv(extra, root))
@@ -298,7 +298,10 @@ def test_stale_entries_are_recomputed_never_reused(root, cold, monkeypatch):
         warm = run(_cfg(root, "cold"))
     assert warm.stats.total() == 0 and warm.stats.cache_hits > 0
     # a changed protocol version: every model retrained, every pass recomputed
-    monkeypatch.setattr(uqbench.runner, "PROTOCOL_VERSION", "test-bumped")
+    import baselines.engine
+
+    for module in (uqbench.runner, baselines.engine):  # rows and run.json; the cache keys
+        monkeypatch.setattr(module, "PROTOCOL_VERSION", "test-bumped")
     bumped = run(_cfg(root, "cold", out=root / "out-bumped"))
     assert bumped.stats.cache_hits == 0 and bumped.stats.total() == cold.stats.total()
     assert bumped.stats.trained == cold.stats.trained

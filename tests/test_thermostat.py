@@ -141,3 +141,48 @@ def test_bad_arguments(model, batches, kw, match) -> None:
         calibrate(model, [])
     with pytest.raises(ValueError, match="inject"):
         calibrate(nn.Linear(2, 2), batches)
+
+
+# --- the thermostat asks the gate registry for the knob ---------------------------------------
+
+def test_calibrate_kind_equals_the_per_gate_calibrations(model, batches) -> None:
+    """calibrate_kind (knob, bounds, proxy from the registry) gives the very gates the
+    per-kind functions give: the runner's cached thermostat results stay valid."""
+    from baselines.thermostat import calibrate_kind
+    from uqbench.gating import GATES
+
+    saved = get_gates(model)
+    try:
+        gate, res = calibrate_kind(GATES.get("care"), model, batches, 3.0, {"gamma": 1.0})
+        ref = calibrate(model, batches, 3.0, gate_factory=lambda t: Care(t, gamma=1.0))
+        assert gate == Care(ref.tau, gamma=1.0) and res == ref
+        gate, res = calibrate_kind(GATES.get("entropyk"), model, batches, 3.0, {"k_max": 6})
+        ref = calibrate_entropy_k(model, batches, 3.0, k_max=6)
+        assert gate == EntropyK(ref.tau, k_max=6) and res == ref
+        gate, res = calibrate_kind(GATES.get("randomk"), model, batches, 3.0, {})
+        ref = calibrate(model, batches, 3.0)
+        assert res == ref and gate == random_k_from_care(model, batches, ref.tau, seed=0)
+        with pytest.raises(ValueError, match="no knob"):
+            calibrate_kind(GATES.get("topk"), model, batches, 3.0, {})
+    finally:
+        set_gate(model, saved)
+
+
+def test_a_registered_plugin_gate_is_calibrated_by_its_knob(model, batches) -> None:
+    """The README's gate example: the thermostat finds `frac` for a budget, no code of its own."""
+    import importlib
+    import sys
+
+    from baselines.thermostat import calibrate_kind
+    from uqbench.gating import GATES
+
+    FractionK = importlib.import_module("tests.example_gate").FractionK  # registers it
+    saved = get_gates(model)
+    try:
+        gate, res = calibrate_kind(GATES.get("fractionk"), model, batches, 6.0, {})
+        assert isinstance(gate, FractionK) and res.met and abs(res.achieved - 6.0) <= 0.05
+        assert get_gates(model)[0] == gate
+    finally:
+        set_gate(model, saved)
+        GATES._items.pop("fractionk", None)
+        sys.modules.pop("tests.example_gate", None)

@@ -126,7 +126,7 @@ def test_care_gate_and_thermostat_work_on_router_variants(trained, name) -> None
 
 
 def test_care_under_flylora_is_a_config_error_before_model_work(trained, tmp_path) -> None:
-    from uqbench.gating import make_gate
+    from baselines.engine import make_gate
     from uqbench.plan import CARE
     from uqbench.runner import RunConfig, prepare
 

@@ -40,6 +40,7 @@ def key_hash(material: Mapping[str, Any]) -> str:
 
 
 def file_sha256(path: str | Path) -> str:
+    """sha256 hex digest of a file's bytes, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -83,17 +84,29 @@ def sweep_orphans(root: str | Path) -> int:
     return removed
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` to a unique temporary name beside ``path``, fsync it, then ``os.replace``
+    it onto ``path``: readers see the old file or the whole new one, never a partial file. The
+    temporary file is removed if ``write`` fails (`sweep_orphans` removes a killed writer's)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """`atomic_write` of ``data``."""
+    atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """`atomic_write` of ``text``, UTF-8 encoded."""
     atomic_write_bytes(path, text.encode())
 
 
@@ -124,14 +137,13 @@ class ArrayCache:
 
     def put(self, kind: str, material: Mapping[str, Any], arrays: Mapping[str, NDArray[Any]]) -> Path:
         path = self.path(kind, material)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _tmp_name(path)
         key = np.array(json.dumps(material, sort_keys=True, default=str))
-        with open(tmp, "wb") as f:
-            np.savez(f, __key__=key, **arrays)  # type: ignore[arg-type]
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as f:  # a file object: np.savez would append .npz to a name
+                np.savez(f, __key__=key, **arrays)  # type: ignore[arg-type]
+
+        atomic_write(path, write)
         return path
 
     def get_or_compute(

@@ -91,9 +91,9 @@ def _list(what: str) -> list[str]:
     if what == "suites":
         from uqbench.data.suites import list_suites
         return list_suites()
-    if what == "backbones":
-        from baselines.backbones import list_backbones
-        return list_backbones()
+    if what == "backbones":  # the model side's registry (`uqbench.engine.Backend`)
+        from uqbench.engine import get_backend
+        return get_backend().backbones()
     if what == "models":
         from uqbench.plan import MODELS
         return [f"{name:<11} {e.doc}" for name, e in MODELS.items()]
@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(markdown_table(rows_for(read_results(args.run_dir), domain=args.domain)))
         elif args.command == "plot":
-            from figures import draw_run
-            for path in draw_run(args.run_dir):
+            from uqbench.engine import get_drawer
+            for path in get_drawer()(args.run_dir):
                 print(path)
         elif args.command == "data":
             import os

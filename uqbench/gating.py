@@ -1,85 +1,126 @@
-"""Turn a `GateSpec` into a gate for one trained model, calibrating it when it has a budget.
+"""The gate registry: gate kind -> its class, the knob the thermostat calibrates, its parameters.
 
-Calibration (the CARE thermostat) runs on the union of the suite's unlabeled ``calib`` splits and
-is cached by (adapter checkpoint hash, calibration split hashes, gate spec), so a warm run does no
-bisection. The returned description (gate fields, calibrated knob, achieved budget, whether the
-budget was met) keys the forward-record cache and is written to ``run.json``.
+Gates are torch code (`baselines.gates`); this module holds what the core needs about them as
+plain data, filled by the ``@register_gate`` decorator on each gate class. The built-in gates
+are imported on the first lookup (like the built-in scorers); a third-party gate is one module
+with a decorated class, imported with ``--plugin`` or through the entry-point group
+``uqbench.gates``.
+
+Two kinds are no gate class and are handled by the model side itself (`MODEL_KINDS`):
+``native`` (the gate the model was trained with) and ``dense`` (no gate: a dense model).
+
+A `GateSpec` (`uqbench.plan`) names a kind; `check_spec` validates it against the registry
+(unknown kind, budget rules, parameter names) and is called for every pair before any model
+work, and again by the engine before it builds a gate.
 """
 from __future__ import annotations
 
-import json
-from typing import Any
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 
-import numpy as np
-
-from uqbench.cache import PROTOCOL_VERSION
 from uqbench.errors import ConfigError
-from uqbench.plan import BUDGET_KINDS, GATE_KINDS, GateSpec
+from uqbench.plan import GateSpec
+from uqbench.registry import Registry
+
+#: kinds without a gate class: the model's own training gate, and none (dense models)
+MODEL_KINDS = ("native", "dense")
 
 
-def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any) -> tuple[Any, dict[str, Any]]:
-    from baselines import gates as G
+@dataclass(frozen=True)
+class GateKind:
+    """A registered gate kind.
 
-    if spec.kind not in GATE_KINDS:  # GateSpec checks this too; never fall back to CARE
+    cls : the gate class (a frozen dataclass), built as ``cls(**params)``.
+    knob : the field the thermostat calibrates so that the mean number of active experts meets
+        a budget (``tau``, ``scale``); None: a fixed gate, which takes no budget.
+    fixed : whether a spec without a budget may give the knob itself (a fixed threshold).
+    bounds : the knob's search interval; ``expand_hi``: widen the upper end while the budget is
+        out of reach (unbounded knobs).
+    proxy : another kind whose knob is calibrated instead; this gate is then built from the
+        proxy's measured per-token expert counts with ``cls.from_counts(ks, seed=0)``
+        (``randomk``: CARE's histogram of ``k`` at the budget, assigned at random).
+    """
+
+    kind: str
+    cls: type
+    knob: str | None = None
+    fixed: bool = True
+    bounds: tuple[float, float] = (0.0, 1.0)
+    expand_hi: bool = False
+    proxy: str | None = None
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The constructor parameters a spec may set (the knob only for a fixed gate)."""
+        base = GATES.get(self.proxy) if self.proxy else self
+        return tuple(f.name for f in fields(base.cls)
+                     if f.init and not f.name.startswith("_") and f.name != base.knob)
+
+    @property
+    def budgeted(self) -> bool:
+        return self.knob is not None or self.proxy is not None
+
+
+GATES: Registry[GateKind] = Registry("gate kind", builtins=("baselines.gates",),
+                                     entry_point_group="uqbench.gates")
+
+
+def register_gate(kind: str, *, knob: str | None = None, fixed: bool = True,
+                  bounds: tuple[float, float] = (0.0, 1.0), expand_hi: bool = False,
+                  proxy: str | None = None) -> Callable[[type], type]:
+    """Class decorator registering a gate class under ``kind`` (see `GateKind` for the rest)."""
+
+    def deco(cls: type) -> type:
+        if not is_dataclass(cls):
+            raise TypeError(f"@register_gate({kind!r}) must decorate a dataclass, got {cls!r}")
+        if knob is not None and knob not in {f.name for f in fields(cls)}:
+            raise TypeError(f"@register_gate({kind!r}): {cls.__name__} has no field {knob!r}")
+        if kind in MODEL_KINDS:
+            raise ValueError(f"gate kind {kind!r} is reserved for the model's own gating")
+        GATES.add(kind, GateKind(kind, cls, knob, fixed, bounds, expand_hi, proxy))
+        return cls
+
+    return deco
+
+
+def gate_kinds() -> list[str]:
+    """Every valid `GateSpec.kind`: `MODEL_KINDS`, then the registered kinds."""
+    return [*MODEL_KINDS, *GATES.names()]
+
+
+def get_gate_kind(spec: GateSpec) -> GateKind | None:
+    """The registered kind of a valid spec (None for `MODEL_KINDS`); see `check_spec`."""
+    check_spec(spec)
+    return None if spec.kind in MODEL_KINDS else GATES.get(spec.kind)
+
+
+def check_spec(spec: GateSpec) -> None:
+    """Raise `ConfigError` unless ``spec`` names a valid kind with a budget and parameters that
+    kind takes. An unknown kind is an error listing the valid ones, never a fallback."""
+    if spec.kind in MODEL_KINDS:
+        if spec.budget is not None:
+            raise ConfigError(f"gate {spec.name!r}: kind {spec.kind!r} takes no budget")
+        return
+    if spec.kind not in GATES:
         raise ConfigError(f"gate {spec.name!r}: unknown gate kind {spec.kind!r}; valid: "
-                          f"{', '.join(GATE_KINDS)}")
-    if spec.kind == "dense":
-        return None, {"spec": spec.describe()}
-    if not model.has_moe:
-        raise ConfigError(f"gate {spec.name!r} needs a router distribution, but model "
-                          f"{model.adapter['type']!r} has none (e.g. FlyLoRA's implicit routing); "
-                          "evaluate it under its own routing only")
-    if spec.kind == "native":  # the gate the model was trained with
-        from baselines.moe import MoELoRAConfig, train_gate
-        gate = train_gate(MoELoRAConfig.from_dict(model.adapter["config"]))
-        return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
-    if spec.kind == "topk":
-        gate = G.TopK(**spec.kwargs)
-        return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
-    if spec.budget is None:  # a fixed threshold, e.g. the thermostat sweep's tau
-        fixed = {"care": G.Care, "nucleus": G.NucleusOnly}
-        if spec.kind not in fixed:
-            raise ConfigError(f"gate {spec.name!r}: kind {spec.kind!r} needs a budget; only "
-                              f"{', '.join(fixed)} take a fixed tau")
-        gate = fixed[spec.kind](**spec.kwargs)
-        return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
-    calib = engine.suite.role("calib")
-    material = {"protocol": PROTOCOL_VERSION, "adapter": adapter_sha, "spec": spec.key(),
-                "calib": sorted(s.hash for s in calib), "max_length": engine.prof.max_length}
-    cached = engine.arrays.get("thermostat", material)
-    if cached is not None:
-        desc = {**json.loads(str(cached["desc"])), "spec": spec.describe()}  # under this name
-    else:
-        desc = _calibrate(spec, model, [r for s in calib for r in s.records], engine.prof)
-        engine.arrays.put("thermostat", material, {"desc": np.array(json.dumps(desc))})
-    return G.gate_from_dict(desc["gate"]), desc
-
-
-def _calibrate(spec: GateSpec, model: Any, records: list[Any], prof: Any) -> dict[str, Any]:
-    from baselines import gates as G
-    from baselines import thermostat as TH
-
-    bs = prof.eval_batch_size
-    batches = [model.encode(records[i:i + bs], max_length=prof.max_length)
-               for i in range(0, len(records), bs)]
-    fwd = lambda m, b: m(b)
-    p = spec.kwargs
-    budget = float(spec.budget)  # type: ignore[arg-type]
-    gate: Any
-    if spec.kind == "entropyk":
-        res = TH.calibrate_entropy_k(model, batches, budget, forward=fwd, **p)
-        gate = G.EntropyK(res.tau, **p)  # type: ignore[arg-type]
-    elif spec.kind in ("care", "nucleus", "randomk"):
-        nucleus = spec.kind == "nucleus"
-        factory = (lambda t: G.NucleusOnly(t, **p)) if nucleus else (lambda t: G.Care(t, **p))
-        res = TH.calibrate(model, batches, budget, gate_factory=factory, forward=fwd)
-        gate = factory(res.tau)
-        if spec.kind == "randomk":  # CARE's k histogram at this budget, re-assigned at random
-            gate = TH.random_k_from_care(model, batches, res.tau, seed=0, care=factory, forward=fwd)
-    else:
-        raise ConfigError(f"gate {spec.name!r}: the thermostat cannot calibrate kind "
-                          f"{spec.kind!r}; valid: {', '.join(BUDGET_KINDS)}")
-    return {"spec": spec.describe(), "gate": G.gate_to_dict(gate),
-            "calibration": {"knob": res.tau, "achieved": res.achieved, "target": res.target,
-                            "met": res.met, "iterations": res.iterations,
-                            "calib_tokens_from": len(records)}}
+                          f"{', '.join(gate_kinds())}")
+    entry = GATES.get(spec.kind)
+    budgeted = [k for k in GATES.names() if GATES.get(k).budgeted]
+    if spec.budget is not None and not entry.budgeted:
+        raise ConfigError(f"gate {spec.name!r}: kind {spec.kind!r} takes no budget (the "
+                          f"thermostat calibrates only {', '.join(budgeted)})")
+    if spec.budget is None and entry.budgeted and not entry.fixed:
+        raise ConfigError(f"gate {spec.name!r}: kind {spec.kind!r} needs a budget (its knob "
+                          "is calibrated by the thermostat)")
+    allowed = entry.params + ((entry.knob,) if entry.knob and spec.budget is None else ())
+    unknown = sorted(set(spec.kwargs) - set(allowed))
+    if unknown:
+        raise ConfigError(f"gate {spec.name!r}: kind {spec.kind!r} takes no parameter(s) "
+                          f"{', '.join(map(repr, unknown))}; valid: {', '.join(allowed)}")
+    if spec.budget is not None or entry.proxy:
+        return  # the thermostat sets the knob
+    missing = [f.name for f in fields(entry.cls) if f.init and f.name not in spec.kwargs
+               and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise ConfigError(f"gate {spec.name!r}: kind {spec.kind!r} needs {', '.join(missing)} "
+                          "(or a budget, for the thermostat to calibrate it)")

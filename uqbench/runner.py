@@ -1,32 +1,40 @@
 """The main job: suite -> models (train or load) -> forward records (cached) -> scorers -> report.
 
-This is the only module of the core that touches torch, and only through `baselines`, imported
-lazily inside `Engine`. Order of work, so that bad input fails before anything expensive:
-profile, plugins, scorers, backbone name, methods, output folder -> data -> models -> passes.
+The runner never imports torch or the model code: models, gates and forward passes come from a
+backend (`uqbench.engine.Backend`, ``"torch"``: `baselines.engine`) found by name when a run
+starts, figures from a figure set (`uqbench.engine.get_drawer`). Order of work, so that bad input
+fails before anything expensive: profile, plugins, scorers, gates, backbone name, methods,
+output folder -> data -> models -> passes.
 """
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import json
 import logging
 import os
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from uqbench.cache import (PROTOCOL_VERSION, ArrayCache, DirCache, atomic_write_bytes,
-                           atomic_write_text, sweep_orphans)
+from uqbench.cache import (
+    PROTOCOL_VERSION,
+    ArrayCache,
+    atomic_write_bytes,
+    atomic_write_text,
+    sweep_orphans,
+)
+from uqbench.engine import Backend, RunStats, get_backend, get_drawer
 from uqbench.errors import ConfigError, UserError
 from uqbench.evaluate import Scored, evaluate_cached
-from uqbench.outputs import ROUTER_FIELDS, Outputs
-from uqbench.plan import (Method, ModelSpec, Pair, default_pairs, methods, model_pairs,
-                          needed_fields)
+from uqbench.gating import check_spec
+from uqbench.outputs import Outputs
+from uqbench.plan import Method, default_pairs, methods, model_pairs, needed_fields
 from uqbench.profiles import Profile, get_profile
 from uqbench.references import reference_rows, warn_at_chance
 from uqbench.registry import import_plugin
@@ -72,22 +80,6 @@ class RunConfig:
         return d
 
 
-@dataclass
-class RunStats:
-    """Forward passes actually executed (cache misses), keyed by (model, seed, gate, split, mode)."""
-
-    passes: Counter[tuple[str, int, str, str, str]] = field(default_factory=Counter)
-    cache_hits: int = 0
-    trained: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    def add_seconds(self, phase: str, s: float) -> None:
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + s
-
-    def total(self, mode: str | None = None) -> int:
-        return sum(v for k, v in self.passes.items() if mode is None or k[4] == mode)
-
-
 @dataclass(frozen=True)
 class RunResult:
     out: Path
@@ -118,10 +110,14 @@ def _check_out_dir(out: Path, cfg: RunConfig) -> None:
                         "pass another --out, or --overwrite to replace them")
 
 
-def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | None]:
-    """All validation that needs no data and no model. Raises UserError subclasses."""
+def prepare(cfg: RunConfig, backend: Backend | None = None
+            ) -> tuple[Profile, list[Method], Path, Path, Path | None]:
+    """All validation that needs no data and no model. Raises UserError subclasses.
+
+    ``backend``: the model side (default: the registered ``"torch"`` backend)."""
     prof = get_profile(cfg.profile)
-    _check_numbers(cfg)
+    backend = backend or get_backend()
+    _check_numbers(cfg, backend.n_experts)
     for p in cfg.plugins:
         import_plugin(p)
     from uqbench.experiments import experiment_methods, experiment_scorers
@@ -144,10 +140,10 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
         models = cfg.models or get_suite_spec(cfg.suite).models
         ms = methods(model_pairs(models, cfg.budget) if models else default_pairs(cfg.budget),
                      chosen)
+    for spec in dict.fromkeys(m.pair.gate for m in ms):
+        check_spec(spec)  # unknown kind (never a fallback), budget rules, parameter names
     probe_scorers(dict.fromkeys(m.scorer for m in ms), timeout=cfg.scorer_timeout)
-    from baselines.backbones import check_architecture
-
-    check_architecture(cfg.backbone)  # unknown name, unreachable id, unknown architecture
+    backend.check_backbone(cfg.backbone)  # unknown name, unreachable id, unknown architecture
     if cfg.head is not None:
         from uqbench.data.suites import check_head
 
@@ -164,10 +160,7 @@ def prepare(cfg: RunConfig) -> tuple[Profile, list[Method], Path, Path, Path | N
     return prof, ms, out, cache, data
 
 
-def _check_numbers(cfg: RunConfig) -> None:
-    from baselines.moe import MoELoRAConfig
-
-    n_experts = MoELoRAConfig().n_experts
+def _check_numbers(cfg: RunConfig, n_experts: int) -> None:
     if cfg.seeds is not None and cfg.seeds < 1:
         raise ConfigError(f"--seeds {cfg.seeds}: give at least 1 repetition (or leave it out for "
                           "the profile's default)")
@@ -183,24 +176,25 @@ def _check_numbers(cfg: RunConfig) -> None:
                           "seconds, or 0 on the command line for no limit")
 
 
-def run(cfg: RunConfig) -> RunResult:
+def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
+    """Run ``cfg``: prepare, build the data, get every method's outputs from ``backend``'s
+    engine (default: the ``"torch"`` backend), score them, write the report and figures."""
     t0 = time.perf_counter()
-    prof, ms, out, cache, data = prepare(cfg)
+    backend = backend or get_backend()
+    prof, ms, out, cache, data = prepare(cfg, backend)
     if (n := sweep_orphans(cache)):
         log.info("removed %d temporary file(s) left in %s by killed runs", n, cache)
-    from baselines import distributed  # under `accelerate launch`: see its docstring
-
     why = "--threads" if cfg.threads else "the cores this process may use"
-    print(f"torch threads: {set_threads(cfg.threads)} ({why})", flush=True)
+    print(f"torch threads: {backend.set_threads(cfg.threads)} ({why})", flush=True)
     from uqbench.data.suites import build_suite, get_suite_spec
 
-    with distributed.main_first():  # process 0 builds the split cache, the others read it
+    with backend.main_first():  # process 0 builds the split cache, the others read it
         suite = build_suite(cfg.suite, prof, data_dir=data, cache_dir=cache / "splits",
                             progress=cfg.progress)
     stats = RunStats()
     stats.seconds["data"] = time.perf_counter() - t0
-    engine = Engine(cfg.backbone, prof, suite, cache, stats, progress=cfg.progress,
-                    head=cfg.head or get_suite_spec(cfg.suite).head)
+    engine = backend.engine(cfg.backbone, prof, suite, cache, stats, progress=cfg.progress,
+                            head=cfg.head or get_suite_spec(cfg.suite).head)
     n_seeds = cfg.seeds or prof.seeds
     pairs = list(dict.fromkeys(m.pair for m in ms))
     # calib: every method's ECE is reported beside its recalibrated ECE (`uqbench.recalibration`)
@@ -213,9 +207,9 @@ def run(cfg: RunConfig) -> RunResult:
                 outs[pair.name, split.name, rep] = engine.outputs(pair, split, rep, need)
     t_score = time.perf_counter()  # models+passes: backbone, trainings, calibration, passes
     stats.seconds["models+passes"] = t_score - t0 - stats.seconds["data"]
-    if not distributed.is_main():  # every process holds every record; process 0 reports
+    if not backend.is_main():  # every process holds every record; process 0 reports
         return RunResult(out, [], stats)
-    rows, arrays = score_all(ms, suite, outs, n_seeds, prof, cache=engine.arrays,
+    rows, arrays = score_all(ms, suite, outs, n_seeds, prof, cache=ArrayCache(cache),
                              scorer_timeout=cfg.scorer_timeout)
     stats.seconds["scoring"] = time.perf_counter() - t_score
     flags = warn_at_chance(rows)  # one WARNING listing every method and domain at chance
@@ -230,7 +224,7 @@ def run(cfg: RunConfig) -> RunResult:
         "cache_hits": stats.cache_hits, "trained": stats.trained,
         "training": engine.training_log,
         "at_chance": flags,
-        "processes": distributed.world(),
+        "processes": backend.world(),
         "seconds": {**stats.seconds, "total": time.perf_counter() - t0},
     }
     write_results(out, rows, meta)
@@ -255,17 +249,6 @@ def run(cfg: RunConfig) -> RunResult:
     print(f"\nwrote {out}/results.{{md,csv,jsonl,tex}}; forward passes run: {stats.total()}, "
           f"cache hits: {stats.cache_hits}", flush=True)
     return RunResult(out, rows, stats)
-
-
-def set_threads(n: int | None) -> int:
-    """torch's intra-op threads: ``n``, else the cores this process may use."""
-    import torch
-
-    if not n:
-        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    n = n or 1
-    torch.set_num_threads(n)
-    return n
 
 
 def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, int], Outputs],
@@ -328,14 +311,12 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
 def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray], training: Any) -> None:
     """Draw the run's figures unless ``figures/STAMP`` shows they were drawn from these very
     results by this very figures code and are all still there (a warm rerun then costs nothing)."""
-    import figures
-    from figures import draw_run
-
+    draw = get_drawer()
     h = hashlib.sha256((out / "results.jsonl").read_bytes())
     h.update(json.dumps(training, sort_keys=True).encode())  # the training figure's input
     for k in sorted(arrays):
         h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
-    for src in sorted(Path(figures.__file__).parent.glob("*.py")):
+    for src in sorted(Path(inspect.getfile(draw)).parent.glob("*.py")):  # the figures code
         h.update(src.read_bytes())
     stamp = out / "figures" / "STAMP"
     try:
@@ -345,7 +326,7 @@ def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray], training: Any) ->
             return
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    paths = draw_run(out)
+    paths = draw(out)
     atomic_write_text(stamp, json.dumps({"hash": h.hexdigest(), "files": [p.name for p in paths]}))
 
 
@@ -355,168 +336,4 @@ def _save_scores(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-class Engine:
-    """Trains/loads models, calibrates gates and runs cached forward passes (torch side)."""
-
-    def __init__(self, backbone: str, prof: Profile, suite: Any, cache_root: Path,
-                 stats: RunStats, *, progress: bool = True, head: str = "auto") -> None:
-        self.backbone_name, self.prof, self.suite, self.head = backbone, prof, suite, head
-        self.cache_root = cache_root
-        self.arrays, self.dirs = ArrayCache(cache_root), DirCache(cache_root)
-        self.stats, self.progress = stats, progress
-        self._models: dict[tuple[str, int], tuple[Any, str]] = {}
-        self._gates: dict[tuple[str, int, str], tuple[Any, dict[str, Any]]] = {}
-        self.gate_log: dict[str, Any] = {}
-        #: "name@seed" -> the training log stored with its checkpoint (None: trained before
-        #: checkpoints kept one)
-        self.training_log: dict[str, Any] = {}
-        self._backbone: Any = None
-
-    # -- models -----------------------------------------------------------------------------
-    def backbone(self) -> Any:
-        """The backbone, loaded once; models are built on clones of it."""
-        if self._backbone is None:
-            from baselines import distributed
-            from baselines.backbones import load_backbone
-
-            t = time.perf_counter()
-            with distributed.main_first():  # process 0 converts/caches it (GGUF) first
-                self._backbone = load_backbone(self.backbone_name, device=distributed.device(),
-                                               cache_dir=self.cache_root)
-            self.stats.seconds["backbone"] = time.perf_counter() - t
-        return self._backbone
-
-    def backbone_identity(self) -> dict[str, Any]:
-        return dict(self.backbone().identity)
-
-    def head_mode(self) -> str:
-        """The head models are built with: ``auto`` is the profile's recipe for encoders."""
-        if self.head == "auto" and self.backbone().kind == "encoder":
-            return self.prof.encoder_head
-        return self.head
-
-    def model(self, spec: ModelSpec, seed: int) -> tuple[Any, str]:
-        """(model, adapter sha256): trained once per config, then loaded from the cache."""
-        key = (spec.name, seed)
-        if key in self._models:
-            return self._models[key]
-        from baselines import checkpoint, distributed, train
-
-        p = self.prof
-        train_cfg = train.TrainConfig(epochs=p.epochs, batch_size=p.batch_size, lr=p.lr,
-                                      head_lr=p.head_lr, max_length=p.max_length, seed=seed)
-        train_splits = self.suite.role("train")
-        material = {
-            "protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
-            "model": spec.kind, "train": asdict(train_cfg),
-            "data": sorted(s.hash for s in train_splits), "seed": seed,
-        }
-        if spec.kind not in ("moe", "lora", "dora", "adalora"):  # a variant: key by its preset
-            material["adapter_config"] = self._variant_config(spec, seed).to_dict()
-        else:
-            material["target_modules"] = p.target_modules
-            if p.top_layers is not None:  # keys of runs adapting every block stay as they were
-                material["top_layers"] = p.top_layers
-        material["head"] = self.head_mode()
-
-        def write(tmp: Path) -> None:
-            t = time.perf_counter()
-            model = self._fresh(spec, seed)
-            records = [r for s in train_splits for r in s.records]
-            result = train.train(model, records, train_cfg, progress=self.progress)
-            checkpoint.save_adapter(model, tmp, meta={"model": spec.name, "seed": seed,
-                                                      "training": result.to_json()})
-            self.stats.trained.append(f"{spec.name}@{seed}")
-            self.stats.seconds[f"train {spec.name}@{seed}"] = time.perf_counter() - t
-
-        path = distributed.build_dir(self.dirs, "models", material, write)
-        # the log travels with the checkpoint: a warm run (no training) shows it too
-        self.training_log[f"{spec.name}@{seed}"] = \
-            checkpoint.read_config(path).get("meta", {}).get("training")
-        model = checkpoint.load_adapter(path, self.backbone())
-        self._models[key] = (model, checkpoint.adapter_hash(path))
-        return self._models[key]
-
-    def _fresh(self, spec: ModelSpec, seed: int) -> Any:
-        from baselines import dense, heads, moe
-
-        targets, top, mode = self.prof.target_modules, self.prof.top_layers, self.head_mode()
-        if spec.kind == "moe":
-            return heads.make_moe(self.backbone(), moe.MoELoRAConfig(
-                seed=seed, target_modules=targets, top_layers=top), seed=seed, mode=mode)
-        if spec.kind in ("lora", "dora", "adalora"):
-            return dense.make_dense(self.backbone(), kind=spec.kind, seed=seed, mode=mode,
-                                    target_modules=targets, top_layers=top)
-        return heads.make_moe(self.backbone(), self._variant_config(spec, seed), seed=seed,
-                              mode=mode)
-
-    def _variant_config(self, spec: ModelSpec, seed: int) -> Any:
-        """A variant's preset (its experts, targets, gate, loss) on the profile's blocks."""
-        from baselines.variants import variant_config
-
-        return replace(variant_config(spec.kind, seed=seed), top_layers=self.prof.top_layers)
-
-    # -- gates ------------------------------------------------------------------------------
-    def gate(self, pair: Pair, seed: int) -> tuple[Any, dict[str, Any]]:
-        """The gate object and its full description (calibrated knob, achieved budget)."""
-        key = (pair.model.name, seed, pair.gate.name)
-        if key in self._gates:
-            return self._gates[key]
-        from uqbench.gating import make_gate
-
-        model, sha = self.model(pair.model, seed)
-        t = time.perf_counter()
-        gate, desc = make_gate(pair.gate, model, sha, self)
-        self.stats.add_seconds("calibration", time.perf_counter() - t)
-        self._gates[key] = (gate, desc)
-        self.gate_log[f"{pair.name}@{seed}"] = desc
-        return gate, desc
-
-    # -- forward records ----------------------------------------------------------------------
-    def forward(self, spec: ModelSpec, seed: int, pair: Pair, split: Any, mode: str,
-                index: int = 0) -> dict[str, np.ndarray]:
-        from baselines import distributed, forward, gates, moe
-
-        model, sha = self.model(spec, seed)
-        gate, desc = self.gate(Pair(spec, pair.gate, pair.fields), seed)
-        material = {"protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
-                    "adapter": sha, "gate": desc.get("gate"),  # the resolved gate, not its name
-                    "split": split.hash, "mode": mode, "record": forward.RECORD_FIELDS,
-                    "index": index, "max_length": self.prof.max_length}
-        if mode == "mc_dropout":  # masks seeded per batch (same for any number of processes)
-            material["dropout_seeds"] = "per-batch"
-
-        def compute() -> dict[str, np.ndarray]:
-            if gate is not None:  # a fresh gate per pass: RandomK's draws restart from its seed
-                moe.set_gate(model, gates.gate_from_dict(desc["gate"]))
-            self.stats.passes[spec.name, seed, pair.gate.name, split.name, mode] += 1
-            t = time.perf_counter()
-            rec = forward.collect(model, split.records, batch_size=self.prof.eval_batch_size,
-                                  max_length=self.prof.max_length, mode=mode, seed=index,
-                                  progress=self.progress)
-            self.stats.add_seconds("passes", time.perf_counter() - t)
-            return rec
-
-        arrays, hit = distributed.get_or_compute(self.arrays, "forward", material, compute)
-        self.stats.cache_hits += hit
-        return arrays
-
-    def outputs(self, pair: Pair, split: Any, rep: int, need: frozenset[str]) -> Outputs:
-        """Assemble the `Outputs` of one pair on one split for repetition ``rep``."""
-        base = 1000 * rep
-        det = self.forward(pair.model, base, pair, split, "deterministic")
-        kw: dict[str, Any] = {k: det[k] for k in ROUTER_FIELDS if k in det}
-        if "mc_logits" in need:
-            kw["mc_logits"] = np.stack([
-                self.forward(pair.model, base, pair, split, "mc_dropout", t)["logits"]
-                for t in range(self.prof.mc_passes)])
-        if "member_logits" in need:
-            kw["member_logits"] = np.stack([det["logits"]] + [  # member 0 is this model
-                self.forward(pair.model, base + m, pair, split, "deterministic")["logits"]
-                for m in range(1, self.prof.ensemble_members)])
-        recs = split.records
-        return Outputs(ids=np.array([r.id for r in recs]), labels=np.array([r.answer for r in recs]),
-                       logits=det["logits"], domain=np.array([r.domain for r in recs]), **kw)
-
-
-__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "run"]
+__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "run", "score_all"]

@@ -1,0 +1,276 @@
+"""The torch side of a run: the ``"torch"`` backend of `uqbench.engine` and its `TorchEngine`.
+
+`TorchEngine` trains or loads each model (checkpoints cached by their training material),
+builds and calibrates gates (`make_gate`; the thermostat's result cached by adapter hash,
+calibration splits and gate spec) and runs cached forward passes, assembling the `Outputs` the
+core scores. `TorchBackend` answers what the runner asks before and around a run (backbone
+check, threads, processes). Neither is imported by the core: `uqbench.engine.get_backend`
+imports this module when a run starts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from baselines import checkpoint, dense, distributed, forward, heads, moe, thermostat, train
+from baselines import gates as G
+from baselines.backbones import check_architecture, list_backbones, load_backbone
+from baselines.variants import variant_config
+from uqbench.cache import PROTOCOL_VERSION, ArrayCache, DirCache
+from uqbench.engine import RunStats, register_backend
+from uqbench.errors import ConfigError
+from uqbench.gating import get_gate_kind
+from uqbench.outputs import ROUTER_FIELDS, Outputs
+from uqbench.plan import GateSpec, ModelSpec, Pair
+from uqbench.profiles import Profile
+
+
+def train_config(prof: Profile, seed: int) -> train.TrainConfig:
+    """The training settings of every model of a run: the profile's, with this seed."""
+    return train.TrainConfig(epochs=prof.epochs, batch_size=prof.batch_size, lr=prof.lr,
+                             head_lr=prof.head_lr, max_length=prof.max_length, seed=seed)
+
+
+@register_backend("torch")
+class TorchBackend:
+    """`uqbench.engine.Backend` on torch, transformers and peft (`baselines`)."""
+
+    n_experts = moe.MoELoRAConfig().n_experts
+
+    def check_backbone(self, name: str) -> None:
+        check_architecture(name)  # unknown name, unreachable id, unknown architecture
+
+    def backbones(self) -> list[str]:
+        return list_backbones()
+
+    def set_threads(self, n: int | None) -> int:
+        if not n:
+            n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+                else os.cpu_count()
+        n = n or 1
+        torch.set_num_threads(n)
+        return n
+
+    @contextmanager
+    def main_first(self) -> Iterator[None]:
+        with distributed.main_first():  # under `accelerate launch`: see its docstring
+            yield
+
+    def is_main(self) -> bool:
+        return distributed.is_main()
+
+    def world(self) -> int:
+        return distributed.world()
+
+    def engine(self, backbone: str, prof: Profile, suite: Any, cache_root: Path,
+               stats: RunStats, *, progress: bool, head: str) -> TorchEngine:
+        return TorchEngine(backbone, prof, suite, cache_root, stats, progress=progress,
+                           head=head)
+
+
+class TorchEngine:
+    """Trains/loads models, calibrates gates and runs cached forward passes."""
+
+    def __init__(self, backbone: str, prof: Profile, suite: Any, cache_root: Path,
+                 stats: RunStats, *, progress: bool = True, head: str = "auto") -> None:
+        self.backbone_name, self.prof, self.suite, self.head = backbone, prof, suite, head
+        self.cache_root = cache_root
+        self.arrays, self.dirs = ArrayCache(cache_root), DirCache(cache_root)
+        self.stats, self.progress = stats, progress
+        self._models: dict[tuple[str, int], tuple[Any, str]] = {}
+        self._gates: dict[tuple[str, int, str], tuple[Any, dict[str, Any]]] = {}
+        self.gate_log: dict[str, Any] = {}
+        #: "name@seed" -> the training log stored with its checkpoint (None: trained before
+        #: checkpoints kept one)
+        self.training_log: dict[str, Any] = {}
+        self._backbone: Any = None
+
+    # -- models -----------------------------------------------------------------------------
+    def backbone(self) -> Any:
+        """The backbone, loaded once; models are built on clones of it."""
+        if self._backbone is None:
+            t = time.perf_counter()
+            with distributed.main_first():  # process 0 converts/caches it (GGUF) first
+                self._backbone = load_backbone(self.backbone_name, device=distributed.device(),
+                                               cache_dir=self.cache_root)
+            self.stats.seconds["backbone"] = time.perf_counter() - t
+        return self._backbone
+
+    def backbone_identity(self) -> dict[str, Any]:
+        return dict(self.backbone().identity)
+
+    def head_mode(self) -> str:
+        """The head models are built with: ``auto`` is the profile's recipe for encoders."""
+        if self.head == "auto" and self.backbone().kind == "encoder":
+            return self.prof.encoder_head
+        return self.head
+
+    def model(self, spec: ModelSpec, seed: int) -> tuple[Any, str]:
+        """(model, adapter sha256): trained once per config, then loaded from the cache."""
+        key = (spec.name, seed)
+        if key in self._models:
+            return self._models[key]
+        p = self.prof
+        train_cfg = train_config(p, seed)
+        train_splits = self.suite.role("train")
+        material = {
+            "protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
+            "model": spec.kind, "train": asdict(train_cfg),
+            "data": sorted(s.hash for s in train_splits), "seed": seed,
+        }
+        if spec.kind not in ("moe", "lora", "dora", "adalora"):  # a variant: key by its preset
+            material["adapter_config"] = self._variant_config(spec, seed).to_dict()
+        else:
+            material["target_modules"] = p.target_modules
+            if p.top_layers is not None:  # keys of runs adapting every block stay as they were
+                material["top_layers"] = p.top_layers
+        material["head"] = self.head_mode()
+
+        def write(tmp: Path) -> None:
+            t = time.perf_counter()
+            model = self._fresh(spec, seed)
+            records = [r for s in train_splits for r in s.records]
+            result = train.train(model, records, train_cfg, progress=self.progress)
+            checkpoint.save_adapter(model, tmp, meta={"model": spec.name, "seed": seed,
+                                                      "training": result.to_json()})
+            self.stats.trained.append(f"{spec.name}@{seed}")
+            self.stats.seconds[f"train {spec.name}@{seed}"] = time.perf_counter() - t
+
+        path = distributed.build_dir(self.dirs, "models", material, write)
+        # the log travels with the checkpoint: a warm run (no training) shows it too
+        self.training_log[f"{spec.name}@{seed}"] = \
+            checkpoint.read_config(path).get("meta", {}).get("training")
+        model = checkpoint.load_adapter(path, self.backbone())
+        self._models[key] = (model, checkpoint.adapter_hash(path))
+        return self._models[key]
+
+    def _fresh(self, spec: ModelSpec, seed: int) -> Any:
+        targets, top, mode = self.prof.target_modules, self.prof.top_layers, self.head_mode()
+        if spec.kind == "moe":
+            return heads.make_moe(self.backbone(), moe.MoELoRAConfig(
+                seed=seed, target_modules=targets, top_layers=top), seed=seed, mode=mode)
+        if spec.kind in ("lora", "dora", "adalora"):
+            return dense.make_dense(self.backbone(), kind=spec.kind, seed=seed, mode=mode,
+                                    target_modules=targets, top_layers=top)
+        return heads.make_moe(self.backbone(), self._variant_config(spec, seed), seed=seed,
+                              mode=mode)
+
+    def _variant_config(self, spec: ModelSpec, seed: int) -> Any:
+        """A variant's preset (its experts, targets, gate, loss) on the profile's blocks."""
+        return replace(variant_config(spec.kind, seed=seed), top_layers=self.prof.top_layers)
+
+    # -- gates ------------------------------------------------------------------------------
+    def gate(self, pair: Pair, seed: int) -> tuple[Any, dict[str, Any]]:
+        """The gate object and its full description (calibrated knob, achieved budget)."""
+        key = (pair.model.name, seed, pair.gate.name)
+        if key in self._gates:
+            return self._gates[key]
+        model, sha = self.model(pair.model, seed)
+        t = time.perf_counter()
+        gate, desc = make_gate(pair.gate, model, sha, self)
+        self.stats.add_seconds("calibration", time.perf_counter() - t)
+        self._gates[key] = (gate, desc)
+        self.gate_log[f"{pair.name}@{seed}"] = desc
+        return gate, desc
+
+    # -- forward records ----------------------------------------------------------------------
+    def forward(self, spec: ModelSpec, seed: int, pair: Pair, split: Any, mode: str,
+                index: int = 0) -> dict[str, np.ndarray]:
+        model, sha = self.model(spec, seed)
+        gate, desc = self.gate(Pair(spec, pair.gate, pair.fields), seed)
+        material = {"protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
+                    "adapter": sha, "gate": desc.get("gate"),  # the resolved gate, not its name
+                    "split": split.hash, "mode": mode, "record": forward.RECORD_FIELDS,
+                    "index": index, "max_length": self.prof.max_length}
+        if mode == "mc_dropout":  # masks seeded per batch (same for any number of processes)
+            material["dropout_seeds"] = "per-batch"
+
+        def compute() -> dict[str, np.ndarray]:
+            if gate is not None:  # a fresh gate per pass: RandomK's draws restart from its seed
+                moe.set_gate(model, G.gate_from_dict(desc["gate"]))
+            self.stats.passes[spec.name, seed, pair.gate.name, split.name, mode] += 1
+            t = time.perf_counter()
+            rec = forward.collect(model, split.records, batch_size=self.prof.eval_batch_size,
+                                  max_length=self.prof.max_length, mode=mode, seed=index,
+                                  progress=self.progress)
+            self.stats.add_seconds("passes", time.perf_counter() - t)
+            return rec
+
+        arrays, hit = distributed.get_or_compute(self.arrays, "forward", material, compute)
+        self.stats.cache_hits += hit
+        return arrays
+
+    def outputs(self, pair: Pair, split: Any, rep: int, need: frozenset[str]) -> Outputs:
+        """Assemble the `Outputs` of one pair on one split for repetition ``rep``."""
+        base = 1000 * rep
+        det = self.forward(pair.model, base, pair, split, "deterministic")
+        kw: dict[str, Any] = {k: det[k] for k in ROUTER_FIELDS if k in det}
+        if "mc_logits" in need:
+            kw["mc_logits"] = np.stack([
+                self.forward(pair.model, base, pair, split, "mc_dropout", t)["logits"]
+                for t in range(self.prof.mc_passes)])
+        if "member_logits" in need:
+            kw["member_logits"] = np.stack([det["logits"]] + [  # member 0 is this model
+                self.forward(pair.model, base + m, pair, split, "deterministic")["logits"]
+                for m in range(1, self.prof.ensemble_members)])
+        recs = split.records
+        return Outputs(ids=np.array([r.id for r in recs]),
+                       labels=np.array([r.answer for r in recs]), logits=det["logits"],
+                       domain=np.array([r.domain for r in recs]), **kw)
+
+
+def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any
+              ) -> tuple[Any, dict[str, Any]]:
+    """Turn a `GateSpec` into a gate for one trained model, calibrating it when it has a budget.
+
+    The kind is looked up in the gate registry (`uqbench.gating`) first: an unknown kind is a
+    ConfigError listing the valid ones, before any model work. Calibration (the thermostat) runs
+    on the union of the suite's unlabeled ``calib`` splits and is cached by (adapter checkpoint
+    hash, calibration split hashes, gate spec), so a warm run does no bisection. The returned
+    description (gate fields, calibrated knob, achieved budget, whether the budget was met)
+    keys the forward-record cache and is written to ``run.json``.
+    """
+    kind = get_gate_kind(spec)
+    if spec.kind == "dense":
+        return None, {"spec": spec.describe()}
+    if not model.has_moe:
+        raise ConfigError(f"gate {spec.name!r} needs a router distribution, but model "
+                          f"{model.adapter['type']!r} has none (e.g. FlyLoRA's implicit routing); "
+                          "evaluate it under its own routing only")
+    if kind is None:  # native: the gate the model was trained with
+        gate = moe.train_gate(moe.MoELoRAConfig.from_dict(model.adapter["config"]))
+        return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
+    if spec.budget is None:  # a fixed gate, e.g. top-k or the thermostat sweep's tau
+        gate = kind.cls(**spec.kwargs)
+        return gate, {"spec": spec.describe(), "gate": G.gate_to_dict(gate)}
+    calib = engine.suite.role("calib")
+    material = {"protocol": PROTOCOL_VERSION, "adapter": adapter_sha, "spec": spec.key(),
+                "calib": sorted(s.hash for s in calib), "max_length": engine.prof.max_length}
+    cached = engine.arrays.get("thermostat", material)
+    if cached is not None:
+        desc = {**json.loads(str(cached["desc"])), "spec": spec.describe()}  # under this name
+    else:
+        records = [r for s in calib for r in s.records]
+        bs, n = engine.prof.eval_batch_size, engine.prof.max_length
+        batches = [model.encode(records[i:i + bs], max_length=n)
+                   for i in range(0, len(records), bs)]
+        gate, res = thermostat.calibrate_kind(kind, model, batches, float(spec.budget),
+                                              spec.kwargs, forward=lambda m, b: m(b))
+        desc = {"spec": spec.describe(), "gate": G.gate_to_dict(gate),
+                "calibration": {"knob": res.tau, "achieved": res.achieved, "target": res.target,
+                                "met": res.met, "iterations": res.iterations,
+                                "calib_tokens_from": len(records)}}
+        engine.arrays.put("thermostat", material, {"desc": np.array(json.dumps(desc))})
+    return G.gate_from_dict(desc["gate"]), desc
+
+
+__all__ = ["TorchBackend", "TorchEngine", "make_gate", "train_config"]

@@ -1,0 +1,22 @@
+"""The README's "Adding a gate" example, verbatim (tests import it: test_gates, test_thermostat)."""
+import math
+from dataclasses import dataclass
+
+import torch
+
+from baselines.gates import Selection, top_mask
+from uqbench.gating import register_gate
+
+
+@register_gate("fractionk", knob="frac")  # the thermostat tunes `frac` to meet a budget
+@dataclass(frozen=True)
+class FractionK:
+    """Admit the top ceil(frac * N) experts of every token."""
+    frac: float = 0.25
+    name = "fractionk"  # how run.json and the cache keys name it
+
+    def validate(self, n_experts: int) -> None: ...
+
+    def select(self, probs: torch.Tensor, disagreement) -> Selection:
+        k = torch.full(probs.shape[:1], max(1, math.ceil(self.frac * probs.shape[-1])))
+        return Selection(mask := top_mask(probs, k), k, mask)
