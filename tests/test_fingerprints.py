@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import importlib
 import json
 import os
 import sys
@@ -158,11 +159,16 @@ def _suite(root: Path) -> Any:
 
 
 def _family_version(module: Any) -> str:
-    return f"LOADER_VERSION={LOADER_VERSION},{module.__name__}.VERSION={module.VERSION}"
+    return (f"{module.__name__}.VERSION={module.VERSION}, "
+            f"uqbench.data.sources.base.LOADER_VERSION={LOADER_VERSION}")
 
 
 def _builder_version(kind: str) -> str:
-    return ",".join(f"{k}={v}" for k, v in B.builder_versions(kind).items())
+    out = []
+    for name in ["uqbench.data.builders.BUILD_ITEM_VERSION", *B.BUILDERS[kind].versions]:
+        module, attr = name.rsplit(".", 1)
+        out.append(f"{name}={getattr(importlib.import_module(module), attr)}")
+    return ", ".join(out)
 
 
 #: name -> (version label: the constants to bump, output of the fixed input, needs the sandbox)
@@ -206,9 +212,9 @@ def check(name: str, root: Path, stored: dict[str, dict[str, str]]) -> None:
     if old is None:
         pytest.fail(f"no fingerprint for builder {name}; run {update}")
     if now["sha256"] != old["sha256"] and now["version"] == old["version"]:
-        pytest.fail(f"output of builder {name} changed; bump {name}.VERSION (the constants: "
-                    f"{now['version']}) and update the fingerprint ({update}), so that split "
-                    "caches built by the old code are not reused")
+        pytest.fail(f"output of builder {name} changed; bump the version constant of the code "
+                    f"you changed ({now['version']}) and update the fingerprint ({update}), "
+                    "so that split caches built by the old code are not reused")
     if now != old:
         pytest.fail(f"builder {name}: version {old['version']} -> {now['version']} but the "
                     f"fingerprint file was not updated; run {update}")
