@@ -44,14 +44,14 @@ def write_data_dir(tmp: Path, files: dict[str, str | bytes]) -> Path:
 
 # -- real data ---------------------------------------------------------------------------------
 
-SPLITS = [(s, sp) for s in L.list_sources() for sp in L.SOURCES[s].splits]
+SPLITS = [(s, sp) for s in L.list_sources() for sp in L.get_source(s).splits]
 
 
 @pytest.mark.parametrize(("source", "split"), SPLITS, ids=[f"{a}:{b}" for a, b in SPLITS])
 def test_counts_match_manifest(real_data_dir: Path, source: str, split: str) -> None:
     loaded = L.load_source(source, split, data_dir=real_data_dir)
     assert loaded.origin == "local"
-    rels = L.SOURCES[source].splits[split]
+    rels = L.get_source(source).splits[split]
     expected = sum(L.manifest_records(real_data_dir, r) or 0 for r in rels)
     n = len(loaded.items)
     if source == "mbpp":  # one file, three id ranges

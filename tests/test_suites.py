@@ -3,6 +3,7 @@ options), the split cache (reuse, rebuild on a changed source, corrupt entries),
 suites and their errors."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -13,6 +14,7 @@ import pytest
 
 from tests.conftest import REPO
 from uqbench.cache import StaleCacheWarning
+from uqbench.data import builders as B
 from uqbench.data import loaders as L
 from uqbench.data import suites as S
 from uqbench.data.records import content_hash
@@ -140,8 +142,8 @@ def test_pooled_is_deterministic(pooled: tuple[S.Suite, Path, Path]) -> None:
 
 def test_pooled_warm_cache_builds_nothing(pooled: tuple[S.Suite, Path, Path],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    # (fails, correctly, if uqbench/data/{mathmc,codemc,sandbox}.py are edited while it runs:
-    # the builders' code is part of the cache key)
+    # (fails, correctly, if a loader's or builder's version constant is bumped while it runs:
+    # the versions are part of the cache key; see tests/test_fingerprints.py)
     suite, cache, d = pooled
     monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
     warm = S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False)
@@ -153,7 +155,7 @@ def test_pooled_warm_cache_builds_nothing(pooled: tuple[S.Suite, Path, Path],
 def test_missing_builder_fails_before_building(real_data: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     d = real_data
-    monkeypatch.setattr(L, "builder_available",
+    monkeypatch.setattr(B, "builder_available",
                         lambda k: (k == "mc", "uqbench.data.codemc is not importable (test)"))
     monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
     with pytest.raises(DataError, match=r"math/train uses 'gsm8k'.*gsm8k builder.*not importable"):
@@ -212,6 +214,25 @@ def test_cache_rebuilds_when_a_source_changes(real_data: Path, tmp_path: Path,
     (d / rel).write_text((d / rel).read_text().replace("(edited) ", "(again) "))
     S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False, verify=False)
     assert len(built) == 12, "verify=False still keys the cache on the actual sha256"
+
+
+def test_cache_key_is_version_constants_not_code(real_data: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """No hash of source code in the key (a comment edit keeps the cache); a bumped family
+    VERSION rebuilds that family's splits."""
+    d, cache = _mini(tmp_path / "data", real_data), tmp_path / "cache"
+    built = _count_builds(monkeypatch)
+    S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+    (entry,) = (cache / "sci").glob("science-id-*.json")
+    key = json.loads(entry.read_text())["key"]
+    assert key["sources"] == {"arc-challenge": "1", "arc-easy": "1"}
+    assert key["builders"] == {"mc": {"method": "source options", "loader_version": "1"}}
+    assert "code_sha256" not in key and "sha256" not in json.dumps(
+        {k: v for k, v in key.items() if k != "files"})
+    arc = L.get_source("arc-easy")
+    monkeypatch.setitem(L.SOURCES._items, "arc-easy", dataclasses.replace(arc, version="2"))
+    S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+    assert len(built) == 8, "a bumped source version rebuilds the domain"
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "tamper", "rekey"])

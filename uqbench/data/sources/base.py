@@ -1,0 +1,202 @@
+"""The source registry and what every source family shares: `Source`, `Item`, `Loaded`, the
+record checks (`need`, `text`, `mc`) and `read_records`, which streams a data file through a
+source's record parser with file and line in every error.
+
+A source family is one module that registers its sources with `register_source`; importing it
+is what registers them (`SOURCES` imports the built-in families on first lookup).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from uqbench.data.records import MCRecord
+from uqbench.errors import ConfigError, DataError
+from uqbench.registry import Registry
+
+#: Bump when the shared machinery (manifest checks, streaming, hub rows) changes what a loader
+#: returns for the same files. Each family has its own ``VERSION`` (`Source.version`).
+LOADER_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One loaded example: a parsed `MCRecord`, or a ``raw`` dict a builder turns into one.
+
+    ``position`` is its index in source order, ``where`` its origin for error messages
+    (``file:line``), ``stratum`` a grouping key (MMLU subject) for stratified halves.
+    """
+
+    id: str
+    position: int
+    where: str
+    record: MCRecord | None = None
+    raw: Mapping[str, Any] | None = None
+    stratum: str = ""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """All items of one (source, split) plus where they came from.
+
+    ``files`` maps each data file (relative path) to its sha256; for the hub path it maps
+    ``hub:<repo>/<config>/<split>`` to a sha256 of the rows.
+    """
+
+    source: str
+    split: str
+    kind: str
+    items: tuple[Item, ...]
+    files: Mapping[str, str]
+    origin: str  # "local" or "hub"
+
+
+#: ``parse(source, split, index, obj) -> Item | None``: one record of a data file (None: skip)
+RecordParser = Callable[["Source", str, int, Any], "Item | None"]
+#: ``hub_parse(source, split, rows, subjects) -> items``: rows are ``(tag, index, dict)``
+HubParser = Callable[["Source", str, list[tuple[str, int, dict[str, Any]]],
+                      "Sequence[str] | None"], list[Item]]
+#: ``files(source, split, data_dir, rel, verify, subjects) -> {file: sha256}`` (verified)
+FileLister = Callable[..., dict[str, str]]
+#: ``stream(path) -> (line, obj)``: the records of one data file
+Streamer = Callable[[Path], Iterator[tuple[int, Any]]]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One dataset: its default domain, how its MC form is made, its files and hub mapping.
+
+    ``kind`` is ``"mc"`` (records parsed directly) or the builder that makes MC from a raw item
+    (``"gsm8k"``, ``"math500"``, ``"numeric"``, ``"mbpp"``, ``"humaneval"``, see
+    `uqbench.data.builders`). ``splits`` maps a split name to its data files (relative to the
+    data folder); ``hub`` maps a split to ``(repo, config, hub_splits)``, read by ``hub_parse``.
+    ``version`` is its family's ``VERSION``: part of the split cache key.
+    ``stream`` and ``files`` replace the defaults (JSON array for ``.json``, JSON lines for
+    ``.jsonl[.gz]``; one verified file per entry of ``splits``), MMLU's CSV folders use them.
+    """
+
+    name: str
+    domain: str
+    kind: str
+    splits: Mapping[str, tuple[str, ...]]
+    parse: RecordParser
+    version: str
+    hub: Mapping[str, tuple[str, str | None, tuple[str, ...]]] = field(default_factory=dict)
+    hub_parse: HubParser | None = None
+    description: str = ""
+    stream: Streamer | None = None
+    files: FileLister | None = None
+
+
+SOURCES: Registry[Source] = Registry("data source", builtins=(
+    "uqbench.data.sources.adapters", "uqbench.data.sources.mmlu",
+    "uqbench.data.sources.math", "uqbench.data.sources.code"))
+
+
+def register_source(name: str, *, domain: str, splits: Mapping[str, tuple[str, ...]],
+                    version: str, kind: str = "mc",
+                    hub: Mapping[str, tuple[str, str | None, tuple[str, ...]]] | None = None,
+                    hub_parse: HubParser | None = None, description: str = "",
+                    stream: Streamer | None = None, files: FileLister | None = None
+                    ) -> Callable[[RecordParser], RecordParser]:
+    """Decorator: register the record parser it decorates as source ``name``.
+
+    Decorators stack: one parser may serve several sources (ARC-Easy, ARC-Challenge...).
+    A duplicate name is a ValueError; a hub mapping needs a ``hub_parse``.
+    """
+    if hub and hub_parse is None:
+        raise ValueError(f"source {name!r} maps splits to the hub but gives no hub_parse")
+
+    def deco(parse: RecordParser) -> RecordParser:
+        SOURCES.add(name, Source(name, domain, kind, dict(splits), parse, version,
+                                 dict(hub or {}), hub_parse, description, stream, files))
+        return parse
+
+    return deco
+
+
+def list_sources() -> list[str]:
+    return SOURCES.names()
+
+
+def get_source(name: str, split: str | None = None) -> Source:
+    """The `Source` called ``name``; ConfigError listing valid names/splits otherwise."""
+    if name not in SOURCES:
+        raise ConfigError(f"unknown data source {name!r}; valid sources: "
+                          f"{', '.join(list_sources())}")
+    src = SOURCES.get(name)
+    if split is not None and split not in src.splits:
+        raise ConfigError(f"source {name!r} has no split {split!r}; valid splits: "
+                          f"{', '.join(src.splits)}")
+    return src
+
+
+# -- record checks ----------------------------------------------------------------------------
+
+class Bad(Exception):
+    """A malformed record; the caller adds file and line."""
+
+
+def need(d: Any, *keys: str) -> None:
+    """``d`` is a mapping holding ``keys`` (else `Bad`)."""
+    if not isinstance(d, Mapping):
+        raise Bad(f"expected a JSON object, got {type(d).__name__}")
+    missing = [k for k in keys if k not in d]
+    if missing:
+        raise Bad(f"missing field(s) {', '.join(map(repr, missing))}")
+
+
+def text(d: Mapping[str, Any], key: str) -> str:
+    """``d[key]``, which must be a string (else `Bad`)."""
+    v = d[key]
+    if not isinstance(v, str):
+        raise Bad(f"field {key!r} should be a string, got {type(v).__name__}")
+    return v
+
+
+def mc(id_: str, domain: str, question: str, choices: Sequence[str], answer: int, source: str,
+       meta: Mapping[str, Any] | None = None) -> MCRecord:
+    """A stripped `MCRecord`; empty question or options (or a bad answer) are `Bad`."""
+    if not question.strip():
+        raise Bad("empty question")
+    if any(not isinstance(c, str) or not c.strip() for c in choices):
+        raise Bad(f"empty or non-string option in {list(choices)!r}")
+    try:
+        return MCRecord(id=id_, domain=domain, question=question.strip(),
+                        choices=tuple(c.strip() for c in choices), answer=answer, source=source,
+                        meta=dict(meta or {}))
+    except ValueError as exc:
+        raise Bad(str(exc)) from None
+
+
+def read_records(path: Path, rel: str, parse: Callable[[int, Any], Item | None],
+                 stream: Streamer) -> list[Item]:
+    """``parse(index, obj)`` over the records of one file; errors name ``path:line``."""
+    out: list[Item] = []
+    for ln, obj in stream(path):
+        try:
+            item = parse(len(out), obj)
+        except Bad as exc:
+            raise DataError(f"{path}:{ln}: malformed record ({exc}). The file does not have "
+                            f"the expected format for {rel}; restore it from shared/data."
+                            ) from None
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise DataError(f"{path}:{ln}: malformed record ({type(exc).__name__}: {exc}). "
+                            f"The file does not have the expected format for {rel}; restore it "
+                            "from shared/data.") from None
+        if item is not None:
+            out.append(dataclasses.replace(item, where=f"{rel}:{ln}"))
+    return out
+
+
+def raw_item(src: Source, split: str, i: int, d: Any, fields: Sequence[str], *,
+             make_id: Callable[[Mapping[str, Any]], str] | None = None,
+             rename: Mapping[str, str] | None = None) -> Item:
+    """A raw item for a builder: ``d`` with ``fields`` checked and keys renamed; its id
+    ``make_id(raw)``, default ``<source>/<split>/<i>``."""
+    need(d, *fields)
+    raw = {(rename or {}).get(k, k): v for k, v in d.items()}
+    return Item(make_id(raw) if make_id else f"{src.name}/{split}/{i}", i, "", raw=raw)
