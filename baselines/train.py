@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -29,33 +29,30 @@ from tqdm.auto import tqdm
 from baselines import distributed
 from baselines.heads import MultipleChoiceModel
 from uqbench.data.records import MCRecord
+from uqbench.config import help_field
 from uqbench.errors import ConfigError
-
-
-def _help(text: str, default: object) -> object:
-    return field(default=default, metadata={"help": text})
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimisation hyper-parameters; the defaults are the paper's where it gives them."""
 
-    lr: float = _help("AdamW learning rate of adapters and routers (paper: 2e-4)", 2e-4)
-    head_lr: float = _help(
+    lr: float = help_field("AdamW learning rate of adapters and routers (paper: 2e-4)", 2e-4)
+    head_lr: float = help_field(
         "learning rate of the scoring head (a linear probe on the pooled features). Higher than "
         "lr: the head starts random (std 0.02), adapters start as an exact no-op, and Adam moves "
         "each weight by about lr per step. Mean-pooled pairs of one question differ little (the "
         "question dominates), so the head must grow to separate options. MiniLM+MoE, 400 "
         "ARC-Easy records, 25 steps: head_lr 2e-4 and 1e-3 leave the loss at ln 4 (1.386), "
         "1e-2 moves it (1.390 -> 1.372)", 1e-2)
-    weight_decay: float = _help("AdamW decoupled weight decay (0: LoRA's usual setting)", 0.0)
-    epochs: int = _help("passes over the training records (paper: 3)", 3)
-    batch_size: int = _help("examples per optimiser step (paper: 16)", 16)
-    max_length: int = _help("max tokens per sequence (question truncated first)", 128)
-    warmup_ratio: float = _help("fraction of steps of linear warm-up before cosine decay", 0.06)
-    seed: int = _help("seed of shuffling and dropout", 0)
-    grad_clip: float | None = _help("max global grad norm (None: no clipping)", 1.0)
-    bucket: bool = _help("group similar lengths inside a seeded shuffle (less padding)", True)
+    weight_decay: float = help_field("AdamW decoupled weight decay (0: LoRA's usual setting)", 0.0)
+    epochs: int = help_field("passes over the training records (paper: 3)", 3)
+    batch_size: int = help_field("examples per optimiser step (paper: 16)", 16)
+    max_length: int = help_field("max tokens per sequence (question truncated first)", 128)
+    warmup_ratio: float = help_field("fraction of steps of linear warm-up before cosine decay", 0.06)
+    seed: int = help_field("seed of shuffling and dropout", 0)
+    grad_clip: float | None = help_field("max global grad norm (None: no clipping)", 1.0)
+    bucket: bool = help_field("group similar lengths inside a seeded shuffle (less padding)", True)
 
     def __post_init__(self) -> None:
         checks = [
