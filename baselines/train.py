@@ -45,7 +45,8 @@ class TrainConfig:
         "question dominates), so the head must grow to separate options. MiniLM+MoE, 400 "
         "ARC-Easy records, 25 steps: head_lr 2e-4 and 1e-3 leave the loss at ln 4 (1.386), "
         "1e-2 moves it (1.390 -> 1.372)", 1e-2)
-    weight_decay: float = help_field("AdamW decoupled weight decay (0: LoRA's usual setting)", 0.0)
+    weight_decay: float = help_field("AdamW decoupled weight decay (0: LoRA's usual setting)",
+                                     0.0)
     epochs: int = help_field("passes over the training records (paper: 3)", 3)
     batch_size: int = help_field("examples per optimiser step (paper: 16)", 16)
     max_length: int = help_field("max tokens per sequence (question truncated first)", 128)
