@@ -1,16 +1,15 @@
-"""The README's "Adding a backbone" example, verbatim but for FOLDER (tests: test_backbones)."""
+"""The README's "Adding a backbone" example, verbatim (tests: test_backbones, test_readme)."""
+# my_backbones.py:  uqbench run --plugin my_backbones --backbone my-bert ...
 from pathlib import Path
 
-from baselines.backbones import Backbone, load_folder, minilm_path, register_backbone
+from baselines.backbones import Backbone, load_folder, register_backbone
 from uqbench.errors import ConfigError
 
-FOLDER = Path(minilm_path())  # README: Path("models/my-bert"), any Hugging Face model folder
-
+FOLDER = Path("models/my-bert")  # a Hugging Face folder: config.json, weights, tokenizer
 
 def check() -> None:  # runs before any data work: a missing folder is a clear error
     if not (FOLDER / "config.json").is_file():
         raise ConfigError(f"backbone 'my-bert' needs {FOLDER}/config.json")
-
 
 @register_backbone("my-bert", check=check)
 def my_bert(*, dtype=None, device=None, cache_dir=None) -> Backbone:

@@ -1,12 +1,11 @@
-"""The README's "Adding a gate" example, verbatim (tests import it: test_gates, test_thermostat)."""
+"""The README's "Adding a gate" example, verbatim (tests: test_gates, test_thermostat)."""
+# my_gates.py
 import math
 from dataclasses import dataclass
 
 import torch
-
 from baselines.gates import Selection, top_mask
 from uqbench.gating import register_gate
-
 
 @register_gate("fractionk", knob="frac")  # the thermostat tunes `frac` to meet a budget
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -230,8 +231,10 @@ def test_architecture_is_checked_from_config_alone_before_any_data_work(tmp_path
 def example_backbone():
     import sys
 
-    from baselines.backbones import BACKBONES
-    yield importlib.import_module("tests.example_backbone")  # executed afresh: registers
+    from baselines.backbones import BACKBONES, minilm_path
+    mod = importlib.import_module("tests.example_backbone")  # executed afresh: registers
+    mod.FOLDER = Path(minilm_path())  # the README's folder, models/my-bert, is not here
+    yield mod
     BACKBONES._items.pop("my-bert", None)
     sys.modules.pop("tests.example_backbone", None)
 

@@ -1,0 +1,39 @@
+"""The README's extension examples are the code the tests run, character for character."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+def _body(path: Path) -> str:
+    """A test example file without its first line (the docstring saying where it is used)."""
+    return path.read_text().split("\n", 1)[1]
+
+
+@pytest.mark.parametrize("marker, tested", [
+    ("@register_gate(", lambda: _body(ROOT / "tests" / "example_gate.py")),
+    ("@register_backbone(", lambda: _body(ROOT / "tests" / "example_backbone.py")),
+    ("@register_source(", lambda: __import__("tests.test_data_registry",
+                                              fromlist=["PLUGIN"]).PLUGIN.lstrip("\n")),
+])
+def test_readme_examples_are_the_tested_code(marker: str, tested) -> None:
+    shown = [b for b in _blocks() if marker in b]
+    assert len(shown) == 1, f"the README should show one {marker} example, found {len(shown)}"
+    assert shown[0] == tested()
+
+
+def test_readme_scorer_example_is_the_one_the_plugin_test_registers() -> None:
+    shown = next(b for b in _blocks() if "@register_scorer(" in b)
+    body = shown.split("@register_scorer(", 1)[1]
+    runner_test = (ROOT / "tests" / "test_runner.py").read_text()
+    for line in ("class Gini(Scorer):", "p = self.predictive(outputs)",
+                 "return 1.0 - (p ** 2).sum(axis=1)"):
+        assert line in body and line in runner_test
