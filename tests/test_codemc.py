@@ -243,6 +243,24 @@ def test_token_keeping_swaps_are_tried_before_insertions_and_blunt_edits() -> No
     for m in muts:
         kinds[m.tier].add(m.kind)
     assert {"comparison", "constant"} <= kinds[0] and {"range", "condition"} <= kinds[1]
-    assert mutation_tier("return", "->None") == 2 and mutation_tier("call", "drop_len") == 2
+    assert mutation_tier("call", "drop_len") == 2 and mutation_tier("string", "upper") == 2
     tiers = [m.tier for m in order_mutations(muts, random.Random(0))]
     assert tiers == sorted(tiers)
+
+
+def test_no_mutation_writes_none_or_floor_division_for_a_product() -> None:
+    """``None`` and ``//`` were the options-only classifier's strongest marks of a distractor."""
+    src = "def f(a, b):\n    x = a * b\n    return x + 1\n"
+    tree = ast.parse(src)
+    texts = [apply_mutations(tree, [m]) for m in enumerate_mutations(tree)]
+    assert texts and not any("None" in t or "//" in t for t in texts)
+
+
+def test_shrinking_and_growing_edits_alternate_within_a_tier() -> None:
+    """`_alternate_signs`: by tier, an edit that shrinks the character 3-gram set, then one
+    that grows it, ...; the rest of each sign's order kept."""
+    from uqbench.data.codemc import Mutation, _alternate_signs
+
+    m = [Mutation("k", i, "v", 1, tier=t) for i, t in enumerate([1, 0, 0, 0, 0, 1])]
+    delta = {m[0]: -1, m[1]: 2, m[2]: 3, m[3]: -2, m[4]: 0, m[5]: 5}
+    assert _alternate_signs(m, delta) == [m[3], m[1], m[2], m[4], m[0], m[5]]

@@ -2,14 +2,15 @@
 it that *fail the problem's own tests when executed* (in `uqbench.data.sandbox`).
 
 Mutants are single AST edits (`ast` + `ast.unparse`): comparison swaps (< <=, > >=, == !=, in /
-not in, direction flips), arithmetic swaps (+ -, * //, / *...), a term dropped (``a + b`` ->
+not in, direction flips), arithmetic swaps (+ -, * +, / *, // *...), a term dropped (``a + b`` ->
 ``a``), integer constants +-1 and boolean constants flipped, the first two call arguments
 swapped, min/max, any/all, upper/lower, startswith/endswith... swapped, a wrapper dropped
 (``abs(x)`` -> ``x``), ``reverse=True`` added to a sort, ``range(n)`` -> ``range(n - 1)`` /
 ``range(n + 1)``, an index +-1, slice bounds swapped, ``and`` <-> ``or``, a condition (also a
 comprehension's) negated, a boolean return negated, ``''`` <-> ``' '``; as a last resort
-("blunt": used only when the subtle ones do not suffice) a return value replaced by ``None``,
-``len(x)`` -> ``x``, a string upper/lower-cased. Candidates are tried by tier (`mutation_tier`):
+("blunt": used only when the subtle ones do not suffice) ``len(x)`` -> ``x``, a string
+upper/lower-cased. (A return value replaced by ``None`` and ``*`` -> ``//`` are not used: the
+options-only classifier learnt ``None`` and ``//`` as marks of a distractor.) Candidates are tried by tier (`mutation_tier`):
 swaps that keep the program's tokens (an operator, constant, builtin, argument order or slice
 bound swapped) before edits that insert or delete tokens (``not``, ``- 1``, ``reverse=True``, a
 dropped term or wrapper), blunt ones last: an inserted ``not`` or ``- 1`` in three of four
@@ -21,7 +22,14 @@ Scheme "square" (default): two failing single mutants a and b at unrelated place
 double mutant a+b, which must fail too. The options {ref, ref+a, ref+b, ref+a+b} are symmetric:
 every option differs from two others by one edit and from the third by two, so "pick the option
 closest to all others" -- which finds the reference every time among independent single mutants,
-since it is their common ancestor -- is at chance. Scheme "independent": three failing single
+since it is their common ancestor -- is at chance by edit distance. By *sets* of character
+3-grams it is not: an edit's new 3-grams are new to the program while the ones it removes often
+survive elsewhere, so the reference tends to be the shortest, smallest and least central option
+(the `uqbench.data.artifacts` centroid baseline scored 0.16, far below chance). So each record
+draws two target ranks for its reference -- how many options are shorter, how many are more
+central -- and among the verified squares the one closest to them is kept while candidates last;
+within a tier, edits that shrink the 3-gram set alternate with those that grow it, so that both
+are among the first tried. Scheme "independent": three failing single
 mutants of different kinds where possible; "square" falls back to it (``meta["scheme"]`` says
 which) for tiny programs such as ``return a + b`` that have no two unrelated edit sites.
 
@@ -39,11 +47,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from uqbench.data.artifacts import _grams, centroid_scores
 from uqbench.data.mathmc import record_rng
 from uqbench.data.records import MCRecord
 from uqbench.data.sandbox import Sandbox, SandboxResult
 
-CODE_MC_VERSION = "2"  # 2: token-keeping swaps tried before insertions/deletions
+CODE_MC_VERSION = "3"  # 2: token-keeping swaps tried before insertions/deletions
 N_CHOICES = 4
 SCHEMES = ("square", "independent")
 DEFAULT_MAX_TRIES = 16
@@ -57,7 +66,7 @@ _CMP: dict[type, tuple[type, ...]] = {
     ast.In: (ast.NotIn,), ast.NotIn: (ast.In,), ast.Is: (ast.IsNot,), ast.IsNot: (ast.Is,),
 }
 _ARITH: dict[type, tuple[type, ...]] = {
-    ast.Add: (ast.Sub, ast.Mult), ast.Sub: (ast.Add,), ast.Mult: (ast.FloorDiv, ast.Add),
+    ast.Add: (ast.Sub, ast.Mult), ast.Sub: (ast.Add,), ast.Mult: (ast.Add,),
     ast.FloorDiv: (ast.Mult, ast.Mod), ast.Div: (ast.Mult, ast.FloorDiv),
     ast.Mod: (ast.FloorDiv,), ast.Pow: (ast.Mult,), ast.BitAnd: (ast.BitOr,),
     ast.BitOr: (ast.BitAnd,), ast.BitXor: (ast.BitOr,), ast.LShift: (ast.RShift,),
@@ -93,15 +102,14 @@ class Mutation:
 
 #: tier 1: edits that insert or delete tokens; tier 2: blunt last resorts (see `mutation_tier`)
 _INSERT_DELETE_KINDS = frozenset(("index", "range", "condition", "operand", "call"))
-_BLUNT = frozenset((("return", "->None"), ("call", "drop_len"), ("string", "upper"),
-                    ("string", "lower")))
+_BLUNT = frozenset((("call", "drop_len"), ("string", "upper"), ("string", "lower")))
 
 
 def mutation_tier(kind: str, variant: str) -> int:
     """0: a swap that keeps the program's tokens (comparison, arithmetic, boolean operator,
     constant, builtin, argument order, slice bounds, ``''`` <-> ``' '``); 1: an edit that inserts
     or deletes tokens (``not``, ``+ 1``/``- 1``, ``reverse=True``, a term, minus or wrapper
-    dropped); 2: blunt (a return value -> ``None``, ``len(x)`` -> ``x``, a string's case)."""
+    dropped); 2: blunt (``len(x)`` -> ``x``, a string's case)."""
     if (kind, variant) in _BLUNT:
         return 2
     if kind in _INSERT_DELETE_KINDS or variant in ("negate", "drop_minus"):
@@ -249,8 +257,6 @@ def enumerate_mutations(tree: ast.Module, entry_point: str | None = None) -> lis
             elif isinstance(v, _BOOLISH) or (isinstance(v, ast.UnaryOp)
                                              and isinstance(v.op, ast.Not)):
                 add("return", "negate")
-            elif not (isinstance(v, ast.Constant) and v.value is None):
-                add("return", "->None")
         elif isinstance(node, (ast.If, ast.While, ast.IfExp)):
             add("condition", "negate")
         elif isinstance(node, ast.comprehension):
@@ -328,9 +334,7 @@ def _apply(node: Any, m: Mutation) -> None:
         else:
             pos[0] = ast.BinOp(left=pos[0], op=ast.Add(), right=ast.Constant(1))
     elif k == "return":
-        if v == "->None":
-            node.value = ast.Constant(None)
-        elif v == "negate":
+        if v == "negate":
             node.value = _negate(node.value)
         else:
             node.value = ast.Constant(not node.value.value)
@@ -417,6 +421,18 @@ def order_mutations(muts: Sequence[Mutation], rng: Any) -> list[Mutation]:
     return ordered
 
 
+def _alternate_signs(muts: Sequence[Mutation], delta: dict[Mutation, int]) -> list[Mutation]:
+    """Within each tier, alternate mutations that shrink the set of character 3-grams with those
+    that grow it (order kept otherwise), so that both kinds are among the first tried."""
+    out: list[Mutation] = []
+    for tier in (0, 1, 2):
+        groups = ([m for m in muts if m.tier == tier and delta[m] < 0],
+                  [m for m in muts if m.tier == tier and delta[m] >= 0])
+        for i in range(max(map(len, groups))):
+            out += [g[i] for g in groups if i < len(g)]
+    return out
+
+
 # -- building --------------------------------------------------------------------------------
 
 @dataclass
@@ -458,12 +474,6 @@ def _stats(**kw: Any) -> dict[str, Any]:
     return base
 
 
-def _shorter(da: int, db: int) -> int:
-    """How many options of the square {ref, ref+a, ref+b, ref+a+b} are shorter than ref, given
-    the length changes of the single mutants (assumed additive)."""
-    return sum(d < 0 for d in (da, db, da + db))
-
-
 def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
            max_tries: int, fallback: bool = True) -> tuple[MCRecord | None, dict[str, Any]]:
     if scheme not in SCHEMES:
@@ -484,8 +494,11 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
                             killed=int(ref.killed))
     budget = min(ref_timeout, max(0.5, 5.0 * ref.elapsed_s))
     rng = record_rng(seed, p.rid, "code_mc")
-    length_target = rng.randrange(N_CHOICES)
+    length_target, central_target = rng.randrange(N_CHOICES), rng.randrange(N_CHOICES)
     muts = order_mutations(enumerate_mutations(tree, p.entry_point), rng)
+    ref_grams = len(_grams(ref_text))
+    muts = _alternate_signs(muts, {m: len(_grams(apply_mutations(tree, [m]))) - ref_grams
+                                   for m in muts})
     anc = _ancestry(tree)
     seen = {ref_text}
     stats = _stats(reference_passed=True, candidates=len(muts), scheme=scheme)
@@ -506,9 +519,20 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
         stats["mutants_failing"] += 1
         return text, _outcome(res)
 
+    def miss(texts: Sequence[str]) -> int:
+        """How far the reference is from its target ranks among the options: how many are
+        shorter than it, and how many are more central (`centroid_scores`)."""
+        central = centroid_scores((ref_text, *texts))
+        return (abs(sum(len(t) < len(ref_text) for t in texts) - length_target)
+                + abs(sum(c > central[0] for c in central[1:]) - central_target))
+
+    def pair(a: Mutation, b: Mutation) -> list[Mutation]:
+        return [a, b] if a.site < b.site else [b, a]
+
     picked: list[tuple[list[Mutation], str, str]] | None = None
+    best = N_CHOICES * 2
     for m in muts:
-        if stats["mutants_tried"] >= max_tries or picked is not None:
+        if stats["mutants_tried"] >= max_tries or (picked is not None and best == 0):
             break
         r = test([m])
         if r is None:
@@ -518,21 +542,21 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
             if len(failing) == N_CHOICES - 1:
                 picked = [([fm], t, o) for fm, t, o in failing]
             continue
-        partners = [f for f in failing
+        # partners at unrelated sites, those that put the reference nearest its target ranks
+        # first, then of a kind other than m's; a square that misses them is kept while
+        # candidates last, in case a better one verifies
+        partners = [(miss([f[1], r[0], apply_mutations(tree, pair(f[0], m))]), f)
+                    for f in failing
                     if m.site not in anc[f[0].site] and f[0].site not in anc[m.site]]
-        # Prefer partners that put the reference at this record's target length rank (the
-        # number of options shorter than it), then a kind other than m's.
-        da = len(r[0]) - len(ref_text)
-        partners.sort(key=lambda f: (
-            abs(_shorter(da, len(f[1]) - len(ref_text)) - length_target), f[0].kind == m.kind))
+        partners.sort(key=lambda x: (x[0], x[1][0].kind == m.kind))
         failing.append((m, *r))
-        for fm, ftext, fout in partners:
-            if stats["mutants_tried"] >= max_tries:
+        for score, (fm, ftext, fout) in partners:
+            if stats["mutants_tried"] >= max_tries or score >= best:
                 break
-            both = [fm, m] if fm.site < m.site else [m, fm]
-            r2 = test(both)
+            r2 = test(pair(fm, m))
             if r2 is not None:
-                picked = [([fm], ftext, fout), ([m], r[0], r[1]), (both, r2[0], r2[1])]
+                picked = [([fm], ftext, fout), ([m], r[0], r[1]), (pair(fm, m), r2[0], r2[1])]
+                best = score
                 break
     used = scheme
     if picked is None and scheme == "square" and fallback and len(failing) >= N_CHOICES - 1:
