@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from uqbench.data.sources.base import Bad, Item, Source, need, raw_item, register_source
-from uqbench.data.sources.hub import HubRows, hub_row
+from uqbench.data.sources.hub import HubRows, hub_raw, hub_row
 
 #: Bump when parsing or selection changes what these sources return for the same files.
 VERSION = "1"
@@ -62,19 +62,9 @@ def _humaneval_id(raw: Mapping[str, Any]) -> str:
     return "humaneval/" + tid.split("/")[1]
 
 
-def _humaneval_hub(src: Source, split: str, rows: HubRows, subjects: Sequence[str] | None
-                   ) -> list[Item]:
-    items: list[Item] = []
-    for tag, i, r in rows:
-        with hub_row(src.name, f"{tag} row {i}"):
-            need(r, *_HUMANEVAL_FIELDS)
-            items.append(Item(_humaneval_id(r), len(items), f"{tag} row {i}", raw=r))
-    return items
-
-
 @register_source("humaneval", domain="code", kind="humaneval", version=VERSION,
                  splits={"test": ("humaneval/HumanEval.jsonl.gz",)},
                  hub={"test": ("openai/openai_humaneval", None, ("test",))},
-                 hub_parse=_humaneval_hub, description="HumanEval as code MC (test 164 raw)")
+                 hub_parse=hub_raw(*_HUMANEVAL_FIELDS, make_id=_humaneval_id), description="HumanEval as code MC (test 164 raw)")
 def parse_humaneval(src: Source, split: str, i: int, d: Any) -> Item:
     return raw_item(src, split, i, d, _HUMANEVAL_FIELDS, make_id=_humaneval_id)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from uqbench.data.sources.base import Bad, Source
+from uqbench.data.sources.base import Bad, HubParser, Item, Source, need
 from uqbench.data.sources.files import ENV_VAR
 from uqbench.errors import DataError
 
@@ -68,3 +68,18 @@ def hub_row(source: str, where: str) -> Iterator[None]:
     except (Bad, KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{where}: malformed {source} record ({exc}); the hub schema may "
                         "have changed: use a local copy (--data-dir)") from None
+
+
+def hub_raw(*fields: str, make_id: Callable[[dict[str, Any]], str] | None = None) -> HubParser:
+    """Hub rows as raw items after checking ``fields``; ids ``<source>/<split>/<n>`` unless
+    ``make_id(row)`` names them."""
+    def parse(src: Source, split: str, rows: HubRows, subjects: Sequence[str] | None
+              ) -> list[Item]:
+        items: list[Item] = []
+        for tag, i, r in rows:
+            with hub_row(src.name, f"{tag} row {i}"):
+                need(r, *fields)
+                rid = make_id(r) if make_id else f"{src.name}/{split}/{len(items)}"
+                items.append(Item(rid, len(items), f"{tag} row {i}", raw=r))
+        return items
+    return parse

@@ -8,12 +8,10 @@ original on only 49/254 items.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from uqbench.data.sources.base import (
     Bad,
-    HubParser,
     Item,
     RecordParser,
     Source,
@@ -23,7 +21,7 @@ from uqbench.data.sources.base import (
     register_source,
     text,
 )
-from uqbench.data.sources.hub import HubRows, hub_row
+from uqbench.data.sources.hub import hub_raw
 
 #: Bump when parsing or selection changes what these sources return for the same files.
 VERSION = "1"
@@ -46,20 +44,6 @@ def parse_aqua(src: Source, split: str, i: int, d: Any) -> Item:
     rid = f"{src.name}/{split}/{i}"
     return Item(rid, i, "", record=mc(rid, src.domain, text(d, "sQuestion"),
                                       [o[2:] for o in opts], letters.index(ans), src.name))
-
-
-def hub_raw(*fields: str) -> HubParser:
-    """Hub rows as raw items ``<source>/<split>/<n>`` after checking ``fields``."""
-    def parse(src: Source, split: str, rows: HubRows, subjects: Sequence[str] | None
-              ) -> list[Item]:
-        items: list[Item] = []
-        for tag, i, r in rows:
-            with hub_row(src.name, f"{tag} row {i}"):
-                need(r, *fields)
-                items.append(Item(f"{src.name}/{split}/{len(items)}", len(items),
-                                  f"{tag} row {i}", raw=r))
-        return items
-    return parse
 
 
 @register_source("gsm8k", domain="math", kind="gsm8k", version=VERSION,
