@@ -540,7 +540,7 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
         if scheme == "independent":
             failing.append((m, *r))
             if len(failing) == N_CHOICES - 1:
-                picked = [([fm], t, o) for fm, t, o in failing]
+                picked, best = [([fm], t, o) for fm, t, o in failing], 0
             continue
         # partners at unrelated sites, those that put the reference nearest its target ranks
         # first, then of a kind other than m's; a square that misses them is kept while
