@@ -28,8 +28,8 @@ from tqdm.auto import tqdm
 
 from baselines import distributed
 from baselines.heads import MultipleChoiceModel
-from uqbench.data.records import MCRecord
 from uqbench.config import help_field
+from uqbench.data.records import MCRecord
 from uqbench.errors import ConfigError
 
 

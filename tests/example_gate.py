@@ -4,6 +4,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+
 from baselines.gates import Selection, top_mask
 from uqbench.gating import register_gate
 

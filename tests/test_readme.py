@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
 
 
 def _body(path: Path) -> str:
