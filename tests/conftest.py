@@ -262,13 +262,29 @@ def uqbench_env(**extra: str) -> dict[str, str]:
             **extra}
 
 
+@slow_fixture(scope="session", reason="builds the real pooled suite at smoke (code MC runs tests)")
+def smoke_splits(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> Path:
+    """The pooled suite's splits at the smoke profile, built once per session into a split
+    cache (``<folder>/pooled/*.json``): read by the suite tests and copied into the smoke run's
+    cache, as a user's second run reads the first one's splits."""
+    from uqbench.data.suites import build_suite
+
+    cache = tmp_path_factory.mktemp("smoke-splits")
+    build_suite("pooled", "smoke", data_dir=real_data, cache_dir=cache, progress=False)
+    return cache
+
+
 @slow_fixture(scope="session", e2e=True, reason="the real smoke run (MiniLM, real data)")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path, smoke_splits: Path
               ) -> Iterator[tuple[Path, dict[str, str], subprocess.CompletedProcess]]:
-    """One cold `uqbench run --suite pooled --profile smoke` (the README's command at the CI
-    profile) in a temporary folder, shared by every test that needs a finished real run:
-    (root, env, process) with the run in ``root/run`` and its cache in ``root/cache``."""
+    """One `uqbench run --suite pooled --profile smoke` (the README's command at the CI
+    profile) in a temporary folder, cold but for the splits (`smoke_splits`), shared by every
+    test that needs a finished real run: (root, env, process) with the run in ``root/run`` and
+    its cache in ``root/cache``."""
+    import shutil
+
     root = tmp_path_factory.mktemp("smoke")
+    shutil.copytree(smoke_splits, root / "cache" / "splits")
     env = uqbench_env(UQBENCH_DATA=str(real_data), UQBENCH_CACHE=str(root / "cache"))
     cmd = [sys.executable, "-m", "uqbench", "run", "--suite", "pooled", "--profile", "smoke",
            "--out", str(root / "run"), "--no-progress"]

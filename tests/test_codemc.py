@@ -22,6 +22,7 @@ from uqbench.data.codemc import (
 from uqbench.data.records import MCRecord
 from uqbench.data.sandbox import Sandbox
 
+
 def _data_file(d: Path, rel: str) -> Path:
     if not (d / rel).is_file():
         pytest.skip(f"data file {rel} not found (set UQBENCH_DATA to the data folder)")
@@ -264,3 +265,56 @@ def test_shrinking_and_growing_edits_alternate_within_a_tier() -> None:
     m = [Mutation("k", i, "v", 1, tier=t) for i, t in enumerate([1, 0, 0, 0, 0, 1])]
     delta = {m[0]: -1, m[1]: 2, m[2]: 3, m[3]: -2, m[4]: 0, m[5]: 5}
     assert _alternate_signs(m, delta) == [m[3], m[1], m[2], m[4], m[0], m[5]]
+
+
+def test_swap_prior_is_the_references_token_counts(real_data: Path) -> None:
+    """`SWAP_PRIOR` is `reference_token_counts` summed over the real MBPP and HumanEval
+    references (tokens seen at least 3 times), not numbers typed in."""
+    import warnings
+    from collections import Counter
+
+    from uqbench.data.codemc import SWAP_PRIOR, reference_token_counts
+
+    warnings.simplefilter("ignore", DeprecationWarning)  # MBPP's invalid escapes
+    total: Counter[str] = Counter()
+    with open(real_data / "mbpp" / "mbpp.jsonl") as f:
+        for line in f:
+            total += reference_token_counts(json.loads(line)["code"].replace("\r\n", "\n"))
+    with gzip.open(real_data / "humaneval" / "HumanEval.jsonl.gz", "rt") as f:
+        for line in f:
+            raw = json.loads(line)
+            total += reference_token_counts(raw["prompt"] + raw["canonical_solution"])
+    assert SWAP_PRIOR == {k: v for k, v in total.items() if v >= 3}
+
+
+def test_reference_token_counts_by_hand() -> None:
+    from uqbench.data.codemc import reference_token_counts
+
+    src = "def f(a, b):\n    if a == -1 and b != 0:\n        return max(a, 1) + 1\n    return True\n"
+    assert reference_token_counts(src) == {"Eq": 1, "NotEq": 1, "And": 1, "-1": 1, "0": 1,
+                                           "1": 2, "max": 1, "Add": 1, "True": 1}
+
+
+def test_rare_direction_of_a_swap_is_tried_late_in_proportion() -> None:
+    """`balance_directions`: ``!=`` -> ``==`` (to the commoner token) keeps its place every time;
+    ``==`` -> ``!=`` keeps it with probability f(!=) / f(==) and otherwise goes after the
+    insertions/deletions; over many draws the two directions are kept about equally often
+    in proportion to how often each token occurs."""
+    import random
+
+    from uqbench.data.codemc import SWAP_PRIOR, Mutation, balance_directions, swap_tokens
+
+    up = Mutation("comparison", 1, "0:NotEq->Eq", 1)
+    down = Mutation("comparison", 2, "0:Eq->NotEq", 1)
+    ins = Mutation("condition", 3, "negate", 1, tier=1)
+    blunt = Mutation("call", 4, "drop_len", 1, tier=2)
+    assert swap_tokens(down) == ("Eq", "NotEq") and swap_tokens(ins) is None
+    rng = random.Random(0)
+    kept = 0
+    for _ in range(4000):
+        order = balance_directions([down, up, ins, blunt], rng)
+        assert order[0] in (down, up) and order[-1] is blunt
+        assert order.index(up) < order.index(ins)
+        kept += order.index(down) < order.index(ins)
+    expected = (SWAP_PRIOR["NotEq"] + 1) / (SWAP_PRIOR["Eq"] + 1)
+    assert abs(kept / 4000 - expected) < 0.03

@@ -99,12 +99,12 @@ def test_pooled_science_knowledge_math_deterministic_disjoint_capped(real_data: 
 
 
 @pytest.fixture(scope="module")
-def pooled(real_data: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> tuple[S.Suite, Path, Path]:
+def pooled(real_data: Path, smoke_splits: Path) -> tuple[S.Suite, Path, Path]:
+    """The session's pooled smoke suite (`smoke_splits`: built cold once), read from its cache."""
     d = real_data
     _need_builders("gsm8k", "math500", "mbpp", "humaneval")
-    cache = tmp_path_factory.mktemp("split-cache")
-    return S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False), cache, d
+    suite = S.build_suite("pooled", "smoke", data_dir=d, cache_dir=smoke_splits, progress=False)
+    return suite, smoke_splits, d
 
 
 def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) -> None:
@@ -116,6 +116,8 @@ def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) 
     _check_disjoint(suite)
     code = suite.split("code", "id").recipe["builder_stats"]
     assert code["verified"] == code["built"] == CAPS["id"]
+    # how each of the 3 distractors per record failed its tests (not in the records: load-dependent)
+    assert sum(code["mutant_outcomes"].values()) == 3 * code["built"]
     assert len(suite.train_records()) == 4 * CAPS["train"]
     assert [s.domain for s in suite.role("calib")] == list(suite.domains)
     task = {r: {int(x.id.split("/")[1]) for x in suite.split("code", r).records}

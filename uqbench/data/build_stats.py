@@ -25,6 +25,7 @@ class StatsAgg:
         self.flags: Counter[str] = Counter()
         self.methods: Counter[str] = Counter()
         self.designs: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
 
     def add(self, rec: MCRecord | None, st: Mapping[str, Any]) -> None:
         self.tried += 1
@@ -39,6 +40,7 @@ class StatsAgg:
                 self.flags[k] += int(v)
             elif isinstance(v, (int, float)):
                 self.sums[k] = self.sums.get(k, 0) + v
+        self.outcomes.update(o for o in st.get("choice_outcomes", ()) if o)  # code: how mutants fail
         if rec is not None:
             for m in _distractor_methods(rec.meta):
                 self.methods[m.split(":")[0]] += 1  # family: "perturbation:plus_one" -> ...
@@ -58,6 +60,8 @@ class StatsAgg:
             d["distractor_methods"] = dict(self.methods.most_common())
         if self.designs:
             d["designs"] = dict(self.designs.most_common())
+        if self.outcomes:
+            d["mutant_outcomes"] = dict(self.outcomes.most_common())
         return d
 
 

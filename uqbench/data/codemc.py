@@ -29,7 +29,10 @@ survive elsewhere, so the reference tends to be the shortest, smallest and least
 draws two target ranks for its reference -- how many options are shorter, how many are more
 central -- and among the verified squares the one closest to them is kept while candidates last;
 within a tier, edits that shrink the 3-gram set alternate with those that grow it, so that both
-are among the first tried. Scheme "independent": three failing single
+are among the first tried. And swaps to a rarer token (``==`` -> ``!=``, ``0`` -> ``-1``) are
+tried late in proportion to how much rarer it is in real references (`balance_directions`,
+`SWAP_PRIOR`), so that across a split each swap pair is used about equally often both ways and
+the reference is not "the option with the commoner tokens". Scheme "independent": three failing single
 mutants of different kinds where possible; "square" falls back to it (``meta["scheme"]`` says
 which) for tiny programs such as ``return a + b`` that have no two unrelated edit sites.
 
@@ -43,6 +46,7 @@ import ast
 import copy
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +56,7 @@ from uqbench.data.mathmc import record_rng
 from uqbench.data.records import MCRecord
 from uqbench.data.sandbox import Sandbox, SandboxResult
 
-CODE_MC_VERSION = "3"  # 2: token-keeping swaps tried before insertions/deletions
+CODE_MC_VERSION = "4"  # 4: swap directions balanced by the references' token counts
 N_CHOICES = 4
 SCHEMES = ("square", "independent")
 DEFAULT_MAX_TRIES = 16
@@ -398,6 +402,77 @@ def _ancestry(tree: ast.Module) -> list[set[int]]:
     return out
 
 
+def reference_token_counts(source: str) -> Counter[str]:
+    """How often each token a swap trades appears in ``source``: comparison, arithmetic and
+    boolean operators by AST name (``Eq``, ``Add``, ``And``), boolean and integer constants
+    (``-1`` counted as ``"-1"``), the functions and methods of ``_FUNC_SWAP``/``_METHOD_SWAP``
+    (``min``, ``.upper``). `SWAP_PRIOR` is its sum over the real references."""
+    counts: Counter[str] = Counter()
+    tree = ast.parse(source)
+    negated = {id(n.operand) for n in ast.walk(tree)
+               if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub)}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Compare):
+            counts.update(_opname(op) for op in n.ops)
+        elif isinstance(n, (ast.BinOp, ast.AugAssign, ast.BoolOp)):
+            counts[_opname(n.op)] += 1
+        elif isinstance(n, ast.Constant) and isinstance(n.value, int):
+            counts[("-" if id(n) in negated else "") + str(n.value)] += 1
+        elif isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Name) and f.id in _FUNC_SWAP:
+                counts[f.id] += 1
+            elif isinstance(f, ast.Attribute) and f.attr in _METHOD_SWAP:
+                counts["." + f.attr] += 1
+    return counts
+
+
+#: `reference_token_counts` summed over every MBPP reference (974, all splits) and every
+#: HumanEval prompt + canonical solution (164) of the data folder, tokens seen at least 3 times
+#: (``tests/test_codemc.py`` recomputes it from the real files).
+SWAP_PRIOR: dict[str, int] = {
+    "1": 1413, "Add": 1077, "0": 1057, "Sub": 600, "Eq": 587, "Mult": 469, "2": 463, "Mod": 237,
+    "Gt": 179, "-1": 159, "Lt": 156, "False": 155, "True": 148, "And": 131, "Div": 129,
+    "NotEq": 108, "LtE": 102, "max": 100, "FloorDiv": 80, "Or": 78, "3": 68, "10": 67, "GtE": 61,
+    "In": 55, "min": 52, "4": 39, "Pow": 29, "RShift": 28, "BitAnd": 27, "BitXor": 23, "5": 21,
+    "NotIn": 21, "BitOr": 19, "all": 19, "12": 16, "6": 16, "LShift": 16, "8": 13, "9": 12,
+    "100": 11, "2000": 11, "7": 11, "Is": 11, ".isalpha": 10, ".isdigit": 9, ".isupper": 9,
+    ".keys": 9, ".values": 9, "any": 9, ".lower": 8, "360": 8, ".islower": 7, "26": 7,
+    ".index": 6, "16": 5, "180": 5, "50": 5, "-2": 4, "1000": 4, "11": 4, "20": 4, "21": 4,
+    "101": 3, "130": 3, "400": 3, "500": 3, "60": 3,
+}
+
+
+def swap_tokens(m: Mutation) -> tuple[str, str] | None:
+    """``(old, new)`` for a swap that trades one `reference_token_counts` token for another
+    (``("Eq", "NotEq")``, ``("0", "-1")``, ``("min", "max")``), else None."""
+    if m.kind in ("comparison", "arithmetic", "boolean", "constant", "builtin", "return") \
+            and "->" in m.variant:
+        old, new = m.variant.split(":")[-1].split("->")
+        return old, new
+    return None
+
+
+def balance_directions(muts: Sequence[Mutation], rng: Any) -> list[Mutation]:
+    """Keep a swap old -> new in its place with probability min(1, f(new) / f(old)) (f:
+    `SWAP_PRIOR` + 1), else try it only after every other swap and insertion/deletion (before
+    the blunt edits). Over many programs each swap pair is then used about as often in one
+    direction as in the other: count(old -> new) is proportional to f(old) * min(1, f(new) /
+    f(old)) = min(f(old), f(new)). Without it the options alone gave the reference away by its
+    more common tokens: ``==`` over ``!=``, ``0`` over ``-1``, ``return False`` over ``return
+    True`` (the options-only classifier picked the reference in 43% of the squares with an
+    ``==`` -> ``!=`` edit, and in none with ``!=`` -> ``==``)."""
+    def rank(m: Mutation) -> float:
+        t = swap_tokens(m)
+        if t is None:
+            return m.tier
+        p = (SWAP_PRIOR.get(t[1], 0) + 1) / (SWAP_PRIOR.get(t[0], 0) + 1)
+        return m.tier if p >= 1 or rng.random() < p else 1.5
+
+    ranks = [rank(m) for m in muts]
+    return [m for _, m in sorted(zip(ranks, muts), key=lambda x: x[0])]
+
+
 def order_mutations(muts: Sequence[Mutation], rng: Any) -> list[Mutation]:
     """By tier (`mutation_tier`: token-keeping swaps, then insertions/deletions, then blunt),
     round-robin over kinds within a tier (kinds and members shuffled), so the first few
@@ -499,6 +574,7 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
     ref_grams = len(_grams(ref_text))
     muts = _alternate_signs(muts, {m: len(_grams(apply_mutations(tree, [m]))) - ref_grams
                                    for m in muts})
+    muts = balance_directions(muts, rng)
     anc = _ancestry(tree)
     seen = {ref_text}
     stats = _stats(reference_passed=True, candidates=len(muts), scheme=scheme)
@@ -585,11 +661,13 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
     meta = {
         "builder": "code_mc", "version": CODE_MC_VERSION, "scheme": used,
         "choice_mutations": [ms for _, ms, _ in options],
-        "choice_outcomes": [o for _, _, o in options],
         "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
         **p.meta,
     }
-    stats.update(verified=True, reason="ok", scheme=used)
+    # how each mutant failed ("assertion", "timeout", "error:IndexError"): in the stats, not the
+    # record, since a mutant near its time budget fails by "timeout" on a busy machine
+    stats.update(verified=True, reason="ok", scheme=used,
+                 choice_outcomes=[o for _, _, o in options])
     return MCRecord(id=p.rid, domain="code", question=p.question,
                     choices=tuple(t for t, _, _ in options), answer=answer, source=p.source,
                     meta=meta), stats
