@@ -290,9 +290,15 @@ def test_swap_prior_is_the_references_token_counts(real_data: Path) -> None:
 def test_reference_token_counts_by_hand() -> None:
     from uqbench.data.codemc import reference_token_counts
 
-    src = "def f(a, b):\n    if a == -1 and b != 0:\n        return max(a, 1) + 1\n    return True\n"
+    src = "def f(a, b):\n    if a == -1 and b != 0:\n        return max(a, 1) + 1\n    return not a\n"
     assert reference_token_counts(src) == {"Eq": 1, "NotEq": 1, "And": 1, "-1": 1, "0": 1,
-                                           "1": 2, "max": 1, "Add": 1, "True": 1}
+                                           "1": 2, "max": 1, "Add": 1, "test": 1, "Not": 1}
+    # a negation inserts "not" in a plain condition and drops it from a negated one
+    tree = ast.parse(src)
+    negations = {m.variant: apply_mutations(tree, [m]) for m in enumerate_mutations(tree)
+                 if m.variant in ("negate", "unnegate")}
+    assert "if not (a == -1 and b != 0):" in negations["negate"]
+    assert negations["unnegate"].endswith("return a")
 
 
 def test_rare_direction_of_a_swap_is_tried_late_in_proportion() -> None:
@@ -306,9 +312,10 @@ def test_rare_direction_of_a_swap_is_tried_late_in_proportion() -> None:
 
     up = Mutation("comparison", 1, "0:NotEq->Eq", 1)
     down = Mutation("comparison", 2, "0:Eq->NotEq", 1)
-    ins = Mutation("condition", 3, "negate", 1, tier=1)
+    ins = Mutation("range", 3, "end-1", 1, tier=1)
     blunt = Mutation("call", 4, "drop_len", 1, tier=2)
     assert swap_tokens(down) == ("Eq", "NotEq") and swap_tokens(ins) is None
+    assert swap_tokens(Mutation("condition", 5, "negate_if_0", 1, tier=1)) == ("test", "Not")
     rng = random.Random(0)
     kept = 0
     for _ in range(4000):

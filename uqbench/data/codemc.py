@@ -5,36 +5,43 @@ Mutants are single AST edits (`ast` + `ast.unparse`): comparison swaps (< <=, > 
 not in, direction flips), arithmetic swaps (+ -, * +, / *, // *...), a term dropped (``a + b`` ->
 ``a``), integer constants +-1 and boolean constants flipped, the first two call arguments
 swapped, min/max, any/all, upper/lower, startswith/endswith... swapped, a wrapper dropped
-(``abs(x)`` -> ``x``), ``reverse=True`` added to a sort, ``range(n)`` -> ``range(n - 1)`` /
-``range(n + 1)``, an index +-1, slice bounds swapped, ``and`` <-> ``or``, a condition (also a
-comprehension's) negated, a boolean return negated, ``''`` <-> ``' '``; as a last resort
-("blunt": used only when the subtle ones do not suffice) ``len(x)`` -> ``x``, a string
-upper/lower-cased. (A return value replaced by ``None`` and ``*`` -> ``//`` are not used: the
-options-only classifier learnt ``None`` and ``//`` as marks of a distractor.) Candidates are tried by tier (`mutation_tier`):
-swaps that keep the program's tokens (an operator, constant, builtin, argument order or slice
-bound swapped) before edits that insert or delete tokens (``not``, ``- 1``, ``reverse=True``, a
-dropped term or wrapper), blunt ones last: an inserted ``not`` or ``- 1`` in three of four
-options would let a reader of the options alone spot the reference. All four options are
-``ast.unparse`` output with docstrings removed (comments and formatting cannot give the
-reference away; the question carries the docstring).
+(``abs(x)`` -> ``x``), ``range(n)`` -> ``range(n - 1)`` / ``range(n + 1)``, an index +-1, slice
+bounds swapped, ``and`` <-> ``or``, a condition (also a comprehension's, a boolean return)
+negated (``not`` inserted, or removed from ``not x``), ``''`` <-> ``' '``; as a last resort
+("blunt": used only when the subtle ones do not suffice) ``len(x)`` -> ``x``, ``reverse=True``
+added to a sort, a string upper/lower-cased. (A return value replaced by ``None`` and ``*`` ->
+``//`` are not used: the options-only classifier learnt ``None`` and ``//`` as marks of a
+distractor.) Candidates are tried by tier (`mutation_tier`): swaps that keep the program's
+tokens (an operator, constant, builtin, argument order or slice bound swapped) before edits that
+insert or delete tokens (``not``, ``- 1``, a dropped term or wrapper), blunt ones last. All four
+options are ``ast.unparse`` output with docstrings removed (comments and formatting cannot give
+the reference away; the question carries the docstring).
 
 Scheme "square" (default): two failing single mutants a and b at unrelated places, plus the
 double mutant a+b, which must fail too. The options {ref, ref+a, ref+b, ref+a+b} are symmetric:
 every option differs from two others by one edit and from the third by two, so "pick the option
 closest to all others" -- which finds the reference every time among independent single mutants,
-since it is their common ancestor -- is at chance by edit distance. By *sets* of character
-3-grams it is not: an edit's new 3-grams are new to the program while the ones it removes often
-survive elsewhere, so the reference tends to be the shortest, smallest and least central option
-(the `uqbench.data.artifacts` centroid baseline scored 0.16, far below chance). So each record
-draws two target ranks for its reference -- how many options are shorter, how many are more
-central -- and among the verified squares the one closest to them is kept while candidates last;
-within a tier, edits that shrink the 3-gram set alternate with those that grow it, so that both
-are among the first tried. And swaps to a rarer token (``==`` -> ``!=``, ``0`` -> ``-1``) are
-tried late in proportion to how much rarer it is in real references (`balance_directions`,
-`SWAP_PRIOR`), so that across a split each swap pair is used about equally often both ways and
-the reference is not "the option with the commoner tokens". Scheme "independent": three failing single
-mutants of different kinds where possible; "square" falls back to it (``meta["scheme"]`` says
-which) for tiny programs such as ``return a + b`` that have no two unrelated edit sites.
+since it is their common ancestor -- is at chance by edit distance. What still tells the
+reference from the options alone, and what is done about it (each measured with the
+options-only check of `uqbench.data.artifacts`):
+
+- *3-gram sets.* An edit's new 3-grams are new to the program while the ones it removes often
+  survive elsewhere, so the reference tended to be the shortest, smallest and least central
+  option (centroid baseline 0.16, far below chance). Within a tier, edits that shrink the
+  3-gram set alternate with those that grow it, so both are among the first tried.
+- *Commoner tokens.* Real code says ``==`` more than ``!=``, ``0`` more than ``-1``, ``x`` more
+  than ``not x``: the reference was "the option with the commoner tokens" (the classifier
+  picked it in 43% of squares with an ``==`` -> ``!=`` edit and in none with ``!=`` -> ``==``).
+  A swap (or negation) to a rarer token is tried late in proportion to how much rarer it is
+  in real references (`balance_directions`, `SWAP_PRIOR`), so that across a split each pair is
+  used about as often one way as the other.
+- *Ranks.* Each record draws three target ranks for its reference -- how many options are
+  shorter, more central (`centroid_scores`), and of commoner tokens (`commonness`) -- and
+  among the verified squares the one closest to them is kept while candidates last.
+
+Scheme "independent": three failing single mutants of different kinds where possible; "square"
+falls back to it (``meta["scheme"]`` says which) for tiny programs such as ``return a + b`` that
+have no two unrelated edit sites.
 
 Everything is deterministic under (seed, record id): candidates are shuffled by a per-record RNG,
 runs are pinned to one hash seed, and a mutant's budget is a multiple of the reference's run time
@@ -44,6 +51,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import math
 import os
 import sys
 from collections import Counter
@@ -56,7 +64,7 @@ from uqbench.data.mathmc import record_rng
 from uqbench.data.records import MCRecord
 from uqbench.data.sandbox import Sandbox, SandboxResult
 
-CODE_MC_VERSION = "4"  # 4: swap directions balanced by the references' token counts
+CODE_MC_VERSION = "5"  # 4: swap directions balanced; 5: a target rank for commonness
 N_CHOICES = 4
 SCHEMES = ("square", "independent")
 DEFAULT_MAX_TRIES = 16
@@ -106,7 +114,8 @@ class Mutation:
 
 #: tier 1: edits that insert or delete tokens; tier 2: blunt last resorts (see `mutation_tier`)
 _INSERT_DELETE_KINDS = frozenset(("index", "range", "condition", "operand", "call"))
-_BLUNT = frozenset((("call", "drop_len"), ("string", "upper"), ("string", "lower")))
+_BLUNT = frozenset((("call", "drop_len"), ("call", "reverse=True"), ("string", "upper"),
+                    ("string", "lower")))
 
 
 def mutation_tier(kind: str, variant: str) -> int:
@@ -116,7 +125,7 @@ def mutation_tier(kind: str, variant: str) -> int:
     dropped); 2: blunt (``len(x)`` -> ``x``, a string's case)."""
     if (kind, variant) in _BLUNT:
         return 2
-    if kind in _INSERT_DELETE_KINDS or variant in ("negate", "drop_minus"):
+    if kind in _INSERT_DELETE_KINDS or variant.startswith(("negate", "unnegate", "drop_minus")):
         return 1
     return 0
 
@@ -260,12 +269,12 @@ def enumerate_mutations(tree: ast.Module, entry_point: str | None = None) -> lis
                 add("return", f"{v.value}->{not v.value}")
             elif isinstance(v, _BOOLISH) or (isinstance(v, ast.UnaryOp)
                                              and isinstance(v.op, ast.Not)):
-                add("return", "negate")
+                add("return", _negation(v))
         elif isinstance(node, (ast.If, ast.While, ast.IfExp)):
-            add("condition", "negate")
+            add("condition", _negation(node.test))
         elif isinstance(node, ast.comprehension):
             for j in range(len(node.ifs)):
-                add("condition", f"negate_if_{j}")
+                add("condition", f"{_negation(node.ifs[j])}_if_{j}")
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and not isinstance(
                 node.operand, ast.Constant):
             add("arithmetic", "drop_minus")
@@ -286,6 +295,15 @@ def enumerate_mutations(tree: ast.Module, entry_point: str | None = None) -> lis
                         add("string", "upper" if new == node.value.upper() else "lower")
                         break
     return out
+
+
+def _is_not(expr: ast.AST) -> bool:
+    return isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not)
+
+
+def _negation(expr: ast.AST) -> str:
+    """The variant that negates ``expr``: "unnegate" for ``not x`` (-> ``x``), else "negate"."""
+    return "unnegate" if _is_not(expr) else "negate"
 
 
 def _negate(expr: ast.expr) -> ast.expr:
@@ -338,12 +356,12 @@ def _apply(node: Any, m: Mutation) -> None:
         else:
             pos[0] = ast.BinOp(left=pos[0], op=ast.Add(), right=ast.Constant(1))
     elif k == "return":
-        if v == "negate":
+        if v in ("negate", "unnegate"):
             node.value = _negate(node.value)
         else:
             node.value = ast.Constant(not node.value.value)
     elif k == "condition":
-        if v.startswith("negate_if_"):
+        if "_if_" in v:
             j = int(v.rsplit("_", 1)[1])
             node.ifs[j] = _negate(node.ifs[j])
         else:
@@ -406,7 +424,9 @@ def reference_token_counts(source: str) -> Counter[str]:
     """How often each token a swap trades appears in ``source``: comparison, arithmetic and
     boolean operators by AST name (``Eq``, ``Add``, ``And``), boolean and integer constants
     (``-1`` counted as ``"-1"``), the functions and methods of ``_FUNC_SWAP``/``_METHOD_SWAP``
-    (``min``, ``.upper``). `SWAP_PRIOR` is its sum over the real references."""
+    (``min``, ``.upper``), and conditions (of ``if``/``while``/``x if c else y``/a comprehension,
+    a boolean return) as ``"Not"`` when negated, else ``"test"``. `SWAP_PRIOR` is its sum over
+    the real references."""
     counts: Counter[str] = Counter()
     tree = ast.parse(source)
     negated = {id(n.operand) for n in ast.walk(tree)
@@ -424,6 +444,11 @@ def reference_token_counts(source: str) -> Counter[str]:
                 counts[f.id] += 1
             elif isinstance(f, ast.Attribute) and f.attr in _METHOD_SWAP:
                 counts["." + f.attr] += 1
+        tests = (n.test,) if isinstance(n, (ast.If, ast.While, ast.IfExp)) else (
+            n.ifs if isinstance(n, ast.comprehension) else ())
+        if isinstance(n, ast.Return) and (isinstance(n.value, _BOOLISH) or _is_not(n.value)):
+            tests = (n.value,)
+        counts.update("Not" if _is_not(t) else "test" for t in tests)
     return counts
 
 
@@ -431,16 +456,25 @@ def reference_token_counts(source: str) -> Counter[str]:
 #: HumanEval prompt + canonical solution (164) of the data folder, tokens seen at least 3 times
 #: (``tests/test_codemc.py`` recomputes it from the real files).
 SWAP_PRIOR: dict[str, int] = {
-    "1": 1413, "Add": 1077, "0": 1057, "Sub": 600, "Eq": 587, "Mult": 469, "2": 463, "Mod": 237,
-    "Gt": 179, "-1": 159, "Lt": 156, "False": 155, "True": 148, "And": 131, "Div": 129,
-    "NotEq": 108, "LtE": 102, "max": 100, "FloorDiv": 80, "Or": 78, "3": 68, "10": 67, "GtE": 61,
-    "In": 55, "min": 52, "4": 39, "Pow": 29, "RShift": 28, "BitAnd": 27, "BitXor": 23, "5": 21,
-    "NotIn": 21, "BitOr": 19, "all": 19, "12": 16, "6": 16, "LShift": 16, "8": 13, "9": 12,
-    "100": 11, "2000": 11, "7": 11, "Is": 11, ".isalpha": 10, ".isdigit": 9, ".isupper": 9,
-    ".keys": 9, ".values": 9, "any": 9, ".lower": 8, "360": 8, ".islower": 7, "26": 7,
-    ".index": 6, "16": 5, "180": 5, "50": 5, "-2": 4, "1000": 4, "11": 4, "20": 4, "21": 4,
-    "101": 3, "130": 3, "400": 3, "500": 3, "60": 3,
+    "1": 1413, "test": 1144, "Add": 1077, "0": 1057, "Sub": 600, "Eq": 587, "Mult": 469, "2": 463,
+    "Mod": 237, "Gt": 179, "-1": 159, "Lt": 156, "False": 155, "True": 148, "And": 131,
+    "Div": 129, "NotEq": 108, "LtE": 102, "max": 100, "FloorDiv": 80, "Or": 78, "3": 68, "10": 67,
+    "GtE": 61, "In": 55, "min": 52, "4": 39, "Not": 37, "Pow": 29, "RShift": 28, "BitAnd": 27,
+    "BitXor": 23, "5": 21, "NotIn": 21, "BitOr": 19, "all": 19, "12": 16, "6": 16, "LShift": 16,
+    "8": 13, "9": 12, "100": 11, "2000": 11, "7": 11, "Is": 11, ".isalpha": 10, ".isdigit": 9,
+    ".isupper": 9, ".keys": 9, ".values": 9, "any": 9, ".lower": 8, "360": 8, ".islower": 7,
+    "26": 7, ".index": 6, "16": 5, "180": 5, "50": 5, "-2": 4, "1000": 4, "11": 4, "20": 4,
+    "21": 4, "101": 3, "130": 3, "400": 3, "500": 3, "60": 3,
 }
+
+
+def commonness(source: str) -> float:
+    """Log-probability of the program's `reference_token_counts` tokens under a unigram model
+    of the real references (`SWAP_PRIOR`, add-one smoothed): lower for each rarer token swapped
+    in (``!=`` for ``==``) and for each one inserted (``not``)."""
+    total = sum(SWAP_PRIOR.values()) + len(SWAP_PRIOR)
+    return sum(n * math.log((SWAP_PRIOR.get(t, 0) + 1) / total)
+               for t, n in reference_token_counts(source).items())
 
 
 def swap_tokens(m: Mutation) -> tuple[str, str] | None:
@@ -450,6 +484,8 @@ def swap_tokens(m: Mutation) -> tuple[str, str] | None:
             and "->" in m.variant:
         old, new = m.variant.split(":")[-1].split("->")
         return old, new
+    if m.variant.startswith(("negate", "unnegate")):
+        return ("test", "Not") if m.variant.startswith("negate") else ("Not", "test")
     return None
 
 
@@ -458,10 +494,7 @@ def balance_directions(muts: Sequence[Mutation], rng: Any) -> list[Mutation]:
     `SWAP_PRIOR` + 1), else try it only after every other swap and insertion/deletion (before
     the blunt edits). Over many programs each swap pair is then used about as often in one
     direction as in the other: count(old -> new) is proportional to f(old) * min(1, f(new) /
-    f(old)) = min(f(old), f(new)). Without it the options alone gave the reference away by its
-    more common tokens: ``==`` over ``!=``, ``0`` over ``-1``, ``return False`` over ``return
-    True`` (the options-only classifier picked the reference in 43% of the squares with an
-    ``==`` -> ``!=`` edit, and in none with ``!=`` -> ``==``)."""
+    f(old)) = min(f(old), f(new)). (A negation counts as the swap "test" -> "Not".)"""
     def rank(m: Mutation) -> float:
         t = swap_tokens(m)
         if t is None:
@@ -569,7 +602,7 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
                             killed=int(ref.killed))
     budget = min(ref_timeout, max(0.5, 5.0 * ref.elapsed_s))
     rng = record_rng(seed, p.rid, "code_mc")
-    length_target, central_target = rng.randrange(N_CHOICES), rng.randrange(N_CHOICES)
+    length_target, central_target, common_target = (rng.randrange(N_CHOICES) for _ in range(3))
     muts = order_mutations(enumerate_mutations(tree, p.entry_point), rng)
     ref_grams = len(_grams(ref_text))
     muts = _alternate_signs(muts, {m: len(_grams(apply_mutations(tree, [m]))) - ref_grams
@@ -597,10 +630,13 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
 
     def miss(texts: Sequence[str]) -> int:
         """How far the reference is from its target ranks among the options: how many are
-        shorter than it, and how many are more central (`centroid_scores`)."""
+        shorter than it, how many are more central (`centroid_scores`), how many have commoner
+        tokens (`commonness`)."""
         central = centroid_scores((ref_text, *texts))
+        ref_common = commonness(ref_text)
         return (abs(sum(len(t) < len(ref_text) for t in texts) - length_target)
-                + abs(sum(c > central[0] for c in central[1:]) - central_target))
+                + abs(sum(c > central[0] for c in central[1:]) - central_target)
+                + abs(sum(commonness(t) > ref_common for t in texts) - common_target))
 
     def pair(a: Mutation, b: Mutation) -> list[Mutation]:
         return [a, b] if a.site < b.site else [b, a]
