@@ -121,8 +121,8 @@ _BLUNT = frozenset((("call", "drop_len"), ("call", "reverse=True"), ("string", "
 def mutation_tier(kind: str, variant: str) -> int:
     """0: a swap that keeps the program's tokens (comparison, arithmetic, boolean operator,
     constant, builtin, argument order, slice bounds, ``''`` <-> ``' '``); 1: an edit that inserts
-    or deletes tokens (``not``, ``+ 1``/``- 1``, ``reverse=True``, a term, minus or wrapper
-    dropped); 2: blunt (``len(x)`` -> ``x``, a string's case)."""
+    or deletes tokens (``not`` inserted or removed, ``+ 1``/``- 1``, a term, minus or wrapper
+    dropped); 2: blunt (``len(x)`` -> ``x``, ``reverse=True``, a string's case)."""
     if (kind, variant) in _BLUNT:
         return 2
     if kind in _INSERT_DELETE_KINDS or variant.startswith(("negate", "unnegate", "drop_minus")):
@@ -267,8 +267,7 @@ def enumerate_mutations(tree: ast.Module, entry_point: str | None = None) -> lis
             v = node.value
             if isinstance(v, ast.Constant) and isinstance(v.value, bool):
                 add("return", f"{v.value}->{not v.value}")
-            elif isinstance(v, _BOOLISH) or (isinstance(v, ast.UnaryOp)
-                                             and isinstance(v.op, ast.Not)):
+            elif isinstance(v, _BOOLISH) or _is_not(v):
                 add("return", _negation(v))
         elif isinstance(node, (ast.If, ast.While, ast.IfExp)):
             add("condition", _negation(node.test))
@@ -307,7 +306,7 @@ def _negation(expr: ast.AST) -> str:
 
 
 def _negate(expr: ast.expr) -> ast.expr:
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+    if _is_not(expr):
         return expr.operand
     return ast.UnaryOp(op=ast.Not(), operand=expr)
 
