@@ -467,12 +467,14 @@ SWAP_PRIOR: dict[str, int] = {
 }
 
 
+_PRIOR_TOTAL = sum(SWAP_PRIOR.values()) + len(SWAP_PRIOR)
+
+
 def commonness(source: str) -> float:
     """Log-probability of the program's `reference_token_counts` tokens under a unigram model
     of the real references (`SWAP_PRIOR`, add-one smoothed): lower for each rarer token swapped
     in (``!=`` for ``==``) and for each one inserted (``not``)."""
-    total = sum(SWAP_PRIOR.values()) + len(SWAP_PRIOR)
-    return sum(n * math.log((SWAP_PRIOR.get(t, 0) + 1) / total)
+    return sum(n * math.log((SWAP_PRIOR.get(t, 0) + 1) / _PRIOR_TOTAL)
                for t, n in reference_token_counts(source).items())
 
 
@@ -501,8 +503,7 @@ def balance_directions(muts: Sequence[Mutation], rng: Any) -> list[Mutation]:
         p = (SWAP_PRIOR.get(t[1], 0) + 1) / (SWAP_PRIOR.get(t[0], 0) + 1)
         return m.tier if p >= 1 or rng.random() < p else 1.5
 
-    ranks = [rank(m) for m in muts]
-    return [m for _, m in sorted(zip(ranks, muts), key=lambda x: x[0])]
+    return sorted(muts, key=rank)  # stable; rank is called once per mutation, in order
 
 
 def order_mutations(muts: Sequence[Mutation], rng: Any) -> list[Mutation]:
@@ -603,7 +604,7 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
     rng = record_rng(seed, p.rid, "code_mc")
     length_target, central_target, common_target = (rng.randrange(N_CHOICES) for _ in range(3))
     muts = order_mutations(enumerate_mutations(tree, p.entry_point), rng)
-    ref_grams = len(_grams(ref_text))
+    ref_grams, ref_common = len(_grams(ref_text)), commonness(ref_text)
     muts = _alternate_signs(muts, {m: len(_grams(apply_mutations(tree, [m]))) - ref_grams
                                    for m in muts})
     muts = balance_directions(muts, rng)
@@ -632,7 +633,6 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
         shorter than it, how many are more central (`centroid_scores`), how many have commoner
         tokens (`commonness`)."""
         central = centroid_scores((ref_text, *texts))
-        ref_common = commonness(ref_text)
         return (abs(sum(len(t) < len(ref_text) for t in texts) - length_target)
                 + abs(sum(c > central[0] for c in central[1:]) - central_target)
                 + abs(sum(commonness(t) > ref_common for t in texts) - common_target))
