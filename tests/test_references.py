@@ -13,8 +13,8 @@ from uqbench.data.artifacts import chance_interval, classifier_accuracy
 from uqbench.data.records import MCRecord, Split
 from uqbench.data.suites import Suite
 from uqbench.evaluate import COLUMNS
-from uqbench.references import (at_chance, at_chance_message, reference_rows,
-                                warn_at_chance)
+from uqbench.references import (at_chance, at_chance_message, reference_inputs,
+                                reference_rows, warn_at_chance)
 from uqbench.report import is_reference, latex_table, markdown_table, summary, write_results
 
 WORDS = ("apple", "river", "stone", "cloud", "tiger", "maple", "ocean", "piano", "lemon")
@@ -39,7 +39,7 @@ def _records(domain: str, n: int, ks: tuple[int, ...], seed: int) -> tuple[MCRec
 def _suite() -> Suite:
     splits = {}
     for d, ks in (("science", (2, 4)), ("math", (4, 5, 3))):
-        for j, (role, n) in enumerate((("train", 80), ("id", 30), ("shift", 24))):
+        for j, (role, n) in enumerate((("train", 80), ("id", 30), ("shift", 24), ("calib", 8))):
             splits[d, role] = Split(d, role, _records(d, n, ks, seed=10 * j + len(d)), {})
     return Suite("toy", "smoke", ("science", "math"), splits)
 
@@ -51,7 +51,8 @@ def suite() -> Suite:
 
 @pytest.fixture(scope="module")
 def refs(suite: Suite) -> dict[tuple[str, str], dict]:
-    return {(r["method"], r["domain"]): r for r in reference_rows(suite, n_boot=200)}
+    rows = reference_rows(reference_inputs(suite), n_boot=200)
+    return {(r["method"], r["domain"]): r for r in rows}
 
 
 def test_chance_is_the_mean_of_one_over_k_by_hand(suite: Suite, refs) -> None:
@@ -87,7 +88,7 @@ def test_options_only_is_the_artifact_classifier_on_the_id_split(suite: Suite, r
     # pooled: the domains' predictions concatenated (30 ID questions each)
     assert refs["options-only", "pooled"]["accuracy"] == pytest.approx(
         (accs["science"] + accs["math"]) / 2)
-    again = reference_rows(suite, n_boot=200)
+    again = reference_rows(reference_inputs(suite), n_boot=200)
     assert json.dumps(again) == json.dumps(list(refs.values()))  # deterministic, NaN-safe
 
 

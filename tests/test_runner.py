@@ -281,3 +281,24 @@ def test_every_seed_is_kept_per_example(env):
                if r["method"] == "moe-lora/top4/msp" and r["domain"] == "pooled")
     assert correct.shape == (row["n_id"], 2) and experts.shape == (row["n_id"], 2)
     assert row["accuracy"] == pytest.approx(correct.mean())
+
+
+def test_scoring_the_runs_own_records_gives_every_value_of_its_table(env, cold, tmp_path):
+    """`uqbench score` on the records a run wrote: the same rows, value for value, and the same
+    per-example scores; no model work."""
+    from uqbench.records import read_record_set
+    from uqbench.score import ScoreConfig, score
+
+    again = score(read_record_set(cold.out / "records"),
+                  ScoreConfig(out=tmp_path / "scored", figures=False))
+    assert (tmp_path / "scored" / "results.csv").read_text() == \
+        (cold.out / "results.csv").read_text()
+    with np.load(cold.out / "scores.npz") as a, np.load(tmp_path / "scored" / "scores.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        for k in a.files:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    meta = json.loads((tmp_path / "scored" / "run.json").read_text())
+    assert meta["skipped_scorers"] == [] and meta["methods"] == [r["method"] for r in cold.rows
+                                                                 if r["domain"] == "pooled"
+                                                                 and r["gate"] != "-"]
+    assert len(again.rows) == len(cold.rows)

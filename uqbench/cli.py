@@ -4,6 +4,9 @@
                 [--plugin MODULE] [--out DIR] [--cache-dir DIR] [--data-dir DIR] [--seeds N]
                 [--experiment NAME] [--models a,b] [--head cloze|letters]
     uqbench list scorers|suites|backbones|experiments|profiles|models
+    uqbench score SOURCE --out DIR [--domain NAME=ID_TASK:SHIFT_TASK ...] [--members DIR ...]
+                                  # score records made elsewhere: lm-eval samples or an export
+    uqbench export RUN_DIR DEST   # copy a run's forward records (for `score` elsewhere)
     uqbench report RUN_DIR        # reprint a finished run's tables (--paper: its paper_report.md)
     uqbench plot RUN_DIR          # redraw a finished run's figures
     uqbench data build --suite pooled --profile PROFILE
@@ -60,6 +63,42 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--overwrite", action="store_true",
                      help="replace an --out folder holding another configuration's results")
+
+    sc = sub.add_parser("score", help="score forward records made elsewhere (lm-eval samples, "
+                        "a uqbench export) into a run folder, with no model work")
+    sc.add_argument("source", type=Path, help="a uqbench records folder (uqbench export, or "
+                    "RUN_DIR/records), a run folder, or an lm-eval --output_path folder")
+    sc.add_argument("--out", type=Path, required=True, help="the run folder to write")
+    sc.add_argument("--domain", action="append", default=[], metavar="NAME=ID:SHIFT[:CALIB]",
+                    help="lm-eval: a domain's ID, shifted and (optional) calib task; repeatable")
+    sc.add_argument("--domains", type=Path, metavar="FILE.yaml",
+                    help="lm-eval: domains: {NAME: {id: TASK, shift: TASK, calib: TASK}}")
+    sc.add_argument("--members", action="append", type=Path, default=[], metavar="DIR",
+                    help="lm-eval: another run of the same tasks (seed/model) for the ensemble "
+                    "scorers; repeatable")
+    sc.add_argument("--normalize", default="chars", choices=["none", "chars", "bytes"],
+                    help="lm-eval: logit = log-likelihood (none: lm-eval's acc), per character "
+                    "of the choice (chars: acc_norm, the default) or per UTF-8 byte (bytes: "
+                    "acc_bytes)")
+    sc.add_argument("--calib-fraction", type=float, default=0.2,
+                    help="lm-eval: fraction of the ID questions held out for recalibration when a "
+                    "domain has no calib task (default 0.2)")
+    sc.add_argument("--seed", type=int, default=0, help="lm-eval: seed of that hold-out")
+    sc.add_argument("--model-name", help="lm-eval: the model's name in the method column "
+                    "(default: from the results file)")
+    sc.add_argument("--scorers", type=_csv, default=(),
+                    help="comma-separated (default: the run's methods for uqbench records, all "
+                    "scorers for lm-eval)")
+    sc.add_argument("--plugin", action="append", default=[], metavar="MODULE")
+    sc.add_argument("--bootstrap", type=int, help="bootstrap resamples (default: the records')")
+    sc.add_argument("--cache-dir", type=Path, help="memoise rows here (default: none)")
+    sc.add_argument("--scorer-timeout", type=float, default=300.0, metavar="SECONDS")
+    sc.add_argument("--no-figures", action="store_true")
+    sc.add_argument("--overwrite", action="store_true")
+
+    ex = sub.add_parser("export", help="copy a finished run's forward records to a folder")
+    ex.add_argument("run_dir", type=Path)
+    ex.add_argument("dest", type=Path)
 
     lst = sub.add_parser("list", help="list registered names")
     lst.add_argument("what", choices=["scorers", "suites", "backbones", "experiments", "profiles",
@@ -123,6 +162,20 @@ def main(argv: list[str] | None = None) -> int:
                 figures=not args.no_figures,
                 progress=not args.no_progress, overwrite=args.overwrite,
                 scorer_timeout=args.scorer_timeout or None))
+        elif args.command == "score":
+            from uqbench.score import ScoreConfig, check_out, load_records, score
+            check_out(args.out, args.overwrite)  # before reading anything
+            records = load_records(args.source, domains=args.domain, domains_file=args.domains,
+                                   members=args.members, normalize=args.normalize,
+                                   calib_fraction=args.calib_fraction, seed=args.seed,
+                                   model_name=args.model_name)
+            score(records, ScoreConfig(
+                out=args.out, scorers=args.scorers, plugins=tuple(args.plugin),
+                bootstrap=args.bootstrap, cache_dir=args.cache_dir, figures=not args.no_figures,
+                overwrite=args.overwrite, scorer_timeout=args.scorer_timeout or None))
+        elif args.command == "export":
+            from uqbench.records import export_run
+            print(f"wrote {export_run(args.run_dir, args.dest)}")
         elif args.command == "report":
             from uqbench.report import markdown_table, read_results, rows_for
             if args.paper:

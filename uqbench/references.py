@@ -25,9 +25,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from uqbench import metrics as M
 from uqbench.cache import PROTOCOL_VERSION
@@ -54,44 +56,69 @@ def _mean_ci(correct: np.ndarray, n_boot: int, seed: int) -> tuple[float, float,
     return float(np.mean(correct)), float(lo), float(hi)
 
 
-def reference_rows(suite: Any, *, n_boot: int, seed: int = 0) -> list[dict[str, Any]]:
-    """The ``chance`` and ``options-only`` rows of every domain of a built suite and ``pooled``.
+@dataclass(frozen=True)
+class ReferenceInputs:
+    """What the reference rows need, keyed by split name ``"domain/role"`` (role ``id`` or
+    ``shift``): each question's option count k_i, and the options-only classifier's 0/1
+    correctness per question — ``None`` when there is no train split to fit it on (predictions
+    made elsewhere: `uqbench.records`), in which case the ``options-only`` rows are left out;
+    ``hashes`` has every split's content hash, ``calib`` included."""
 
-    ``suite`` needs ``domains`` and ``split(domain, role).records``/``.hash`` (a built
-    `uqbench.data.suites.Suite`).
-    """
-    from uqbench.data.artifacts import _clf_correct, _fit, chance_interval, chance_level
+    domains: tuple[str, ...]
+    n_choices: Mapping[str, NDArray[np.int64]]
+    options_only: Mapping[str, NDArray[np.float64]] | None
+    hashes: Mapping[str, str]
 
-    domains = list(suite.domains)
-    recs = {(d, r): list(suite.split(d, r).records) for d in domains for r in ("id", "shift")}
-    correct: dict[tuple[str, str], np.ndarray] = {}
+
+def reference_inputs(suite: Any, *, seed: int = 0) -> ReferenceInputs:
+    """`ReferenceInputs` of a built suite (``domains`` and ``split(domain, role)`` with
+    ``records``/``hash``, a `uqbench.data.suites.Suite`): the classifier is fitted on each
+    domain's train split with ``seed``."""
+    from uqbench.data.artifacts import _clf_correct, _fit
+
+    domains = tuple(suite.domains)
+    n_choices, correct, hashes = {}, {}, {}
     for d in domains:
         clf = _fit(list(suite.split(d, "train").records), seed)
         for r in ("id", "shift"):
-            correct[d, r] = _clf_correct(clf, recs[d, r], seed)
+            split = suite.split(d, r)
+            n_choices[f"{d}/{r}"] = np.array([len(x.choices) for x in split.records])
+            correct[f"{d}/{r}"] = _clf_correct(clf, list(split.records), seed)
+            hashes[f"{d}/{r}"] = split.hash
+        hashes[f"{d}/calib"] = suite.split(d, "calib").hash
+    return ReferenceInputs(domains, n_choices, correct, hashes)
+
+
+def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0) -> list[dict[str, Any]]:
+    """The ``chance`` and ``options-only`` rows of every domain of ``refs`` and ``pooled``."""
+    from uqbench.data.artifacts import chance_interval, chance_level
+
+    domains = list(refs.domains)
     rows: list[dict[str, Any]] = []
-    for method in (CHANCE, OPTIONS_ONLY):
+    for method in (CHANCE, OPTIONS_ONLY)[:1 if refs.options_only is None else 2]:
         for dom in [*domains, "pooled"]:
             parts = domains if dom == "pooled" else [dom]
-            id_recs = [x for d in parts for x in recs[d, "id"]]
-            sh_recs = [x for d in parts for x in recs[d, "shift"]]
+
+            def cat(table: Mapping[str, NDArray[Any]], role: str) -> NDArray[Any]:
+                return np.concatenate([table[f"{d}/{role}"] for d in parts])
+
             row = _template(method, dom)
+            ks_id, ks_sh = (cat(refs.n_choices, r).tolist() for r in ("id", "shift"))
             if method == CHANCE:
-                row["accuracy"] = chance_level(id_recs)
-                row["accuracy_lo"], row["accuracy_hi"] = chance_interval(id_recs)
-                row["shift_accuracy"] = chance_level(sh_recs)
-                row["accuracy_std"] = row["shift_accuracy_std"] = 0.0
+                row["accuracy"] = chance_level(ks_id)
+                row["accuracy_lo"], row["accuracy_hi"] = chance_interval(ks_id)
+                row["shift_accuracy"] = chance_level(ks_sh)
             else:
-                c_id = np.concatenate([correct[d, "id"] for d in parts])
-                c_sh = np.concatenate([correct[d, "shift"] for d in parts])
+                assert refs.options_only is not None
+                c_id, c_sh = cat(refs.options_only, "id"), cat(refs.options_only, "shift")
                 row["accuracy"], row["accuracy_lo"], row["accuracy_hi"] = _mean_ci(c_id, n_boot,
                                                                                    seed)
                 row["shift_accuracy"] = float(np.mean(c_sh)) if c_sh.size else float("nan")
-                row["accuracy_std"] = row["shift_accuracy_std"] = 0.0
+            row["accuracy_std"] = row["shift_accuracy_std"] = 0.0
             row.update({
-                "forward_passes": float("nan"), "n_id": len(id_recs), "n_shift": len(sh_recs),
+                "forward_passes": float("nan"), "n_id": len(ks_id), "n_shift": len(ks_sh),
                 "seeds": 1, "protocol": PROTOCOL_VERSION,
-                "split_hashes": ",".join(suite.split(d, r).hash for d in parts
+                "split_hashes": ",".join(refs.hashes[f"{d}/{r}"] for d in parts
                                          for r in ("id", "shift")),
             })
             rows.append(row)
@@ -147,4 +174,5 @@ def warn_at_chance(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return flags
 
 
-__all__ = ["at_chance", "at_chance_message", "reference_rows", "warn_at_chance"]
+__all__ = ["ReferenceInputs", "at_chance", "at_chance_message", "reference_inputs",
+           "reference_rows", "warn_at_chance"]

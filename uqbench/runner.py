@@ -36,7 +36,8 @@ from uqbench.gating import check_spec
 from uqbench.outputs import Outputs
 from uqbench.plan import Method, default_pairs, methods, model_pairs, needed_fields
 from uqbench.profiles import Profile, get_profile
-from uqbench.references import reference_rows, warn_at_chance
+from uqbench.records import RecordSet, method_entries, write_record_set
+from uqbench.references import ReferenceInputs, reference_inputs, reference_rows, warn_at_chance
 from uqbench.registry import import_plugin
 from uqbench.report import summary, write_results
 from uqbench.scorer import get_scorer, list_scorers, probe_scorers
@@ -209,10 +210,10 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     stats.seconds["models+passes"] = t_score - t0 - stats.seconds["data"]
     if not backend.is_main():  # every process holds every record; process 0 reports
         return RunResult(out, [], stats)
-    rows, arrays = score_all(ms, suite, outs, n_seeds, prof, cache=ArrayCache(cache),
+    refs = reference_inputs(suite)
+    rows, arrays = score_all(ms, refs, outs, n_seeds, prof.bootstrap, cache=ArrayCache(cache),
                              scorer_timeout=cfg.scorer_timeout)
     stats.seconds["scoring"] = time.perf_counter() - t_score
-    flags = warn_at_chance(rows)  # one WARNING listing every method and domain at chance
     meta = {
         "config": cfg.identity(), "protocol": PROTOCOL_VERSION, "profile": prof.name,
         "profile_settings": asdict(prof),
@@ -223,40 +224,61 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
         "forward_passes_run": {"/".join(map(str, k)): v for k, v in sorted(stats.passes.items())},
         "cache_hits": stats.cache_hits, "trained": stats.trained,
         "training": engine.training_log,
-        "at_chance": flags,
         "processes": backend.world(),
-        "seconds": {**stats.seconds, "total": time.perf_counter() - t0},
+        "seconds": {**stats.seconds},
     }
+    # the forward records themselves, so that `uqbench score`/`export` need no model work
+    records = RecordSet(pairs, dict(outs), n_seeds, refs,
+                        prof.bootstrap, method_entries(ms),
+                        {"suite": cfg.suite, "profile": prof.name, "backbone": cfg.backbone,
+                         "gates": engine.gate_log, "training": engine.training_log})
+    write_record_set(out / "records", records)
+    write_run(out, rows, arrays, meta, t0=t0, figures=cfg.figures)
+    if cfg.experiment:  # paper_report.md: the claims of this experiment (paper: all)
+        from uqbench.paper import write_paper_report
+
+        print(write_paper_report(out, cfg.experiment).read_text(), flush=True)
+    print_summary(out, rows, meta)
+    print(f"forward passes run: {stats.total()}, cache hits: {stats.cache_hits}", flush=True)
+    return RunResult(out, rows, stats)
+
+
+def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.ndarray],
+              meta: dict[str, Any], *, t0: float, figures: bool) -> None:
+    """Write a run folder's tables, ``run.json`` (with ``at_chance`` and ``seconds``), scores and
+    figures; ``t0``: when the run started (``perf_counter``), for ``seconds.total``."""
+    meta["at_chance"] = warn_at_chance(rows)  # one WARNING listing every method at chance
+    meta["seconds"]["total"] = time.perf_counter() - t0
     write_results(out, rows, meta)
     _save_scores(out / "scores.npz", arrays)
-    if cfg.figures:
+    if figures:
         t_fig = time.perf_counter()
-        _draw_figures(out, arrays, meta["training"])
+        _draw_figures(out, arrays, meta.get("training", {}))
         meta["seconds"]["figures"] = time.perf_counter() - t_fig
         meta["seconds"]["total"] = time.perf_counter() - t0
         atomic_write_text(out / "run.json", json.dumps(meta, indent=1, default=str))
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()),
           flush=True)
-    if cfg.experiment:  # paper_report.md: the claims of this experiment (paper: all)
-        from uqbench.paper import write_paper_report
 
-        print(write_paper_report(out, cfg.experiment).read_text(), flush=True)
+
+def print_summary(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> None:
+    """The pooled table, the at-chance warning and where the files are."""
     print(summary(rows), flush=True)
-    if flags:  # the list went to the log (stderr) once; the summary points at it
-        print(f"\nWARNING: {len(flags)} method/domain result(s) have an ID accuracy CI that "
-              "includes chance (listed in the log, on stderr, and in run.json `at_chance`): "
-              "their UQ numbers measure a model at chance", flush=True)
-    print(f"\nwrote {out}/results.{{md,csv,jsonl,tex}}; forward passes run: {stats.total()}, "
-          f"cache hits: {stats.cache_hits}", flush=True)
-    return RunResult(out, rows, stats)
+    if meta["at_chance"]:  # the list went to the log (stderr) once; the summary points at it
+        print(f"\nWARNING: {len(meta['at_chance'])} method/domain result(s) have an ID accuracy "
+              "CI that includes chance (listed in the log, on stderr, and in run.json "
+              "`at_chance`): their UQ numbers measure a model at chance", flush=True)
+    print(f"\nwrote {out}/results.{{md,csv,jsonl,tex}}", flush=True)
 
 
-def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, int], Outputs],
-              n_seeds: int, prof: Profile, cache: ArrayCache | None = None,
-              scorer_timeout: float | None = None) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """One row per method per domain and ``pooled``, then the reference rows (``chance``,
-    ``options-only``: `uqbench.references`); also the per-example arrays for figures. With
-    ``cache``, rows already evaluated on identical scores are read back, not recomputed.
+def score_all(ms: Sequence[Method], refs: ReferenceInputs,
+              outs: Mapping[tuple[str, str, int], Outputs], n_seeds: int, n_boot: int,
+              cache: ArrayCache | None = None, scorer_timeout: float | None = None
+              ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """One row per method per domain of ``refs`` and ``pooled``, then the reference rows
+    (``chance``, ``options-only``: `uqbench.references`); also the per-example arrays for
+    figures. ``outs`` is keyed ``(pair name, "domain/role", seed)``; ``n_boot`` bootstrap
+    resamples. With ``cache``, rows already evaluated on identical scores are read back.
 
     ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
     ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.recalibration`)."""
@@ -264,7 +286,7 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
 
     rows: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
-    domains = list(suite.domains)
+    domains = list(refs.domains)
     for m in ms:
         for dom in [*domains, "pooled"]:
             parts = domains if dom == "pooled" else [dom]
@@ -275,10 +297,10 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
                 for role in ("id", "shift", "calib"))
             id_s, sh_s, cal_s = (Scored.of(m.scorer, o, timeout=scorer_timeout)
                                  for o in (id_outs, sh_outs, cal_outs))
-            metrics = evaluate_cached(cache, id_s, sh_s, n_bins=12, n_boot=prof.bootstrap, seed=0)
+            metrics = evaluate_cached(cache, id_s, sh_s, n_bins=12, n_boot=n_boot, seed=0)
             recal, recal_conf = recalibrate_cached(
                 cache, m.scorer, cal_outs, id_outs, cal_s.confidence, id_s.confidence,
-                id_s.correct, n_bins=12, n_boot=prof.bootstrap, seed=0)
+                id_s.correct, n_bins=12, n_boot=n_boot, seed=0)
             at = list(metrics).index("ece_hi") + 1  # the recalibrated ECEs beside the raw one
             row: dict[str, Any] = {
                 "method": m.name, "model": m.pair.model.name, "gate": m.pair.gate.name,
@@ -287,8 +309,9 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
                 "forward_passes": m.scorer.passes(id_outs[0]),
                 "n_id": id_outs[0].n, "n_shift": sh_outs[0].n, "n_calib": cal_outs[0].n,
                 "seeds": n_seeds, "protocol": PROTOCOL_VERSION,
-                "split_hashes": ",".join(suite.split(d, r).hash for d in parts for r in ("id", "shift")),
-                "calib_hashes": ",".join(suite.split(d, "calib").hash for d in parts),
+                "split_hashes": ",".join(refs.hashes[f"{d}/{r}"] for d in parts
+                                         for r in ("id", "shift")),
+                "calib_hashes": ",".join(refs.hashes[f"{d}/calib"] for d in parts),
             }
             rows.append(row)
             # per-example arrays are (N, seeds): verdicts and figures pool every seed
@@ -304,7 +327,7 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
                 arrays[f"{key}|uncertainty"] = sc.uncertainty
                 arrays[f"{key}|confidence"] = sc.confidence
                 arrays[f"{key}|correct"] = sc.correct
-    rows += reference_rows(suite, n_boot=prof.bootstrap, seed=0)  # chance, options-only
+    rows += reference_rows(refs, n_boot=n_boot, seed=0)  # chance, options-only
     return rows, arrays
 
 
@@ -336,4 +359,5 @@ def _save_scores(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "run", "score_all"]
+__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "print_summary", "run",
+           "score_all", "write_run"]

@@ -46,6 +46,7 @@ class Scorer:
     """
 
     name: str = ""  # set by @register_scorer; an instance may be renamed (experiments)
+    params: dict[str, Any] = {}  # the keyword arguments `get_scorer` built it with
     requires: ClassVar[frozenset[str]] = frozenset({"logits"})
 
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
@@ -91,6 +92,7 @@ def get_scorer(name: str, **kwargs: Any) -> Scorer:
     """Instantiate the scorer registered as ``name`` (unknown -> KeyError with close matches)."""
     cls = SCORERS.get(name)
     inst = cls(**kwargs)
+    inst.params = dict(kwargs)
     if not inst.name:
         inst.name = name  # registered through an entry point without the decorator
     return inst

@@ -80,17 +80,24 @@ class ArtifactCheck:
 
 # -- chance -----------------------------------------------------------------------------------
 
-def chance_level(records: Sequence[MCRecord]) -> float:
-    """Expected accuracy of uniform guessing: mean of 1/k_i."""
-    return float(np.mean([1.0 / len(r.choices) for r in records])) if records else float("nan")
+def _option_counts(records: Sequence[MCRecord] | Sequence[int]) -> list[int]:
+    """k_i of each question: records, or the option counts themselves (predictions read from
+    files carry no records)."""
+    return [int(r) if isinstance(r, (int, np.integer)) else len(r.choices) for r in records]
 
 
-def _null_pmf(records: Sequence[MCRecord]) -> NDArray[np.float64]:
+def chance_level(records: Sequence[MCRecord] | Sequence[int]) -> float:
+    """Expected accuracy of uniform guessing: mean of 1/k_i (records or option counts k_i)."""
+    ks = _option_counts(records)
+    return float(np.mean([1.0 / k for k in ks])) if ks else float("nan")
+
+
+def _null_pmf(records: Sequence[MCRecord] | Sequence[int]) -> NDArray[np.float64]:
     """pmf of the number correct under chance: Poisson-binomial, one binomial per k."""
     from scipy.stats import binom
 
     pmf = np.ones(1)
-    for k, n in sorted(Counter(len(r.choices) for r in records).items()):
+    for k, n in sorted(Counter(_option_counts(records)).items()):
         pmf = np.convolve(pmf, binom.pmf(np.arange(n + 1), n, 1.0 / k))
     return pmf
 
@@ -105,7 +112,8 @@ def chance_p_value(records: Sequence[MCRecord], accuracy: float) -> float:
     return float(min(1.0, pmf[k:].sum()))
 
 
-def chance_interval(records: Sequence[MCRecord], level: float = 0.95) -> tuple[float, float]:
+def chance_interval(records: Sequence[MCRecord] | Sequence[int], level: float = 0.95
+                    ) -> tuple[float, float]:
     """Central ``level`` interval of a uniform guesser's accuracy on ``records``: the
     ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the Poisson-binomial number
     correct, divided by n (where a model guessing at random lands on this split)."""
