@@ -214,7 +214,7 @@ def find_source(root: Path, tasks: Sequence[str]) -> Source:
                             f"{task!r} with --log_samples --output_path {root}")
         if len(found) > 1:
             raise UserError(f"{len(found)} samples files of task {task!r} under {root} "
-                            f"({', '.join(p.name for p in found)}): keep one run's files per "
+                            f"({', '.join(str(p.relative_to(root)) for p in found)}): keep one run's files per "
                             "folder, or point at the model's subfolder")
         samples[task] = found[0]
     models: dict[str, str] = {}  # task -> the model its results file names
