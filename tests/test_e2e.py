@@ -59,3 +59,22 @@ def test_cli_user_error_has_no_traceback(tmp_path, procs):
                      quiet_s=10, env=uqbench_env(), cwd=REPO, check=False)
     assert proc.returncode == 2
     assert "uqbench: error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_export_then_score_gives_every_value_of_the_smoke_run(smoke_run, procs, tmp_path):
+    """`uqbench export RUN DEST` then `uqbench score DEST`: the same results.csv, value for value,
+    and the same per-example scores, with no model work (a GPU run scored on a laptop)."""
+    import numpy as np
+
+    root, env, _ = smoke_run
+    run = root / "run"
+    for cmd, what in (
+            (["export", str(run), str(tmp_path / "exported")], "uqbench export"),
+            (["score", str(tmp_path / "exported"), "--out", str(tmp_path / "scored"),
+              "--no-figures"], "uqbench score of the export")):
+        procs.run([sys.executable, "-m", "uqbench", *cmd], what=what, quiet_s=60, env=env,
+                  cwd=REPO, watch=[tmp_path])
+    assert (tmp_path / "scored" / "results.csv").read_text() == (run / "results.csv").read_text()
+    with np.load(run / "scores.npz") as a, np.load(tmp_path / "scored" / "scores.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        assert all(np.array_equal(a[k], b[k]) for k in a.files)

@@ -91,7 +91,8 @@ def _build_parser() -> argparse.ArgumentParser:
                     "scorers for lm-eval)")
     sc.add_argument("--plugin", action="append", default=[], metavar="MODULE")
     sc.add_argument("--bootstrap", type=int, help="bootstrap resamples (default: the records')")
-    sc.add_argument("--cache-dir", type=Path, help="memoise rows here (default: none)")
+    sc.add_argument("--cache-dir", type=Path, help="memoise rows here, for later calls "
+                    "(default: for this call only)")
     sc.add_argument("--scorer-timeout", type=float, default=300.0, metavar="SECONDS")
     sc.add_argument("--no-figures", action="store_true")
     sc.add_argument("--overwrite", action="store_true")

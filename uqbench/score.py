@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -36,7 +37,7 @@ class ScoreConfig:
     scorers: tuple[str, ...] = ()  # empty: the methods of the run the records came from, or all
     plugins: tuple[str, ...] = ()
     bootstrap: int | None = None  # None: the records' (the run's profile; lm-eval: 1000)
-    cache_dir: Path | None = None  # memoises rows by content; None: compute
+    cache_dir: Path | None = None  # memoises rows by content; None: for this call only
     figures: bool = True
     overwrite: bool = False
     scorer_timeout: float | None = 300.0
@@ -124,9 +125,11 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
     scorers: Sequence[Scorer] = list(dict.fromkeys(m.scorer for m in ms))
     probe_scorers(scorers, timeout=cfg.scorer_timeout)
     n_boot = cfg.bootstrap or rs.bootstrap
-    rows, arrays = score_all(ms, rs.refs, rs.outputs, rs.seeds, n_boot,
-                             cache=ArrayCache(cfg.cache_dir) if cfg.cache_dir else None,
-                             scorer_timeout=cfg.scorer_timeout)
+    with tempfile.TemporaryDirectory() as scratch:  # rows are memoised by content: with one
+        # domain, `pooled` holds the same examples and is read back, not bootstrapped twice
+        rows, arrays = score_all(ms, rs.refs, rs.outputs, rs.seeds, n_boot,
+                                 cache=ArrayCache(cfg.cache_dir or scratch),
+                                 scorer_timeout=cfg.scorer_timeout)
     meta: dict[str, Any] = {
         **rs.meta, "scored_from": rs.meta.get("source", "uqbench records"),
         "domains": list(rs.domains), "seeds": rs.seeds, "bootstrap": n_boot,
