@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_outputs
-from uqbench.errors import UserError
+from uqbench.errors import ConfigError, UserError
 from uqbench.lmeval import DomainTasks, read_lmeval
 from uqbench.outputs import Outputs
 from uqbench.plan import DET, ROUTER, GateSpec, ModelSpec, Pair
@@ -239,5 +239,7 @@ def test_lmeval_bad_input_names_the_file_and_line(tmp_path):
          r"line 3: doc_id 0 also on line 1")
     _bad(tmp_path, good, r"different models: .*'org/tiny'.*'org/other'", model_hard="org/other")
     _bad(tmp_path, [dict(good[0], target="not a choice")], r"line 1: target 'not a choice'")
+    with pytest.raises(ConfigError, match="calib task 'easy' is also its ID task"):
+        DomainTasks.parse("s=easy:hard:easy")
     with pytest.raises(UserError, match="no samples_nope_"):
         read_lmeval([DomainTasks.parse("s=nope:hard")], tmp_path)

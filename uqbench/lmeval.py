@@ -64,6 +64,12 @@ class DomainTasks:
                               "e.g. science=arc_easy:arc_challenge")
         return DomainTasks(*m.groups())
 
+    def __post_init__(self) -> None:
+        if self.calib is not None and self.calib in (self.id, self.shift):
+            raise ConfigError(f"domain {self.name!r}: the calib task {self.calib!r} is also its "
+                              f"{'ID' if self.calib == self.id else 'shifted'} task; give "
+                              "another task, or none to hold out a fraction of the ID questions")
+
 
 def domains_from_yaml(path: Path) -> list[DomainTasks]:
     """A YAML ``domains: {NAME: {id: TASK, shift: TASK, calib: TASK (optional)}}``."""
