@@ -71,6 +71,30 @@ def _per_seed(metric: Callable[..., float], *arrays: NDArray[Any]) -> tuple[floa
     return M.mean_std([metric(*(a[:, s] for a in arrays)) for s in range(arrays[0].shape[1])])
 
 
+#: bootstrap intervals of this process by content: methods of one model that share a
+#: predictive distribution (msp, entropy, energy, margin) share their accuracy and ECE intervals
+_INTERVALS: dict[str, tuple[float, float]] = {}
+
+
+def _ci(name: str, fn: Callable[..., float], arrays: Sequence[NDArray[Any]], *,
+        two_sample: bool, **options: Any) -> tuple[float, float]:
+    """(low, high) of the percentile bootstrap of ``fn``'s seed mean on ``arrays``
+    (`uqbench.metrics.bootstrap_ci`, or its two-sample form), memoised in this process by the
+    metric's name, the options and the arrays' bytes."""
+    h = hashlib.sha256(repr((name, two_sample, sorted(options.items()))).encode())
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes() + str(a.shape).encode())
+    key = h.hexdigest()
+    if key not in _INTERVALS:
+        if len(_INTERVALS) >= 4096:
+            _INTERVALS.clear()
+        boot = M.bootstrap_ci_two_sample if two_sample else M.bootstrap_ci
+        _, lo, hi = boot(_seed_mean(fn), *arrays, n_resamples=options["n_boot"],
+                         seed=options["seed"])
+        _INTERVALS[key] = (lo, hi)
+    return _INTERVALS[key]
+
+
 def evaluate(id_: Scored, shift: Scored, *, n_bins: int = 12, n_boot: int = 1000,
              seed: int = 0) -> dict[str, float]:
     """All table metrics of one method. Keys: metric, ``metric_std`` and, for `CI_METRICS`,
@@ -102,13 +126,14 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = 12, n_boot: int = 1000
     for name, (fn, arrays) in one_sample.items():
         row[name], row[f"{name}_std"] = _per_seed(fn, *arrays)
         if name in CI_METRICS:
-            _, row[f"{name}_lo"], row[f"{name}_hi"] = M.bootstrap_ci(
-                _seed_mean(fn), *arrays, n_resamples=n_boot, seed=seed)
+            row[f"{name}_lo"], row[f"{name}_hi"] = _ci(
+                name, fn, arrays, two_sample=False, n_bins=n_bins, n_boot=n_boot, seed=seed)
     for name, fn in two_sample.items():
         row[name], row[f"{name}_std"] = _per_seed(fn, id_.uncertainty, shift.uncertainty)
         if name in CI_METRICS:
-            _, row[f"{name}_lo"], row[f"{name}_hi"] = M.bootstrap_ci_two_sample(
-                _seed_mean(fn), id_.uncertainty, shift.uncertainty, n_resamples=n_boot, seed=seed)
+            row[f"{name}_lo"], row[f"{name}_hi"] = _ci(
+                name, fn, (id_.uncertainty, shift.uncertainty), two_sample=True, n_boot=n_boot,
+                seed=seed)
     for name, scored in (("avg_experts", id_), ("shift_avg_experts", shift)):
         if scored.experts is None:
             row[name] = row[f"{name}_std"] = float("nan")
