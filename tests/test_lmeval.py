@@ -123,3 +123,36 @@ def test_render_tasks_fills_only_the_data_placeholder(tmp_path: Path) -> None:
         assert Path(config["dataset_kwargs"]["data_files"]["test"]).is_file(), task
     # the regexes' own `$` stay as they are
     assert "\\$" in rendered[lmeval.GEN_TASK]["metric_list"][0]["regexes_to_ignore"]
+
+
+def test_uqbench_score_of_a_real_lm_eval_run_equals_lm_evals_accuracy(lmeval_run, tmp_path):
+    """`uqbench score` on the files of a real lm-eval run: for each normalisation its accuracy
+    is lm-eval's own metric (acc, acc_norm, acc_bytes), example for example on the ID part (20%
+    held out for calibration) and as the reported aggregate on the shifted task; the run folder
+    is complete, and the scorers lm-eval gives no fields for are listed as skipped."""
+    from uqbench.score import ScoreConfig, load_records, score
+
+    folder = lmeval_run.results.parent
+    reported = json.loads(lmeval_run.results.read_text())["results"]
+    samples = {t: {r["doc_id"]: r for r in read_samples(p)} for t, p in lmeval_run.samples.items()}
+    for normalize, metric in (("none", "acc"), ("chars", "acc_norm"), ("bytes", "acc_bytes")):
+        rs = load_records(folder, domains=["science=arc_easy_local:arc_challenge_local"],
+                          normalize=normalize, calib_fraction=0.25)
+        (pair,) = rs.pairs
+        for split, task in (("science/id", "arc_easy_local"),
+                            ("science/shift", "arc_challenge_local")):
+            o = rs.outputs[pair.name, split, 0]
+            ours = (o.logits.argmax(axis=1) == o.labels).astype(float)
+            theirs = [samples[task][int(i.rsplit("/", 1)[1])][metric] for i in o.ids]
+            assert ours.tolist() == theirs, (normalize, split)
+        assert len(rs.outputs[pair.name, "science/id", 0].ids) == 15  # 20 - 5 held out
+        res = score(rs, ScoreConfig(out=tmp_path / normalize, figures=normalize == "chars"))
+        row = next(r for r in res.rows if r["method"] == f"{pair.name}/msp"
+                   and r["domain"] == "science")
+        assert row["shift_accuracy"] == reported["arc_challenge_local"][f"{metric},none"]
+    meta = json.loads((tmp_path / "chars" / "run.json").read_text())
+    model = json.loads(lmeval_run.results.read_text())["model_name"]
+    assert meta["lmeval"]["normalize"] == "chars" and meta["lmeval"]["model"] == model
+    assert {"scorer": "care", "pair": f"{Path(model).name}/loglik-per-char",
+            "missing": ["disagreement", "route_entropy"]} in meta["skipped_scorers"]
+    assert list((tmp_path / "chars" / "figures").glob("reliability_*.png"))
