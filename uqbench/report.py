@@ -4,7 +4,9 @@ AURC and E-AURC are fractions (not x1000). ECE uses 12 equal-width bins on the M
 method's predictive distribution (the paper's convention); ECE-TS (and, in the csv/jsonl,
 ``ece_hb``, ``ece_iso``) is the same ECE after temperature scaling (histogram binning,
 isotonic regression) fitted on the domain's labelled calibration split
-(`uqbench.recalibration`). OOD-AUROC is ID vs the shifted split of the same domain, OOD =
+(`uqbench.recalibration`). ECE-ad is the ECE with 12 equal-mass bins, MCE the largest gap of
+the 12 equal-width bins, Brier (multiclass) and NLL (nats) score the predictive distribution,
+AUGRC is the area under the generalized risk-coverage curve (Traub et al. 2024). OOD-AUROC is ID vs the shifted split of the same domain, OOD =
 positive, score = uncertainty. The rows `chance` (a uniform guess;
 its interval is where a random guesser lands) and `options-only` (a classifier that sees the
 options, not the question) are references with accuracy columns only: a model must beat them to
@@ -36,8 +38,10 @@ def is_reference(row: Mapping[str, Any]) -> bool:
 
 SHOWN = (  # (column, header, digits)
     ("accuracy", "Acc", 3), ("ece", "ECE", 3), ("ece_ts", "ECE-TS", 3),
+    ("ece_adaptive", "ECE-ad", 3), ("mce", "MCE", 3), ("brier", "Brier", 3), ("nll", "NLL", 3),
     ("ood_auroc", "OOD-AUROC", 3),
-    ("aurc", "AURC", 3), ("sel_acc_80", "SelAcc@80", 3), ("shift_accuracy", "ShiftAcc", 3),
+    ("aurc", "AURC", 3), ("augrc", "AUGRC", 3), ("sel_acc_80", "SelAcc@80", 3),
+    ("shift_accuracy", "ShiftAcc", 3),
     ("avg_experts", "Experts", 2), ("forward_passes", "Passes", 0),
 )
 
