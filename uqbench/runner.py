@@ -261,6 +261,7 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
     ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
     ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.recalibration`)."""
     from uqbench.recalibration import CALIBRATORS, recalibrate_cached
+    from uqbench.toolbox import toolbox_columns
 
     rows: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
@@ -290,6 +291,9 @@ def score_all(ms: Sequence[Method], suite: Any, outs: Mapping[tuple[str, str, in
                 "split_hashes": ",".join(suite.split(d, r).hash for d in parts for r in ("id", "shift")),
                 "calib_hashes": ",".join(suite.split(d, "calib").hash for d in parts),
             }
+            # conformal sets and selective risk control (issue 27), fitted on calib
+            row.update(toolbox_columns(cache, cal_s, id_s, sh_s, n_boot=prof.bootstrap,
+                                       arrays=arrays, key=f"{m.name}|{dom}"))
             rows.append(row)
             # per-example arrays are (N, seeds): verdicts and figures pool every seed
             for kind in CALIBRATORS:

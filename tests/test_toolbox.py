@@ -1,0 +1,55 @@
+"""The conformal and risk-control columns of a results row (`uqbench.toolbox`)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tests.conftest import make_outputs
+from uqbench import conformal as C
+from uqbench.cache import ArrayCache
+from uqbench.evaluate import Scored
+from uqbench.scorer import get_scorer
+from uqbench.toolbox import compute, toolbox_columns
+
+
+def _scored(n: int, seed: int, seeds: int = 1) -> Scored:
+    return Scored.of(get_scorer("msp"), [make_outputs(n, 4, seed=seed + 10 * s)
+                                         for s in range(seeds)])
+
+
+def test_columns_are_the_conformal_functions_with_cis_and_figure_arrays() -> None:
+    cal, id_, sh = _scored(60, 1, seeds=2), _scored(50, 2, seeds=2), _scored(40, 3, seeds=2)
+    row, figs = compute(cal, id_, sh, n_boot=100)
+    assert figs["id|conformity_lac"].shape == (50, 2) and figs["calib|conformity_lac"].shape == (60, 2)
+    # LAC at alpha 0.1 (no randomness) by the functions of uqbench.conformal, mean over seeds
+    cov, size = [], []
+    for s in range(2):
+        q = C.conformal_quantile(C.true_label_scores(C.SCORES["lac"], cal.probs[:, s],
+                                                     cal.labels[:, s]), 0.1)
+        sets = C.prediction_sets(C.SCORES["lac"], id_.probs[:, s], q)
+        cov.append(C.coverage(sets[np.arange(50), id_.labels[:, s]]))
+        size.append(C.mean_set_size(sets.sum(axis=1)))
+    assert row["cp_lac_10_cov"] == pytest.approx(np.mean(cov))
+    assert row["cp_lac_10_size"] == pytest.approx(np.mean(size))
+    for name in ("cp_aps_rand_20_cov", "shift_cp_raps_05_size", "cp_lac_10_ssc"):
+        assert row[f"{name}_lo"] <= row[name] <= row[f"{name}_hi"], name
+    assert row["risk_at_50"] <= row["risk_at_90"] + 0.2 and "rc_50_coverage" in row
+
+
+def test_too_small_calib_gives_reason_cells_and_a_warning_and_the_cache_keeps_them(tmp_path) -> None:
+    cal, id_, sh = _scored(16, 1), _scored(30, 2), _scored(30, 3)  # the smoke profile's calib
+    arrays: dict = {}
+    with pytest.warns(UserWarning, match="alpha=0.05 not reachable: 16 calibration questions"):
+        row = toolbox_columns(ArrayCache(tmp_path), cal, id_, sh, n_boot=50, arrays=arrays,
+                              key="m|d")
+    assert "n >= 1/alpha - 1 = 19" in row["cp_note"]
+    assert math.isnan(row["cp_aps_05_cov"]) and math.isnan(row["shift_cp_lac_05_ssc_hi"])
+    assert math.isfinite(row["cp_aps_10_cov"])  # 16 >= 1/0.1 - 1 = 9
+    assert "target risk 0.3 not reachable" in row["rc_note"] and math.isnan(row["rc_30_coverage"])
+    assert arrays["m|d|shift|conformity_aps_rand"].shape == (30, 1)
+    with pytest.warns(UserWarning, match="alpha=0.05 not reachable"):  # a cached row warns too
+        again = toolbox_columns(ArrayCache(tmp_path), cal, id_, sh, n_boot=50)
+    assert json.dumps(again) == json.dumps(row)
