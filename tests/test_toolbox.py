@@ -53,3 +53,35 @@ def test_too_small_calib_gives_reason_cells_and_a_warning_and_the_cache_keeps_th
     with pytest.warns(UserWarning, match="alpha=0.05 not reachable"):  # a cached row warns too
         again = toolbox_columns(ArrayCache(tmp_path), cal, id_, sh, n_boot=50)
     assert json.dumps(again) == json.dumps(row)
+
+
+def test_coverage_figure_draws_the_coverage_curves_and_skips_old_runs(tmp_path) -> None:
+    from figures.conformal import ALPHA_GRID, PANELS, coverage_figure
+    from figures.data import load_run
+    from tests.test_figures import make_run
+
+    d = make_run(tmp_path / "run", frontier=False, extra=False)
+    run = load_run(d)
+    assert coverage_figure(run, "pooled", run.methods) is None  # a run without the arrays
+    rng = np.random.default_rng(0)
+    method = run.methods[0]
+    with np.load(d / "scores.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    for score, _ in PANELS:
+        for role, n in (("calib", 40), ("id", 30), ("shift", 30)):
+            arrays[f"{method}|pooled|{role}|conformity_{score}"] = rng.random((n, 1)) + (
+                0.3 if role == "shift" else 0.0)
+    np.savez_compressed(d / "scores.npz", **arrays)
+    run = load_run(d)
+    fig = coverage_figure(run, "pooled", run.methods)
+    assert fig is not None
+    for ax, (score, _) in zip(fig.axes, PANELS):
+        lines = [ln for ln in ax.get_lines() if ln.get_gid() == method]
+        assert len(lines) == 2  # ID and shift
+        for ln, role in zip(lines, ("id", "shift")):
+            nominal, cov = C.coverage_curve(arrays[f"{method}|pooled|calib|conformity_{score}"],
+                                            arrays[f"{method}|pooled|{role}|conformity_{score}"],
+                                            ALPHA_GRID)
+            np.testing.assert_allclose(ln.get_xdata(), nominal)
+            np.testing.assert_allclose(ln.get_ydata(), cov)
+        assert 0.98 not in np.round(lines[0].get_xdata(), 2)  # 40 < 1/0.02 - 1 = 49: left out

@@ -44,6 +44,25 @@ SHOWN = (  # (column, header, digits)
     ("shift_accuracy", "ShiftAcc", 3),
     ("avg_experts", "Experts", 2), ("forward_passes", "Passes", 0),
 )
+#: The second table: conformal sets at alpha = 0.1 fitted on calib (`uqbench.toolbox`).
+CONFORMAL_SHOWN = (
+    ("cp_lac_10_cov", "LAC cov", 3), ("cp_lac_10_size", "LAC size", 2),
+    ("cp_aps_rand_10_cov", "APS cov", 3), ("cp_aps_rand_10_size", "APS size", 2),
+    ("cp_aps_rand_10_ssc", "APS SSC", 3), ("shift_cp_aps_rand_10_cov", "Shift APS cov", 3),
+    ("shift_cp_aps_rand_10_size", "Shift APS size", 2),
+    ("cp_raps_rand_10_cov", "RAPS cov", 3), ("cp_raps_rand_10_size", "RAPS size", 2),
+)
+#: The third table: selective risk control at the default target (r* = 0.5, delta = 0.1).
+RISK_SHOWN = (
+    ("rc_50_coverage", "Cov@r*", 3), ("rc_50_risk", "Risk", 3),
+    ("shift_rc_50_coverage", "Shift cov", 3), ("shift_rc_50_risk", "Shift risk", 3),
+    ("risk_at_50", "Risk@50", 3), ("risk_at_80", "Risk@80", 3), ("risk_at_90", "Risk@90", 3),
+)
+TABLES = (("Calibration, OOD detection, selective prediction", SHOWN),
+          ("Conformal sets, alpha = 0.1 (q̂ from the calib split; shift: calibrated on ID)",
+           CONFORMAL_SHOWN),
+          ("Selective risk control: target risk 0.5 at delta = 0.1 (Learn-then-Test on calib)",
+           RISK_SHOWN))
 
 
 def _fmt(row: Mapping[str, Any], col: str, digits: int, *, ci: bool) -> str:
@@ -59,21 +78,29 @@ def _fmt(row: Mapping[str, Any], col: str, digits: int, *, ci: bool) -> str:
     return s
 
 
-def markdown_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True) -> str:
-    head = ["Method", "Domain", *(h for _, h, _ in SHOWN)]
+def _shown_rows(rows: Sequence[Mapping[str, Any]], shown: Sequence[tuple[str, str, int]]
+                ) -> Sequence[Mapping[str, Any]]:
+    """The main table keeps the reference rows; the others hold model rows only."""
+    return rows if shown is SHOWN else [r for r in rows if not is_reference(r)]
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True,
+                   shown: Sequence[tuple[str, str, int]] = SHOWN) -> str:
+    head = ["Method", "Domain", *(h for _, h, _ in shown)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r["method"], r["domain"], *(_fmt(r, c, d, ci=ci) for c, _, d in SHOWN)]
+    for r in _shown_rows(rows, shown):
+        cells = [r["method"], r["domain"], *(_fmt(r, c, d, ci=ci) for c, _, d in shown)]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
 
 
-def latex_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    head = ["Method", "Domain", *(h for _, h, _ in SHOWN)]
-    out = ["\\begin{tabular}{ll" + "c" * len(SHOWN) + "}", "\\toprule",
+def latex_table(rows: Sequence[Mapping[str, Any]],
+                shown: Sequence[tuple[str, str, int]] = SHOWN) -> str:
+    head = ["Method", "Domain", *(h for _, h, _ in shown)]
+    out = ["\\begin{tabular}{ll" + "c" * len(shown) + "}", "\\toprule",
            " & ".join(head) + " \\\\", "\\midrule"]
-    for r in rows:
-        cells = [r["method"], r["domain"], *(_fmt(r, c, d, ci=False) for c, _, d in SHOWN)]
+    for r in _shown_rows(rows, shown):
+        cells = [r["method"], r["domain"], *(_fmt(r, c, d, ci=False) for c, _, d in shown)]
         out.append(" & ".join(str(c).replace("_", "\\_").replace("–", "--") for c in cells)
                    + " \\\\")
     out += ["\\bottomrule", "\\end{tabular}"]
@@ -117,11 +144,22 @@ def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]],
     atomic_write_text(paths["csv"], buf.getvalue())
     md = (f"# uqbench results: suite `{meta.get('suite')}`, profile `{meta.get('profile')}`, "
           f"backbone `{meta.get('backbone')}`\n\n{__doc__.strip()}\nCells: value [95% bootstrap "
-          "CI] (mean over seeds when several).\n\n" + markdown_table(rows) + "\n")
+          "CI] (mean over seeds when several).\n\n"
+          + "\n\n".join(f"## {title}\n\n" + markdown_table(rows, shown=shown)
+                         for title, shown in TABLES) + "\n" + _notes(rows))
     atomic_write_text(paths["md"], md)
-    atomic_write_text(paths["tex"], latex_table(rows) + "\n")
+    atomic_write_text(paths["tex"], "\n\n".join(f"% {title}\n" + latex_table(rows, shown)
+                                                 for title, shown in TABLES) + "\n")
     atomic_write_text(paths["meta"], json.dumps(dict(meta), indent=1, default=str))
     return paths
+
+
+def _notes(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Why conformal or risk-control cells are empty ("–"), once per distinct reason."""
+    why = dict.fromkeys(m for r in rows for k in ("cp_note", "rc_note")
+                        for m in str(r.get(k) or "").split(" | ") if m)
+    return "\nEmpty conformal / risk-control cells:\n\n" + "".join(
+        f"- {m}\n" for m in why) if why else ""
 
 
 #: How to get a run folder's files back (a warm cache makes it cheap).
