@@ -2,9 +2,10 @@
 
 The run is read by `figures.data` (`load_run`); each figure comes from a panel module
 (`figures.calibration`, `figures.selective`, `figures.ood`, `figures.recalibrated`,
-`figures.conformal`, `figures.compute`, `figures.mechanism`, `figures.training`), which imports
-`figures.data` and never this module. Figures only *read* the run's records: every curve comes from a
-`uqbench.metrics` curve function, every table number from ``results.jsonl``.
+`figures.conformal`, `figures.compute`, `figures.mechanism`, `figures.training`), which
+imports `figures.data` and never this module. Figures only *read* the run's records: every
+curve comes from a `uqbench.metrics` (or `uqbench.conformal`) curve function, every table
+number from ``results.jsonl``.
 """
 from __future__ import annotations
 

@@ -46,7 +46,8 @@ def test_new_columns_are_the_metrics_functions_mean_over_seeds_with_cis() -> Non
         assert row[f"{name}_std"] == pytest.approx(np.std(per_seed, ddof=1))
     for name in NEW:
         assert row[f"{name}_lo"] <= row[f"{name}_hi"] and math.isfinite(row[f"{name}_lo"])
-    assert "| ECE-ad | MCE | Brier | NLL |" in markdown_table([{"method": "m", "domain": "d", **row}])
+    table = markdown_table([{"method": "m", "domain": "d", **row}])
+    assert "| ECE-ad | MCE | Brier | NLL |" in table
 
 
 def test_scored_of_keeps_the_predictive_and_labels_and_without_them_warns() -> None:

@@ -131,7 +131,8 @@ def test_sets_equal_mapies(name: str, alpha: float) -> None:
     covered = C.true_label_scores(score, probs[n_cal:], y_test, u_test) <= qhat
     assert np.array_equal(covered, sets[np.arange(n_test), y_test])
     with np.errstate(all="ignore"):
-        assert C.coverage(covered) == pytest.approx(classification_coverage_score(y_test, mapie_sets)[0])
+        assert C.coverage(covered) == pytest.approx(
+            classification_coverage_score(y_test, mapie_sets)[0])
         assert C.mean_set_size(sets.sum(axis=1)) == pytest.approx(
             classification_mean_width_score(mapie_sets))
         assert C.worst_size_stratified_coverage(covered, sets.sum(axis=1)) == pytest.approx(

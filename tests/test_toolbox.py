@@ -23,7 +23,8 @@ def _scored(n: int, seed: int, seeds: int = 1) -> Scored:
 def test_columns_are_the_conformal_functions_with_cis_and_figure_arrays() -> None:
     cal, id_, sh = _scored(60, 1, seeds=2), _scored(50, 2, seeds=2), _scored(40, 3, seeds=2)
     row, figs = compute(cal, id_, sh, n_boot=100)
-    assert figs["id|conformity_lac"].shape == (50, 2) and figs["calib|conformity_lac"].shape == (60, 2)
+    assert figs["id|conformity_lac"].shape == (50, 2)
+    assert figs["calib|conformity_lac"].shape == (60, 2)
     # LAC at alpha 0.1 (no randomness) by the functions of uqbench.conformal, mean over seeds
     cov, size = [], []
     for s in range(2):
@@ -39,7 +40,7 @@ def test_columns_are_the_conformal_functions_with_cis_and_figure_arrays() -> Non
     assert row["risk_at_50"] <= row["risk_at_90"] + 0.2 and "rc_50_coverage" in row
 
 
-def test_too_small_calib_gives_reason_cells_and_a_warning_and_the_cache_keeps_them(tmp_path) -> None:
+def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_path) -> None:
     cal, id_, sh = _scored(16, 1), _scored(30, 2), _scored(30, 3)  # the smoke profile's calib
     arrays: dict = {}
     with pytest.warns(UserWarning, match="alpha=0.05 not reachable: 16 calibration questions"):

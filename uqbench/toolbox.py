@@ -14,7 +14,8 @@
 
 Every number is the mean over seeds with ``_std``; the 95% percentile-bootstrap CIs (``_lo``,
 ``_hi``) resample the test questions with q̂ and the threshold held fixed, all columns of one
-split from the same resamples. Rows are memoised in the cache by content (kind ``toolbox``).
+split from the same resamples. Both halves are memoised in the cache by the content they read
+(kinds ``conformal`` and ``risk``).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import hashlib
 import inspect
 import math
 import warnings
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from functools import cache
 from typing import Any
 
@@ -33,7 +34,7 @@ from uqbench import conformal as C
 from uqbench import metrics as M
 from uqbench import risk as R
 from uqbench.cache import ArrayCache
-from uqbench.evaluate import Scored, _content_hash, _per_seed
+from uqbench.evaluate import Scored, _per_seed
 
 #: Scores whose true-label scores go to ``scores.npz`` for the coverage figure.
 FIGURE_SCORES = ("lac", "aps_rand", "raps_rand")
@@ -63,29 +64,35 @@ def _empty(row: dict[str, Any], name: str) -> None:
     row[name] = row[f"{name}_std"] = row[f"{name}_lo"] = row[f"{name}_hi"] = math.nan
 
 
-def compute(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int = 0
-            ) -> tuple[dict[str, Any], dict[str, NDArray[np.float64]]]:
-    """(row columns, figure arrays ``{role}|conformity_{score}`` of shape (N, S))."""
-    for what, s in (("calib", cal), ("ID", id_), ("shift", shift)):
+def _check_probs(*splits: tuple[str, Scored]) -> None:
+    for what, s in splits:
         if s.probs is None or s.labels is None:
             raise ValueError(f"conformal sets need the {what} split's predictive distribution: "
                              "build its Scored with Scored.of")
+
+
+def conformal_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int = 0
+                      ) -> tuple[dict[str, Any], dict[str, NDArray[np.float64]]]:
+    """The ``cp_*`` columns and ``cp_note``; figure arrays ``{role}|conformity_{score}`` (N, S).
+    Reads only the predictive distributions and labels."""
+    _check_probs(("calib", cal), ("ID", id_), ("shift", shift))
     tests = {"id": id_, "shift": shift}
     n_seeds = cal.probs.shape[1]  # type: ignore[union-attr]
     resamples = {role: _resamples(len(s.correct), n_boot, seed) for role, s in tests.items()}
     row: dict[str, Any] = {}
-    notes: dict[str, list[str]] = {"cp": [], "rc": []}
+    notes: list[str] = []
     arrays: dict[str, list[NDArray[np.float64]]] = {}
-    # per seed: uniform draws, then each score's q̂ per alpha
-    draws = []
+    draws = []  # per seed: the uniform draw of every question of every split
     for s in range(n_seeds):
         rng = np.random.default_rng([seed, s])
         draws.append({"calib": rng.random(len(cal.correct)),
                       **{role: rng.random(len(t.correct)) for role, t in tests.items()}})
+    probs = {"calib": cal.probs, "id": id_.probs, "shift": shift.probs}
+    labels = {"calib": cal.labels, "id": id_.labels, "shift": shift.labels}
     for name, score in C.SCORES.items():
-        true = [{role: C.true_label_scores(score, sc.probs[:, s], sc.labels[:, s],  # type: ignore[index]
-                                           draws[s][role])
-                 for role, sc in (("calib", cal), *tests.items())} for s in range(n_seeds)]
+        true = [{r: C.true_label_scores(score, probs[r][:, s],  # type: ignore[index]
+                                        labels[r][:, s], draws[s][r])  # type: ignore[index]
+                 for r in probs} for s in range(n_seeds)]
         if name in FIGURE_SCORES:
             for role in ("calib", "id", "shift"):
                 arrays[f"{role}|conformity_{name}"] = [t[role] for t in true]
@@ -93,18 +100,19 @@ def compute(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int =
             try:
                 qhat = [C.conformal_quantile(t["calib"], alpha) for t in true]
             except C.NotReachable as exc:
-                if str(exc) not in notes["cp"]:
-                    notes["cp"].append(str(exc))
+                if str(exc) not in notes:
+                    notes.append(str(exc))
                 for prefix, _ in SPLITS:
                     for stat in ("cov", "size", "ssc"):
                         _empty(row, f"{prefix}cp_{name}_{_pct(alpha)}_{stat}")
                 continue
             for prefix, role in SPLITS:
-                sc, w = tests[role], resamples[role]
+                w = resamples[role]
                 stats: dict[str, tuple[list[float], list[NDArray[np.float64]]]] = {
                     k: ([], []) for k in ("cov", "size", "ssc")}
                 for s in range(n_seeds):
-                    sets = C.prediction_sets(score, sc.probs[:, s], qhat[s], draws[s][role])  # type: ignore[index]
+                    sets = C.prediction_sets(score, probs[role][:, s],  # type: ignore[index]
+                                             qhat[s], draws[s][role])
                     covered, size = true[s][role] <= qhat[s], sets.sum(axis=1)
                     for k, fn in (("cov", lambda ww: C.coverage(covered, ww)),
                                   ("size", lambda ww: C.mean_set_size(size, ww)),
@@ -114,14 +122,18 @@ def compute(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int =
                         stats[k][1].append(fn(w))
                 for k, (points, boots) in stats.items():
                     _summarise(row, f"{prefix}cp_{name}_{_pct(alpha)}_{k}", points, boots)
-    _risk_columns(row, notes["rc"], cal, tests, resamples)
-    for kind, msgs in notes.items():
-        row[f"{kind}_note"] = " | ".join(msgs)
+    row["cp_note"] = " | ".join(notes)
     return row, {k: np.stack(v, axis=1) for k, v in arrays.items()}
 
 
-def _risk_columns(row: dict[str, Any], notes: list[str], cal: Scored, tests: dict[str, Scored],
-                  resamples: dict[str, NDArray[np.intp]]) -> None:
+def risk_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int = 0
+                 ) -> dict[str, Any]:
+    """The ``rc_*`` and ``risk_at_*`` columns and ``rc_note``. Reads only the uncertainties
+    and correctness."""
+    tests = {"id": id_, "shift": shift}
+    resamples = {role: _resamples(len(s.correct), n_boot, seed) for role, s in tests.items()}
+    row: dict[str, Any] = {}
+    notes: list[str] = []
     n_seeds = cal.uncertainty.shape[1]
     for target in R.TARGETS:
         try:
@@ -158,6 +170,15 @@ def _risk_columns(row: dict[str, Any], notes: list[str], cal: Scored, tests: dic
         name = f"risk_at_{_pct(c)}"
         row[name], row[f"{name}_std"] = _per_seed(risk_at, tests["id"].uncertainty,
                                                   tests["id"].correct)
+    row["rc_note"] = " | ".join(notes)
+    return row
+
+
+def compute(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int = 0
+            ) -> tuple[dict[str, Any], dict[str, NDArray[np.float64]]]:
+    """(`conformal_columns` + `risk_columns`, the figure arrays)."""
+    row, arrays = conformal_columns(cal, id_, shift, n_boot=n_boot, seed=seed)
+    return {**row, **risk_columns(cal, id_, shift, n_boot=n_boot, seed=seed)}, arrays
 
 
 @cache
@@ -168,34 +189,53 @@ def _code_hash() -> str:
     return hashlib.sha256(src.encode()).hexdigest()
 
 
+def _hash(*arrays: NDArray[Any] | None) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(b"-" if a is None else np.ascontiguousarray(a).tobytes() + str(a.shape).encode())
+    return h.hexdigest()
+
+
 def toolbox_columns(cache: ArrayCache | None, cal: Scored, id_: Scored, shift: Scored, *,
                     n_boot: int, seed: int = 0,
                     arrays: MutableMapping[str, NDArray[Any]] | None = None, key: str = ""
                     ) -> dict[str, Any]:
-    """`compute`, memoised in ``cache`` by content; the figure arrays go into ``arrays`` under
-    ``f"{key}|{role}|conformity_{score}"`` (the runner's ``scores.npz``)."""
+    """`conformal_columns` and `risk_columns`, each memoised in ``cache`` by the content it
+    reads (kinds ``conformal``, ``risk``: the scorers of one model share its predictive
+    distribution, so they share one conformal entry). The figure arrays go into ``arrays``
+    under ``f"{key}|{role}|conformity_{score}"`` (the runner's ``scores.npz``). Every reason
+    for an empty cell warns, from the cache too."""
+    splits = (cal, id_, shift)
+    opts = {"n_boot": n_boot, "seed": seed, "code": _code_hash()}
 
-    def run() -> dict[str, NDArray[Any]]:
-        cols, figs = compute(cal, id_, shift, n_boot=n_boot, seed=seed)
+    def conformal() -> dict[str, NDArray[Any]]:
+        cols, figs = conformal_columns(*splits, n_boot=n_boot, seed=seed)
         return {**{f"col|{k}": np.asarray(v) for k, v in cols.items()},
                 **{f"fig|{k}": v for k, v in figs.items()}}
 
-    get: Callable[[], dict[str, NDArray[Any]]] = run
-    if cache is not None:
-        material = {"scores": _content_hash(cal, id_, shift), "n_boot": n_boot, "seed": seed,
-                    "code": _code_hash()}
-        get = lambda: cache.get_or_compute("toolbox", material, run)[0]  # noqa: E731
-    got = get()
+    def risk() -> dict[str, NDArray[Any]]:
+        return {f"col|{k}": np.asarray(v)
+                for k, v in risk_columns(*splits, n_boot=n_boot, seed=seed).items()}
+
+    got: dict[str, NDArray[Any]] = {}
+    for kind, fn, reads in (("conformal", conformal, ("probs", "labels")),
+                            ("risk", risk, ("uncertainty", "correct"))):
+        if cache is None:
+            got.update(fn())
+        else:
+            material = {"scores": _hash(*(getattr(s, f) for s in splits for f in reads)), **opts}
+            got.update(cache.get_or_compute(kind, material, fn)[0])
     row: dict[str, Any] = {}
     for k, v in got.items():
         if k.startswith("col|"):
             row[k[4:]] = str(v) if v.dtype.kind == "U" else float(v)
         elif arrays is not None:
             arrays[f"{key}|{k[4:]}"] = v
-    for kind in ("cp", "rc"):  # a cached row warns again: an empty cell is never silent
-        for msg in filter(None, str(row.get(f"{kind}_note", "")).split(" | ")):
+    for kind in ("cp", "rc"):
+        for msg in filter(None, row[f"{kind}_note"].split(" | ")):
             warnings.warn(msg, UserWarning, stacklevel=2)  # one line per distinct reason
     return row
 
 
-__all__ = ["FIGURE_SCORES", "compute", "toolbox_columns"]
+__all__ = ["FIGURE_SCORES", "compute", "conformal_columns", "risk_columns",
+           "toolbox_columns"]
