@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -40,7 +41,11 @@ def test_columns_are_the_conformal_functions_with_cis_and_figure_arrays() -> Non
     assert row["risk_at_50"] <= row["risk_at_90"] + 0.2 and "rc_50_coverage" in row
 
 
-def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_path) -> None:
+def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_path,
+                                                                         monkeypatch) -> None:
+    import uqbench.toolbox as T
+
+    monkeypatch.setattr(T, "_WARNED", set())
     cal, id_, sh = _scored(16, 1), _scored(30, 2), _scored(30, 3)  # the smoke profile's calib
     arrays: dict = {}
     with pytest.warns(UserWarning, match="alpha=0.05 not reachable: 16 calibration questions"):
@@ -51,7 +56,12 @@ def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_pat
     assert math.isfinite(row["cp_aps_10_cov"])  # 16 >= 1/0.1 - 1 = 9
     assert "target risk 0.3 not reachable" in row["rc_note"] and math.isnan(row["rc_30_coverage"])
     assert arrays["m|d|shift|conformity_aps_rand"].shape == (30, 1)
-    with pytest.warns(UserWarning, match="alpha=0.05 not reachable"):  # a cached row warns too
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        toolbox_columns(None, cal, id_, sh, n_boot=50)
+    assert not seen  # once per reason and process, not once per row
+    monkeypatch.setattr(T, "_WARNED", set())  # another process: a cached row warns too
+    with pytest.warns(UserWarning, match="alpha=0.05 not reachable"):
         again = toolbox_columns(ArrayCache(tmp_path), cal, id_, sh, n_boot=50)
     assert json.dumps(again) == json.dumps(row)
 

@@ -39,6 +39,8 @@ from uqbench.evaluate import Scored, _per_seed
 #: Scores whose true-label scores go to ``scores.npz`` for the coverage figure.
 FIGURE_SCORES = ("lac", "aps_rand", "raps_rand")
 SPLITS = (("", "id"), ("shift_", "shift"))
+#: Reasons for empty cells already warned about in this process.
+_WARNED: set[str] = set()
 
 
 def _pct(x: float) -> str:
@@ -233,7 +235,9 @@ def toolbox_columns(cache: ArrayCache | None, cal: Scored, id_: Scored, shift: S
             arrays[f"{key}|{k[4:]}"] = v
     for kind in ("cp", "rc"):
         for msg in filter(None, row[f"{kind}_note"].split(" | ")):
-            warnings.warn(msg, UserWarning, stacklevel=2)  # one line per distinct reason
+            if msg not in _WARNED:  # once per distinct reason and process, not once per row
+                _WARNED.add(msg)
+                warnings.warn(msg, UserWarning, stacklevel=2)
     return row
 
 
