@@ -2,9 +2,10 @@
 
 The run is read by `figures.data` (`load_run`); each figure comes from a panel module
 (`figures.calibration`, `figures.selective`, `figures.ood`, `figures.recalibrated`,
-`figures.compute`, `figures.mechanism`, `figures.training`), which imports `figures.data` and
-never this module. Figures only *read* the run's records: every curve comes from a
-`uqbench.metrics` curve function, every table number from ``results.jsonl``.
+`figures.conformal`, `figures.compute`, `figures.mechanism`, `figures.training`), which
+imports `figures.data` and never this module. Figures only *read* the run's records: every
+curve comes from a `uqbench.metrics` (or `uqbench.conformal`) curve function, every table
+number from ``results.jsonl``.
 """
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from figures import calibration, compute, mechanism, ood, recalibrated, selective, training
+from figures import (
+    calibration,
+    compute,
+    conformal,
+    mechanism,
+    ood,
+    recalibrated,
+    selective,
+    training,
+)
 from figures.data import POOLED, ROLES, RunData, Scores, load_run
 from figures.style import select_methods, theme
 from uqbench.errors import UserError
@@ -58,6 +68,8 @@ def figure_plan(run: RunData, *, max_methods: int | None = 8,
         (f"ood_hist_{_slug(hist_dom)}", partial(ood.histogram_figure, run, hist_dom, shown)),
         (f"reliability_recalibrated_{_slug(hist_dom)}",
          partial(recalibrated.recalibrated_reliability_figure, run, hist_dom, shown)),
+        (f"conformal_coverage_{_slug(hist_dom)}",
+         partial(conformal.coverage_figure, run, hist_dom, shown)),
         ("frontier", partial(compute.frontier_figure, run)),
         ("thermostat", partial(compute.thermostat_figure, run)),
         ("allocation", partial(compute.allocation_figure, run)),

@@ -28,9 +28,10 @@ FORBIDDEN = {
     "scorers": (*MODEL_LIBS, "baselines", "figures", "matplotlib", "seaborn"),
     "figures": (*MODEL_LIBS, "baselines", "scorers"),
 }
-#: the core modules figures may read (metric curves, report readers, errors, the registry)
-FIGURES_MAY_USE = {"uqbench", "uqbench.metrics", "uqbench.report", "uqbench.paper",
-                   "uqbench.errors", "uqbench.engine"}
+#: the core modules figures may read (metric curves -- conformal's too --, report readers,
+#: errors, the registry)
+FIGURES_MAY_USE = {"uqbench", "uqbench.metrics", "uqbench.conformal", "uqbench.report",
+                   "uqbench.paper", "uqbench.errors", "uqbench.engine"}
 
 
 def module_imports(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:

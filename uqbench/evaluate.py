@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from functools import cache
@@ -27,9 +29,11 @@ from uqbench.outputs import Outputs
 from uqbench.scorer import Scorer, run_scorer
 
 #: Metrics that get a bootstrap CI (the others are reported as mean +- std over seeds).
-CI_METRICS = ("accuracy", "ece", "ood_auroc", "aurc", "sel_acc_80")
-COLUMNS = ("accuracy", "ece", "ood_auroc", "aupr_out", "fpr95", "aurc", "e_aurc", "sel_acc_80",
-           "shift_accuracy", "shift_sel_acc_80", "avg_experts", "shift_avg_experts")
+CI_METRICS = ("accuracy", "ece", "brier", "nll", "mce", "ece_adaptive", "ood_auroc", "aurc",
+              "augrc", "sel_acc_80")
+COLUMNS = ("accuracy", "ece", "brier", "nll", "mce", "ece_adaptive", "ood_auroc", "aupr_out",
+           "fpr95", "aurc", "e_aurc", "augrc", "sel_acc_80", "shift_accuracy", "shift_sel_acc_80",
+           "avg_experts", "shift_avg_experts")
 
 
 @dataclass(frozen=True)
@@ -42,20 +46,27 @@ class Scored:
     experts: NDArray[np.float64] | None
     #: tokens each example's ``experts`` is a mean over (`Outputs.n_tokens`)
     n_tokens: NDArray[np.float64] | None = None
+    #: (N, S, C) the scorer's predictive distribution (`Scorer.predictive`) and (N, S) the
+    #: labels: Brier, NLL and conformal sets need them (None: those columns are NaN, warned)
+    probs: NDArray[np.float64] | None = None
+    labels: NDArray[np.int64] | None = None
 
     @staticmethod
     def of(scorer: Scorer, per_seed: Sequence[Outputs], *, timeout: float | None = None) -> Scored:
-        u, conf, corr, exp, tok = [], [], [], [], []
+        u, conf, corr, exp, tok, probs = [], [], [], [], [], []
         for out in per_seed:
             ui, ci = run_scorer(scorer, out, timeout=timeout)
             u.append(ui)
             conf.append(ci)
-            corr.append((scorer.predictive(out).argmax(axis=1) == out.labels).astype(float))
+            probs.append(scorer.predictive(out))
+            corr.append((probs[-1].argmax(axis=1) == out.labels).astype(float))
             exp.append(out.experts)
             tok.append(out.n_tokens)
         experts = None if any(e is None for e in exp) else np.stack(exp, axis=1)  # type: ignore[arg-type]
         n_tokens = None if any(t is None for t in tok) else np.stack(tok, axis=1)  # type: ignore[arg-type]
-        return Scored(np.stack(u, 1), np.stack(conf, 1), np.stack(corr, 1), experts, n_tokens)
+        labels = np.stack([o.labels for o in per_seed], 1).astype(np.int64)
+        return Scored(np.stack(u, 1), np.stack(conf, 1), np.stack(corr, 1), experts, n_tokens,
+                      np.stack(probs, 1), labels)
 
 
 def _seed_mean(metric: Callable[..., float]) -> Callable[..., float]:
@@ -98,13 +109,25 @@ def _ci(name: str, fn: Callable[..., float], arrays: Sequence[NDArray[Any]], *,
 def evaluate(id_: Scored, shift: Scored, *, n_bins: int = 12, n_boot: int = 1000,
              seed: int = 0) -> dict[str, float]:
     """All table metrics of one method. Keys: metric, ``metric_std`` and, for `CI_METRICS`,
-    ``metric_lo``/``metric_hi``."""
+    ``metric_lo``/``metric_hi``.
+
+    Calibration on the ID split: ``ece`` (``n_bins`` equal-width bins), ``ece_adaptive`` (as
+    many equal-mass bins), ``mce`` (the largest gap of the equal-width bins), ``brier``
+    (multiclass) and ``nll`` of the predictive distribution; ranking: ``aurc``, ``e_aurc``,
+    ``augrc`` (`uqbench.metrics`, one definition each)."""
 
     def acc(c: NDArray[Any]) -> float:
         return float(np.mean(c))
 
     def ece(conf: NDArray[Any], c: NDArray[Any]) -> float:
         return M.expected_calibration_error(conf, c.astype(bool), n_bins=n_bins)
+
+    def ece_adaptive(conf: NDArray[Any], c: NDArray[Any]) -> float:
+        return M.expected_calibration_error(conf, c.astype(bool), n_bins=n_bins,
+                                            strategy="quantile")
+
+    def mce(conf: NDArray[Any], c: NDArray[Any]) -> float:
+        return M.max_calibration_error(conf, c.astype(bool), n_bins=n_bins)
 
     def sel80(u: NDArray[Any], c: NDArray[Any]) -> float:
         return M.selective_accuracy(u, c.astype(bool), coverage=0.8)
@@ -115,15 +138,29 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = 12, n_boot: int = 1000
     one_sample: dict[str, tuple[Callable[..., float], tuple[NDArray[Any], ...]]] = {
         "accuracy": (acc, (id_.correct,)),
         "ece": (ece, (id_.confidence, id_.correct)),
+        "mce": (mce, (id_.confidence, id_.correct)),
+        "ece_adaptive": (ece_adaptive, (id_.confidence, id_.correct)),
         "aurc": (rc(M.aurc), (id_.uncertainty, id_.correct)),
         "e_aurc": (rc(M.e_aurc), (id_.uncertainty, id_.correct)),
+        "augrc": (rc(M.augrc), (id_.uncertainty, id_.correct)),
         "sel_acc_80": (sel80, (id_.uncertainty, id_.correct)),
         "shift_accuracy": (acc, (shift.correct,)),
         "shift_sel_acc_80": (sel80, (shift.uncertainty, shift.correct)),
     }
+    if id_.probs is not None and id_.labels is not None:
+        one_sample["brier"] = (M.brier_score, (id_.probs, id_.labels))
+        one_sample["nll"] = (M.negative_log_likelihood, (id_.probs, id_.labels))
     two_sample = {"ood_auroc": M.ood_auroc, "aupr_out": M.aupr_out, "fpr95": M.fpr_at_95_tpr}
     row: dict[str, float] = {}
-    for name, (fn, arrays) in one_sample.items():
+    if "brier" not in one_sample:
+        warnings.warn("evaluate: the ID Scored has no predictive distribution (probs/labels); "
+                      "brier and nll are NaN (build it with Scored.of)", stacklevel=2)
+    for name in COLUMNS:  # the table's column order; brier/nll without probs stay NaN
+        if name not in one_sample:
+            if name in ("brier", "nll"):
+                row[name] = row[f"{name}_std"] = row[f"{name}_lo"] = row[f"{name}_hi"] = math.nan
+            continue
+        fn, arrays = one_sample[name]
         row[name], row[f"{name}_std"] = _per_seed(fn, *arrays)
         if name in CI_METRICS:
             row[f"{name}_lo"], row[f"{name}_hi"] = _ci(

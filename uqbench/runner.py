@@ -283,6 +283,7 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
     ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
     ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.recalibration`)."""
     from uqbench.recalibration import CALIBRATORS, recalibrate_cached
+    from uqbench.toolbox import toolbox_columns
 
     rows: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
@@ -313,6 +314,9 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
                                          for r in ("id", "shift")),
                 "calib_hashes": ",".join(refs.hashes[f"{d}/calib"] for d in parts),
             }
+            # conformal sets and selective risk control (issue 27), fitted on calib
+            row.update(toolbox_columns(cache, cal_s, id_s, sh_s, n_boot=n_boot,
+                                       arrays=arrays, key=f"{m.name}|{dom}"))
             rows.append(row)
             # per-example arrays are (N, seeds): verdicts and figures pool every seed
             for kind in CALIBRATORS:

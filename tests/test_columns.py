@@ -1,0 +1,66 @@
+"""The calibration and ranking columns of the results table (issue 27, item 3): each one is the
+`uqbench.metrics` function on the method's arrays, mean over seeds, with a bootstrap CI."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from uqbench import metrics as M
+from tests.conftest import make_outputs
+from uqbench.evaluate import CI_METRICS, COLUMNS, Scored, evaluate
+from uqbench.report import markdown_table
+from uqbench.scorer import get_scorer
+
+NEW = ("brier", "nll", "mce", "ece_adaptive", "augrc")
+
+
+def _scored() -> Scored:
+    """Five examples, two seeds; seed 0 is the metrics docstrings' hand-worked example."""
+    u = np.array([[0.2, 0.1], [0.5, 0.2], [0.5, 0.3], [0.1, 0.4], [0.9, 0.5]])
+    conf = np.array([[0.1, 0.6], [0.3, 0.6], [0.55, 0.6], [0.8, 0.6], [0.95, 0.6]])
+    correct = np.array([[1, 1], [0, 1], [1, 0], [1, 1], [0, 0]], dtype=float)
+    p0 = np.array([[0.7, 0.3], [0.0, 1.0], [0.5, 0.5], [0.5, 0.5], [0.5, 0.5]])
+    probs = np.stack([p0, np.full((5, 2), 0.5)], axis=1)  # (N, S, C)
+    labels = np.array([[0, 0], [1, 1], [0, 0], [1, 1], [0, 0]])
+    return Scored(u, conf, correct, None, None, probs, labels)
+
+
+def test_new_columns_are_the_metrics_functions_mean_over_seeds_with_cis() -> None:
+    s = _scored()
+    row = evaluate(s, s, n_boot=50)
+    assert set(NEW) <= set(COLUMNS) and set(NEW) <= set(CI_METRICS)
+    # seed 0: AUGRC 0.1 by hand (metrics docstring); seed 1: ranks 0.1..0.5, errors at 0.3, 0.5:
+    # points (.2,0) (.4,0) (.6,.2) (.8,.2) (1,.4): .2*.2/2 + .2*.4/2 + .2*.6/2 = 0.12
+    assert row["augrc"] == pytest.approx((0.1 + 0.12) / 2)
+    # seed 0 Brier: (.09*2 + 0 + .5*3) / 5 -> per-row (0.18, 0, .5, .5, .5) mean 0.336; seed 1: .5
+    assert row["brier"] == pytest.approx((0.336 + 0.5) / 2)
+    nll0 = -(np.log(0.7) + np.log(1.0) + 3 * np.log(0.5)) / 5
+    assert row["nll"] == pytest.approx((nll0 + np.log(2)) / 2)
+    for name, fn in (("mce", M.max_calibration_error), ("ece_adaptive", None)):
+        per_seed = [fn(s.confidence[:, k], s.correct[:, k], n_bins=12) if fn else
+                    M.expected_calibration_error(s.confidence[:, k], s.correct[:, k], n_bins=12,
+                                                 strategy="quantile") for k in range(2)]
+        assert row[name] == pytest.approx(np.mean(per_seed))
+        assert row[f"{name}_std"] == pytest.approx(np.std(per_seed, ddof=1))
+    for name in NEW:
+        assert row[f"{name}_lo"] <= row[f"{name}_hi"] and math.isfinite(row[f"{name}_lo"])
+    table = markdown_table([{"method": "m", "domain": "d", **row}])
+    assert "| ECE-ad | MCE | Brier | NLL |" in table
+
+
+def test_scored_of_keeps_the_predictive_and_labels_and_without_them_warns() -> None:
+    outs = [make_outputs(6, 3, seed=k) for k in range(2)]
+    msp = get_scorer("msp")
+    s = Scored.of(msp, outs)
+    assert s.probs is not None and s.probs.shape == (6, 2, 3) and s.labels.shape == (6, 2)
+    np.testing.assert_allclose(s.probs[:, 1], msp.predictive(outs[1]))
+    row = evaluate(s, s, n_boot=20)
+    assert row["brier"] == pytest.approx(np.mean([M.brier_score(msp.predictive(o), o.labels)
+                                                  for o in outs]))
+    bare = Scored(s.uncertainty, s.confidence, s.correct, None)
+    with pytest.warns(UserWarning, match="brier and nll are NaN"):
+        nan_row = evaluate(bare, bare, n_boot=20)
+    assert math.isnan(nan_row["brier"]) and math.isnan(nan_row["nll_hi"])
+    assert nan_row["augrc"] == row["augrc"]

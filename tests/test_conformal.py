@@ -1,0 +1,139 @@
+"""Split conformal sets (`uqbench.conformal`): hand-worked values, bad input, and the same q̂,
+sets, coverage, set size and size-stratified coverage as MAPIE on the same probabilities."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from uqbench import conformal as C
+
+P = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.25, 0.25, 0.5]])
+
+
+def test_scores_by_hand() -> None:
+    np.testing.assert_allclose(C.SCORES["lac"].scores(P), 1 - P)
+    # APS, u = 0: the mass ranked above each option (ties keep index order)
+    np.testing.assert_allclose(C.SCORES["aps"].scores(P),
+                               [[0, 0.5, 0.8], [0.9, 0, 0.6], [0.5, 0.75, 0]])
+    u = np.array([0.5, 0.0, 1.0])
+    np.testing.assert_allclose(C.SCORES["aps_rand"].scores(P, u),
+                               [[0.25, 0.65, 0.9], [0.9, 0, 0.6], [0.75, 1.0, 0.5]])
+    # RAPS: + 0.1 * (rank - 1)+
+    np.testing.assert_allclose(C.SCORES["raps"].scores(P),
+                               [[0, 0.6, 1.0], [1.1, 0, 0.7], [0.6, 0.95, 0]])
+    assert np.array_equal(C.RAPS("r", lam=0.0).scores(P), C.SCORES["aps"].scores(P))
+    with pytest.raises(ValueError, match="needs u"):
+        C.SCORES["raps_rand"].scores(P)
+
+
+def test_quantile_sets_and_metrics_by_hand() -> None:
+    cal = [0.1, 0.4, 0.2, 0.9, 0.3, 0.5, 0.6, 0.8, 0.7, 0.05]
+    # n = 10, alpha = 0.2: k = ceil(11 * 0.8) = 9 -> the 9th smallest, 0.8
+    assert C.conformal_quantile(cal, 0.2) == 0.8
+    assert C.conformal_quantile(cal, 0.1) == 0.9  # k = ceil(9.9) = 10
+    assert C.quantile_rank(9, 0.1) == 9  # (9 + 1) * 0.9 = 9.000000000000002 in floats
+    sets = C.prediction_sets(C.SCORES["lac"], P, 0.6)  # p >= 0.4
+    assert sets.tolist() == [[True, False, False], [False, True, False], [False, False, True]]
+    covered, size = [1, 0, 1, 1, 1], [1, 1, 2, 2, 3]
+    assert C.coverage(covered) == 0.8 and C.mean_set_size(size) == 1.8
+    assert C.worst_size_stratified_coverage(covered, size) == 0.5
+    idx = np.array([[0, 0, 0, 0, 0], [1, 1, 2, 3, 4]])  # two bootstrap resamples
+    np.testing.assert_allclose(C.coverage(covered, idx), [1.0, 0.6])
+    np.testing.assert_allclose(C.worst_size_stratified_coverage(covered, size, idx), [1.0, 0.0])
+    # a padded choice (probability 0: a pooled row of a domain with fewer options) is never in
+    assert not C.prediction_sets(C.SCORES["aps"], [[0.7, 0.3, 0.0]], 5.0)[0, 2]
+
+
+def test_bad_alpha_and_too_small_calib_are_clear_errors() -> None:
+    for a in (0.0, 1.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="outside \\(0, 1\\)"):
+            C.conformal_quantile([0.1, 0.2], a)
+    with pytest.raises(C.NotReachable, match="16 calibration questions.*n >= 1/alpha - 1 = 19"):
+        C.conformal_quantile(np.linspace(0, 1, 16), 0.05)
+    assert C.conformal_quantile(np.linspace(0, 1, 19), 0.05) == 1.0  # n = 19: k = 19 = n
+    nominal, cov = C.coverage_curve(np.linspace(0, 1, 16), np.linspace(0, 1, 5), [0.05, 0.5])
+    assert nominal.tolist() == [0.5]  # 0.05 left out: 16 questions cannot resolve it
+
+
+class _Given:
+    """A prefit classifier whose predict_proba returns given rows (MAPIE needs an estimator)."""
+
+    def __init__(self, probs: np.ndarray) -> None:
+        self.probs, self.classes_ = probs, np.arange(probs.shape[1])
+        self.__sklearn_is_fitted__ = lambda: True
+
+    def fit(self, X, y):
+        return self
+
+    def predict_proba(self, X):
+        return self.probs[np.asarray(X)[:, 0].astype(int)]
+
+    def predict(self, X):
+        return self.predict_proba(X).argmax(axis=1)
+
+
+class _Draws(np.random.RandomState):
+    """A RandomState whose successive ``uniform`` calls return the given arrays, so that MAPIE
+    draws the same u as we do."""
+
+    def __init__(self, draws: list[np.ndarray]) -> None:
+        super().__init__(0)
+        self.draws = list(draws)
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        return np.asarray(self.draws.pop(0)).reshape(size)
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:invalid value")
+@pytest.mark.parametrize("alpha", C.ALPHAS)
+@pytest.mark.parametrize("name", ["lac", "aps", "aps_rand"])
+def test_sets_equal_mapies(name: str, alpha: float) -> None:
+    pytest.importorskip("mapie", reason="MAPIE is a test dependency: pip install -e '.[test]'")
+    from sklearn.base import BaseEstimator, ClassifierMixin
+
+    from mapie.classification import SplitConformalClassifier
+    from mapie.conformity_scores import APSConformityScore
+    from mapie.metrics.classification import (
+        classification_coverage_score,
+        classification_mean_width_score,
+        classification_ssc_score,
+    )
+
+    class Given(_Given, ClassifierMixin, BaseEstimator):
+        pass
+
+    rng = np.random.default_rng(0)
+    n_cal, n_test, k = 200, 300, 4
+    probs = rng.dirichlet(np.full(k, 0.7), n_cal + n_test)
+    y = np.array([rng.choice(k, p=p) for p in probs])
+    x_cal, x_test = np.arange(n_cal)[:, None], np.arange(n_cal, n_cal + n_test)[:, None]
+    y_cal, y_test = y[:n_cal], y[n_cal:]
+    score = C.SCORES[name]
+    u_cal, u_test = rng.random(n_cal), rng.random(n_test)
+    if name == "lac":
+        mapie_score, draws, last = "lac", [], True
+    elif name == "aps":  # MAPIE's calib score is cumsum - U p_y: U = 1 gives our u = 0
+        mapie_score, draws, last = APSConformityScore(), [np.ones(n_cal)], True
+    else:  # MAPIE's u is our 1 - u, at calibration and in the sets alike
+        mapie_score, draws, last = APSConformityScore(), [1 - u_cal, 1 - u_test], "randomized"
+    mapie = SplitConformalClassifier(Given(probs), confidence_level=1 - alpha,
+                                     conformity_score=mapie_score, prefit=True,
+                                     random_state=_Draws(draws)).conformalize(x_cal, y_cal)
+    with np.errstate(all="ignore"):
+        _, mapie_sets = mapie.predict_set(x_test, conformity_score_params={
+            "include_last_label": last})
+    mapie_sets = mapie_sets[:, :, 0]
+    qhat = C.conformal_quantile(C.true_label_scores(score, probs[:n_cal], y_cal, u_cal), alpha)
+    q_mapie = mapie._mapie_classifier.conformity_score_function_.quantiles_
+    assert qhat == pytest.approx(float(np.ravel(q_mapie)[0]), abs=1e-12)
+    sets = C.prediction_sets(score, probs[n_cal:], qhat, u_test)
+    assert np.array_equal(sets, mapie_sets)
+    covered = C.true_label_scores(score, probs[n_cal:], y_test, u_test) <= qhat
+    assert np.array_equal(covered, sets[np.arange(n_test), y_test])
+    with np.errstate(all="ignore"):
+        assert C.coverage(covered) == pytest.approx(
+            classification_coverage_score(y_test, mapie_sets)[0])
+        assert C.mean_set_size(sets.sum(axis=1)) == pytest.approx(
+            classification_mean_width_score(mapie_sets))
+        assert C.worst_size_stratified_coverage(covered, sets.sum(axis=1)) == pytest.approx(
+            classification_ssc_score(y_test, mapie_sets)[0])

@@ -1,0 +1,247 @@
+"""Split conformal prediction sets over a method's predictive distribution (pure numpy).
+
+A conformity score ``s(x, c, u)`` says how unusual option ``c`` is for question ``x`` (``u`` is
+the question's uniform draw, for the randomised scores). Fitted on a labelled calibration split
+of n questions, split conformal takes
+
+    q̂ = the k-th smallest calibration score s(x_i, y_i, u_i), k = ⌈(n + 1)(1 − α)⌉,
+
+i.e. the ⌈(n+1)(1−α)⌉/n empirical quantile, and predicts the set ``{c : s(x, c, u) ≤ q̂}``.
+On exchangeable data the set holds the gold option with probability ≥ 1 − α (Vovk et al. 2005;
+Angelopoulos & Bates 2021). It needs k ≤ n, i.e. n ≥ 1/α − 1: a smaller calibration split
+cannot resolve α (`NotReachable`).
+
+The scores (MAPIE's classes, one interface: `ConformityScore.scores`):
+
+``lac``   1 − p_c (Sadinle et al. 2019).
+``aps``   the mass of the options ranked above c, plus u·p_c (Romano et al. 2020).
+``raps``  APS + λ·(rank_c − k_reg)⁺ (Angelopoulos et al. 2021), λ = `RAPS_LAMBDA`,
+          k_reg = `RAPS_K_REG` (fixed, not tuned: four options leave nothing to tune on).
+
+Randomised (``*_rand``, as in the papers): u ~ U(0, 1), drawn from a seeded generator per
+question. Non-randomised: u = 0, so the most probable option is always in the set (the sets of
+MAPIE's ``include_last_label=True``). A choice of probability 0 (a padded choice of a pooled
+row whose domains have fewer options) is never in a set.
+
+Coverage, mean set size and the worst size-stratified coverage (Angelopoulos & Bates 2021,
+MAPIE's ``classification_ssc_score`` with one bin per set size) are plain functions of the
+per-question indicators; they take optional bootstrap resamples (B, N) of question indices, so
+that a CI (questions resampled, q̂ held fixed) costs a few array operations.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+#: The α of the table's columns.
+ALPHAS = (0.05, 0.1, 0.2)
+#: RAPS regulariser and the rank it starts after (Angelopoulos et al. 2021).
+RAPS_LAMBDA = 0.1
+RAPS_K_REG = 1
+#: Float tolerance of ⌈(n + 1)(1 − α)⌉: (9 + 1) * 0.9 is 9.000000000000002, and means 9.
+_CEIL_TOL = 1e-9
+
+
+class NotReachable(ValueError):
+    """The calibration split is too small for the requested α (n < 1/α − 1)."""
+
+
+@dataclass(frozen=True)
+class ConformityScore:
+    """``s(x, c, u)`` for every option; subclasses implement `_scores`."""
+
+    name: str
+    randomized: bool = False
+
+    def scores(self, probs: ArrayLike, u: ArrayLike | None = None) -> NDArray[np.float64]:
+        """(N, C) scores of every option; ``u`` (N,) the uniform draws of the randomised
+        scores (ignored, and may be None, otherwise: u = 0). Padded choices (p = 0): +inf."""
+        p = np.asarray(probs, dtype=np.float64)
+        if p.ndim != 2:
+            raise ValueError(f"probs must be (N, C); got shape {p.shape}")
+        if self.randomized:
+            if u is None:
+                raise ValueError(f"the randomised score {self.name!r} needs u (N,) in [0, 1)")
+            uu = np.asarray(u, dtype=np.float64).reshape(-1)
+            if uu.shape != (len(p),):
+                raise ValueError(f"u must have shape ({len(p)},); got {uu.shape}")
+        else:
+            uu = np.zeros(len(p))
+        return np.where(p == 0, np.inf, self._scores(p, uu))
+
+    def _scores(self, p: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class LAC(ConformityScore):
+    """``1 − p_c``; ``u`` plays no part."""
+
+    def _scores(self, p: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
+        return 1.0 - p
+
+
+@dataclass(frozen=True)
+class APS(ConformityScore):
+    """``Σ_{c' ranked above c} p_c' + u·p_c``, plus `penalty` (zero for APS)."""
+
+    def penalty(self, rank: NDArray[np.intp]) -> NDArray[np.float64]:
+        return np.zeros(rank.shape)
+
+    def _scores(self, p: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
+        order = np.argsort(-p, axis=1, kind="stable")  # rank 1 = most probable
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.arange(1, p.shape[1] + 1)[None, :], axis=1)
+        sorted_p = np.take_along_axis(p, order, axis=1)
+        above = np.take_along_axis(np.cumsum(sorted_p, axis=1) - sorted_p, rank - 1, axis=1)
+        return above + u[:, None] * p + self.penalty(rank)
+
+
+@dataclass(frozen=True)
+class RAPS(APS):
+    """APS + ``lam·(rank_c − k_reg)⁺``."""
+
+    lam: float = RAPS_LAMBDA
+    k_reg: int = RAPS_K_REG
+
+    def penalty(self, rank: NDArray[np.intp]) -> NDArray[np.float64]:
+        return self.lam * np.maximum(rank - self.k_reg, 0).astype(np.float64)
+
+
+#: The table's scores: column prefix -> score.
+SCORES: dict[str, ConformityScore] = {
+    "lac": LAC("lac"), "aps": APS("aps"), "aps_rand": APS("aps_rand", randomized=True),
+    "raps": RAPS("raps"), "raps_rand": RAPS("raps_rand", randomized=True),
+}
+
+
+def check_alpha(alpha: float) -> float:
+    a = float(alpha)
+    if not 0.0 < a < 1.0:
+        raise ValueError(f"alpha={alpha!r} is outside (0, 1): give the miscoverage level, e.g. "
+                         "0.1 for sets that hold the gold option 90% of the time")
+    return a
+
+
+def quantile_rank(n: int, alpha: float) -> int:
+    """k = ⌈(n + 1)(1 − α)⌉; raises `NotReachable` when k > n (n < 1/α − 1)."""
+    a = check_alpha(alpha)
+    k = math.ceil((n + 1) * (1.0 - a) - _CEIL_TOL)
+    if k > n:
+        raise NotReachable(
+            f"alpha={a:g} not reachable: {n} calibration questions, split conformal needs "
+            f"n >= 1/alpha - 1 = {math.ceil(1.0 / a - 1.0 - _CEIL_TOL)}; use a larger calib "
+            "split (profile calib_cap) or a larger alpha")
+    return max(k, 1)
+
+
+def conformal_quantile(calib_scores: ArrayLike, alpha: float) -> float:
+    """q̂: the ⌈(n+1)(1−α)⌉-th smallest of the n calibration scores (the ⌈(n+1)(1−α)⌉/n
+    empirical quantile, numpy ``method="lower"``).
+
+    >>> conformal_quantile([0.1, 0.4, 0.2, 0.9, 0.3, 0.5, 0.6, 0.8, 0.7, 0.05], 0.2)
+    0.8
+    """
+    s = np.asarray(calib_scores, dtype=np.float64).reshape(-1)
+    if s.size == 0:
+        raise NotReachable("no calibration scores: the calib split is empty")
+    k = quantile_rank(s.size, alpha)
+    return float(np.partition(s, k - 1)[k - 1])
+
+
+def true_label_scores(score: ConformityScore, probs: ArrayLike, labels: ArrayLike,
+                      u: ArrayLike | None = None) -> NDArray[np.float64]:
+    """(N,) ``s(x_i, y_i, u_i)``: the calibration scores, and on a test split whether the gold
+    option is in the set (``≤ q̂``)."""
+    y = np.asarray(labels, dtype=np.intp).reshape(-1)
+    return np.take_along_axis(score.scores(probs, u), y[:, None], axis=1)[:, 0]
+
+
+def prediction_sets(score: ConformityScore, probs: ArrayLike, qhat: float,
+                    u: ArrayLike | None = None) -> NDArray[np.bool_]:
+    """(N, C) membership: ``s(x, c, u) ≤ q̂``."""
+    return score.scores(probs, u) <= qhat
+
+
+# --- metrics of the sets: per-question indicators, optional bootstrap resamples (B, N) --------
+
+def _rows(x: NDArray[Any], resample: ArrayLike | None) -> NDArray[Any]:
+    """``x`` as one row (1, N), or its B resampled rows ``x[resample]`` (B, N)."""
+    if resample is None:
+        return x[None, :]
+    idx = np.asarray(resample)
+    if idx.ndim != 2 or (idx.size and (idx.min() < 0 or idx.max() >= x.size)):
+        raise ValueError(f"resample must be (B, N) indices into the {x.size} questions; got "
+                         f"shape {idx.shape}")
+    return x[idx]
+
+
+def _out(v: NDArray[np.float64], resample: ArrayLike | None) -> Any:
+    return float(v[0]) if resample is None else v
+
+
+def coverage(covered: ArrayLike, resample: ArrayLike | None = None) -> Any:
+    """Fraction of questions whose set holds the gold option: ``mean_i 1[y_i ∈ C(x_i)]``.
+    ``resample`` (B, N) question indices (bootstrap draws): one value per draw, (B,).
+
+    >>> coverage([1, 1, 0, 1])
+    0.75
+    """
+    c = np.asarray(covered, dtype=np.float64).reshape(-1)
+    return _out(_rows(c, resample).mean(axis=1), resample)
+
+
+def mean_set_size(size: ArrayLike, resample: ArrayLike | None = None) -> Any:
+    """Mean number of options in the set, ``mean_i |C(x_i)|`` (``resample`` as `coverage`)."""
+    return coverage(size, resample)
+
+
+def worst_size_stratified_coverage(covered: ArrayLike, size: ArrayLike,
+                                   resample: ArrayLike | None = None) -> Any:
+    """Size-stratified coverage: the coverage of each group of questions with equal set size,
+    and its minimum over the non-empty groups (lower = a set size that under-covers).
+
+    >>> worst_size_stratified_coverage([1, 0, 1, 1, 1], [1, 1, 2, 2, 3])
+    0.5
+    """
+    c = np.asarray(covered, dtype=np.float64).reshape(-1)
+    s = np.asarray(size).reshape(-1)
+    if s.shape != c.shape:
+        raise ValueError(f"covered and size must have the same shape; got {c.shape}, {s.shape}")
+    sizes, code = np.unique(s, return_inverse=True)
+    codes, cs = _rows(code.reshape(-1), resample), _rows(c, resample)  # (B, N)
+    k = len(sizes)
+    flat = (codes + k * np.arange(len(codes))[:, None]).ravel()
+    n_bin = np.bincount(flat, minlength=k * len(codes)).reshape(-1, k)
+    hits = np.bincount(flat, weights=cs.ravel(), minlength=k * len(codes)).reshape(-1, k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_bin = np.where(n_bin > 0, hits / n_bin, np.inf)
+    return _out(per_bin.min(axis=1), resample)
+
+
+def coverage_curve(calib_scores: ArrayLike, test_scores: ArrayLike, alphas: ArrayLike
+                   ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Empirical coverage on a test split against the nominal 1 − α, for each α the calib
+    split resolves (the others are left out). ``*_scores``: true-label scores
+    (`true_label_scores`). Returns (1 − α, coverage), α descending."""
+    cal = np.asarray(calib_scores, np.float64).reshape(-1)
+    test = np.asarray(test_scores, np.float64).reshape(-1)
+    nominal, cov = [], []
+    for a in sorted(map(float, np.asarray(alphas).reshape(-1)), reverse=True):
+        try:
+            q = conformal_quantile(cal, a)
+        except NotReachable:
+            continue
+        nominal.append(1.0 - a)
+        cov.append(coverage(test <= q))
+    return np.array(nominal), np.array(cov)
+
+
+__all__ = ["ALPHAS", "APS", "LAC", "RAPS", "SCORES", "ConformityScore", "NotReachable",
+           "check_alpha", "conformal_quantile", "coverage", "coverage_curve", "mean_set_size",
+           "prediction_sets", "quantile_rank", "true_label_scores",
+           "worst_size_stratified_coverage"]
