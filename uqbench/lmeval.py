@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,8 +326,6 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
     pair = Pair(ModelSpec(model, "lm-eval"), GateSpec(gate, "none"), frozenset(fields))
     bad = {k: v for k, v in checks.items() if v["disagree"]}
     if bad:
-        import warnings
-
         warnings.warn(f"uqbench's predictions differ from lm-eval's own {NORMALIZE[normalize]} "
                       f"on some examples: {bad}", stacklevel=2)
     meta = {
