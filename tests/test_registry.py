@@ -79,6 +79,29 @@ def test_broken_entry_point_names_itself(tmp_path, monkeypatch):
         reg.names()
 
 
+def test_entry_point_taking_a_used_name_raises_value_error(tmp_path, monkeypatch):
+    """An installed plugin whose entry-point name is taken by another member is an error
+    naming both (the README's promise), never silently ignored."""
+    _write_plugin_dist(tmp_path, """
+        class Plug:
+            pass
+    """)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "myplug", None)  # so that teardown removes the module
+    monkeypatch.delitem(sys.modules, "myplug")
+    reg = Registry("scorer", entry_point_group="uqbench.scorers")
+    reg.add("plug_scorer", object())
+    with pytest.raises(ValueError, match=r"plugin 'plug_scorer' \(myplug:Plug\) from "
+                                         r"entry-point group 'uqbench.scorers'.*already "
+                                         r"registered.*Rename that entry point"):
+        reg.names()
+    again = Registry("scorer", entry_point_group="uqbench.scorers")
+    import myplug
+
+    again.add("plug_scorer", myplug.Plug)  # the very object the entry point names: fine
+    assert again.get("plug_scorer") is myplug.Plug
+
+
 def test_import_plugin_failure_is_plugin_error():
     with pytest.raises(PluginError, match="'no_such_module_xyz' failed to import"):
         import_plugin("no_such_module_xyz")

@@ -94,8 +94,13 @@ class Registry(Generic[T]):
                     f"{self._group!r} failed to import: {type(exc).__name__}: {exc}. "
                     "Fix or uninstall that package."
                 ) from exc
-            if ep.name not in self._items:
-                self.add(ep.name, obj)
+            try:
+                self.add(ep.name, obj)  # the same object again (a built-in's own entry point): ok
+            except ValueError as exc:
+                raise ValueError(
+                    f"{self.kind} plugin {ep.name!r} ({ep.value}) from entry-point group "
+                    f"{self._group!r} takes a name already in use: {exc}. Rename that entry "
+                    "point, or uninstall one of the two packages.") from None
 
 
 def import_plugin(module: str) -> None:

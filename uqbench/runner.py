@@ -30,7 +30,7 @@ from uqbench.cache import (
     sweep_orphans,
 )
 from uqbench.engine import Backend, RunStats, get_backend, get_drawer
-from uqbench.errors import ConfigError, UserError
+from uqbench.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.evaluate import Scored, evaluate_cached
 from uqbench.gating import check_spec
 from uqbench.outputs import Outputs
@@ -180,6 +180,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     """Run ``cfg``: prepare, build the data, get every method's outputs from ``backend``'s
     engine (default: the ``"torch"`` backend), score them, write the report and figures."""
     t0 = time.perf_counter()
+    fallbacks = reset_fallbacks()  # run.json `fallbacks`: what this run did instead of asked
     backend = backend or get_backend()
     prof, ms, out, cache, data = prepare(cfg, backend)
     if (n := sweep_orphans(cache)):
@@ -224,6 +225,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
         "cache_hits": stats.cache_hits, "trained": stats.trained,
         "training": engine.training_log,
         "at_chance": flags,
+        "fallbacks": fallbacks,  # {what, where, reason}: `uqbench.errors.record_fallback`
         "processes": backend.world(),
         "seconds": {**stats.seconds, "total": time.perf_counter() - t0},
     }
