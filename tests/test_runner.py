@@ -278,7 +278,7 @@ def test_out_dir_of_another_configuration_is_never_replaced(env, cold):
 
 @pytest.mark.parametrize("kw, match", [
     (dict(profile="quick"), "unknown profile 'quick'; valid: smoke, cpu, full"),
-    (dict(scorers=("mps",)), "unknown scorer 'mps'; did you mean 'msp'"),
+    (dict(scorers=("mps",)), r"unknown scorer 'mps' \(did you mean 'msp'"),
     (dict(backbone="minilmm"), "unknown backbone 'minilmm'"),
     (dict(plugins=("no_such_plugin_mod",)), "'no_such_plugin_mod' failed to import"),
     (dict(experiment="ablations"), "unknown experiment 'ablations'"),

@@ -353,7 +353,7 @@ _DEL = object()
 
 BAD_SUITES = [
     (_with(("domains", "d", "train", "source"), "obqa"),
-     r"unknown data source 'obqa'; valid sources: .*openbookqa"),
+     r"unknown data source 'obqa'.*valid: .*openbookqa"),
     (_with(("domains", "d", "id", "split"), "validation"),
      r"role 'id'.*no split 'validation'; valid splits: train, test"),
     (_with(("domains", "d", "shift"), _DEL), r"missing role\(s\) shift"),

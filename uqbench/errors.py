@@ -16,6 +16,15 @@ class ConfigError(UserError, ValueError):
     """An invalid name or value in a configuration (suite, profile, backbone, scorer...)."""
 
 
+class UnknownNameError(ConfigError, KeyError):
+    """A name that no registry entry has (`uqbench.registry.unknown_name`): the message lists
+    close matches and every valid name. A `ConfigError` (the CLI prints it, no traceback) and
+    a `KeyError` (a failed lookup)."""
+
+    def __str__(self) -> str:  # the message, not KeyError's repr of it
+        return str(self.args[0]) if self.args else ""
+
+
 class DataError(UserError):
     """Missing, malformed or changed data files."""
 

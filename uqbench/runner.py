@@ -122,10 +122,7 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
         import_plugin(p)
     from uqbench.experiments import experiment_methods, experiment_scorers
 
-    try:
-        chosen = [get_scorer(n) for n in cfg.scorers or list_scorers()]
-    except KeyError as exc:
-        raise ConfigError(str(exc.args[0])) from None
+    chosen = [get_scorer(n) for n in cfg.scorers or list_scorers()]  # UnknownNameError
     if cfg.experiment and cfg.models:
         raise ConfigError("--models and --experiment cannot be combined: an experiment fixes its "
                           "own models (the CARE paper's MoE-LoRA); drop one of them")
