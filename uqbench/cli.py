@@ -3,7 +3,8 @@
     uqbench run --suite pooled [--profile cpu] [--backbone minilm] [--scorers a,b]
                 [--plugin MODULE] [--out DIR] [--cache-dir DIR] [--data-dir DIR] [--seeds N]
                 [--experiment NAME] [--models a,b] [--head cloze|letters]
-    uqbench list scorers|gates|sources|suites|backbones|backends|figures|experiments|profiles|models
+    uqbench list WHAT             # scorers gates sources suites backbones backends figures
+                                  # experiments profiles models
     uqbench report RUN_DIR        # reprint a finished run's tables (--paper: its paper_report.md)
     uqbench plot RUN_DIR          # redraw a finished run's figures
     uqbench data build --suite pooled --profile PROFILE
@@ -96,9 +97,8 @@ _LISTS = {
     "suites": ("uqbench.data.suite_spec", "SUITES"),
     "backbones": ("uqbench.engine", "get_backend"),  # the model side's registry
     "backends": ("uqbench.engine", "BACKENDS"), "figures": ("uqbench.engine", "DRAWERS"),
-    "experiments": ("uqbench.experiments", "EXPERIMENTS"), "profiles": ("uqbench.profiles",
-                                                                        "PROFILES"),
-    "models": ("uqbench.plan", "MODELS"),
+    "experiments": ("uqbench.experiments", "EXPERIMENTS"),
+    "profiles": ("uqbench.profiles", "PROFILES"), "models": ("uqbench.plan", "MODELS"),
 }
 
 
@@ -120,10 +120,11 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # e.g. which figures were skipped
     try:
-        from uqbench.registry import import_plugin
+        if args.command != "run":  # `run` imports its own (`uqbench.runner.prepare`)
+            from uqbench.registry import import_plugin
 
-        for module in getattr(args, "plugin", ()) if args.command != "run" else ():
-            import_plugin(module)  # `run` imports its plugins itself, after validation
+            for module in args.plugin:
+                import_plugin(module)
         if args.command == "list":
             print("\n".join(_list(args.what)))
         elif args.command == "run":
