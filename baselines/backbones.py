@@ -35,7 +35,6 @@ Example
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import importlib.resources
 import json
@@ -506,7 +505,9 @@ class NamedBackbone:
 
 #: name -> `NamedBackbone`; third-party backbones register with `register_backbone` in a
 #: ``--plugin`` module or through the entry-point group ``uqbench.backbones``
-BACKBONES: Registry[NamedBackbone] = Registry("backbone", entry_point_group="uqbench.backbones")
+BACKBONES: Registry[NamedBackbone] = Registry(
+    "backbone", entry_point_group="uqbench.backbones",
+    also="or a local folder with config.json, or a Hugging Face id 'org/name'")
 
 
 def register_backbone(name: str, *, check: Callable[[], object] | None = None
@@ -641,13 +642,7 @@ def check_backbone(name_or_path: str) -> str:
         raise ConfigError(f"backbone folder {name_or_path!r} does not exist; give an existing "
                           "Hugging Face model folder (with config.json) or a registered name "
                           f"({', '.join(list_backbones())})")
-    close = difflib.get_close_matches(name_or_path, list_backbones(), n=3, cutoff=0.5)
-    hint = f" did you mean {', '.join(map(repr, close))}?" if close else ""
-    raise ConfigError(
-        f"unknown backbone {name_or_path!r}: not a registered name nor an existing folder."
-        f"{hint} Valid names: {', '.join(list_backbones())}; or a local folder with "
-        "config.json; or a Hugging Face id 'org/name'."
-    )
+    raise BACKBONES.unknown(name_or_path)  # not registered, no folder, no hub id
 
 
 def load_backbone(name_or_path: str = "minilm", *, dtype: torch.dtype | None = None,

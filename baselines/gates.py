@@ -20,8 +20,9 @@ pays nothing for it unless the layer records statistics. ``validate(n_experts)``
 ``set_gate`` to check ``k`` against the layer's ``N``.
 
 Each gate class is registered for `uqbench.plan.GateSpec` kinds with ``@register_gate(kind,
-knob=...)`` (`uqbench.gating`): the kind a spec names, the field the thermostat calibrates for a
-budget, and (from the dataclass fields) the parameters a spec may set. A new gate is one such
+knob=...)`` (`uqbench.gating`): the kind a spec names -- also the gate's one ``name``, which
+run.json and the cache keys use --, the field the thermostat calibrates for a budget, and (from
+the dataclass fields) the parameters a spec may set. A new gate is one such
 class, in this module or in a plugin module.
 
 Reference functions (plain and slow, written for reading and for testing the fast paths):
@@ -227,7 +228,6 @@ def _check_n(gate: str, fld: str, k: int, n_experts: int) -> None:
 class TopK:
     """Fixed top-``k`` admission (paper Eq. "moelora"); the training gate. ``TopK(N)`` = dense."""
     k: int = 4
-    name: ClassVar[str] = "topk"
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -258,7 +258,6 @@ class Care:
     delta: float = 0.55
     k_min: int = 1
     k_max: int = 8
-    name: ClassVar[str] = "care"
 
     def __post_init__(self) -> None:
         g = type(self).__name__
@@ -303,10 +302,9 @@ class Care:
 class NucleusOnly(Care):
     """Nucleus admission without the disagreement extension: ``Care`` with ``gamma = 0``."""
     gamma: float = field(default=0.0, init=False)
-    name: ClassVar[str] = "nucleus"
 
 
-@register_gate("randomk", fixed=False, proxy="care")
+@register_gate("random", fixed=False, proxy="care")
 @dataclass(frozen=True)
 class RandomK:
     """``k`` drawn per token from a histogram, then the top-``k`` experts admitted.
@@ -319,7 +317,6 @@ class RandomK:
     """
     histogram: tuple[float, ...]
     seed: int = 0
-    name: ClassVar[str] = "random"
     _gen: torch.Generator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -357,7 +354,7 @@ class RandomK:
         return Selection(mask, k.to(probs.device), mask)
 
 
-@register_gate("entropyk", knob="scale", fixed=False, expand_hi=True)
+@register_gate("entropy", knob="scale", fixed=False, expand_hi=True)
 @dataclass(frozen=True)
 class EntropyK:
     """``k`` rising with router entropy: ``k = clip(ceil(scale * H(p) * k_max), k_min, k_max)``.
@@ -370,7 +367,6 @@ class EntropyK:
     scale: float
     k_min: int = 1
     k_max: int = 8
-    name: ClassVar[str] = "entropy"
 
     def __post_init__(self) -> None:
         if not (self.scale >= 0 and math.isfinite(self.scale)):
@@ -403,7 +399,6 @@ class DynMoLE:
     keep_top_k: int = 2
     threshold: float = 0.9
     q: float = 1.1
-    name: ClassVar[str] = "dynmole"
 
     def __post_init__(self) -> None:
         if not 0.0 < self.top_p <= 1.0:

@@ -13,7 +13,6 @@ from uqbench.gating import register_gate
 class FractionK:
     """Admit the top ceil(frac * N) experts of every token."""
     frac: float = 0.25
-    name = "fractionk"  # how run.json and the cache keys name it
 
     def validate(self, n_experts: int) -> None: ...
 

@@ -227,13 +227,13 @@ def test_unknown_gate_kind_raises_listing_valid_kinds() -> None:
 
     valid = gate_kinds()
     assert valid[:2] == ["native", "dense"]
-    assert {"topk", "care", "nucleus", "randomk", "entropyk", "dynmole"} <= set(valid)
+    assert {"topk", "care", "nucleus", "random", "entropy", "dynmole"} <= set(valid)
     for budget in (None, 4.0):
         with pytest.raises(ConfigError, match="unknown gate kind 'nucleous'.*valid: native, "
-                           "dense, care, dynmole, entropyk, nucleus, randomk, topk"):
+                           "dense, care, dynmole, entropy, nucleus, random, topk"):
             check_spec(GateSpec("typo", "nucleous", budget=budget))
     with pytest.raises(ConfigError, match="needs a budget"):
-        check_spec(GateSpec("r", "randomk"))
+        check_spec(GateSpec("r", "random"))
     with pytest.raises(ConfigError, match="takes no budget"):
         check_spec(GateSpec("t", "topk", budget=4.0, params={"k": 4}))
     with pytest.raises(ConfigError, match="takes no budget"):
@@ -243,7 +243,7 @@ def test_unknown_gate_kind_raises_listing_valid_kinds() -> None:
     with pytest.raises(ConfigError, match="needs tau"):
         check_spec(GateSpec("c", "care"))
     for k in valid:  # every registered kind is valid with a budget where it needs one
-        needs = k in ("randomk", "entropyk")
+        needs = k in ("random", "entropy")
         check_spec(GateSpec(k, k, budget=4.0 if needs else None,
                             params={"tau": 0.5} if k in ("care", "nucleus") else {}))
 
@@ -251,7 +251,7 @@ def test_unknown_gate_kind_raises_listing_valid_kinds() -> None:
 def test_the_registry_holds_each_gate_with_its_knob_and_parameters() -> None:
     from uqbench.gating import GATES
 
-    care, entropyk, randomk, topk = (GATES.get(k) for k in ("care", "entropyk", "randomk",
+    care, entropyk, randomk, topk = (GATES.get(k) for k in ("care", "entropy", "random",
                                                                "topk"))
     assert care.cls is Care and care.knob == "tau" and care.bounds[1] == 1.0
     assert care.params == ("gamma", "delta", "k_min", "k_max")
@@ -265,6 +265,26 @@ def test_the_registry_holds_each_gate_with_its_knob_and_parameters() -> None:
                       if cls is EntropyK else {"histogram": (0.5, 0.5)} if cls is RandomK
                       else {}))
         assert gate_from_dict(gate_to_dict(gate)) == gate
+
+
+def test_a_gate_has_one_name_its_kind() -> None:
+    """The registered kind is the gate's ``name`` (run.json, cache keys, `gate_from_dict`); a
+    class naming itself otherwise is refused."""
+    from dataclasses import dataclass
+
+    from uqbench.gating import GATES, register_gate
+
+    for k in GATES.names():
+        assert GATES.get(k).cls.name == k
+    assert gate_to_dict(RandomK((1.0,)))["name"] == "random"  # kind `random`, not `randomk`
+    assert gate_to_dict(EntropyK(1.0))["name"] == "entropy"
+
+    with pytest.raises(ValueError, match=r"Odd names itself 'odd'; a gate has one name"):
+        @register_gate("odd_gate")
+        @dataclass(frozen=True)
+        class Odd:
+            name = "odd"
+    assert "odd_gate" not in GATES
 
 
 @pytest.fixture

@@ -284,6 +284,16 @@ def test_care_beats_every_single_pass_moe_baseline(run_dir: Path) -> None:
     claim = next(c for c in claims(_Run(run_dir)) if c.text == EVERY)
     assert claim.verdict == HOLDS and claim.section == "uq"
     assert set(claim.rests_on) == {(m, "pooled") for m in (CARE, *UQ_SINGLE_PASS)}
+    # the report says, next to that claim, that the baselines are simplified re-implementations
+    from uqbench.paper import SIMPLIFIED, SIMPLIFIED_MARK
+
+    report = write_paper_report(run_dir).read_text()
+    marked = [ln for ln in report.splitlines() if SIMPLIFIED_MARK in ln]
+    assert len(marked) == 1 and marked[0].startswith(f"| uq | {EVERY}{SIMPLIFIED_MARK} |")
+    note = report.split("\n‡ ", 1)[1]
+    assert note.startswith("The MoE-LoRA baselines are uqbench's re-implementations")
+    for model, text in SIMPLIFIED.items():
+        assert (text in note) == (model in ("hydralora", "mixlora", "dynmole", "flylora")), model
     with np.load(run_dir / "scores.npz") as z:
         care = {k.split("|", 2)[2]: z[k] for k in z.files if k.startswith(CARE + "|pooled|")}
     _add(run_dir, {"flylora/native/msp": care})  # identical to CARE: Δ = 0 exactly
@@ -342,7 +352,7 @@ def test_paired_verdicts_pool_every_seed(run_dir: Path) -> None:
             run.arrays[f"{m}|pooled|{k}"] = np.stack([a, a], 1)
     run.arrays[f"{hi}|pooled|id|correct"] = np.stack([c_hi, c_lo], 1)   # seed 1 reversed
     run.arrays[f"{lo}|pooled|id|correct"] = np.stack([c_lo, c_hi], 1)
-    assert _paired(run, hi, lo, "accuracy") == pytest.approx((0.0, 0.0, 0.0))
+    assert _paired(run, hi, lo, "accuracy") == pytest.approx((0.0, 0.0, 0.0, 0))
     assert run.a(hi, "id", "correct").shape == (N, 2)
 
 
@@ -369,3 +379,26 @@ def test_gain_of_a_fifth_expert_against_disagreement(run_dir: Path, where: str |
     assert c.verdict == verdict
     assert f"Δ = {'+' if where == 'high' else '-'}30.000 pts" in c.ours
     assert "(200 examples)" in c.ours  # the fixture has no shifted disagreement: ID only
+
+
+def test_undefined_bootstrap_resamples_are_counted_warned_and_recorded(run_dir: Path) -> None:
+    """One example alone has top-4 disagreement above the median: a resample without it has no
+    "above" half and an undefined statistic. Those resamples (counted by hand, with the same
+    draws) are left out of the CI, warned about, recorded and shown in the claim."""
+    from uqbench.errors import FallbackWarning, reset_fallbacks
+    from uqbench.paper import N_BOOT, _gain_with_disagreement
+
+    run = _Run(run_dir)
+    dis = np.zeros(N)
+    dis[7] = 1.0
+    run.arrays.update({"moe-lora/top5/msp|pooled|id|correct": ~run.a(MSP, "id", "correct"),
+                       "moe-lora/top4|pooled|id|disagreement": dis})
+    rng = np.random.default_rng(0)
+    missing = sum(7 not in rng.integers(0, N, N) for _ in range(N_BOOT))
+    assert 0 < missing < N_BOOT
+    record = reset_fallbacks()
+    with pytest.warns(FallbackWarning, match=f"{missing} of {N_BOOT} resamples gave NaN"):
+        c = _gain_with_disagreement(run)
+    assert f"({missing} of {N_BOOT} resamples undefined, left out of the CI)" in c.ours
+    assert [(r["what"], r["where"]) for r in record] == [("paper claim bootstrap", c.text)]
+    reset_fallbacks()

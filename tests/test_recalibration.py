@@ -39,14 +39,14 @@ def test_temperature_undoes_a_known_scaling_of_calibrated_logits(factor):
     # softmax(z) is calibrated for these labels; softmax(factor * z) is over- (factor 2) or
     # under-confident (0.5), and the maximum-likelihood temperature is `factor`.
     z, y = _calibrated(6000)
-    t, q = temperature_scaling(_softmax(factor * z), y, _softmax(factor * z))
+    t, q, _ = temperature_scaling(_softmax(factor * z), y, _softmax(factor * z))
     assert t == pytest.approx(factor, rel=0.06)
     np.testing.assert_allclose(q, _softmax(factor * z / t), atol=1e-6)  # softmax(log p / T)
 
 
 def test_temperature_is_one_on_a_calibrated_set():
     z, y = _calibrated(6000, seed=1)
-    t, _ = temperature_scaling(_softmax(z), y, _softmax(z))
+    t, _, _ = temperature_scaling(_softmax(z), y, _softmax(z))
     assert t == pytest.approx(1.0, rel=0.06)
 
 
@@ -59,21 +59,75 @@ def test_temperature_scaling_keeps_every_prediction_and_the_accuracy(case):
     if case == "chance":
         y = np.random.default_rng(0).integers(0, 4, y.size)
     test = _softmax(np.random.default_rng(3).normal(size=(500, 4)) * 2)
-    t, q = temperature_scaling(p, y, test)
-    assert 0 < t <= T_MAX
+    t, q, failed = temperature_scaling(p, y, test)
+    assert 0 < t <= T_MAX and failed == ""  # the bound is the constrained optimum: no failure
     np.testing.assert_array_equal(q.argmax(axis=1), test.argmax(axis=1))
     labels = np.random.default_rng(4).integers(0, 4, 500)
     assert np.mean(q.argmax(axis=1) == labels) == np.mean(test.argmax(axis=1) == labels)
     if case == "anti":
         assert t == T_MAX  # held at the bound, not flipped
+        np.testing.assert_allclose(q, _softmax(np.log(test) / T_MAX), rtol=1e-12)
     if case == "over":
         assert t > 1
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pyro's, inside netcal
+def test_the_bound_is_applied_as_netcal_applies_a_temperature():
+    """A fit held at `T_MAX` is applied by `_rescale` (netcal has no public setter): it must be
+    netcal's own transform for a factor netcal fitted, and softmax(log p / T_MAX) by hand."""
+    import netcal.scaling
+
+    from uqbench.recalibration import _rescale
+
+    z, y = _calibrated(500, seed=8)
+    p = _softmax(2 * z)
+    for x, labels in ((p, y), (p.max(axis=1), (p.argmax(axis=1) == y).astype(float))):
+        ts = netcal.scaling.TemperatureScaling()
+        ts.fit(x, labels)
+        inverse = float(np.ravel(ts.temperature)[0])
+        np.testing.assert_allclose(_rescale(x, inverse), ts.transform(x).reshape(x.shape),
+                                   rtol=1e-14, atol=0)
+    np.testing.assert_allclose(_rescale(p, 1 / T_MAX), _softmax(np.log(p) / T_MAX), rtol=1e-12)
+
+
+def test_a_failed_temperature_fit_warns_and_is_recorded_every_run(tmp_path, monkeypatch):
+    """netcal's fit giving NaN (patched here: it needs a broken optimiser) is held at `T_MAX`
+    with a `FallbackWarning` and a run.json ``fallbacks`` record naming the scorer, the
+    domain and the seed -- on the first run and on a warm one that reads the cache."""
+    import netcal.scaling
+
+    import uqbench.recalibration as R
+    from uqbench.errors import FallbackWarning, reset_fallbacks
+
+    monkeypatch.setattr(netcal.scaling.TemperatureScaling, "temperature",
+                        property(lambda self: np.array([np.nan])))
+    z, y = _calibrated(200, seed=9)
+    t, q, failed = temperature_scaling(_softmax(z), y, _softmax(z))
+    assert t == T_MAX and "1/T = nan" in failed
+    np.testing.assert_allclose(q, _softmax(z / T_MAX), rtol=1e-12)
+
+    scorer = get_scorer("msp")
+    cal, test = _seeds(60, 2, 0), _seeds(50, 2, 10)
+    cs, ts = _scored(scorer, cal), _scored(scorer, test)
+    cache = ArrayCache(tmp_path)
+    for run in ("cold", "warm"):
+        record = reset_fallbacks()
+        with pytest.warns(FallbackWarning, match="temperature scaling fit"):
+            row, rec = recalibrate_cached(cache, scorer, cal, test, cs.confidence,
+                                          ts.confidence, ts.correct, n_bins=12, n_boot=20)
+        assert [(r["what"], r["where"]) for r in record] == [
+            ("temperature scaling fit", f"scorer 'msp' on {d}, seed {s}")
+            for d in ["+".join(sorted(set(test[0].domain)))] for s in (0, 1)], run
+        assert all("not a finite number" in r["reason"] for r in record)
+        assert row["ts_temperature"] == T_MAX and all(rec.failed)
+        monkeypatch.setattr(R, "recalibrate", None)  # the warm run must read the cache
+    reset_fallbacks()
 
 
 def test_padded_choices_stay_at_zero_after_temperature_scaling():
     z, y = _calibrated(400, c=3, seed=7)
     p = np.c_[_softmax(0.2 * z), np.zeros(400)]  # a 4th, padded choice; underconfident: T < 1
-    t, q = temperature_scaling(p, y, p)
+    t, q, _ = temperature_scaling(p, y, p)
     assert np.all(q[:, 3] == 0) and np.allclose(q.sum(axis=1), 1)
     np.testing.assert_allclose(q[:, :3], _softmax(0.2 * z / t), atol=1e-9)
 
@@ -84,7 +138,7 @@ def test_binary_temperature_scaling_of_a_confidence():
     logit = rng.normal(size=8000) * 1.5
     right = rng.random(8000) < 1 / (1 + np.exp(-logit))
     sharp = 1 / (1 + np.exp(-2 * logit))
-    t, q = temperature_scaling(sharp, right.astype(float), sharp)
+    t, q, _ = temperature_scaling(sharp, right.astype(float), sharp)
     assert t == pytest.approx(2.0, rel=0.06)
     np.testing.assert_allclose(q, 1 / (1 + np.exp(-2 * logit / t)), atol=1e-6)
 
@@ -112,7 +166,7 @@ def test_isotonic_is_monotone_and_recalibration_lowers_in_sample_ece():
     for kind in ("hb", "iso"):
         assert M.expected_calibration_error(top_label(kind, conf, right, conf), right,
                                             n_bins=12) < raw / 3
-    _, q = temperature_scaling(p, y, p)
+    _, q, _ = temperature_scaling(p, y, p)
     assert M.expected_calibration_error(q.max(axis=1), right, n_bins=12) < raw / 3
 
 
@@ -135,7 +189,7 @@ def test_recalibrate_per_seed_keeps_predictions(name):
         assert rec.confidence[kind].shape == (50, 2)
         assert np.all((rec.confidence[kind] >= 0) & (rec.confidence[kind] <= 1))
     for s in range(2):  # ts = the MSP of the rescaled predictive, seed by seed
-        _, q = temperature_scaling(scorer.predictive(cal[s]), cal[s].labels,
+        _, q, _ = temperature_scaling(scorer.predictive(cal[s]), cal[s].labels,
                                    scorer.predictive(test[s]))
         np.testing.assert_allclose(rec.confidence["ts"][:, s], q.max(axis=1))
 
@@ -156,7 +210,7 @@ def test_a_scorer_with_its_own_confidence_gets_binary_temperature_scaling():
     cs, ts = _scored(scorer, cal), _scored(scorer, test)
     rec = recalibrate(scorer, cal, test, cs.confidence, ts.confidence)
     right = (scorer.predictive(cal[0]).argmax(axis=1) == cal[0].labels).astype(float)
-    t, q = temperature_scaling(cs.confidence[:, 0], right, ts.confidence[:, 0])
+    t, q, _ = temperature_scaling(cs.confidence[:, 0], right, ts.confidence[:, 0])
     np.testing.assert_allclose(rec.confidence["ts"][:, 0], q)
     assert rec.temperature[0] == pytest.approx(t)
 

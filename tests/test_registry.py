@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from uqbench import Outputs, Scorer, get_scorer, list_scorers, register_scorer
-from uqbench.errors import ConfigError, PluginError
+from uqbench.errors import ConfigError, PluginError, UnknownNameError
 from uqbench.registry import Registry, import_plugin
 from uqbench.scorer import SCORERS, check_requirements, run_scorer
 
@@ -25,8 +25,72 @@ def test_duplicate_name_raises_value_error():
 
 
 def test_unknown_name_suggests_close_matches():
-    with pytest.raises(KeyError, match="did you mean 'entropy'"):
+    with pytest.raises(UnknownNameError, match=r"unknown scorer 'entropi' \(did you mean "
+                                                 r"'entropy'.*\?\); valid: care, ") as err:
         get_scorer("entropi")
+    assert isinstance(err.value, ConfigError) and isinstance(err.value, KeyError)
+    assert str(err.value).startswith("unknown scorer")  # the message, not KeyError's repr
+
+
+#: every extension point: ``uqbench list`` name -> (module, registry)
+EXTENSION_POINTS = {
+    "scorers": ("uqbench.scorer", "SCORERS"), "gates": ("uqbench.gating", "GATES"),
+    "sources": ("uqbench.data.sources", "SOURCES"),
+    "suites": ("uqbench.data.suite_spec", "SUITES"),
+    "backbones": ("baselines.backbones", "BACKBONES"),
+    "backends": ("uqbench.engine", "BACKENDS"), "figures": ("uqbench.engine", "DRAWERS"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(EXTENSION_POINTS))
+def test_every_extension_point_keeps_one_contract(what, capsys):
+    """One entry-point group ``uqbench.<what>``, one `uqbench list` entry listing the members,
+    unknown names -> `UnknownNameError` with close matches and the valid names, duplicates ->
+    ValueError."""
+    import importlib
+
+    from uqbench.cli import main
+
+    module, attr = EXTENSION_POINTS[what]
+    reg = getattr(importlib.import_module(module), attr)
+    assert reg._group == f"uqbench.{what}"
+    names = reg.names()
+    assert main(["list", what]) == 0
+    assert capsys.readouterr().out.split() == names
+    with pytest.raises(UnknownNameError, match=rf"did you mean '{names[0]}'.*valid: "):
+        reg.get(names[0] + "x")
+    with pytest.raises(ValueError, match="already registered"):
+        reg.add(names[0], object())
+
+
+@pytest.mark.parametrize("argv", [["list", "scorers"], ["report", "RUN"], ["plot", "RUN"],
+                                  ["data", "build", "--suite", "pooled"]])
+def test_every_command_that_resolves_names_takes_plugins(argv, tmp_path, capsys):
+    """--plugin is imported first: a broken one stops the command, naming itself, before any
+    work (here: before the run folder, which does not exist, is read)."""
+    from uqbench.cli import main
+
+    argv = [a.replace("RUN", str(tmp_path / "no-run")) for a in argv]
+    assert main([*argv, "--plugin", "no_such_plugin_xyz"]) == 2
+    assert "plugin module 'no_such_plugin_xyz' failed to import" in capsys.readouterr().err
+    (tmp_path / "cli_plug.py").write_text(textwrap.dedent("""
+        import numpy as np
+        from uqbench import Scorer, register_scorer
+
+        @register_scorer("test_cli_plug")
+        class Plug(Scorer):
+            def __call__(self, outputs):
+                return np.zeros(outputs.n)
+    """))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        if argv[0] == "list":
+            assert main([*argv, "--plugin", "cli_plug"]) == 0
+            assert "test_cli_plug" in capsys.readouterr().out.split()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("cli_plug", None)
+        SCORERS._items.pop("test_cli_plug", None)
 
 
 def test_register_non_scorer_is_type_error():
@@ -77,6 +141,29 @@ def test_broken_entry_point_names_itself(tmp_path, monkeypatch):
     reg = Registry("scorer", entry_point_group="uqbench.scorers")
     with pytest.raises(PluginError, match=r"plugin 'plug_scorer'.*RuntimeError: boom"):
         reg.names()
+
+
+def test_entry_point_taking_a_used_name_raises_value_error(tmp_path, monkeypatch):
+    """An installed plugin whose entry-point name is taken by another member is an error
+    naming both (the README's promise), never silently ignored."""
+    _write_plugin_dist(tmp_path, """
+        class Plug:
+            pass
+    """)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "myplug", None)  # so that teardown removes the module
+    monkeypatch.delitem(sys.modules, "myplug")
+    reg = Registry("scorer", entry_point_group="uqbench.scorers")
+    reg.add("plug_scorer", object())
+    with pytest.raises(ValueError, match=r"plugin 'plug_scorer' \(myplug:Plug\) from "
+                                         r"entry-point group 'uqbench.scorers'.*already "
+                                         r"registered.*Rename that entry point"):
+        reg.names()
+    again = Registry("scorer", entry_point_group="uqbench.scorers")
+    import myplug
+
+    again.add("plug_scorer", myplug.Plug)  # the very object the entry point names: fine
+    assert again.get("plug_scorer") is myplug.Plug
 
 
 def test_import_plugin_failure_is_plugin_error():

@@ -157,7 +157,7 @@ RUN = ["run", "--suite", "{root}/tiny.yaml", "--profile", "smoke", "--backbone",
 CASES = [
     # command-line flags
     ("profile", ["--profile", "quick"], r"unknown profile 'quick'; valid: smoke, cpu, full"),
-    ("scorer", ["--scorers", "mps"], r"unknown scorer 'mps'; did you mean 'msp'"),
+    ("scorer", ["--scorers", "mps"], r"unknown scorer 'mps' \(did you mean 'msp'"),
     ("backbone", ["--backbone", "minilmm"], r"unknown backbone 'minilmm'"),
     ("backbone-dir", ["--backbone", "./no/such/model"], r"backbone folder .* does not exist"),
     ("suite", ["--suite", "pooledd"], r"unknown suite 'pooledd'"),

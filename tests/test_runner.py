@@ -193,6 +193,34 @@ def test_warm_rerun_does_no_model_work_and_gives_identical_numbers(env, cold, mo
     assert json.loads((warm.out / "run.json").read_text())["training"] == training
 
 
+def test_fallbacks_go_to_run_json_on_every_run_and_are_reset_per_run(env, cold, monkeypatch):
+    """A failed temperature fit (netcal's fit patched to NaN, on a recalibration cache of its
+    own) is listed in run.json ``fallbacks`` for every method, domain and seed -- on the run
+    that fitted and on the warm one that read the fit from the cache --, and a run without one
+    lists none (the collector is per run)."""
+    import netcal.scaling
+
+    import uqbench.recalibration as R
+    from uqbench.errors import FallbackWarning
+
+    assert json.loads((cold.out / "run.json").read_text())["fallbacks"] == []
+    monkeypatch.setattr(netcal.scaling.TemperatureScaling, "temperature",
+                        property(lambda self: np.array([np.nan])))
+    monkeypatch.setattr(R, "_code_hash", lambda: "test: failed temperature fits")
+    n_rows = sum(r["method"] not in ("chance", "options-only") for r in cold.rows)
+    for _ in ("fits", "cached"):
+        with pytest.warns(FallbackWarning, match="temperature scaling fit"):
+            res = run(cfg(env, out=env[0] / "out-fallbacks"))
+        got = json.loads((res.out / "run.json").read_text())["fallbacks"]
+        assert len(got) == n_rows * get_profile("smoke").seeds
+        assert {r["what"] for r in got} == {"temperature scaling fit"}
+        assert all("1/T = nan" in r["reason"] for r in got)
+        assert [r["ts_temperature"] for r in res.rows if "ts_temperature" in r] == \
+            [R.T_MAX] * n_rows
+    monkeypatch.undo()
+    assert json.loads((run(cfg(env)).out / "run.json").read_text())["fallbacks"] == []
+
+
 def test_evaluation_cache_is_keyed_by_content_and_options(tmp_path):
     from uqbench.cache import ArrayCache
     from uqbench.evaluate import Scored, evaluate, evaluate_cached
@@ -250,7 +278,7 @@ def test_out_dir_of_another_configuration_is_never_replaced(env, cold):
 
 @pytest.mark.parametrize("kw, match", [
     (dict(profile="quick"), "unknown profile 'quick'; valid: smoke, cpu, full"),
-    (dict(scorers=("mps",)), "unknown scorer 'mps'; did you mean 'msp'"),
+    (dict(scorers=("mps",)), r"unknown scorer 'mps' \(did you mean 'msp'"),
     (dict(backbone="minilmm"), "unknown backbone 'minilmm'"),
     (dict(plugins=("no_such_plugin_mod",)), "'no_such_plugin_mod' failed to import"),
     (dict(experiment="ablations"), "unknown experiment 'ablations'"),

@@ -255,6 +255,63 @@ def test_failed_setrlimit_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Sandbox(timeout_s=5.0).run("pass\n").limits_failed == ()
 
 
+def test_a_run_outside_its_pids_cgroup_is_reported(tmp_path, monkeypatch) -> None:
+    """As root with a pids cgroup, a run that cannot be put in its cgroup (not joined, or not
+    made) has no process cap there: `limits_failed` and `protections` say so (the cgroup is
+    pretended where there is none: the child is forked from this process)."""
+    box = Sandbox(timeout_s=5.0)
+    box._cg_root = str(tmp_path)
+    monkeypatch.setattr(box, "_make_cgroup", lambda tag: str(tmp_path / "gone"))  # join fails
+    res = box.run("pass\n")
+    assert res.passed and res.limits_failed == ("pids_cgroup",)
+    assert "uqbench-sandbox" not in res.stderr_tail
+    assert box.protections()["os_limits_failed"]["pids_cgroup"].startswith("could not put")
+    monkeypatch.setattr(box, "_make_cgroup", lambda tag: None)  # could not be made
+    assert box.run("pass\n").limits_failed == ("pids_cgroup",)
+
+
+def test_code_mc_build_records_runs_without_a_limit(monkeypatch) -> None:
+    """A code MC build whose sandboxed runs go without an OS limit counts them per limit in its
+    stats, the split recipe sums them (`StatsAgg`), and every run using the split warns and
+    lists them in run.json ``fallbacks`` (`uqbench.data.suites._record_unlimited`)."""
+    import resource
+
+    from uqbench.data import suites as S
+    from uqbench.data.build_stats import StatsAgg
+    from uqbench.data.codemc import mbpp_mc
+    from uqbench.data.records import Split
+    from uqbench.errors import FallbackWarning, reset_fallbacks
+
+    add = {"text": "Add.", "code": "def add(a, b):\n    return a + b", "task_id": 1,
+           "test_list": ["assert add(1, 2) == 3", "assert add(5, 7) == 12"]}
+    rec, full = mbpp_mc(add, seed=0, sandbox=Sandbox(timeout_s=5.0, workers=1))
+    assert rec is not None and "limits_failed" not in full  # all limits: stats as before
+    real = resource.setrlimit
+
+    def failing(lim: int, val: tuple[int, int]) -> None:
+        if lim == resource.RLIMIT_NOFILE:
+            raise OSError("refused for the test")
+        real(lim, val)
+
+    monkeypatch.setattr(resource, "setrlimit", failing)
+    rec, stats = mbpp_mc(add, seed=0, sandbox=Sandbox(timeout_s=5.0, workers=1))
+    assert rec is not None
+    assert stats["limits_failed"] == {"RLIMIT_NOFILE": stats["mutants_tried"] + 1}  # + reference
+    agg = StatsAgg("mbpp")
+    agg.add(rec, stats)
+    recipe = {"builder_stats": agg.result()}
+    assert recipe["builder_stats"]["sandbox_limits_failed"] == stats["limits_failed"]
+    record = reset_fallbacks()
+    with pytest.warns(FallbackWarning, match="RLIMIT_NOFILE"):
+        S._record_unlimited(Split("code", "id", (rec,), recipe), "pooled: code/id")
+    assert [(r["what"], r["where"]) for r in record] == [("sandbox limits", "pooled: code/id")]
+    assert f"{stats['mutants_tried'] + 1} without RLIMIT_NOFILE" in record[0]["reason"]
+    reset_fallbacks()
+    S._record_unlimited(Split("code", "id", (rec,), {"builder_stats": StatsAgg("mbpp").result()}),
+                        "pooled: code/id")
+    assert record == []  # every limit enforced: nothing recorded
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
         Sandbox(timeout_s=0)

@@ -265,6 +265,39 @@ def test_corrupt_cache_entry_is_rebuilt(real_data: Path, tmp_path: Path,
         S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
 
 
+def test_an_inconsistent_cache_entry_is_an_error_not_a_rebuild(real_data: Path, tmp_path: Path
+                                                                ) -> None:
+    """A cached split whose slice does not start where the roles before it end cannot come from
+    an intact key (the key fixes them all): an error naming the file and the fix, no rebuild."""
+    d, cache = _mini(tmp_path / "data", real_data), tmp_path / "cache"
+    S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+    (entry,) = (cache / "sci").glob("science-train-*.json")
+    blob = json.loads(entry.read_text())
+    blob["recipe"]["selection"]["start"] += 1  # the records (and their hash) stay intact
+    entry.write_text(json.dumps(blob))
+    with pytest.raises(DataError, match=r"science-train-.*starts at item 6 .* end at 5.*"
+                                        r"Delete the cache's sci/ folder"):
+        S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+
+
+def test_a_builder_version_that_cannot_be_read_is_an_error(monkeypatch) -> None:
+    """The version constants key the split cache: one that cannot be imported fails the
+    builder's availability check (so a suite fails before any split is built), never drops
+    out of the key."""
+    gsm = B.BUILDERS["gsm8k"]
+    broken = dataclasses.replace(gsm, versions=(*gsm.versions, "uqbench.data.nowhere.VERSION"))
+    monkeypatch.setitem(B.BUILDERS, "gsm8k", broken)
+    with pytest.raises(DataError, match=r"depends on uqbench.data.nowhere.VERSION.*"
+                                        r"ModuleNotFoundError"):
+        B.builder_versions("gsm8k")
+    ok, why = B.builder_available("gsm8k")
+    assert not ok and "uqbench.data.nowhere.VERSION" in why
+    monkeypatch.setitem(B.BUILDERS, "gsm8k", dataclasses.replace(
+        gsm, versions=("uqbench.data.mathmc.NO_SUCH_CONSTANT",)))
+    with pytest.raises(DataError, match="NO_SUCH_CONSTANT.*AttributeError"):
+        B.builder_info("gsm8k")
+
+
 def test_caps_none_takes_the_rest_of_the_pool(real_data: Path, tmp_path: Path) -> None:
     d = _mini(tmp_path / "data", real_data)
     spec = S.SuiteSpec("sci", _science().domains, caps={"train": None, "calib": 7, "id": 3,
@@ -320,7 +353,7 @@ _DEL = object()
 
 BAD_SUITES = [
     (_with(("domains", "d", "train", "source"), "obqa"),
-     r"unknown data source 'obqa'; valid sources: .*openbookqa"),
+     r"unknown data source 'obqa'.*valid: .*openbookqa"),
     (_with(("domains", "d", "id", "split"), "validation"),
      r"role 'id'.*no split 'validation'; valid splits: train, test"),
     (_with(("domains", "d", "shift"), _DEL), r"missing role\(s\) shift"),

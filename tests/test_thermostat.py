@@ -156,10 +156,10 @@ def test_calibrate_kind_equals_the_per_gate_calibrations(model, batches) -> None
         gate, res = calibrate_kind(GATES.get("care"), model, batches, 3.0, {"gamma": 1.0})
         ref = calibrate(model, batches, 3.0, gate_factory=lambda t: Care(t, gamma=1.0))
         assert gate == Care(ref.tau, gamma=1.0) and res == ref
-        gate, res = calibrate_kind(GATES.get("entropyk"), model, batches, 3.0, {"k_max": 6})
+        gate, res = calibrate_kind(GATES.get("entropy"), model, batches, 3.0, {"k_max": 6})
         ref = calibrate_entropy_k(model, batches, 3.0, k_max=6)
         assert gate == EntropyK(ref.tau, k_max=6) and res == ref
-        gate, res = calibrate_kind(GATES.get("randomk"), model, batches, 3.0, {})
+        gate, res = calibrate_kind(GATES.get("random"), model, batches, 3.0, {})
         ref = calibrate(model, batches, 3.0)
         assert res == ref and gate == random_k_from_care(model, batches, ref.tau, seed=0)
         with pytest.raises(ValueError, match="no knob"):

@@ -3,13 +3,16 @@
     uqbench run --suite pooled [--profile cpu] [--backbone minilm] [--scorers a,b]
                 [--plugin MODULE] [--out DIR] [--cache-dir DIR] [--data-dir DIR] [--seeds N]
                 [--experiment NAME] [--models a,b] [--head cloze|letters]
-    uqbench list scorers|suites|backbones|experiments|profiles|models
+    uqbench list WHAT             # scorers gates sources suites backbones backends figures
+                                  # experiments profiles models
     uqbench score SOURCE --out DIR [--domain NAME=ID_TASK:SHIFT_TASK ...] [--members DIR ...]
                                   # score records made elsewhere: lm-eval samples or an export
     uqbench export RUN_DIR DEST   # copy a run's forward records (for `score` elsewhere)
     uqbench report RUN_DIR        # reprint a finished run's tables (--paper: its paper_report.md)
     uqbench plot RUN_DIR          # redraw a finished run's figures
     uqbench data build --suite pooled --profile PROFILE
+    (every command that resolves names takes --plugin MODULE: imported first, it may register
+    scorers, gates, sources, suites, backbones, backends or figure sets)
 """
 from __future__ import annotations
 
@@ -102,8 +105,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ex.add_argument("dest", type=Path)
 
     lst = sub.add_parser("list", help="list registered names")
-    lst.add_argument("what", choices=["scorers", "suites", "backbones", "experiments", "profiles",
-                                      "models"])
+    lst.add_argument("what", choices=list(_LISTS))
 
     rep = sub.add_parser("report", help="print a finished run's table")
     rep.add_argument("run_dir", type=Path)
@@ -121,27 +123,35 @@ def _build_parser() -> argparse.ArgumentParser:
     build.add_argument("--profile", default="cpu")
     build.add_argument("--data-dir", type=Path)
     build.add_argument("--cache-dir", type=Path)
+    for p in (lst, rep, plot, build):
+        p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                       help="import MODULE first (it may register names); repeatable")
     return ap
 
 
+#: ``uqbench list WHAT`` -> the registry (or fixed table) that lists it, as (module, name):
+#: every extension point is a registry with an entry-point group ``uqbench.<what>``
+_LISTS = {
+    "scorers": ("uqbench.scorer", "SCORERS"), "gates": ("uqbench.gating", "GATES"),
+    "sources": ("uqbench.data.sources", "SOURCES"),
+    "suites": ("uqbench.data.suite_spec", "SUITES"),
+    "backbones": ("uqbench.engine", "get_backend"),  # the model side's registry
+    "backends": ("uqbench.engine", "BACKENDS"), "figures": ("uqbench.engine", "DRAWERS"),
+    "experiments": ("uqbench.experiments", "EXPERIMENTS"),
+    "profiles": ("uqbench.profiles", "PROFILES"), "models": ("uqbench.plan", "MODELS"),
+}
+
+
 def _list(what: str) -> list[str]:
-    if what == "scorers":
-        from uqbench.scorer import list_scorers
-        return list_scorers()
-    if what == "suites":
-        from uqbench.data.suites import list_suites
-        return list_suites()
-    if what == "backbones":  # the model side's registry (`uqbench.engine.Backend`)
-        from uqbench.engine import get_backend
-        return get_backend().backbones()
-    if what == "models":
-        from uqbench.plan import MODELS
-        return [f"{name:<11} {e.doc}" for name, e in MODELS.items()]
-    if what == "experiments":
-        from uqbench.experiments import EXPERIMENTS
-        return [f"{e.name:<11} {e.doc}" for e in EXPERIMENTS.values()]
-    from uqbench.profiles import PROFILES
-    return list(PROFILES)
+    import importlib
+
+    module, attr = _LISTS[what]
+    obj = getattr(importlib.import_module(module), attr)
+    if what == "backbones":
+        return list(obj().backbones())
+    if hasattr(obj, "names"):  # a registry
+        return list(obj.names())
+    return [f"{n:<11} {e.doc}" if hasattr(e, "doc") else n for n, e in obj.items()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # e.g. which figures were skipped
     try:
+        if args.command != "run":  # `run` imports its own (`uqbench.runner.prepare`)
+            from uqbench.registry import import_plugin
+
+            for module in args.plugin:
+                import_plugin(module)
         if args.command == "list":
             print("\n".join(_list(args.what)))
         elif args.command == "run":

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from uqbench.errors import ConfigError
 from uqbench.outputs import Outputs
 from uqbench.plan import Pair
 from uqbench.profiles import Profile
@@ -113,21 +112,16 @@ def register_drawer(name: str) -> Callable[[Drawer], Drawer]:
     return DRAWERS.register(name)
 
 
-def _get(reg: Registry[Any], name: str) -> Any:
-    try:
-        return reg.get(name)
-    except KeyError as exc:
-        raise ConfigError(str(exc.args[0])) from None
-
-
 def get_backend(name: str = "torch") -> Backend:
-    """The backend registered as ``name`` (unknown -> `ConfigError` listing the valid ones)."""
-    return _get(BACKENDS, name)  # type: ignore[no-any-return]
+    """The backend registered as ``name`` (unknown -> `UnknownNameError` listing the valid
+    ones)."""
+    return BACKENDS.get(name)
 
 
 def get_drawer(name: str = "figures") -> Drawer:
-    """The figure set registered as ``name`` (unknown -> `ConfigError` listing the valid ones)."""
-    return _get(DRAWERS, name)  # type: ignore[no-any-return]
+    """The figure set registered as ``name`` (unknown -> `UnknownNameError` listing the valid
+    ones)."""
+    return DRAWERS.get(name)
 
 
 __all__ = ["BACKENDS", "DRAWERS", "Backend", "Drawer", "Engine", "RunStats", "get_backend",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from uqbench.errors import ConfigError
 from uqbench.plan import (DET, MODELS, MOE, NATIVE, ROUTER, TOP4, GateSpec, Method, Pair,
                           default_pairs, methods)
+from uqbench.registry import unknown_name
 from uqbench.scorer import Scorer
 
 TAUS = (0.4, 0.5, 0.6, 0.7, 0.8)
@@ -37,8 +38,8 @@ def _moe(gate: GateSpec) -> Pair:
 
 def _ablation(b: float) -> list[Pair]:
     return [_moe(GateSpec("fixed-k", "topk", params={"k": int(round(b))})),
-            _moe(GateSpec("random-k", "randomk", budget=b)),
-            _moe(GateSpec("entropy-k", "entropyk", budget=b)),
+            _moe(GateSpec("random-k", "random", budget=b)),
+            _moe(GateSpec("entropy-k", "entropy", budget=b)),
             _moe(GateSpec("nucleus-only", "nucleus", budget=b)),
             _moe(GateSpec("care", "care", budget=b))]
 
@@ -99,10 +100,11 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
 
 
 def get_experiment(name: str) -> Experiment:
+    """The experiment called ``name`` (unknown -> `UnknownNameError` listing the valid ones)."""
     try:
         return EXPERIMENTS[name]
     except KeyError:
-        raise ConfigError(f"unknown experiment {name!r}; valid: {', '.join(EXPERIMENTS)}") from None
+        raise unknown_name("experiment", name, EXPERIMENTS) from None
 
 
 def experiment_scorers(exp: Experiment) -> list[Scorer] | None:

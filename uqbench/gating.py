@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 
-from uqbench.errors import ConfigError
+from uqbench.errors import ConfigError, UnknownNameError
 from uqbench.plan import GateSpec
-from uqbench.registry import Registry
+from uqbench.registry import Registry, unknown_name
 
 #: kinds without a gate class: the model's own training gate, and none (dense models)
 MODEL_KINDS = ("native", "dense")
@@ -38,7 +38,7 @@ class GateKind:
         out of reach (unbounded knobs).
     proxy : another kind whose knob is calibrated instead; this gate is then built from the
         proxy's measured per-token expert counts with ``cls.from_counts(ks, seed=0)``
-        (``randomk``: CARE's histogram of ``k`` at the budget, assigned at random).
+        (``random``: CARE's histogram of ``k`` at the budget, assigned at random).
     """
 
     kind: str
@@ -68,9 +68,18 @@ GATES: Registry[GateKind] = Registry("gate kind", builtins=("baselines.gates",),
 def register_gate(kind: str, *, knob: str | None = None, fixed: bool = True,
                   bounds: tuple[float, float] = (0.0, 1.0), expand_hi: bool = False,
                   proxy: str | None = None) -> Callable[[type], type]:
-    """Class decorator registering a gate class under ``kind`` (see `GateKind` for the rest)."""
+    """Class decorator registering a gate class under ``kind`` (see `GateKind` for the rest).
+
+    ``kind`` is the gate's one name: the decorator sets the class's ``name`` (how run.json and
+    the cache keys name its gates) to it; a class that names itself otherwise is a ValueError.
+    """
 
     def deco(cls: type) -> type:
+        own = cls.__dict__.get("name", kind)
+        if own != kind:
+            raise ValueError(f"@register_gate({kind!r}): {cls.__name__} names itself {own!r}; "
+                             "a gate has one name, its kind: drop its `name` (the decorator "
+                             "sets it) or register it under that name")
         if not is_dataclass(cls):
             raise TypeError(f"@register_gate({kind!r}) must decorate a dataclass, got {cls!r}")
         if knob is not None and knob not in {f.name for f in fields(cls)}:
@@ -78,6 +87,7 @@ def register_gate(kind: str, *, knob: str | None = None, fixed: bool = True,
         if kind in MODEL_KINDS:
             raise ValueError(f"gate kind {kind!r} is reserved for the model's own gating")
         GATES.add(kind, GateKind(kind, cls, knob, fixed, bounds, expand_hi, proxy))
+        cls.name = kind  # type: ignore[attr-defined]
         return cls
 
     return deco
@@ -102,8 +112,8 @@ def check_spec(spec: GateSpec) -> None:
             raise ConfigError(f"gate {spec.name!r}: kind {spec.kind!r} takes no budget")
         return
     if spec.kind not in GATES:
-        raise ConfigError(f"gate {spec.name!r}: unknown gate kind {spec.kind!r}; valid: "
-                          f"{', '.join(gate_kinds())}")
+        raise UnknownNameError(f"gate {spec.name!r}: "
+                               f"{unknown_name('gate kind', spec.kind, gate_kinds())}")
     entry = GATES.get(spec.kind)
     budgeted = [k for k in GATES.names() if GATES.get(k).budgeted]
     if spec.budget is not None and not entry.budgeted:

@@ -26,10 +26,11 @@ hand.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,7 +38,7 @@ from scipy.stats import spearmanr
 
 from uqbench import metrics as M
 from uqbench.cache import atomic_write_text
-from uqbench.errors import UserError
+from uqbench.errors import UserError, record_fallback
 from uqbench.experiments import CONCENTRATION, EXPERIMENTS
 from uqbench.references import at_chance
 from uqbench.report import read_results
@@ -50,6 +51,22 @@ MSP4 = "moe-lora/top4/msp"
 CARE_B4 = "moe-lora/care-b4/msp"
 N_BOOT = 1000
 AT_CHANCE = "not evidence: model at chance"
+#: The seed's MoE-LoRA baselines are uqbench's re-implementations (`baselines/variants.py`: one
+#: MoE-LoRA layer configured per method, trained with the run's recipe), not their authors'
+#: code; what each leaves out. The report says so next to every claim that rests on one.
+SIMPLIFIED = {
+    "loramoe": "LoRAMoE: localized balancing loss without its per-sample type weights "
+               "(the records carry no type)",
+    "hydralora": "HydraLoRA: 8 B heads fixed (the paper picks N by k-means on the data)",
+    "mixlora": "MixLoRA: one router per adapted linear (not one per FFN block), no plain LoRA "
+               "on attention",
+    "dynmole": "DynMoLE: weights renormalised over the admitted experts; both loss terms share "
+               "one coefficient",
+    "hmora": "HMoRA: the task router reads the masked mean of the layer input (not a separate "
+             "task representation)",
+    "flylora": "FlyLoRA: the published rank-wise design, trained with uqbench's recipe",
+}
+SIMPLIFIED_MARK = " ‡ (against uqbench's simplified re-implementations of these baselines)"
 
 
 @dataclass(frozen=True)
@@ -97,11 +114,43 @@ class _Run:
         raise KeyError(method)
 
 
-def _paired(run: _Run, a: str, b: str, metric: str, seed: int = 0) -> tuple[float, float, float]:
+class Diff(NamedTuple):
+    """A paired statistic: point, 95% percentile CI, and how many of the `N_BOOT` resamples
+    were undefined (NaN) and left out of the CI."""
+
+    point: float
+    lo: float
+    hi: float
+    dropped: int = 0
+
+
+def _bootstrap(stat: Callable[..., float], sizes: Sequence[int], what: str,
+               seed: int = 0) -> Diff:
+    """``stat(*indices)`` on all examples and its 95% percentile CI over `N_BOOT` resamples;
+    each resample draws one index array per set of examples (ID, or ID and shifted), each set
+    independently. Resamples on which ``stat`` is NaN (undefined) are left out of the CI, as
+    `uqbench.metrics.bootstrap_ci` does, but counted: any are warned about and recorded
+    (`uqbench.errors.record_fallback`), and the claim's numbers say how many. Not the metrics'
+    bootstrap: its quantiles ``(1 ± level) / 2`` differ from 2.5/97.5 in the last bits, which
+    moves bounds that sit on a rounding boundary of the report (accuracy steps of 1/N)."""
+    rng = np.random.default_rng(seed)
+    point = stat(*(np.arange(n) for n in sizes))
+    boots = np.array([stat(*(rng.integers(0, n, n) for n in sizes)) for _ in range(N_BOOT)])
+    defined = boots[~np.isnan(boots)]
+    dropped = N_BOOT - defined.size
+    if dropped:
+        record_fallback("paper claim bootstrap", what,
+                        f"{dropped} of {N_BOOT} resamples gave NaN (statistic undefined on "
+                        "them) and were left out of the 95% CI")
+    lo, hi = np.percentile(defined, [2.5, 97.5]) if defined.size else (math.nan, math.nan)
+    return Diff(float(point), float(lo), float(hi), dropped)
+
+
+def _paired(run: _Run, a: str, b: str, metric: str, seed: int = 0) -> Diff:
     """Point and 95% CI of metric(a) − metric(b) under a shared bootstrap of examples. Every
     seed counts: a resample draws examples (the same for every seed and both methods), and the
-    metric is computed on those examples pooled over the seeds."""
-    rng = np.random.default_rng(seed)
+    metric is computed on those examples pooled over the seeds; ID and shifted examples are
+    resampled independently (`_bootstrap`)."""
 
     def value(m: str, i: NDArray[np.intp], j: NDArray[np.intp]) -> float:
         c, u = run.a(m, "id", "correct")[i].ravel(), run.a(m, "id", "uncertainty")[i].ravel()
@@ -123,27 +172,24 @@ def _paired(run: _Run, a: str, b: str, metric: str, seed: int = 0) -> tuple[floa
         raise ValueError(metric)
 
     n, k = len(run.a(a, "id", "correct")), len(run.a(a, "shift", "correct"))
-    full = value(a, np.arange(n), np.arange(k)) - value(b, np.arange(n), np.arange(k))
-    diffs = []
-    for _ in range(N_BOOT):
-        i, j = rng.integers(0, n, n), rng.integers(0, k, k)
-        diffs.append(value(a, i, j) - value(b, i, j))
-    lo, hi = np.nanpercentile(diffs, [2.5, 97.5])
-    return full, float(lo), float(hi)
+    return _bootstrap(lambda i, j: value(a, i, j) - value(b, i, j), (n, k),
+                      f"{metric}: {a} − {b}", seed)
 
 
-def _greater(d: tuple[float, float, float]) -> str:
+def _greater(d: Sequence[float]) -> str:
     return HOLDS if d[1] > 0 else FAILS if d[2] < 0 else INCONCLUSIVE
 
 
-def _within(d: tuple[float, float, float], m: float) -> str:
+def _within(d: Sequence[float], m: float) -> str:
     return HOLDS if -m <= d[1] and d[2] <= m else FAILS if d[1] > m or d[2] < -m else INCONCLUSIVE
 
 
-def _fmt_diff(d: tuple[float, float, float], pct: bool = False) -> str:
+def _fmt_diff(d: Diff, pct: bool = False) -> str:
     s = 100.0 if pct else 1.0
     unit = " pts" if pct else ""
-    return f"Δ = {d[0] * s:+.3f}{unit} [{d[1] * s:+.3f}, {d[2] * s:+.3f}]"
+    dropped = (f" ({d.dropped} of {N_BOOT} resamples undefined, left out of the CI)"
+               if d.dropped else "")
+    return f"Δ = {d[0] * s:+.3f}{unit} [{d[1] * s:+.3f}, {d[2] * s:+.3f}]{dropped}"
 
 
 def _v(run: _Run, method: str, col: str, pct: bool = False) -> str:
@@ -369,11 +415,8 @@ def _gain_with_disagreement(run: _Run, seed: int = 0) -> Claim:
         return float(g[high].mean()), float(g[~high].mean())
 
     n = len(gain)
-    rng = np.random.default_rng(seed)
     above, below = halves(np.arange(n))
-    boots = [np.subtract(*halves(rng.integers(0, n, n))) for _ in range(N_BOOT)]
-    lo, hi = np.nanpercentile(boots, [2.5, 97.5])
-    d = (above - below, float(lo), float(hi))
+    d = _bootstrap(lambda i: float(np.subtract(*halves(i))), (n,), text, seed)
     ours = (f"gain {above * 100:+.2f} pts above vs {below * 100:+.2f} pts below the median "
             f"({n} examples); {_fmt_diff(d, pct=True)}")
     return Claim("frontier", text, paper, ours, _greater(d), _pooled(MSP4, top5))
@@ -433,8 +476,15 @@ def write_paper_report(run_dir: str | Path, experiment: str | None = None) -> Pa
     lines = ["# CARE paper claims, measured by uqbench", "", f"Scope: {scope}.", "",
              __doc__.split("\n\n", 1)[1].split("`write_paper_report")[0].strip(), "",
              "| section | claim | paper | ours (95% CI) | verdict |", "|---|---|---|---|---|"]
-    lines += [f"| {c.section} | {c.text} | {c.paper} | {c.ours} | {c.shown_verdict()} |"
-              for c in cs]
+    models = [sorted({m.split("/")[0] for m, _ in c.rests_on} & SIMPLIFIED.keys()) for c in cs]
+    lines += [f"| {c.section} | {c.text}{SIMPLIFIED_MARK if ms else ''} | {c.paper} | {c.ours} "
+              f"| {c.shown_verdict()} |" for c, ms in zip(cs, models)]
+    if used := sorted({m for ms in models for m in ms}):
+        lines += ["", "‡ The MoE-LoRA baselines are uqbench's re-implementations (one MoE-LoRA "
+                  "layer configured per method, `baselines/variants.py`, trained with this "
+                  "run's recipe), not their authors' code; a ranking against them is a ranking "
+                  "against these versions. Simplifications: "
+                  + "; ".join(SIMPLIFIED[m] for m in used) + "."]
     counts = {v: sum(c.verdict == v for c in cs) for v in (HOLDS, FAILS, INCONCLUSIVE)}
     n_chance = sum(bool(c.note) for c in cs)
     lines += ["", f"Totals: {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "

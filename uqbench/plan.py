@@ -22,7 +22,7 @@ ROUTER = DET | frozenset(ROUTER_FIELDS)
 @dataclass(frozen=True)
 class GateSpec:
     """A gate by name. ``kind``: ``native`` (the model's training gate), ``dense`` (none) or a
-    registered gate kind (`uqbench.gating`: topk, care, nucleus, randomk, entropyk, dynmole...);
+    registered gate kind (`uqbench.gating`: topk, care, nucleus, random, entropy, dynmole...);
     `uqbench.gating.check_spec` validates it (an unknown kind is a ConfigError listing the valid
     ones) before any model work.
 

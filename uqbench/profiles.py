@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from uqbench.errors import ConfigError
+from uqbench.registry import unknown_name
 
 #: scoring heads of encoder backbones (`baselines.heads`)
 ENCODER_HEADS = ("bi_encoder", "cross_encoder", "cross_encoder_cls")
@@ -77,7 +78,8 @@ PROFILES: dict[str, Profile] = {
 
 
 def get_profile(name: str) -> Profile:
+    """The profile called ``name`` (unknown -> `UnknownNameError` listing the valid ones)."""
     try:
         return PROFILES[name]
     except KeyError:
-        raise ConfigError(f"unknown profile {name!r}; valid: {', '.join(PROFILES)}") from None
+        raise unknown_name("profile", name, PROFILES) from None

@@ -12,7 +12,9 @@ applied to the ID test split, where ECE is measured with the same 12 bins as the
     every row, so no prediction and no accuracy changes. T is kept in ``(0, T_MAX]``: the
     unconstrained fit gives 1/T < 0 when confidence anti-correlates with correctness (a model at
     chance), which would reverse every ranking; the likelihood is convex in 1/T, so the
-    constrained optimum is then the bound (an almost uniform distribution). A scorer with its
+    constrained optimum is then the bound (an almost uniform distribution). A fit that fails
+    (1/T not a finite number) is held at the bound too, and warns and is listed in run.json
+    ``fallbacks`` with its reason and seed. A scorer with its
     own ``confidence`` (not the MSP of its predictive) gets netcal's binary form on that
     confidence instead, ``sigmoid(logit(c) / T)``.
 ``hb`` -- histogram binning (``netcal.binning.HistogramBinning``, `HB_BINS` equal-width bins;
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +52,7 @@ from numpy.typing import NDArray
 
 from uqbench import metrics as M
 from uqbench.cache import ArrayCache
+from uqbench.errors import record_fallback
 from uqbench.outputs import Outputs
 from uqbench.scorer import Scorer
 
@@ -65,11 +69,13 @@ class Recalibrated:
     """Recalibrated confidences of one method on its ID test split, stacked over seeds.
 
     ``confidence[kind]`` has shape (N, S) like `uqbench.evaluate.Scored`; ``temperature`` (S,)
-    is the fitted T of temperature scaling per seed.
+    is the fitted T of temperature scaling per seed; ``failed`` (S,): why that seed's fit
+    failed and was held at `T_MAX` ("" when it did not; `temperature_scaling`).
     """
 
     confidence: dict[str, NDArray[np.float64]]
     temperature: NDArray[np.float64]
+    failed: tuple[str, ...] = ()
 
 
 def _netcal() -> Any:
@@ -87,7 +93,7 @@ def _uses_msp(scorer: Scorer) -> bool:
 
 
 def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
-                        probs: NDArray[Any]) -> tuple[float, NDArray[np.float64]]:
+                        probs: NDArray[Any]) -> tuple[float, NDArray[np.float64], str]:
     """Fit T on ``(probs_calib, labels_calib)`` and rescale ``probs``.
 
     Parameters
@@ -98,10 +104,15 @@ def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
 
     Returns
     -------
-    T, and ``softmax(log probs / T)`` (binary: ``sigmoid(logit(probs) / T)``), the same shape.
-    A choice of probability 0 (a padded choice of a pooled row whose domains have fewer
-    options) stays at 0; the fit sees it at netcal's epsilon (~1e-16), negligible unless T is
-    in the hundreds.
+    T, ``softmax(log probs / T)`` (binary: ``sigmoid(logit(probs) / T)``), the same shape, and
+    why the fit failed ("" when it did not). netcal fits the inverse temperature 1/T (its
+    public ``TemperatureScaling.temperature`` is that factor on the log-probabilities); a fit
+    with 1/T < 1/`T_MAX` is held at the bound (the constrained optimum, see the module doc),
+    and a fit that is not a finite number -- a failed fit -- is also held there, with the reason
+    returned: `recalibrate_cached` warns and records it in run.json ``fallbacks``. A held fit
+    is applied by `_rescale` (netcal has no public setter for its fitted factor). A choice of
+    probability 0 (a padded choice of a pooled row whose domains have fewer options) stays at
+    0; the fit sees it at netcal's epsilon (~1e-16), negligible unless T is in the hundreds.
 
     Examples
     --------
@@ -112,17 +123,35 @@ def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # pyro's, inside netcal
         ts.fit(np.asarray(probs_calib, np.float64), np.asarray(labels_calib))
-        inverse = float(np.ravel(ts._sites["weights"]["values"])[0])  # netcal fits 1/T
-        if not inverse >= 1.0 / T_MAX:  # also catches NaN
-            ts._sites["weights"]["values"] = np.array([1.0 / T_MAX])
+        inverse = float(np.ravel(ts.temperature)[0])
+        failed = "" if math.isfinite(inverse) else (
+            f"netcal's maximum-likelihood fit gave 1/T = {inverse} (not a finite number); T is "
+            f"held at T_MAX = {T_MAX:g}, an almost uniform distribution")
+        if inverse >= 1.0 / T_MAX and not failed:
+            scaled = np.asarray(ts.transform(np.asarray(probs, np.float64)), np.float64)
+        else:
             inverse = 1.0 / T_MAX
-        scaled = np.asarray(ts.transform(np.asarray(probs, np.float64)), np.float64)
+            scaled = _rescale(np.asarray(probs, np.float64), inverse)
     scaled = scaled.reshape(np.shape(probs))
     absent = np.asarray(probs) == 0  # padded choices (`PAD_LOGIT`) stay at probability 0
     if scaled.ndim == 2 and absent.any():  # netcal sees them at its epsilon, which T inflates
         scaled = np.where(absent, 0.0, scaled)
         scaled /= scaled.sum(axis=1, keepdims=True)
-    return 1.0 / inverse, scaled
+    return 1.0 / inverse, scaled, failed
+
+
+def _rescale(probs: NDArray[np.float64], inverse: float) -> NDArray[np.float64]:
+    """netcal's temperature-scaling transform with the factor ``inverse`` = 1/T, in its float64
+    arithmetic (probabilities clipped to [eps, 1 - eps]; the softmax shifted by its maximum and
+    multiplied by the reciprocal of its sum): equal to ``TemperatureScaling.transform`` to the
+    last bit but in about 0.1% of entries, which differ by one ulp (its ``exp``)."""
+    eps = np.finfo(np.float64).eps
+    c = np.clip(probs, eps, 1.0 - eps)
+    if probs.ndim == 1 or probs.shape[1] == 1:  # binary: sigmoid(logit(c) / T)
+        return 1.0 / (1.0 + np.exp(-(np.log(c) - np.log1p(-c)) * inverse))
+    z = np.log(c) * inverse
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e * (1.0 / e.sum(axis=1, keepdims=True))
 
 
 def top_label(kind: str, confidence_calib: NDArray[Any], correct_calib: NDArray[Any],
@@ -154,22 +183,24 @@ def recalibrate(scorer: Scorer, calib: Sequence[Outputs], test: Sequence[Outputs
     scorer's predictive against the labels, as in `uqbench.evaluate.Scored`.
     """
     out: dict[str, list[NDArray[np.float64]]] = {k: [] for k in CALIBRATORS}
-    temps = []
+    temps, failed = [], []
     for s, (cal, tst) in enumerate(zip(calib, test)):
         p_cal, p_tst = scorer.predictive(cal), scorer.predictive(tst)
         c_cal, c_tst = calib_confidence[:, s], test_confidence[:, s]
         right_cal = (p_cal.argmax(axis=1) == cal.labels).astype(np.float64)
         if _uses_msp(scorer):
-            t, q = temperature_scaling(p_cal, cal.labels, p_tst)
+            t, q, why = temperature_scaling(p_cal, cal.labels, p_tst)
             _check_same_prediction(p_tst, q, f"scorer {scorer.name!r}")
             out["ts"].append(q.max(axis=1))
         else:
-            t, q = temperature_scaling(c_cal, right_cal, c_tst)
+            t, q, why = temperature_scaling(c_cal, right_cal, c_tst)
             out["ts"].append(q)
         temps.append(t)
+        failed.append(why)
         for kind in ("hb", "iso"):
             out[kind].append(top_label(kind, c_cal, right_cal, c_tst))
-    return Recalibrated({k: np.stack(v, axis=1) for k, v in out.items()}, np.array(temps))
+    return Recalibrated({k: np.stack(v, axis=1) for k, v in out.items()}, np.array(temps),
+                        tuple(failed))
 
 
 def columns(rec: Recalibrated, correct: NDArray[Any], *, n_bins: int = 12, n_boot: int = 1000,
@@ -206,10 +237,15 @@ def _code_hash() -> str:
 def recalibrate_cached(cache: ArrayCache | None, scorer: Scorer, calib: Sequence[Outputs],
                        test: Sequence[Outputs], calib_confidence: NDArray[Any],
                        test_confidence: NDArray[Any], test_correct: NDArray[Any],
-                       **options: Any) -> tuple[dict[str, float], Recalibrated]:
+                       where: str | None = None, **options: Any
+                       ) -> tuple[dict[str, float], Recalibrated]:
     """(`columns`, `Recalibrated`), memoised in ``cache`` (kind ``recalibrate``) by content:
     the predictive distributions, labels and confidences of both splits, the options, this
-    module's and the metrics' source and netcal's version. No cache -> compute."""
+    module's and the metrics' source and netcal's version. No cache -> compute.
+
+    A failed temperature fit (`temperature_scaling`) warns and goes to run.json ``fallbacks``
+    (`uqbench.errors.record_fallback`) on every run, a cached one too, as ``where``'s (default:
+    the scorer and the test split's domains) seed ``s``."""
 
     def compute() -> dict[str, NDArray[Any]]:
         rec = recalibrate(scorer, calib, test, calib_confidence, test_confidence)
@@ -217,6 +253,7 @@ def recalibrate_cached(cache: ArrayCache | None, scorer: Scorer, calib: Sequence
             k: np.float64(v) for k, v in columns(rec, test_correct, **options).items()}
         arrays.update({f"confidence_{k}": v for k, v in rec.confidence.items()})
         arrays["temperature"] = rec.temperature
+        arrays["ts_failed"] = np.array(rec.failed, dtype=str)
         return arrays
 
     if cache is None:
@@ -234,7 +271,12 @@ def recalibrate_cached(cache: ArrayCache | None, scorer: Scorer, calib: Sequence
         got, _ = cache.get_or_compute("recalibrate", material, compute)
     row = {k: float(v) for k, v in got.items() if np.ndim(v) == 0}
     rec = Recalibrated({k: np.asarray(got[f"confidence_{k}"]) for k in CALIBRATORS},
-                       np.asarray(got["temperature"]))
+                       np.asarray(got["temperature"]), tuple(map(str, got["ts_failed"])))
+    domains = "+".join(sorted(set(map(str, test[0].domain))))
+    where = where or f"scorer {scorer.name!r} on {domains}"
+    for s, why in enumerate(rec.failed):
+        if why:
+            record_fallback("temperature scaling fit", f"{where}, seed {s}", why)
     return row, rec
 
 

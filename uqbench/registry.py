@@ -1,4 +1,5 @@
-"""A small generic registry: decorator registration, duplicate -> ValueError, unknown -> KeyError.
+"""A small generic registry: decorator registration, duplicate -> ValueError, unknown ->
+`UnknownNameError` (a `ConfigError` and a `KeyError`) with "did you mean".
 
 Modelled on lm-evaluation-harness' ``api/registry.py``. Built-in members are imported lazily (so
 ``import uqbench`` stays light) and third-party members arrive through an entry-point group.
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
-from uqbench.errors import PluginError
+from uqbench.errors import PluginError, UnknownNameError
 
 T = TypeVar("T")
 
@@ -27,14 +28,18 @@ class Registry(Generic[T]):
         Modules imported on first lookup; importing them registers the built-in members.
     entry_point_group : str, optional
         Entry-point group scanned on first lookup ("uqbench.scorers").
+    also : str
+        What else a name may be, appended to the unknown-name error ("or a suite YAML file").
     """
 
     def __init__(
-        self, kind: str, *, builtins: Iterable[str] = (), entry_point_group: str | None = None
+        self, kind: str, *, builtins: Iterable[str] = (), entry_point_group: str | None = None,
+        also: str = ""
     ) -> None:
         self.kind = kind
         self._builtins = tuple(builtins)
         self._group = entry_point_group
+        self._also = also
         self._items: dict[str, T] = {}
         self._loaded = False
 
@@ -58,15 +63,17 @@ class Registry(Generic[T]):
         return deco
 
     def get(self, name: str) -> T:
+        """The member called ``name``; `UnknownNameError` (close matches, valid names) if none."""
         self.load()
         try:
             return self._items[name]
         except KeyError:
-            close = difflib.get_close_matches(name, self._items, n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            raise KeyError(
-                f"unknown {self.kind} {name!r}{hint} Valid: {', '.join(sorted(self._items))}"
-            ) from None
+            raise self.unknown(name) from None
+
+    def unknown(self, name: object) -> UnknownNameError:
+        """The error `get` raises for ``name`` (for lookups that try other things first)."""
+        self.load()
+        return unknown_name(self.kind, name, sorted(self._items), self._also)
 
     def names(self) -> list[str]:
         self.load()
@@ -94,8 +101,24 @@ class Registry(Generic[T]):
                     f"{self._group!r} failed to import: {type(exc).__name__}: {exc}. "
                     "Fix or uninstall that package."
                 ) from exc
-            if ep.name not in self._items:
-                self.add(ep.name, obj)
+            try:
+                self.add(ep.name, obj)  # the same object again (a built-in's own entry point): ok
+            except ValueError as exc:
+                raise ValueError(
+                    f"{self.kind} plugin {ep.name!r} ({ep.value}) from entry-point group "
+                    f"{self._group!r} takes a name already in use: {exc}. Rename that entry "
+                    "point, or uninstall one of the two packages.") from None
+
+
+def unknown_name(kind: str, name: object, valid: Iterable[str], also: str = ""
+                 ) -> UnknownNameError:
+    """The error for a ``kind`` called ``name`` that is not among ``valid``: up to 3 close
+    matches, then every valid name (in the given order), then ``also``."""
+    valid = list(valid)
+    close = difflib.get_close_matches(str(name), valid, n=3, cutoff=0.5)
+    hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+    return UnknownNameError(f"unknown {kind} {name!r}{hint}; valid: {', '.join(valid)}"
+                            + (f", {also}" if also else ""))
 
 
 def import_plugin(module: str) -> None:

@@ -30,7 +30,7 @@ from uqbench.cache import (
     sweep_orphans,
 )
 from uqbench.engine import Backend, RunStats, get_backend, get_drawer
-from uqbench.errors import ConfigError, UserError
+from uqbench.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.evaluate import Scored, evaluate_cached
 from uqbench.gating import check_spec
 from uqbench.outputs import Outputs
@@ -123,10 +123,7 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
         import_plugin(p)
     from uqbench.experiments import experiment_methods, experiment_scorers
 
-    try:
-        chosen = [get_scorer(n) for n in cfg.scorers or list_scorers()]
-    except KeyError as exc:
-        raise ConfigError(str(exc.args[0])) from None
+    chosen = [get_scorer(n) for n in cfg.scorers or list_scorers()]  # UnknownNameError
     if cfg.experiment and cfg.models:
         raise ConfigError("--models and --experiment cannot be combined: an experiment fixes its "
                           "own models (the CARE paper's MoE-LoRA); drop one of them")
@@ -181,6 +178,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     """Run ``cfg``: prepare, build the data, get every method's outputs from ``backend``'s
     engine (default: the ``"torch"`` backend), score them, write the report and figures."""
     t0 = time.perf_counter()
+    fallbacks = reset_fallbacks()  # run.json `fallbacks`: what this run did instead of asked
     backend = backend or get_backend()
     prof, ms, out, cache, data = prepare(cfg, backend)
     if (n := sweep_orphans(cache)):
@@ -224,6 +222,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
         "forward_passes_run": {"/".join(map(str, k)): v for k, v in sorted(stats.passes.items())},
         "cache_hits": stats.cache_hits, "trained": stats.trained,
         "training": engine.training_log,
+        "fallbacks": fallbacks,  # {what, where, reason}: `uqbench.errors.record_fallback`
         "processes": backend.world(),
         "seconds": {**stats.seconds},
     }
@@ -301,7 +300,7 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
             metrics = evaluate_cached(cache, id_s, sh_s, n_bins=12, n_boot=n_boot, seed=0)
             recal, recal_conf = recalibrate_cached(
                 cache, m.scorer, cal_outs, id_outs, cal_s.confidence, id_s.confidence,
-                id_s.correct, n_bins=12, n_boot=n_boot, seed=0)
+                id_s.correct, where=f"{m.name} on {dom}", n_bins=12, n_boot=n_boot, seed=0)
             at = list(metrics).index("ece_hi") + 1  # the recalibrated ECEs beside the raw one
             row: dict[str, Any] = {
                 "method": m.name, "model": m.pair.model.name, "gate": m.pair.gate.name,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from uqbench.cache import ArrayCache, _tmp_name
-from uqbench.errors import ConfigError, UserError
+from uqbench.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.plan import Method, Pair
 from uqbench.records import RecordSet, publish_dir, read_record_set
 from uqbench.registry import import_plugin
@@ -115,6 +115,7 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
 def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
     """Score ``rs`` into the run folder ``cfg.out``: rows, scores, figures and ``run.json``."""
     t0 = time.perf_counter()
+    fallbacks = reset_fallbacks()  # run.json `fallbacks`, as `uqbench run` records them
     check_out(cfg.out, cfg.overwrite)
     if cfg.bootstrap is not None and cfg.bootstrap < 1:
         raise ConfigError(f"--bootstrap {cfg.bootstrap}: give at least 1 resample")
@@ -134,7 +135,7 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
         **rs.meta, "scored_from": rs.meta.get("source", "uqbench records"),
         "domains": list(rs.domains), "seeds": rs.seeds, "bootstrap": n_boot,
         "splits": {k: {"hash": h} for k, h in rs.refs.hashes.items()},
-        "methods": [m.name for m in ms], "skipped_scorers": skipped,
+        "methods": [m.name for m in ms], "skipped_scorers": skipped, "fallbacks": fallbacks,
         "references": ["chance"] + (["options-only"] if rs.refs.options_only is not None else []),
         "seconds": {"scoring": time.perf_counter() - t0},
     }

@@ -89,7 +89,8 @@ def register_scorer(name: str) -> Callable[[S], S]:
 
 
 def get_scorer(name: str, **kwargs: Any) -> Scorer:
-    """Instantiate the scorer registered as ``name`` (unknown -> KeyError with close matches)."""
+    """Instantiate the scorer registered as ``name`` (unknown -> `UnknownNameError`, a
+    `ConfigError` and a `KeyError`, with close matches)."""
     cls = SCORERS.get(name)
     inst = cls(**kwargs)
     inst.params = dict(kwargs)

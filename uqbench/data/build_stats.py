@@ -26,6 +26,7 @@ class StatsAgg:
         self.methods: Counter[str] = Counter()
         self.designs: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
+        self.limits_failed: Counter[str] = Counter()
 
     def add(self, rec: MCRecord | None, st: Mapping[str, Any]) -> None:
         self.tried += 1
@@ -41,6 +42,7 @@ class StatsAgg:
             elif isinstance(v, (int, float)):
                 self.sums[k] = self.sums.get(k, 0) + v
         self.outcomes.update(o for o in st.get("choice_outcomes", ()) if o)  # code: how mutants fail
+        self.limits_failed.update(st.get("limits_failed", {}))  # code: runs without an OS limit
         if rec is not None:
             for m in _distractor_methods(rec.meta):
                 self.methods[m.split(":")[0]] += 1  # family: "perturbation:plus_one" -> ...
@@ -55,6 +57,8 @@ class StatsAgg:
                            for k, v in sorted(self.sums.items())}
         if self.kind in CODE_KINDS:
             d["verified"] = self.flags.get("verified", 0)
+            # sandboxed runs that went without an OS limit, by limit ({}: all were enforced)
+            d["sandbox_limits_failed"] = dict(sorted(self.limits_failed.items()))
         d.update({f"n_{k}": v for k, v in sorted(self.flags.items()) if k != "verified"})
         if self.methods:
             d["distractor_methods"] = dict(self.methods.most_common())

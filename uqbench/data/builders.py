@@ -114,19 +114,28 @@ def builder_available(kind: str) -> tuple[bool, str]:
         return False, f"{b.module} is not importable ({exc})"
     if not callable(getattr(mod, b.function, None)):
         return False, f"{b.module} has no function {b.function}()"
+    try:
+        builder_versions(kind)
+    except DataError as exc:
+        return False, str(exc)
     return True, ""
 
 
 def builder_versions(kind: str) -> dict[str, str]:
     """``{"math_mc_version": "1", ...}``: the version constants a builder's output depends on
-    (`BUILD_ITEM_VERSION` included)."""
+    (`BUILD_ITEM_VERSION` included). They key the split cache, so one that cannot be read is a
+    `DataError`, never left out of the key."""
     out = {"build_item_version": BUILD_ITEM_VERSION}
     for name in BUILDERS[kind].versions:
         module, attr = name.rsplit(".", 1)
         try:
             out[attr.lower()] = str(getattr(importlib.import_module(module), attr))
-        except ImportError:
-            continue
+        except (ImportError, AttributeError) as exc:
+            raise DataError(
+                f"the {kind} MC builder's output depends on {name}, which cannot be read "
+                f"({type(exc).__name__}: {exc}); without it the split cache could not tell "
+                f"builds of different versions apart. Fix that import (or the builder's "
+                "`versions`).") from exc
     return dict(sorted(out.items()))
 
 

@@ -587,6 +587,18 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
     if scheme not in SCHEMES:
         raise ValueError(f"code MC scheme {scheme!r}: expected one of {SCHEMES}")
     sb = sandbox if sandbox is not None else _default_sandbox()
+    unlimited: Counter[str] = Counter()  # runs that went without an OS limit, by limit
+
+    def run(code: str, timeout_s: float) -> SandboxResult:
+        res = sb.run(code, timeout_s=timeout_s)
+        unlimited.update(res.limits_failed)
+        return res
+
+    def done(rec: MCRecord | None, st: dict[str, Any]) -> tuple[MCRecord | None, dict[str, Any]]:
+        if unlimited:  # only then: a fully limited build's stats stay as they were
+            st["limits_failed"] = dict(sorted(unlimited.items()))
+        return rec, st
+
     try:
         tree = ast.parse(p.reference)
     except SyntaxError as e:
@@ -595,11 +607,11 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
     # Some references are slow (MBPP 123 runs ~5 s): give them REFERENCE_TIMEOUT_FACTOR times
     # the sandbox's timeout, and each mutant 5x the reference's time (at least 0.5 s).
     ref_timeout = REFERENCE_TIMEOUT_FACTOR * sb.timeout_s
-    ref = sb.run(ref_text + "\n\n" + p.tests + "\n", timeout_s=ref_timeout)
+    ref = run(ref_text + "\n\n" + p.tests + "\n", timeout_s=ref_timeout)
     if not ref.passed:
         why = ref.killed_reason or _outcome(ref)
-        return None, _stats(reason=f"reference fails its tests ({why})",
-                            killed=int(ref.killed))
+        return done(None, _stats(reason=f"reference fails its tests ({why})",
+                                 killed=int(ref.killed)))
     budget = min(ref_timeout, max(0.5, 5.0 * ref.elapsed_s))
     rng = record_rng(seed, p.rid, "code_mc")
     length_target, central_target, common_target = (rng.randrange(N_CHOICES) for _ in range(3))
@@ -620,7 +632,7 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
         if text in seen:
             return None
         seen.add(text)
-        res = sb.run(text + "\n\n" + p.tests + "\n", timeout_s=budget)
+        res = run(text + "\n\n" + p.tests + "\n", timeout_s=budget)
         stats["mutants_tried"] += 1
         stats["killed"] += int(res.killed)
         if res.passed:
@@ -686,7 +698,7 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
                 if scheme == "square" else f"fewer than {N_CHOICES - 1} failing mutants")
         stats["reason"] = (f"found {need} among {stats['mutants_tried']} tried of {len(muts)} "
                            f"candidates ({stats['mutants_failing']} failing)")
-        return None, stats
+        return done(None, stats)
 
     answer = rng.randrange(N_CHOICES)
     rng.shuffle(picked)
@@ -703,9 +715,9 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
     # record, since a mutant near its time budget fails by "timeout" on a busy machine
     stats.update(verified=True, reason="ok", scheme=used,
                  choice_outcomes=[o for _, _, o in options])
-    return MCRecord(id=p.rid, domain="code", question=p.question,
-                    choices=tuple(t for t, _, _ in options), answer=answer, source=p.source,
-                    meta=meta), stats
+    return done(MCRecord(id=p.rid, domain="code", question=p.question,
+                         choices=tuple(t for t, _, _ in options), answer=answer,
+                         source=p.source, meta=meta), stats)
 
 
 def _mbpp_problem(raw: dict) -> _Problem:

@@ -68,6 +68,8 @@ _PROBE_MARK = "uqbench-probe: "
 #: the OS limits the set-up code applies, in order
 _RLIMITS = ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC",
             "RLIMIT_CORE")
+#: `SandboxResult.limits_failed` name of the process cap of a run as root: its pids cgroup
+_CGROUP_LIMIT = "pids_cgroup"
 # What `Sandbox.protections` runs: it reports what the child actually got (its limits, whether
 # PR_SET_NO_NEW_PRIVS is set, its network namespace and cgroup, whether sockets are refused).
 _PROBE = r'''
@@ -206,8 +208,9 @@ class SandboxResult:
     killed_reason: str | None
     stderr_tail: str
     elapsed_s: float = 0.0
-    #: OS limits whose ``setrlimit`` failed in this run's set-up (e.g. ``("RLIMIT_AS",)``): the
-    #: run went on without them
+    #: OS limits whose ``setrlimit`` failed in this run's set-up (e.g. ``("RLIMIT_AS",)``), and
+    #: ``"pids_cgroup"`` when a run as root could not be put in its pids cgroup: the run went on
+    #: without them
     limits_failed: tuple[str, ...] = ()
 
     @property
@@ -372,6 +375,8 @@ class Sandbox:
                     failed[name] = f"wanted {list(want)}, found {have}"
                 else:
                     ok.append(name)
+            if _CGROUP_LIMIT in res.limits_failed:
+                failed[_CGROUP_LIMIT] = "could not put the run in its pids cgroup"
             if got.get("no_new_privs"):
                 ok.append("no_new_privs")
             else:
@@ -431,20 +436,27 @@ class Sandbox:
         # resolved now, in the parent: the child only calls setrlimit and writes bytes
         limits = [(getattr(resource, name), val, (_LIMIT_MARK + name + "\n").encode())
                   for name, val in self._limits(timeout).items()]
+        # a pids cgroup was wanted (root with a writable one): not getting into it is a failed
+        # limit too, whether it could not be made (`_make_cgroup`) or joined
+        cg_mark = (_LIMIT_MARK + _CGROUP_LIMIT + "\n").encode() if self._cg_root else None
         isolate = self.isolate_network and sys.platform == "linux"
         is_root = self._is_root
         libc = _get_libc() if sys.platform == "linux" else False
 
         def fn() -> None:
+            joined = False
             if cgroup is not None:
                 try:
                     fd = os.open(os.path.join(cgroup, "cgroup.procs"), os.O_WRONLY)
                     try:
                         os.write(fd, str(os.getpid()).encode())
+                        joined = True
                     finally:
                         os.close(fd)
                 except OSError:
                     pass
+            if cg_mark is not None and not joined:
+                os.write(2, cg_mark)  # reported in SandboxResult.limits_failed
             if isolate and libc and libc.unshare(_CLONE_NEWNET) != 0 and not is_root:
                 libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
             for lim, val, mark in limits:

@@ -25,7 +25,6 @@ and ``choices``.
 """
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -117,7 +116,9 @@ class SuiteSpec:
                 "caps": dict(self.caps)}
 
 
-SUITES: Registry[SuiteSpec] = Registry("suite", builtins=("uqbench.data.pooled",))
+SUITES: Registry[SuiteSpec] = Registry(
+    "suite", builtins=("uqbench.data.pooled",), entry_point_group="uqbench.suites",
+    also="or the path to a suite YAML file (see examples/suites/)")
 
 
 def register_suite(name: str | SuiteSpec
@@ -302,18 +303,14 @@ def load_suite_file(path: str | Path) -> SuiteSpec:
 
 
 def get_suite_spec(name_or_path: str | Path | SuiteSpec) -> SuiteSpec:
-    """A registered suite by name, or a YAML file by path; ConfigError listing valid names."""
+    """A registered suite by name, or a YAML file by path; `UnknownNameError` listing the valid
+    names."""
     if isinstance(name_or_path, SuiteSpec):
         return name_or_path
     s = str(name_or_path)
     if s.endswith((".yaml", ".yml")) or "/" in s or Path(s).is_file():
         return load_suite_file(s)
-    if s in SUITES:
-        return SUITES.get(s)
-    close = difflib.get_close_matches(s, list_suites(), n=3, cutoff=0.5)
-    hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
-    raise ConfigError(f"unknown suite {s!r}{hint}; valid: {', '.join(list_suites())}, or the "
-                      "path to a suite YAML file (see examples/suites/)")
+    return SUITES.get(s)
 
 
 # -- built suites -----------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from uqbench.data.suite_spec import (
     parse_suite,
     register_suite,
 )
-from uqbench.errors import ConfigError, DataError
+from uqbench.errors import ConfigError, DataError, record_fallback
 from uqbench.profiles import HEADS, Profile, get_profile
 
 #: Bump when selection or the split/recipe format changes.
@@ -181,19 +181,25 @@ class _Builder:
             key = rs.pool_key()
             hit = self.cache.get(self.spec.name, dom.name, role, material)
             if hit is not None:
-                if int(hit.recipe["selection"]["start"]) != cursors.get(key, 0):
-                    hit = None  # cannot happen with an intact key; rebuild to be safe
-                else:
-                    out[role] = hit
-                    cursors[key] = int(hit.recipe["selection"]["stop"])
-                    continue
-            t0 = time.perf_counter()
-            split = self.build_split(dom.name, role, rs, cursors.get(key, 0))
+                start = int(hit.recipe["selection"]["start"])
+                if start != cursors.get(key, 0):  # the key fixes every earlier role's slice
+                    raise DataError(
+                        f"cached split {self.cache.path(self.spec.name, dom.name, role, material)}"
+                        f" starts at item {start} of pool {key}, but the roles before it end at "
+                        f"{cursors.get(key, 0)}: the split cache is inconsistent (edited by "
+                        f"hand, or a bug). Delete the cache's {self.spec.name}/ folder and "
+                        "rebuild.")
+                split = hit
+            else:
+                t0 = time.perf_counter()
+                split = self.build_split(dom.name, role, rs, cursors.get(key, 0))
+                self.cache.put(self.spec.name, material, split)
+                self.log(f"{self.spec.name}: built {dom.name}/{role}: {len(split.records)} "
+                         f"records from {rs.source}:{rs.split} in "
+                         f"{time.perf_counter() - t0:.1f}s")
             cursors[key] = int(split.recipe["selection"]["stop"])
-            self.cache.put(self.spec.name, material, split)
             out[role] = split
-            self.log(f"{self.spec.name}: built {dom.name}/{role}: {len(split.records)} records "
-                     f"from {rs.source}:{rs.split} in {time.perf_counter() - t0:.1f}s")
+            _record_unlimited(split, f"{self.spec.name}: {dom.name}/{role}")
         return {r: out[r] for r in ROLES}
 
     def build_split(self, domain: str, role: str, rs: RoleSpec, start: int) -> Split:
@@ -273,6 +279,19 @@ class _Builder:
                 self.log(f"{self.spec.name}: {domain}/{role}: {len(chosen)}/{want} built, "
                          f"{pos - start} tried ({time.perf_counter() - t0:.0f}s)")
         return chosen, pos, agg.result()
+
+
+def _record_unlimited(split: Split, where: str) -> None:
+    """Sandboxed builder runs (code MC) that went without an OS limit (`uqbench.data.sandbox`),
+    from the split's recipe: warned and listed in run.json ``fallbacks`` on every run that uses
+    the split, a cached one too (the recipe's ``builder_stats`` keep the counts)."""
+    missing = split.recipe.get("builder_stats", {}).get("sandbox_limits_failed") or {}
+    if missing:
+        runs = ", ".join(f"{n} without {limit}" for limit, n in missing.items())
+        record_fallback("sandbox limits", where,
+                        f"sandboxed runs of candidate programs went on without OS limits the "
+                        f"machine refused ({runs}); their pass/fail verdicts may differ from a "
+                        "fully limited machine's")
 
 
 def _mp_context() -> multiprocessing.context.BaseContext:

@@ -93,7 +93,8 @@ class Source:
 
 SOURCES: Registry[Source] = Registry("data source", builtins=(
     "uqbench.data.sources.adapters", "uqbench.data.sources.mmlu",
-    "uqbench.data.sources.math", "uqbench.data.sources.code"))
+    "uqbench.data.sources.math", "uqbench.data.sources.code"),
+    entry_point_group="uqbench.sources")
 
 
 def register_source(name: str, *, domain: str, splits: Mapping[str, tuple[str, ...]],
@@ -123,10 +124,8 @@ def list_sources() -> list[str]:
 
 
 def get_source(name: str, split: str | None = None) -> Source:
-    """The `Source` called ``name``; ConfigError listing valid names/splits otherwise."""
-    if name not in SOURCES:
-        raise ConfigError(f"unknown data source {name!r}; valid sources: "
-                          f"{', '.join(list_sources())}")
+    """The `Source` called ``name`` (unknown -> `UnknownNameError` listing the valid ones);
+    ConfigError listing its splits for a split it lacks."""
     src = SOURCES.get(name)
     if split is not None and split not in src.splits:
         raise ConfigError(f"source {name!r} has no split {split!r}; valid splits: "
