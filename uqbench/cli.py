@@ -6,6 +6,7 @@
     uqbench list scorers|suites|backbones|experiments|profiles|models
     uqbench report RUN_DIR        # reprint a finished run's tables (--paper: its paper_report.md)
     uqbench plot RUN_DIR          # redraw a finished run's figures
+    uqbench reproduce RUN_DIR     # rerun it from its run.json, diff results.csv and scores.npz
     uqbench data build --suite pooled --profile PROFILE
 """
 from __future__ import annotations
@@ -74,6 +75,20 @@ def _build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="redraw a finished run's figures")
     plot.add_argument("run_dir", type=Path)
 
+    rp = sub.add_parser("reproduce", help="rerun a finished run from its run.json into a fresh "
+                        "cache and diff every results.csv value and scores.npz array; exit 0 "
+                        "only when all are equal")
+    rp.add_argument("run_dir", type=Path)
+    rp.add_argument("--out", type=Path, help="the rerun's folder (default RUN_DIR-reproduced)")
+    rp.add_argument("--cache-dir", type=Path,
+                    help="the rerun's cache (default: a fresh temporary folder)")
+    rp.add_argument("--data-dir", type=Path, help="local dataset copies (default $UQBENCH_DATA)")
+    rp.add_argument("--threads", type=int, help="torch threads (default: the recorded ones)")
+    rp.add_argument("--atol", type=float, default=0.0,
+                    help="tolerance of every value (default 0: bitwise); other thread counts "
+                    "need one (README: what is reproducible bit for bit)")
+    rp.add_argument("--no-progress", action="store_true")
+
     data = sub.add_parser("data", help="data utilities")
     dsub = data.add_subparsers(dest="data_command", required=True)
     build = dsub.add_parser("build", help="build and cache a suite's splits, print their table")
@@ -134,6 +149,13 @@ def main(argv: list[str] | None = None) -> int:
             from uqbench.engine import get_drawer
             for path in get_drawer()(args.run_dir):
                 print(path)
+        elif args.command == "reproduce":
+            from uqbench.reproduce import reproduce
+            diff = reproduce(args.run_dir, out=args.out, cache_dir=args.cache_dir,
+                             data_dir=args.data_dir, threads=args.threads, atol=args.atol,
+                             progress=not args.no_progress)
+            print("\n".join([*diff.differences, f"reproduce {args.run_dir}: {diff.summary()}"]))
+            return 0 if diff.equal else 1
         elif args.command == "data":
             import os
 
