@@ -190,6 +190,8 @@ def test_rerun_that_differs_and_environment_warnings_are_reported(tmp_path: Path
     env["packages"]["numpy"] = "0.0.1"
     env["code"]["sha256"] = "0" * 64
     run_dir = write_run(tmp_path / "run", env=env)
+    meta = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**meta, "processes": 2}))
     rows = [dict(ROWS[0], ece="0.044"), ROWS[1]]
     with pytest.warns(ReproducibilityWarning) as caught:
         diff = reproduce(run_dir, out=tmp_path / "again", data_dir=tmp_path, threads=2,
@@ -198,6 +200,7 @@ def test_rerun_that_differs_and_environment_warnings_are_reported(tmp_path: Path
     assert any(s.startswith("the installed code differs") for s in said)
     assert f"package numpy: recorded 0.0.1, installed {np.__version__}" in said
     assert any(s.startswith("threads: recorded 1, rerun with 2") for s in said)
+    assert any(s.startswith("processes: recorded 2, rerun in one") for s in said)
     assert diff.differences == ["results.csv moe-lora/top4/msp/pooled ece: nan -> 0.044"]
     report = json.loads((tmp_path / "again" / "reproduce.json").read_text())
     assert report["warnings"] == said and not report["equal"]

@@ -45,6 +45,7 @@ class Recorded:
     run_dir: Path
     config: RunConfig
     environment: dict[str, Any]
+    processes: int = 1
 
 
 @dataclass
@@ -96,7 +97,7 @@ def read_recorded(run_dir: Path) -> Recorded:
         raise UserError(f"{path}: its `config` ({unknown!r}) is not a configuration this "
                         "uqbench knows; reproduce it with the uqbench version that wrote it")
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
-    return Recorded(Path(run_dir), RunConfig(**kw), env)
+    return Recorded(Path(run_dir), RunConfig(**kw), env, int(meta.get("processes", 1)))
 
 
 def check_data(recorded: Recorded, data_dir: Path | None) -> None:
@@ -194,6 +195,9 @@ def reproduce(run_dir: Path, *, out: Path | None = None, cache_dir: Path | None 
     check_data(recorded, data_dir)
     threads = threads or int(recorded.environment["threads"])
     notes = environment_differences(recorded.environment, threads)
+    if recorded.processes != 1:
+        notes.append(f"processes: recorded {recorded.processes}, rerun in one: training sums "
+                     "gradients and draws dropout per process, expect differences (give --atol)")
     for note in notes:
         warnings.warn(note, ReproducibilityWarning, stacklevel=2)
     with tempfile.TemporaryDirectory(prefix="uqbench-reproduce-") as tmp:
