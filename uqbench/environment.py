@@ -64,6 +64,11 @@ def git_commit(root: Path = ROOT) -> dict[str, Any]:
     return {"commit": commit, "dirty": dirty}
 
 
+#: the sources as they were when this process started its run (imported by the runner); files
+#: edited while a run goes on do not change what the run recorded
+CODE_AT_START = code_hash()
+
+
 def data_files(recipes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """``{file: sha256}`` of every data file named in the splits' recipes (their ``source``)."""
     out: dict[str, str] = {}
@@ -90,7 +95,7 @@ def environment(threads: int, repetitions: int, models: Iterable[str],
     recipes = list(recipes)
     return {
         "format": FORMAT,
-        "code": {"sha256": code_hash(), **git_commit()},
+        "code": {"sha256": CODE_AT_START, **git_commit()},
         "packages": package_versions(),
         "python": platform.python_version(),
         "machine": {"system": platform.system(), "arch": platform.machine(),
