@@ -96,8 +96,9 @@ class PrefixCache:
     When every adapter sits in the last blocks of a BERT-family encoder (``top_layers``), the
     embeddings and the blocks below the first adapted one compute the same function for every
     model built on the backbone (the dense baseline, each ensemble member, every gate and every
-    pass), in eval mode. Their output for a sequence of token ids is computed once, kept here
-    (float32, unpadded) and reused; only the adapted blocks run per model and pass. Least
+    pass), in eval mode. Their output for a sequence of token ids is computed once, for that
+    sequence alone (so it does not depend on which batch first needed it), kept here (float32,
+    unpadded) and reused; only the adapted blocks run per model and pass. Least
     recently used entries leave when the cache holds more than ``max_mb`` MiB
     (``UQBENCH_PREFIX_CACHE_MB``, default 4096). One cache per process, shared by every model.
     """
@@ -123,24 +124,35 @@ class PrefixCache:
             if token_types is not None:
                 row += b"|" + token_types[i, :n].cpu().numpy().tobytes()
             keys.append((ident, start, row))
-        miss = [i for i, k in enumerate(keys) if k not in self._items]
-        self.hits += len(keys) - len(miss)
-        self.misses += len(miss)
-        if miss:
-            width = max(lengths[i] for i in miss)
-            sel = torch.tensor(miss, device=ids.device)
-            extra = {} if token_types is None else {"token_type_ids": token_types[sel, :width]}
-            with torch.no_grad():
-                h = _run_blocks(model.backbone, model.backbone.embeddings(
-                    input_ids=ids[sel, :width], **extra), mask[sel, :width], 0, start)
-            for j, i in enumerate(miss):
-                self._put(keys[i], h[j, :lengths[i]].float().clone())
+        found = {k: self._items[k] for k in keys if k in self._items}
+        for k in found:
+            self._items.move_to_end(k)
+        fresh = {k: self._alone(model, start, ids[i:i + 1, :lengths[i]],
+                                None if token_types is None else token_types[i:i + 1, :lengths[i]])
+                 for i, k in enumerate(keys) if k not in found}
+        self.hits += len(keys) - len(fresh)
+        self.misses += len(fresh)
+        for k, v in fresh.items():
+            self._put(k, v)
+        found.update(fresh)
         out = torch.zeros(ids.shape[0], ids.shape[1], int(model.identity["hidden_size"]),
                           device=ids.device)
         for i, k in enumerate(keys):
-            self._items.move_to_end(k)
-            out[i, :lengths[i]] = self._items[k]
+            out[i, :lengths[i]] = found[k]
         return out
+
+    @staticmethod
+    def _alone(model: MultipleChoiceModel, start: int, ids: Tensor,
+               token_types: Tensor | None) -> Tensor:
+        """(L, H) states of one unpadded text (1, L), computed alone. Not in the batch that first
+        needed it: padding to a longer batch-mate, or other batch-mates of the same length
+        (another GEMM shape, another kernel), changes the last bits (MiniLM: up to 3e-6), and
+        training amplifies that, so a model would depend on which texts were cached before it."""
+        extra = {} if token_types is None else {"token_type_ids": token_types}
+        with torch.no_grad():
+            h = _run_blocks(model.backbone, model.backbone.embeddings(input_ids=ids, **extra),
+                            torch.ones_like(ids), 0, start)                     # (1, L, H)
+        return h[0].float().clone()
 
     def _put(self, key: tuple[str, int, bytes], value: Tensor) -> None:
         self._items[key] = value

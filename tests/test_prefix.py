@@ -1,6 +1,8 @@
 """Adapters on the last blocks only (``top_layers``) and the frozen-prefix state cache."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -145,3 +147,75 @@ def test_variants_train_on_the_profiles_blocks(tmp_path) -> None:
     engine = TorchEngine("tiny-bert", get_profile("cpu"), None, tmp_path, RunStats())
     cfg = engine._variant_config(ModelSpec("hydralora", "hydralora"), seed=0)
     assert cfg.variant == "hydralora" and cfg.top_layers == get_profile("cpu").top_layers == 2
+
+
+def _trained_bytes(encoder: Backbone, seed: int, recs: list) -> bytes:
+    """The adapter and head of a freshly built model trained on ``recs``, as bytes."""
+    model = make_moe(encoder, MoELoRAConfig(**SMALL, top_layers=2), seed=seed)
+    train(model, recs, TrainConfig(lr=3e-3, head_lr=0.1, epochs=1, batch_size=5),
+          progress=False)
+    return b"".join(p.detach().numpy().tobytes() for p in model.trainable_parameters())
+
+
+def test_trained_model_does_not_depend_on_the_prefix_cache_state(encoder: Backbone) -> None:
+    """Byte-equal adapters whether the prefix cache was cold, filled by an inference pass in
+    other batch compositions (other paddings), or warm from another model trained before in
+    the same process (issue 30: a retrained ensemble member was a different model)."""
+    recs = toy_records(20, seed=5, n_choices=(2, 3, 4))
+    PREFIX_CACHE.clear()
+    cold = _trained_bytes(encoder, 0, recs)
+    PREFIX_CACHE.clear()
+    other = make_moe(encoder, MoELoRAConfig(**SMALL, top_layers=2), seed=1).eval()
+    with torch.inference_mode():   # every text cached inside batches of other compositions
+        for i in range(0, len(recs), 7):
+            other(other.encode(recs[::-1][i:i + 7] + toy_records(3, seed=i), 64))
+    assert PREFIX_CACHE.misses > 0
+    warm = _trained_bytes(encoder, 0, recs)
+    PREFIX_CACHE.clear()
+    _trained_bytes(encoder, 1, recs[10:] + toy_records(12, seed=9))   # another model first
+    after = _trained_bytes(encoder, 0, recs)
+    assert warm == cold and after == cold
+
+
+def test_prefix_states_of_a_text_do_not_depend_on_its_batch(encoder: Backbone) -> None:
+    """A text's cached states are those of the text alone, whatever batch first needed it."""
+    model = make_moe(encoder, MoELoRAConfig(**SMALL, top_layers=2)).eval()
+    texts = ["which one is good", "a much longer text that pads every other one in its batch",
+             "good"]
+    enc = model.tokenizer(texts, padding=True, return_tensors="pt")
+    alone = model.tokenizer(texts[0], return_tensors="pt")
+    PREFIX_CACHE.clear()
+    batched = PREFIX_CACHE.states(model, 2, enc["input_ids"], enc["attention_mask"],
+                                  enc["token_type_ids"])
+    PREFIX_CACHE.clear()
+    single = PREFIX_CACHE.states(model, 2, alone["input_ids"], alone["attention_mask"],
+                                 alone["token_type_ids"])
+    n = single.shape[1]
+    assert torch.equal(batched[0, :n], single[0]) and not batched[0, n:].any()
+
+
+def test_forward_does_not_depend_on_the_prefix_cache_state(encoder: Backbone) -> None:
+    """Logits and router statistics bitwise equal from a cold cache and from one filled by
+    other batches (the forward records of a model do not depend on what ran before)."""
+    model = make_moe(encoder, MoELoRAConfig(**SMALL, top_layers=2)).eval()
+    _perturb(model)
+    record_stats(model.backbone, True)
+    recs = toy_records(8, seed=2, n_choices=(2, 4))
+
+    def forward() -> list[torch.Tensor]:
+        with torch.no_grad():
+            logits = model(model.encode(recs, 64))
+        return [logits] + [layer.last_stats["entropy"].clone() for layer in
+                           moe_layers(model.backbone)]
+
+    PREFIX_CACHE.clear()
+    cold = forward()
+    PREFIX_CACHE.clear()
+    long = toy_records(1, seed=7)[0]
+    long = replace(long, question=long.question + " and" * 30,
+                   choices=tuple(c + " or" * 20 for c in long.choices))
+    with torch.no_grad():   # recs' texts cached inside batches padded to a long batch-mate
+        model(model.encode(recs[3:] + [long], 64))
+        model(model.encode([long] + recs[:3], 64))
+    warm = forward()
+    assert all(torch.equal(a, b) for a, b in zip(cold, warm))

@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-#: Bump when anything that changes forward records or metrics changes meaning.
-PROTOCOL_VERSION = "1"
+#: Bump when anything that changes forward records or metrics changes meaning. 2: frozen-prefix
+#: states are computed per text, alone (models trained on version 1 states depended on what the
+#: prefix cache held; they are retrained, not reused).
+PROTOCOL_VERSION = "2"
 
 
 class StaleCacheWarning(UserWarning):

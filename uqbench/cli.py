@@ -10,6 +10,7 @@
     uqbench export RUN_DIR DEST   # copy a run's forward records (for `score` elsewhere)
     uqbench report RUN_DIR        # reprint a finished run's tables (--paper: its paper_report.md)
     uqbench plot RUN_DIR          # redraw a finished run's figures
+    uqbench reproduce RUN_DIR     # rerun it from its run.json, diff results.csv and scores.npz
     uqbench data build --suite pooled --profile PROFILE
     (every command that resolves names takes --plugin MODULE: imported first, it may register
     scorers, gates, sources, suites, backbones, backends or figure sets)
@@ -116,6 +117,20 @@ def _build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="redraw a finished run's figures")
     plot.add_argument("run_dir", type=Path)
 
+    rp = sub.add_parser("reproduce", help="rerun a finished run from its run.json into a fresh "
+                        "cache and diff every results.csv value and scores.npz array; exit 0 "
+                        "only when all are equal")
+    rp.add_argument("run_dir", type=Path)
+    rp.add_argument("--out", type=Path, help="the rerun's folder (default RUN_DIR-reproduced)")
+    rp.add_argument("--cache-dir", type=Path,
+                    help="the rerun's cache (default: a fresh temporary folder)")
+    rp.add_argument("--data-dir", type=Path, help="local dataset copies (default $UQBENCH_DATA)")
+    rp.add_argument("--threads", type=int, help="torch threads (default: the recorded ones)")
+    rp.add_argument("--atol", type=float, default=0.0,
+                    help="tolerance of every value (default 0: bitwise); other thread counts "
+                    "need one (README: what is reproducible bit for bit)")
+    rp.add_argument("--no-progress", action="store_true")
+
     data = sub.add_parser("data", help="data utilities")
     dsub = data.add_subparsers(dest="data_command", required=True)
     build = dsub.add_parser("build", help="build and cache a suite's splits, print their table")
@@ -160,10 +175,10 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # e.g. which figures were skipped
     try:
-        if args.command != "run":  # `run` imports its own (`uqbench.runner.prepare`)
+        if args.command not in ("run", "score"):  # those import their own plugins
             from uqbench.registry import import_plugin
 
-            for module in args.plugin:
+            for module in getattr(args, "plugin", ()):
                 import_plugin(module)
         if args.command == "list":
             print("\n".join(_list(args.what)))
@@ -203,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
             from uqbench.engine import get_drawer
             for path in get_drawer()(args.run_dir):
                 print(path)
+        elif args.command == "reproduce":
+            from uqbench.reproduce import reproduce
+            diff = reproduce(args.run_dir, out=args.out, cache_dir=args.cache_dir,
+                             data_dir=args.data_dir, threads=args.threads, atol=args.atol,
+                             progress=not args.no_progress)
+            print("\n".join([*diff.differences, f"reproduce {args.run_dir}: {diff.summary()}"]))
+            return 0 if diff.equal else 1
         elif args.command == "data":
             import os
 

@@ -30,6 +30,7 @@ from uqbench.cache import (
     sweep_orphans,
 )
 from uqbench.engine import Backend, RunStats, get_backend, get_drawer
+from uqbench.environment import environment
 from uqbench.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.evaluate import Scored, evaluate_cached
 from uqbench.gating import check_spec
@@ -184,7 +185,8 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     if (n := sweep_orphans(cache)):
         log.info("removed %d temporary file(s) left in %s by killed runs", n, cache)
     why = "--threads" if cfg.threads else "the cores this process may use"
-    print(f"torch threads: {backend.set_threads(cfg.threads)} ({why})", flush=True)
+    threads = backend.set_threads(cfg.threads)
+    print(f"torch threads: {threads} ({why})", flush=True)
     from uqbench.data.suites import build_suite, get_suite_spec
 
     with backend.main_first():  # process 0 builds the split cache, the others read it
@@ -224,6 +226,8 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
         "training": engine.training_log,
         "fallbacks": fallbacks,  # {what, where, reason}: `uqbench.errors.record_fallback`
         "processes": backend.world(),
+        "environment": environment(threads, n_seeds, engine.training_log,
+                                   (s.recipe for s in suite.splits.values())),
         "seconds": {**stats.seconds},
     }
     # the forward records themselves, so that `uqbench score`/`export` need no model work
