@@ -129,8 +129,9 @@ def test_skipped_steps_say_why_and_a_failed_runnable_step_fails_the_check(monkey
 
 def test_cpu_dry_run_runs_every_step(tmp_path, procs: Procs, real_data) -> None:
     """The dry run end to end: real SmolLM2 and MiniLM, the pooled domains at the dry caps,
-    float32 on the CPU, the letters head, a 2-process gloo group; every line says what it
-    compared."""
+    float32 on the CPU, the letters head, a 2-process gloo group; the full profile on a tiny
+    random Llama (its every-block adapters are minutes on SmolLM2 on 2 cores); every line
+    says what it compared."""
     from baselines.backbones import smollm2_gguf
 
     try:
@@ -140,7 +141,7 @@ def test_cpu_dry_run_runs_every_step(tmp_path, procs: Procs, real_data) -> None:
     out = tmp_path / "lines.jsonl"
     cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--cpu", "--out", str(out),
            "--cache-dir", str(tmp_path / "cache"), "--work", str(tmp_path / "work"),
-           "--full-backbone", "smollm2"]
+           "--full-backbone", "tiny-llama"]   # the full profile's path in seconds
     proc = procs.run(cmd, what="the gpu-check dry run", quiet_s=300, cwd=REPO,
                      env=uqbench_env(UQBENCH_DATA=str(real_data)),
                      watch=[tmp_path / "cache", tmp_path / "work"])
@@ -159,7 +160,7 @@ def test_cpu_dry_run_runs_every_step(tmp_path, procs: Procs, real_data) -> None:
         m = r["matches_cpu"]
         assert m["equal"] and m["max_abs_diff"] <= 1e-5 and m["n"] == 4 * 2
         assert "both sides ran on the CPU" in m["compared"] and r["peak_gpu_mem_mb"] is None
-    assert rows["full"]["profile"] == "full" and rows["full"]["backbone"] == "smollm2"
+    assert rows["full"]["profile"] == "full" and rows["full"]["backbone"] == "tiny-llama"
     acc = rows["accelerate"]
     assert acc["processes"] == 2 and acc["trained"] == ["moe-lora@0"]
     assert acc["matches_cpu"]["equal"] and acc["matches_cpu"]["same_rows"]
