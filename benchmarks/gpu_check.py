@@ -12,9 +12,12 @@ Steps, in order, each in its own process under its own time limit (`LIMITS`):
                    that is installed and fits the GPU's free memory; ``--full-backbone`` names
                    any backbone instead: the dry run's test takes ``tiny-llama``, whose 2 random
                    layers run the full profile's path -- every block, attention and MLP
-                   adapters, 3 epochs, 256 tokens -- in seconds);
-``accelerate``     ``accelerate launch`` with 2 processes (one per GPU; needs 2 GPUs), then one
-                   process on the adapters it trained: the two reports must agree.
+                   adapters, 3 epochs, 256 tokens -- in seconds, where SmolLM2 takes minutes
+                   on 2 cores);
+``accelerate``     ``accelerate launch`` with 2 processes (one per GPU; needs 2 GPUs) on SmolLM2
+                   (``--accelerate-backbone`` names another: the dry run's test takes
+                   ``tiny-llama``), then one process on the adapters it trained: the two
+                   reports must agree.
 
 Each line: ``step``, ``status`` (ok | skipped | failed), ``reason``, ``seconds``,
 ``peak_gpu_mem_mb``, ``accuracy`` (per domain: MoE-LoRA, top-4 gate), ``tokens_per_s`` (the
@@ -168,7 +171,8 @@ def _needs_gb(params: float) -> float:
     return 4 * 2 * params / 2**30 + 4.0
 
 
-def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None
+def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
+         accelerate_backbone: str = "smollm2"
          ) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
     """Step -> (its worker configuration, None) or (None, why it is skipped)."""
     import torch
@@ -205,11 +209,11 @@ def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None
         steps["full"] = (None, "no backbone for the full profile: "
                          + "; ".join(f"{b}: {w}" for b, w in tried.items()))
     n_gpus = torch.cuda.device_count() if gpu else 0
-    why = _missing("smollm2")
+    why = _missing(accelerate_backbone)
     if gpu and n_gpus < 2:
         why = f"needs 2 GPUs, found {n_gpus}"
     steps["accelerate"] = (None, why) if why else (run_conf(
-        "accelerate", "smollm2", "smoke", models=["moe-lora"], scorers=list(DRY_SCORERS),
+        "accelerate", accelerate_backbone, "smoke", models=["moe-lora"], scorers=list(DRY_SCORERS),
         seeds=1, compare=False), None)
     return steps
 
@@ -271,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--full-backbone", metavar="NAME",
                     help="backbone of the full step (default: the largest of "
                          f"{', '.join(FULL_CANDIDATES)} installed and fitting the GPU)")
+    ap.add_argument("--accelerate-backbone", metavar="NAME", default="smollm2",
+                    help="backbone of the accelerate step (default: smollm2)")
     ap.add_argument("--steps", default=",".join(STEPS), help=f"subset of {','.join(STEPS)}")
     ap.add_argument("--worker", choices=STEPS, help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
@@ -290,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out.write_text("")
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
-        todo = plan(gpu, work, cache, args.full_backbone)
+        todo = plan(gpu, work, cache, args.full_backbone, args.accelerate_backbone)
         failed = False
         for name in steps:
             conf, skip = todo[name]

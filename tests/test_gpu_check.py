@@ -15,15 +15,13 @@ from benchmarks import gpu_check
 from tests.conftest import REPO, Procs, uqbench_env
 from uqbench.errors import ConfigError
 
-QWEN = SPLIT_GGUFS["qwen2.5-coder-0.5b"]
-
 
 def _no_qwen(monkeypatch) -> None:
     """The Qwen part packages are not installed (whatever this machine has)."""
     real = backbones.installed_files
     qwen = {p for s in SPLIT_GGUFS.values() for p in s.packages}
-    monkeypatch.setattr(backbones, "installed_files",
-                        lambda package, *a, **k: None if package in qwen else real(package, *a, **k))
+    monkeypatch.setattr(backbones, "installed_files", lambda package, *a, **k:
+                        None if package in qwen else real(package, *a, **k))
 
 
 def test_missing_split_gguf_names_the_packages_and_the_pip_command(monkeypatch) -> None:
@@ -128,10 +126,10 @@ def test_skipped_steps_say_why_and_a_failed_runnable_step_fails_the_check(monkey
 
 
 def test_cpu_dry_run_runs_every_step(tmp_path, procs: Procs, real_data) -> None:
-    """The dry run end to end: real SmolLM2 and MiniLM, the pooled domains at the dry caps,
-    float32 on the CPU, the letters head, a 2-process gloo group; the full profile on a tiny
-    random Llama (its every-block adapters are minutes on SmolLM2 on 2 cores); every line
-    says what it compared."""
+    """The dry run end to end: real SmolLM2 (letters head) and MiniLM on the pooled domains at
+    the dry caps, float32 on the CPU; the full profile and the 2-process gloo group on a tiny
+    random Llama (on SmolLM2 they take minutes on 2 cores); every line says what it
+    compared."""
     from baselines.backbones import smollm2_gguf
 
     try:
@@ -141,7 +139,8 @@ def test_cpu_dry_run_runs_every_step(tmp_path, procs: Procs, real_data) -> None:
     out = tmp_path / "lines.jsonl"
     cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--cpu", "--out", str(out),
            "--cache-dir", str(tmp_path / "cache"), "--work", str(tmp_path / "work"),
-           "--full-backbone", "tiny-llama"]   # the full profile's path in seconds
+           # the full profile's path and the 2-process group in seconds, not minutes
+           "--full-backbone", "tiny-llama", "--accelerate-backbone", "tiny-llama"]
     proc = procs.run(cmd, what="the gpu-check dry run", quiet_s=300, cwd=REPO,
                      env=uqbench_env(UQBENCH_DATA=str(real_data)),
                      watch=[tmp_path / "cache", tmp_path / "work"])
