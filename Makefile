@@ -12,7 +12,7 @@ SUITE ?= pooled
 PROFILE ?= cpu
 ARGS ?=
 
-.PHONY: venv run test test-fast bench
+.PHONY: venv run test test-fast bench gpu-check
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -35,3 +35,8 @@ test-fast: venv
 
 bench: venv
 	$(PY) -m benchmarks $(ARGS)
+
+# the GPU path step by step (benchmarks/gpu_check.py): one JSON line per step, also in
+# gpu-check.jsonl; without CUDA a dry run on the CPU at tiny caps
+gpu-check: venv
+	$(PY) -m benchmarks.gpu_check --out gpu-check.jsonl $(ARGS)

