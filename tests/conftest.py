@@ -263,6 +263,28 @@ def uqbench_env(**extra: str) -> dict[str, str]:
             **extra}
 
 
+@slow_fixture(scope="session", reason="dequantises SmolLM2's GGUF file (real weights)")
+def smollm2_cold(tmp_path_factory: pytest.TempPathFactory, real_weights: None
+                 ) -> tuple[Any, float, Path]:
+    """SmolLM2 loaded once from an empty cache (the GGUF file dequantised into
+    ``<cache>/backbones/``): (backbone, seconds of that cold load, cache). The smollm2 tests
+    check the cold and warm loads on it; the gpu-check dry run starts from a copy of its
+    cache instead of converting again."""
+    import time
+
+    from baselines.backbones import load_backbone, smollm2_gguf
+    from uqbench.errors import ConfigError
+
+    try:
+        smollm2_gguf()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    cache = tmp_path_factory.mktemp("smollm2-cache")
+    t = time.perf_counter()
+    backbone = load_backbone("smollm2", cache_dir=cache)
+    return backbone, time.perf_counter() - t, cache
+
+
 @slow_fixture(scope="session", reason="builds the real pooled suite at smoke (code MC runs tests)")
 def smoke_splits(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> Path:
     """The pooled suite's splits at the smoke profile, built once per session into a split

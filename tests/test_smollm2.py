@@ -38,11 +38,8 @@ def test_missing_package_names_the_pip_command(monkeypatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def smollm2(real_weights, tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    t = time.perf_counter()
-    first = load_backbone("smollm2", cache_dir=cache)      # dequantises the GGUF file
-    cold = time.perf_counter() - t
+def smollm2(smollm2_cold):
+    first, cold, cache = smollm2_cold                      # dequantised the GGUF file
     t = time.perf_counter()
     again = load_backbone("smollm2", cache_dir=cache)      # the cached Hugging Face folder
     warm = time.perf_counter() - t
