@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             from uqbench.records import export_run
             print(f"wrote {export_run(args.run_dir, args.dest)}")
         elif args.command == "report":
-            from uqbench.report import markdown_table, read_results, rows_for
+            from uqbench.report import markdown_table, rows_for
+            from uqbench.rundir import read_results
             if args.paper:
                 from uqbench.paper import write_paper_report
                 print(write_paper_report(args.run_dir).read_text())
