@@ -226,6 +226,22 @@ def csv_text(c: Comparison) -> str:
     return buf.getvalue()
 
 
+def html_tables(c: Comparison) -> list[dict[str, Any]]:
+    """The tables of ``compare.html`` (`uqbench.html.render_compare`); a cell sorts by its
+    difference where it has one, else by its value."""
+    def sort(cell: Cell | None) -> float | str:
+        if cell is None:
+            return ""
+        return cell.diff[0] if cell.diff else ("" if cell.value is None else cell.value)
+
+    return [{"domain": dom, "rows": [
+        {"method": m, "run": label,
+         "cells": [{"text": cell_text(cells[col] if cells else None),
+                    "sort": sort(cells[col] if cells else None)} for col in c.columns]}
+        for m, per_run in methods.items() for label, cells in zip(c.labels, per_run)]}
+        for dom, methods in c.table.items()]
+
+
 def write_compare(run_dirs: Sequence[str | Path], out: str | Path | None = None, *,
                   n_boot: int | None = None) -> tuple[Comparison, list[Path]]:
     """`compare`, written to ``out`` (default: the current folder) as ``compare.{md,csv,html}``."""
@@ -235,10 +251,11 @@ def write_compare(run_dirs: Sequence[str | Path], out: str | Path | None = None,
     out = Path(out or ".")
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f for f in FILES]
-    for p, text in zip(paths, (markdown(c), csv_text(c), render_compare(c))):
+    html = render_compare(c.labels, c.columns, html_tables(c))
+    for p, text in zip(paths, (markdown(c), csv_text(c), html)):
         atomic_write_text(p, text)
     return c, paths
 
 
 __all__ = ["Cell", "Comparison", "METRICS", "cell_text", "check_comparable", "compare",
-           "write_compare"]
+           "html_tables", "write_compare"]

@@ -165,20 +165,12 @@ def write_report(run_dir: str | Path) -> Path:
     return path
 
 
-def render_compare(c: Any) -> str:
-    """``compare.html`` of a `uqbench.compare.Comparison`."""
-    from uqbench.compare import cell_text
-
-    tables = [{"domain": dom, "rows": [
-        {"method": m, "run": label,
-         "cells": [{"text": cell_text(cells[col] if cells else None),
-                    "sort": (cells[col].diff[0] if cells and cells[col].diff else
-                             cells[col].value if cells and cells[col].value is not None else "")}
-                   for col in c.columns]}
-        for m, per_run in methods.items() for label, cells in zip(c.labels, per_run)]}
-        for dom, methods in c.table.items()]
+def render_compare(labels: Sequence[str], columns: Sequence[str],
+                   tables: Sequence[Mapping[str, Any]]) -> str:
+    """``compare.html``: ``tables`` are ``{"domain", "rows": [{"method", "run", "cells":
+    [{"text", "sort"}]}]}`` (`uqbench.compare.html_tables`)."""
     return _env().get_template("compare.html.j2").render(
-        title="uqbench compare", labels=c.labels, columns=c.columns, tables=tables)
+        title="uqbench compare", labels=labels, columns=columns, tables=tables)
 
 
 __all__ = ["QUESTIONS", "figure_groups", "render_compare", "render_report", "write_report"]
