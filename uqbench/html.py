@@ -147,7 +147,7 @@ def render_report(run_dir: str | Path) -> str:
                "recipe": json.dumps(v.get("recipe"), default=str) if v.get("recipe") else ""}
               for k, v in (meta.get("splits") or {}).items()]
     return _env().get_template("report.html.j2").render(
-        title=f"uqbench run {run.path.name}", path=run.path.name, meta=meta, problems=problems,
+        title=f"uqbench run: {meta.get('suite', '?')} {meta.get('profile', '')}", meta=meta, problems=problems,
         config=json.dumps(meta.get("config", {}), indent=1, default=str),
         splits=splits, seconds=meta.get("seconds", {}), training=training,
         headers=[h for _, h, _ in SHOWN],
