@@ -27,7 +27,7 @@ ALPHA_GRID = np.round(np.arange(0.02, 0.51, 0.02), 2)
 
 
 def _scores(run: RunData, method: str, domain: str, role: str, score: str) -> np.ndarray | None:
-    a = run.arrays.get(f"{method}|{domain}|{role}|conformity_{score}")
+    a = run.array(method, domain, role, f"conformity_{score}")
     return None if a is None else np.asarray(a, dtype=np.float64).reshape(len(a), -1)[:, 0]
 
 

@@ -1,11 +1,9 @@
 """A finished run folder as figures read it: `load_run` -> `RunData` (per-example `Scores`).
 
-A run folder (written by ``uqbench run``) holds ``results.jsonl`` (one row per method x domain),
-``scores.npz`` (per-example arrays, keys ``"{method}|{domain}|{role}|{field}"`` for
-uncertainty/confidence/correct (on the ID split also the recalibrated ``confidence_ts``,
-``confidence_hb``, ``confidence_iso`` of `uqbench.recalibration`) and
-``"{model}/{gate}|{domain}|{role}|{field}"`` for router statistics and labels) and
-``run.json`` (meta; its ``training`` logs feed the training figure).
+A run folder (its layout: `uqbench.rundir`, which reads it) holds ``results.jsonl`` (one row
+per method x domain), ``scores.npz`` (per-example arrays of methods and of model/gate pairs,
+keyed by `uqbench.rundir.score_key`) and ``run.json`` (meta; its ``training`` logs feed the
+training figure).
 The reference rows of ``results.jsonl`` (``chance``, ``options-only``) are no method: `load_run`
 keeps them in ``RunData.references``, out of every method figure. Figures only *read* these
 records: every curve comes from a `uqbench.metrics` curve function, every table number from
@@ -16,9 +14,7 @@ The panel modules (`figures.calibration`, `figures.selective`, ...) import this 
 """
 from __future__ import annotations
 
-import json
 import logging
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -29,8 +25,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from figures.style import MethodStyles
-from uqbench.errors import UserError
-from uqbench.report import REDO, is_reference, read_results
+from uqbench.report import is_reference
+from uqbench.rundir import SCORE_FIELDS, read_run, score_key
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +102,18 @@ class RunData:
 
     def scores(self, method: str, domain: str, role: str) -> Scores | None:
         """None when the run holds no per-example arrays for this method/domain/role."""
-        key = f"{method}|{domain}|{role}"
-        got = [self.arrays.get(f"{key}|{f}") for f in ("uncertainty", "confidence", "correct")]
+        got = [self.array(method, domain, role, f) for f in SCORE_FIELDS]
         if any(a is None for a in got):
             return None
         u, c, k = (np.asarray(a, dtype=np.float64).ravel() for a in got)  # type: ignore[arg-type]
         return Scores(u, c, k)
 
+    def array(self, owner: str, domain: str, role: str, name: str) -> NDArray[Any] | None:
+        """The per-example array ``name`` of a method or model/gate pair, as stored (N, seeds)."""
+        return self.arrays.get(score_key(owner, domain, role, name))
+
     def pair_field(self, pair: str, domain: str, role: str, name: str) -> NDArray[Any] | None:
-        a = self.arrays.get(f"{pair}|{domain}|{role}|{name}")
+        a = self.array(pair, domain, role, name)
         return None if a is None else np.asarray(a).ravel()
 
     def pair_roles(self, pair: str, domain: str, name: str) -> dict[str, NDArray[Any]]:
@@ -140,14 +139,10 @@ class RunData:
         """``model/gate`` of the first MoE model evaluated under ``gate`` (router arrays)."""
         for r in self.rows:
             pair = f"{r['model']}/{r['gate']}"
-            if r["gate"] == gate and any(k.startswith(f"{pair}|") and k.endswith("|experts")
-                                         for k in self._pair_keys):
+            if r["gate"] == gate and any(self.array(pair, d, role, "experts") is not None
+                                         for d in self.domains for role in ROLES):
                 return pair
         return None
-
-    @cached_property
-    def _pair_keys(self) -> list[str]:
-        return [k for k in self.arrays if k.count("|") == 3 and k.split("|")[0].count("/") == 1]
 
     def care_gate(self) -> str | None:
         """The run's CARE gate at its main budget: ``care``, else the budget-B gate, else the
@@ -171,7 +166,8 @@ class RunData:
 
 
 def load_run(run_dir: str | Path) -> RunData:
-    """Read ``results.jsonl``, ``scores.npz`` and (optional) ``run.json`` of a finished run.
+    """Read ``results.jsonl``, ``scores.npz`` and (optional) ``run.json`` of a finished run
+    (`uqbench.rundir.read_run`).
 
     Raises
     ------
@@ -179,28 +175,12 @@ def load_run(run_dir: str | Path) -> RunData:
         ``results.jsonl`` or ``scores.npz`` is missing or unreadable; the message names the
         file and the run step to redo.
     """
-    d = Path(run_dir)
-    if not d.is_dir():
-        raise UserError(f"run folder {d} does not exist; run `uqbench run ... --out {d}` first")
-    rows, npz = read_results(d), d / "scores.npz"
-    if not npz.exists():
-        raise UserError(f"{npz} is missing: the figures need the per-example scores that "
-                        f"`uqbench run` writes next to results.jsonl; " + REDO.format(dir=d))
-    try:
-        with np.load(npz, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise UserError(f"{npz} is unreadable ({exc}); " + REDO.format(dir=d)) from None
-    meta: dict[str, Any] = {}
-    meta_path = d / "run.json"
-    if meta_path.exists():
-        try:
-            meta = json.loads(meta_path.read_text())
-        except ValueError:
-            log.info("%s is not valid JSON; figures use results.jsonl alone", meta_path)
+    run = read_run(run_dir)
+    for why in run.problems.values():  # run.json: the training figure and budget need it
+        log.warning("%s; figures use results.jsonl and scores.npz alone", why)
     # the reference rows (chance, options-only) are no method: no scores, no gate, no style
-    return RunData(d, [r for r in rows if not is_reference(r)], arrays, meta,
-                   [r for r in rows if is_reference(r)])
+    return RunData(run.path, [r for r in run.rows if not is_reference(r)], run.arrays, run.meta,
+                   [r for r in run.rows if is_reference(r)])
 
 
 __all__ = ["POOLED", "ROLES", "ROLE_LABELS", "RunData", "Scores", "load_run"]

@@ -30,7 +30,7 @@ def _confidence(run: RunData, method: str, domain: str, kind: str) -> Scores | N
     s = run.scores(method, domain, "id")
     if s is None or not kind:
         return s
-    c = run.arrays.get(f"{method}|{domain}|id|confidence_{kind}")
+    c = run.array(method, domain, "id", f"confidence_{kind}")
     return None if c is None else Scores(s.uncertainty, c.astype(float).ravel(), s.correct)
 
 

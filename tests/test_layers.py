@@ -31,7 +31,7 @@ FORBIDDEN = {
 #: the core modules figures may read (metric curves -- conformal's too --, report readers,
 #: errors, the registry)
 FIGURES_MAY_USE = {"uqbench", "uqbench.metrics", "uqbench.conformal", "uqbench.report",
-                   "uqbench.paper", "uqbench.errors", "uqbench.engine"}
+                   "uqbench.paper", "uqbench.rundir", "uqbench.errors", "uqbench.engine"}
 
 
 def module_imports(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:

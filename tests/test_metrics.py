@@ -768,3 +768,34 @@ def test_bootstrap_propagates_metric_errors():
 
     with pytest.raises(RuntimeError, match="boom"):
         bootstrap_ci(fails_on_resamples, np.arange(5), n_resamples=10)
+
+
+# --------------------------------------------------------------------------------------------
+# paired differences (uqbench compare, by hand on 5 examples)
+# --------------------------------------------------------------------------------------------
+def test_paired_difference_resamples_the_same_examples_on_both_sides():
+    from uqbench.metrics import paired_difference
+
+    a = np.array([0.1, 0.5, 0.2, 0.9, 0.3])
+    d, lo, hi = paired_difference(np.mean, [a], [a + 0.1], n_resamples=300)
+    # paired: every resample moves both sides alike, so the difference is 0.1 in each of them
+    assert d == pytest.approx(0.1) and lo == pytest.approx(0.1) and hi == pytest.approx(0.1)
+    # accuracy 0.6 -> 0.8, b right wherever a is: no resample can favour a
+    d, lo, hi = paired_difference(np.mean, [[1, 0, 1, 0, 1]], [[1, 1, 1, 0, 1]], n_resamples=300)
+    assert d == pytest.approx(0.2) and 0.0 <= lo < d < hi <= 1.0
+    assert paired_difference(np.mean, [a], [a], n_resamples=50) == (0.0, 0.0, 0.0)
+
+
+def test_paired_difference_two_sample_and_bad_input():
+    from uqbench.metrics import paired_difference
+
+    u_id = np.array([0.1, 0.4, 0.35, 0.8, 0.2])
+    u_sh = np.array([0.3, 0.9, 0.5, 0.7, 0.6])
+    # by hand: shifted above ID in 2 + 5 + 4 + 4 + 4 = 19 of 25 pairs; b separates perfectly
+    d, lo, hi = paired_difference(ood_auroc, [u_id, u_sh], [u_id, u_sh + 10], two_sample=True,
+                                  n_resamples=300)
+    assert d == pytest.approx(1 - 19 / 25) and 0.0 <= lo <= d <= hi
+    with pytest.raises(ValueError, match="same examples"):
+        paired_difference(np.mean, [u_id], [u_id[:4]])
+    with pytest.raises(ValueError, match="two_sample needs two arrays"):
+        paired_difference(np.mean, [u_id], [u_id], two_sample=True)

@@ -50,7 +50,7 @@ def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_pat
     arrays: dict = {}
     with pytest.warns(UserWarning, match="alpha=0.05 not reachable: 16 calibration questions"):
         row = toolbox_columns(ArrayCache(tmp_path), cal, id_, sh, n_boot=50, arrays=arrays,
-                              key="m|d")
+                              owner=("m", "d"))
     assert "n >= 1/alpha - 1 = 19" in row["cp_note"]
     assert math.isnan(row["cp_aps_05_cov"]) and math.isnan(row["shift_cp_lac_05_ssc_hi"])
     assert math.isfinite(row["cp_aps_10_cov"])  # 16 >= 1/0.1 - 1 = 9

@@ -8,7 +8,9 @@
     uqbench score SOURCE --out DIR [--domain NAME=ID_TASK:SHIFT_TASK ...] [--members DIR ...]
                                   # score records made elsewhere: lm-eval samples or an export
     uqbench export RUN_DIR DEST   # copy a run's forward records (for `score` elsewhere)
-    uqbench report RUN_DIR        # reprint a finished run's tables (--paper: its paper_report.md)
+    uqbench report RUN_DIR        # reprint a finished run's tables (--paper: its paper_report.md,
+                                  # --html: (re)write its report.html)
+    uqbench compare RUN_A RUN_B [...]  # paired differences of runs over the same splits
     uqbench plot RUN_DIR          # redraw a finished run's figures
     uqbench reproduce RUN_DIR     # rerun it from its run.json, diff results.csv and scores.npz
     uqbench data build --suite pooled --profile PROFILE
@@ -113,6 +115,15 @@ def _build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--domain", default="pooled")
     rep.add_argument("--paper", action="store_true",
                      help="(re)write paper_report.md from an --experiment paper run's numbers")
+    rep.add_argument("--html", action="store_true",
+                     help="(re)write RUN_DIR/report.html, the self-contained page of the run")
+
+    cmp = sub.add_parser("compare", help="compare runs over the same splits: paired-bootstrap "
+                         "differences to the first run; writes compare.{md,csv,html}")
+    cmp.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    cmp.add_argument("--out", type=Path, help="folder of compare.{md,csv,html} (default: .)")
+    cmp.add_argument("--bootstrap", type=int, help="paired resamples (default: the fewest the "
+                     "runs used for their own CIs)")
 
     plot = sub.add_parser("plot", help="redraw a finished run's figures")
     plot.add_argument("run_dir", type=Path)
@@ -208,12 +219,21 @@ def main(argv: list[str] | None = None) -> int:
             from uqbench.records import export_run
             print(f"wrote {export_run(args.run_dir, args.dest)}")
         elif args.command == "report":
-            from uqbench.report import markdown_table, read_results, rows_for
+            from uqbench.report import markdown_table, rows_for
+            from uqbench.rundir import read_results
             if args.paper:
                 from uqbench.paper import write_paper_report
                 print(write_paper_report(args.run_dir).read_text())
+            elif args.html:
+                from uqbench.html import write_report
+                print(f"wrote {write_report(args.run_dir)}")
             else:
                 print(markdown_table(rows_for(read_results(args.run_dir), domain=args.domain)))
+        elif args.command == "compare":
+            from uqbench.compare import markdown, write_compare
+            comparison, paths = write_compare(args.run_dirs, args.out, n_boot=args.bootstrap)
+            print(markdown(comparison))
+            print("wrote " + ", ".join(map(str, paths)))
         elif args.command == "plot":
             from uqbench.engine import get_drawer
             for path in get_drawer()(args.run_dir):

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -57,6 +57,7 @@ __all__ = [
     "negative_log_likelihood",
     "ood_auroc",
     "ood_roc_curve",
+    "paired_difference",
     "reliability_curve",
     "risk_coverage_curve",
     "selective_accuracy",
@@ -1207,6 +1208,74 @@ def bootstrap_ci_two_sample(
         return float(metric(arr_a[idx_a], arr_b[idx_b]))
 
     return _percentile_interval(float(metric(arr_a, arr_b)), draw, n_resamples, level)
+
+
+def paired_difference(
+    metric: Callable[..., float],
+    a: Sequence[ArrayLike],
+    b: Sequence[ArrayLike],
+    *,
+    two_sample: bool = False,
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``metric(*b) - metric(*a)`` with a percentile bootstrap interval of the difference itself,
+    the examples resampled *paired*: each resample draws one set of example indices and applies
+    it to both sides (the same questions scored by two methods, or by two runs over the same
+    splits), so what the two sides share cancels out of the interval.
+
+    Parameters
+    ----------
+    metric : callable
+        ``metric(*arrays) -> float``, applied to ``a`` and to ``b``.
+    a, b : sequences of array-likes, examples along axis 0
+        The metric's arguments for each side, with equal lengths side to side (``a[i]`` and
+        ``b[i]`` hold the same examples; trailing axes, e.g. seeds, may differ).
+    two_sample : bool, default False
+        ``metric`` takes two independent samples (e.g. ID and shifted uncertainties, for
+        :func:`ood_auroc`): each is resampled on its own, as in :func:`bootstrap_ci_two_sample`,
+        and each draw is shared by both sides. Else every argument holds the same examples and
+        is resampled jointly, as in :func:`bootstrap_ci`.
+    n_resamples, level, seed
+        As in :func:`bootstrap_ci`.
+
+    Returns
+    -------
+    point, low, high : float
+
+    Examples
+    --------
+    >>> d, low, high = paired_difference(np.mean, [[1, 0, 1, 0, 1]], [[1, 1, 1, 0, 1]])
+    >>> round(d, 3), low >= 0  # b is never worse on any example: no resample favours a
+    (0.2, True)
+    """
+    sides = [_resampleable(tuple(s), [f"{n}[{i}]" for i in range(len(s))])
+             for n, s in (("a", a), ("b", b))]
+    if len(sides[0]) != len(sides[1]) or not sides[0]:
+        raise ValueError(f"a and b must give the metric the same number (>= 1) of arrays; got "
+                         f"{len(sides[0])} and {len(sides[1])}")
+    lengths = [len(x) for x in sides[0]]
+    if lengths != [len(x) for x in sides[1]]:
+        raise ValueError(f"paired sides must hold the same examples: a's lengths {lengths}, b's "
+                         f"{[len(x) for x in sides[1]]}")
+    if two_sample and len(lengths) != 2:
+        raise ValueError(f"two_sample needs two arrays per side (e.g. ID and shifted); got "
+                         f"{len(lengths)}")
+
+    def diff(*idx: NDArray[np.intp]) -> float:
+        pick = idx if two_sample else idx * len(lengths)
+        va, vb = (metric(*(x[i] for x, i in zip(side, pick))) for side in sides)
+        return float(vb - va)
+
+    if two_sample:
+        return bootstrap_ci_two_sample(diff, np.arange(lengths[0]), np.arange(lengths[1]),
+                                       n_resamples=n_resamples, level=level, seed=seed)
+    if len(set(lengths)) > 1:
+        raise ValueError(f"the arrays of one side must hold the same examples to be resampled "
+                         f"jointly; got lengths {lengths} (two_sample=True for ID vs shifted)")
+    return bootstrap_ci(diff, np.arange(lengths[0]), n_resamples=n_resamples, level=level,
+                        seed=seed)
 
 
 def mean_std(values: ArrayLike) -> tuple[float, float]:

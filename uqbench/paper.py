@@ -41,7 +41,7 @@ from uqbench.cache import atomic_write_text
 from uqbench.errors import UserError, record_fallback
 from uqbench.experiments import CONCENTRATION, EXPERIMENTS
 from uqbench.references import at_chance
-from uqbench.report import read_results
+from uqbench.rundir import META, PAPER_REPORT, read_run, score_key
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
 #: Table "uq"'s single-pass MoE baselines, as the paper scores them
@@ -91,20 +91,15 @@ def _pooled(*methods: str) -> tuple[tuple[str, str], ...]:
 
 class _Run:
     def __init__(self, run_dir: Path) -> None:
-        self.rows = read_results(run_dir)
-        path = run_dir / "scores.npz"
-        if not path.exists():
-            raise UserError(f"{path} not found; rerun `uqbench run --experiment paper --out "
-                            f"{run_dir}` (or the experiment whose claims you want)")
-        with np.load(path) as z:
-            self.arrays = {k: z[k] for k in z.files}
+        run = read_run(run_dir)  # results.jsonl and scores.npz, or a UserError naming them
+        self.rows, self.arrays = run.rows, run.arrays
 
     def has(self, method: str) -> bool:
-        return f"{method}|pooled|id|correct" in self.arrays
+        return score_key(method, "pooled", "id", "correct") in self.arrays
 
     def a(self, method: str, role: str, field: str) -> NDArray[np.float64]:
         """(N, seeds): one column per seed (a run written before seeds were kept: (N, 1))."""
-        a = self.arrays[f"{method}|pooled|{role}|{field}"]
+        a = self.arrays[score_key(method, "pooled", role, field)]
         return a.reshape(len(a), -1)
 
     def row(self, method: str, domain: str = "pooled") -> dict[str, Any]:
@@ -454,7 +449,7 @@ def run_experiment(run_dir: Path) -> str:
     import json
 
     try:
-        exp = json.loads((run_dir / "run.json").read_text()).get("config", {}).get("experiment")
+        exp = json.loads((run_dir / META).read_text()).get("config", {}).get("experiment")
     except (OSError, ValueError, AttributeError):
         exp = None
     return exp or "paper"
@@ -491,6 +486,6 @@ def write_paper_report(run_dir: str | Path, experiment: str | None = None) -> Pa
               f"{counts[INCONCLUSIVE]} inconclusive at this scale."
               + (f" {n_chance} of these rest on a model at chance (ID accuracy CI includes "
                  "chance): not evidence." if n_chance else "")]
-    path = run_dir / "paper_report.md"
+    path = run_dir / PAPER_REPORT
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from uqbench import rundir
 from uqbench.cache import atomic_write_text
-from uqbench.errors import UserError
 
 KEY_COLUMNS = ("method", "model", "gate", "scorer", "domain")
 #: Reference rows (`uqbench.references`): accuracy columns only, gate and scorer "-".
@@ -134,13 +134,8 @@ def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]],
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
     w.writeheader()
     w.writerows(rows)
-    paths = {
-        "jsonl": out_dir / "results.jsonl",
-        "csv": out_dir / "results.csv",
-        "md": out_dir / "results.md",
-        "tex": out_dir / "results.tex",
-        "meta": out_dir / "run.json",
-    }
+    paths = {**{k: out_dir / name for k, name in rundir.TABLES.items()},
+             "meta": out_dir / rundir.META}
     atomic_write_text(paths["jsonl"], "".join(json.dumps(r) + "\n" for r in rows))
     atomic_write_text(paths["csv"], buf.getvalue())
     md = (f"# uqbench results: suite `{meta.get('suite')}`, profile `{meta.get('profile')}`, "
@@ -161,32 +156,6 @@ def _notes(rows: Sequence[Mapping[str, Any]]) -> str:
                         for m in str(r.get(k) or "").split(" | ") if m)
     return "\nEmpty conformal / risk-control cells:\n\n" + "".join(
         f"- {m}\n" for m in why) if why else ""
-
-
-#: How to get a run folder's files back (a warm cache makes it cheap).
-REDO = ("redo the run step that writes it: `uqbench run ... --out {dir}` (a warm cache makes "
-        "this cheap: no model work)")
-
-
-def read_results(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The rows of a finished run's ``results.jsonl``; a missing, unreadable, empty or foreign
-    file is a `UserError` naming it and the run step to redo."""
-    d = Path(run_dir)
-    path = d / "results.jsonl"
-    if not path.exists():
-        raise UserError(f"{path} not found: {d} is not a finished uqbench run; "
-                        + REDO.format(dir=d))
-    try:
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path} is not valid JSON lines ({exc}); " + REDO.format(dir=d)) from None
-    if not rows:
-        raise UserError(f"{path} holds no results; " + REDO.format(dir=d))
-    missing = [k for k in ("method", "model", "gate", "scorer", "domain") if k not in rows[0]]
-    if missing:
-        raise UserError(f"{path} rows lack the column(s) {', '.join(missing)}: written by another "
-                        "tool or an old version; " + REDO.format(dir=d))
-    return rows
 
 
 def rows_for(rows: Iterable[Mapping[str, Any]], **match: Any) -> list[Mapping[str, Any]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import io
 import json
 import logging
 import os
@@ -22,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from uqbench import rundir
 from uqbench.cache import (
     PROTOCOL_VERSION,
     ArrayCache,
-    atomic_write_bytes,
     atomic_write_text,
     sweep_orphans,
 )
@@ -41,6 +40,7 @@ from uqbench.records import RecordSet, method_entries, write_record_set
 from uqbench.references import ReferenceInputs, reference_inputs, reference_rows, warn_at_chance
 from uqbench.registry import import_plugin
 from uqbench.report import summary, write_results
+from uqbench.rundir import SCORE_FIELDS, score_key
 from uqbench.scorer import get_scorer, list_scorers, probe_scorers
 
 log = logging.getLogger(__name__)
@@ -100,8 +100,8 @@ def resolve_dirs(cfg: RunConfig) -> tuple[Path, Path, Path | None]:
 
 def _check_out_dir(out: Path, cfg: RunConfig) -> None:
     """Never silently replace a finished run of another configuration."""
-    meta = out / "run.json"
-    if not (out / "results.jsonl").exists() or cfg.overwrite:
+    meta = out / rundir.META
+    if not (out / rundir.RESULTS).exists() or cfg.overwrite:
         return
     try:
         old = json.loads(meta.read_text()).get("config", {})
@@ -235,7 +235,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
                         prof.bootstrap, method_entries(ms),
                         {"suite": cfg.suite, "profile": prof.name, "backbone": cfg.backbone,
                          "gates": engine.gate_log, "training": engine.training_log})
-    write_record_set(out / "records", records)
+    write_record_set(out / rundir.RECORDS, records)
     write_run(out, rows, arrays, meta, t0=t0, figures=cfg.figures)
     if cfg.experiment:  # paper_report.md: the claims of this experiment (paper: all)
         from uqbench.paper import write_paper_report
@@ -248,20 +248,35 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
 
 def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.ndarray],
               meta: dict[str, Any], *, t0: float, figures: bool) -> None:
-    """Write a run folder's tables, ``run.json`` (with ``at_chance`` and ``seconds``), scores and
-    figures; ``t0``: when the run started (``perf_counter``), for ``seconds.total``."""
+    """Write a run folder's tables, ``run.json`` (with ``at_chance`` and ``seconds``), scores,
+    figures and ``report.html``; ``t0``: when the run started (``perf_counter``), for ``seconds.total``."""
     meta["at_chance"] = warn_at_chance(rows)  # one WARNING listing every method at chance
     meta["seconds"]["total"] = time.perf_counter() - t0
     write_results(out, rows, meta)
-    _save_scores(out / "scores.npz", arrays)
+    rundir.write_scores(out, arrays)
     if figures:
         t_fig = time.perf_counter()
         _draw_figures(out, arrays, meta.get("training", {}))
         meta["seconds"]["figures"] = time.perf_counter() - t_fig
         meta["seconds"]["total"] = time.perf_counter() - t0
-        atomic_write_text(out / "run.json", json.dumps(meta, indent=1, default=str))
+        atomic_write_text(out / rundir.META, json.dumps(meta, indent=1, default=str))
+    _write_html_report(out, meta)
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()),
           flush=True)
+
+
+def _write_html_report(out: Path, meta: dict[str, Any]) -> None:
+    """``report.html`` (`uqbench.html`), which must never fail a run: if rendering fails, the
+    error is warned about and recorded in ``run.json`` ``report_html_error``; results stay."""
+    from uqbench.html import write_report
+
+    try:
+        write_report(out)
+    except Exception as exc:  # noqa: BLE001 -- any rendering error: the run's results stand
+        meta["report_html_error"] = f"{type(exc).__name__}: {exc}"
+        log.warning("report.html was not written (%s); the results are complete, rerun "
+                    "`uqbench report %s --html` after fixing it", meta["report_html_error"], out)
+        atomic_write_text(out / rundir.META, json.dumps(meta, indent=1, default=str))
 
 
 def print_summary(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> None:
@@ -319,21 +334,20 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
             }
             # conformal sets and selective risk control (issue 27), fitted on calib
             row.update(toolbox_columns(cache, cal_s, id_s, sh_s, n_boot=n_boot,
-                                       arrays=arrays, key=f"{m.name}|{dom}"))
+                                       arrays=arrays, owner=(m.name, dom)))
             rows.append(row)
             # per-example arrays are (N, seeds): verdicts and figures pool every seed
             for kind in CALIBRATORS:
-                arrays[f"{m.name}|{dom}|id|confidence_{kind}"] = recal_conf.confidence[kind]
+                arrays[score_key(m.name, dom, "id", f"confidence_{kind}")] = \
+                    recal_conf.confidence[kind]
             for role, os_ in (("id", id_outs), ("shift", sh_outs)):
                 for f in ("route_entropy", "top1_mass", "disagreement", "experts", "labels"):
                     if getattr(os_[0], f) is not None:
-                        arrays[f"{m.pair.name}|{dom}|{role}|{f}"] = np.stack(
+                        arrays[score_key(m.pair.name, dom, role, f)] = np.stack(
                             [getattr(o, f) for o in os_], 1)
             for role, sc in (("id", id_s), ("shift", sh_s)):
-                key = f"{m.name}|{dom}|{role}"
-                arrays[f"{key}|uncertainty"] = sc.uncertainty
-                arrays[f"{key}|confidence"] = sc.confidence
-                arrays[f"{key}|correct"] = sc.correct
+                for f in SCORE_FIELDS:
+                    arrays[score_key(m.name, dom, role, f)] = getattr(sc, f)
     rows += reference_rows(refs, n_boot=n_boot, seed=0)  # chance, options-only
     return rows, arrays
 
@@ -342,28 +356,22 @@ def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray], training: Any) ->
     """Draw the run's figures unless ``figures/STAMP`` shows they were drawn from these very
     results by this very figures code and are all still there (a warm rerun then costs nothing)."""
     draw = get_drawer()
-    h = hashlib.sha256((out / "results.jsonl").read_bytes())
+    h = hashlib.sha256((out / rundir.RESULTS).read_bytes())
     h.update(json.dumps(training, sort_keys=True).encode())  # the training figure's input
     for k in sorted(arrays):
         h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
     for src in sorted(Path(inspect.getfile(draw)).parent.glob("*.py")):  # the figures code
         h.update(src.read_bytes())
-    stamp = out / "figures" / "STAMP"
+    stamp = out / rundir.FIGURES / "STAMP"
     try:
         old = json.loads(stamp.read_text())
-        if old["hash"] == h.hexdigest() and all((out / "figures" / f).exists() for f in old["files"]):
+        if old["hash"] == h.hexdigest() and all((out / rundir.FIGURES / f).exists() for f in old["files"]):
             log.info("figures are up to date with these results; not redrawn")
             return
     except (OSError, ValueError, KeyError, TypeError):
         pass
     paths = draw(out)
     atomic_write_text(stamp, json.dumps({"hash": h.hexdigest(), "files": [p.name for p in paths]}))
-
-
-def _save_scores(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
-    atomic_write_bytes(path, buf.getvalue())
 
 
 __all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "print_summary", "run",

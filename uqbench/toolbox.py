@@ -35,6 +35,7 @@ from uqbench import metrics as M
 from uqbench import risk as R
 from uqbench.cache import ArrayCache
 from uqbench.evaluate import Scored, _per_seed
+from uqbench.rundir import score_key
 
 #: Scores whose true-label scores go to ``scores.npz`` for the coverage figure.
 FIGURE_SCORES = ("lac", "aps_rand", "raps_rand")
@@ -200,12 +201,13 @@ def _hash(*arrays: NDArray[Any] | None) -> str:
 
 def toolbox_columns(cache: ArrayCache | None, cal: Scored, id_: Scored, shift: Scored, *,
                     n_boot: int, seed: int = 0,
-                    arrays: MutableMapping[str, NDArray[Any]] | None = None, key: str = ""
-                    ) -> dict[str, Any]:
+                    arrays: MutableMapping[str, NDArray[Any]] | None = None,
+                    owner: tuple[str, str] = ("", "")) -> dict[str, Any]:
     """`conformal_columns` and `risk_columns`, each memoised in ``cache`` by the content it
     reads (kinds ``conformal``, ``risk``: the scorers of one model share its predictive
     distribution, so they share one conformal entry). The figure arrays go into ``arrays``
-    under ``f"{key}|{role}|conformity_{score}"`` (the runner's ``scores.npz``). Every reason
+    under ``score_key(method, domain, role, f"conformity_{score}")`` with ``owner`` =
+    (method, domain) (the runner's ``scores.npz``). Every reason
     for an empty cell warns, from the cache too."""
     splits = (cal, id_, shift)
     opts = {"n_boot": n_boot, "seed": seed, "code": _code_hash()}
@@ -232,7 +234,8 @@ def toolbox_columns(cache: ArrayCache | None, cal: Scored, id_: Scored, shift: S
         if k.startswith("col|"):
             row[k[4:]] = str(v) if v.dtype.kind == "U" else float(v)
         elif arrays is not None:
-            arrays[f"{key}|{k[4:]}"] = v
+            role, name = k[4:].split("|")  # fig|{role}|conformity_{score}
+            arrays[score_key(*owner, role, name)] = v
     for kind in ("cp", "rc"):
         for msg in filter(None, row[f"{kind}_note"].split(" | ")):
             if msg not in _WARNED:  # once per distinct reason and process, not once per row
