@@ -231,9 +231,8 @@ def test_protections_are_probed_not_assumed(sb: Sandbox) -> None:
     assert Sandbox(timeout_s=5.0, python_guards=False).protections()["python_guards"] is False
 
 
-def test_failed_setrlimit_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A setrlimit that fails in the child's set-up (patched here; the child is forked from
-    this process) shows in the run's result and in `protections`, not silently dropped."""
+def _refuse_nofile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make setrlimit(RLIMIT_NOFILE) fail in this process and the children forked from it."""
     import resource
 
     real = resource.setrlimit
@@ -244,6 +243,12 @@ def test_failed_setrlimit_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
         real(lim, val)
 
     monkeypatch.setattr(resource, "setrlimit", failing)
+
+
+def test_failed_setrlimit_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A setrlimit that fails in the child's set-up (patched here; the child is forked from
+    this process) shows in the run's result and in `protections`, not silently dropped."""
+    _refuse_nofile(monkeypatch)
     box = Sandbox(timeout_s=5.0, max_open_files=37)
     res = box.run("pass\n")
     assert res.passed and res.limits_failed == ("RLIMIT_NOFILE",)
@@ -274,8 +279,6 @@ def test_code_mc_build_records_runs_without_a_limit(monkeypatch) -> None:
     """A code MC build whose sandboxed runs go without an OS limit counts them per limit in its
     stats, the split recipe sums them (`StatsAgg`), and every run using the split warns and
     lists them in run.json ``fallbacks`` (`uqbench.data.suites._record_unlimited`)."""
-    import resource
-
     from uqbench.data import suites as S
     from uqbench.data.build_stats import StatsAgg
     from uqbench.data.codemc import mbpp_mc
@@ -286,14 +289,7 @@ def test_code_mc_build_records_runs_without_a_limit(monkeypatch) -> None:
            "test_list": ["assert add(1, 2) == 3", "assert add(5, 7) == 12"]}
     rec, full = mbpp_mc(add, seed=0, sandbox=Sandbox(timeout_s=5.0, workers=1))
     assert rec is not None and "limits_failed" not in full  # all limits: stats as before
-    real = resource.setrlimit
-
-    def failing(lim: int, val: tuple[int, int]) -> None:
-        if lim == resource.RLIMIT_NOFILE:
-            raise OSError("refused for the test")
-        real(lim, val)
-
-    monkeypatch.setattr(resource, "setrlimit", failing)
+    _refuse_nofile(monkeypatch)
     rec, stats = mbpp_mc(add, seed=0, sandbox=Sandbox(timeout_s=5.0, workers=1))
     assert rec is not None
     assert stats["limits_failed"] == {"RLIMIT_NOFILE": stats["mutants_tried"] + 1}  # + reference
