@@ -48,7 +48,7 @@ def test_a_records_folder_reads_back_every_array_and_scores_the_same(tmp_path):
     rs = record_set(seeds=2)
     write_record_set(tmp_path / "rec", rs)
     back = read_record_set(tmp_path / "rec")
-    assert back.seeds == 2 and back.domains == DOMAINS and [p.name for p in back.pairs] == \
+    assert back.protocol == rs.protocol and back.seeds == 2 and back.domains == DOMAINS and [p.name for p in back.pairs] == \
         [DENSE.name, MOE.name]
     for k, o in rs.outputs.items():
         b = back.outputs[k]
@@ -78,6 +78,9 @@ def test_tampered_missing_or_foreign_records_are_refused_naming_the_file(tmp_pat
     m = json.loads(mf.read_text())
     mf.write_text(json.dumps({**m, "version": 99}))
     with pytest.raises(UserError, match="version 99; this uqbench reads 'uqbench-records' version 1"):
+        read_record_set(tmp_path / "rec")
+    mf.write_text(json.dumps({k: v for k, v in m.items() if k != "protocol"}))
+    with pytest.raises(UserError, match="lacks protocol"):
         read_record_set(tmp_path / "rec")
     with pytest.raises(UserError, match="not a uqbench records folder"):
         read_record_set(tmp_path)

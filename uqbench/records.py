@@ -10,7 +10,7 @@ methods in order. ``uqbench score`` turns any of them into the same run folder
 File format ``uqbench-records``, version 1: a folder holding
 
 ``manifest.json``
-    ``{"format": "uqbench-records", "version": 1, "domains": [...], "seeds": S,
+    ``{"format": "uqbench-records", "version": 1, "protocol": P, "domains": [...], "seeds": S,
     "bootstrap": B, "pairs": [{"name", "model", "model_kind", "gate": {name, kind, budget,
     params}, "fields": [...]}], "methods": [{"pair", "scorer", "registered", "params"}] or null,
     "splits": {"science/id": {"hash", "n"}, ...}, "records": [{"pair", "split", "seed",
@@ -39,13 +39,15 @@ from typing import Any
 
 import numpy as np
 
-from uqbench.cache import _tmp_name, atomic_write_text, file_sha256
+from uqbench.cache import PROTOCOL_VERSION, _tmp_name, atomic_write_text, file_sha256
 from uqbench.errors import UserError
 from uqbench.outputs import OPTIONAL_FIELDS, Outputs
 from uqbench.plan import GateSpec, ModelSpec, Pair
 from uqbench.references import ReferenceInputs
 
 FORMAT, VERSION = "uqbench-records", 1
+MANIFEST_KEYS = ("protocol", "domains", "seeds", "bootstrap", "pairs", "methods", "splits",
+                 "records", "references", "meta")
 ROLES = ("id", "shift", "calib")
 
 
@@ -71,6 +73,7 @@ class RecordSet:
     bootstrap: int = 1000
     methods: list[MethodEntry] | None = None  # None: score every registered scorer
     meta: dict[str, Any] = field(default_factory=dict)
+    protocol: str = PROTOCOL_VERSION  # the forward-record protocol they were made under
 
     @property
     def domains(self) -> tuple[str, ...]:
@@ -137,7 +140,8 @@ def write_record_set(path: str | Path, rs: RecordSet) -> Path:
         (tmp / "references.npz").write_bytes(_npz_bytes(refs))
         first = {split: o for (_, split, s), o in rs.outputs.items() if s == 0}
         manifest = {
-            "format": FORMAT, "version": VERSION, "domains": list(rs.domains),
+            "format": FORMAT, "version": VERSION, "protocol": rs.protocol,
+            "domains": list(rs.domains),
             "seeds": rs.seeds, "bootstrap": rs.bootstrap,
             "pairs": [_pair_json(p) for p in rs.pairs],
             "methods": None if rs.methods is None else [
@@ -202,6 +206,10 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{mf}: format {manifest.get('format')!r} version "
                         f"{manifest.get('version')!r}; this uqbench reads {FORMAT!r} version "
                         f"{VERSION}: export the run again with this version of uqbench")
+    missing = [k for k in MANIFEST_KEYS if k not in manifest]
+    if missing:
+        raise UserError(f"{mf} lacks {', '.join(missing)}: written by an unfinished version of "
+                        "uqbench; export the run again")
     return manifest  # type: ignore[no-any-return]
 
 
@@ -225,7 +233,8 @@ def read_record_set(path: str | Path) -> RecordSet:
                            {k: v["hash"] for k, v in m["splits"].items()})
     methods = None if m["methods"] is None else [MethodEntry(**x) for x in m["methods"]]
     rs = RecordSet([_pair_of(p) for p in m["pairs"]], outputs, int(m["seeds"]), refs,
-                   int(m["bootstrap"]), methods, dict(m.get("meta") or {}))
+                   int(m["bootstrap"]), methods, dict(m.get("meta") or {}),
+                   str(m["protocol"]))
     rs.check()
     return rs
 

@@ -89,7 +89,8 @@ def reference_inputs(suite: Any, *, seed: int = 0) -> ReferenceInputs:
     return ReferenceInputs(domains, n_choices, correct, hashes)
 
 
-def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0) -> list[dict[str, Any]]:
+def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
+                   protocol: str = PROTOCOL_VERSION) -> list[dict[str, Any]]:
     """The ``chance`` and ``options-only`` rows of every domain of ``refs`` and ``pooled``."""
     from uqbench.data.artifacts import chance_interval, chance_level
 
@@ -117,7 +118,7 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0) -> list
             row["accuracy_std"] = row["shift_accuracy_std"] = 0.0
             row.update({
                 "forward_passes": float("nan"), "n_id": len(ks_id), "n_shift": len(ks_sh),
-                "seeds": 1, "protocol": PROTOCOL_VERSION,
+                "seeds": 1, "protocol": protocol,
                 "split_hashes": ",".join(refs.hashes[f"{d}/{r}"] for d in parts
                                          for r in ("id", "shift")),
             })

@@ -291,12 +291,15 @@ def print_summary(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[st
 
 def score_all(ms: Sequence[Method], refs: ReferenceInputs,
               outs: Mapping[tuple[str, str, int], Outputs], n_seeds: int, n_boot: int,
-              cache: ArrayCache | None = None, scorer_timeout: float | None = None
+              cache: ArrayCache | None = None, scorer_timeout: float | None = None,
+              protocol: str = PROTOCOL_VERSION
               ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """One row per method per domain of ``refs`` and ``pooled``, then the reference rows
     (``chance``, ``options-only``: `uqbench.references`); also the per-example arrays for
     figures. ``outs`` is keyed ``(pair name, "domain/role", seed)``; ``n_boot`` bootstrap
     resamples. With ``cache``, rows already evaluated on identical scores are read back.
+    ``protocol``: the forward-record protocol the rows name (records made elsewhere keep the
+    one they were made under).
 
     ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
     ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.recalibration`)."""
@@ -327,7 +330,7 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
                 **dict(list(metrics.items())[:at]), **recal, **dict(list(metrics.items())[at:]),
                 "forward_passes": m.scorer.passes(id_outs[0]),
                 "n_id": id_outs[0].n, "n_shift": sh_outs[0].n, "n_calib": cal_outs[0].n,
-                "seeds": n_seeds, "protocol": PROTOCOL_VERSION,
+                "seeds": n_seeds, "protocol": protocol,
                 "split_hashes": ",".join(refs.hashes[f"{d}/{r}"] for d in parts
                                          for r in ("id", "shift")),
                 "calib_hashes": ",".join(refs.hashes[f"{d}/calib"] for d in parts),
@@ -348,7 +351,7 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
             for role, sc in (("id", id_s), ("shift", sh_s)):
                 for f in SCORE_FIELDS:
                     arrays[score_key(m.name, dom, role, f)] = getattr(sc, f)
-    rows += reference_rows(refs, n_boot=n_boot, seed=0)  # chance, options-only
+    rows += reference_rows(refs, n_boot=n_boot, seed=0, protocol=protocol)  # chance, options-only
     return rows, arrays
 
 

@@ -130,7 +130,7 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
         # domain, `pooled` holds the same examples and is read back, not bootstrapped twice
         rows, arrays = score_all(ms, rs.refs, rs.outputs, rs.seeds, n_boot,
                                  cache=ArrayCache(cfg.cache_dir or scratch),
-                                 scorer_timeout=cfg.scorer_timeout)
+                                 scorer_timeout=cfg.scorer_timeout, protocol=rs.protocol)
     meta: dict[str, Any] = {
         **rs.meta, "scored_from": rs.meta.get("source", "uqbench records"),
         "domains": list(rs.domains), "seeds": rs.seeds, "bootstrap": n_boot,
