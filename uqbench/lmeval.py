@@ -135,7 +135,7 @@ def _parse_line(path: Path, line: int, d: Mapping[str, Any], delim: str
     if len(conts) != len(lls):
         raise _fail(path, line, f"{len(conts)} arguments for {len(lls)} responses",
                     "give the samples file lm-eval wrote")
-    choices = [c[len(delim):] if c.startswith(delim) else c for c in conts]
+    choices = [c.removeprefix(delim) for c in conts]
     target = str(d["target"]).strip()
     if target.lstrip("-").isdigit():
         label = int(target)
@@ -298,7 +298,7 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
         n_id = len(main[d.id].doc_ids)
         if d.calib is None:
             perm = np.random.default_rng(seed).permutation(n_id)
-            n_cal = int(round(calib_fraction * n_id))
+            n_cal = round(calib_fraction * n_id)
             if not 1 <= n_cal < n_id:
                 raise UserError(f"task {d.id!r} has {n_id} questions: too few to hold out "
                                 f"{calib_fraction:g} of them for calibration; give a calib task "

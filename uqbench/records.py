@@ -226,8 +226,10 @@ def read_record_set(path: str | Path) -> RecordSet:
             raise UserError(f"{path / e['file']}: not a valid record ({exc})") from None
     ref = m["references"]
     r = _load(path, ref["file"], ref["sha256"])
-    table = lambda prefix: {k.split("|", 1)[1]: v for k, v in r.items()  # noqa: E731
-                            if k.startswith(prefix + "|")}
+
+    def table(prefix: str) -> dict[str, np.ndarray]:
+        return {k.split("|", 1)[1]: v for k, v in r.items() if k.startswith(prefix + "|")}
+
     refs = ReferenceInputs(tuple(m["domains"]), table("n_choices"),
                            table("options_only") if ref["options_only"] else None,
                            {k: v["hash"] for k, v in m["splits"].items()})

@@ -100,7 +100,8 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
         for dom in [*domains, "pooled"]:
             parts = domains if dom == "pooled" else [dom]
 
-            def cat(table: Mapping[str, NDArray[Any]], role: str) -> NDArray[Any]:
+            def cat(table: Mapping[str, NDArray[Any]], role: str,
+                    parts: list[str] = parts) -> NDArray[Any]:
                 return np.concatenate([table[f"{d}/{role}"] for d in parts])
 
             row = _template(method, dom)

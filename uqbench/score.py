@@ -22,7 +22,7 @@ from typing import Any
 
 from uqbench.cache import ArrayCache, _tmp_name
 from uqbench.errors import ConfigError, UserError, reset_fallbacks
-from uqbench.plan import Method, Pair
+from uqbench.plan import Method
 from uqbench.records import RecordSet, publish_dir, read_record_set
 from uqbench.registry import import_plugin
 from uqbench.runner import RunResult, RunStats, print_summary, score_all, write_run
