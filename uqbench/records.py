@@ -32,7 +32,8 @@ import io
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,9 +125,8 @@ def write_record_set(path: str | Path, rs: RecordSet) -> Path:
     whole or not at all (an existing one is replaced only once the new one is complete)."""
     rs.check()
     path = Path(path)
-    tmp = _tmp_name(path)
-    (tmp / "records").mkdir(parents=True)
-    try:
+    with new_folder(path) as tmp:
+        (tmp / "records").mkdir()
         entries = []
         for i, ((pair, split, seed), o) in enumerate(rs.outputs.items()):
             rel = f"records/{i:04d}.npz"
@@ -156,10 +156,21 @@ def write_record_set(path: str | Path, rs: RecordSet) -> Path:
             "meta": rs.meta,
         }
         atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=1, default=str))
+    return path
+
+
+@contextmanager
+def new_folder(path: Path) -> Iterator[Path]:
+    """A temporary folder beside ``path`` to fill in the block; when the block ends it becomes
+    ``path`` (`publish_dir`), and if the block raises it is removed: ``path`` is never seen
+    half-written."""
+    tmp = _tmp_name(path)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
         publish_dir(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return path
 
 
 def publish_dir(tmp: Path, path: Path) -> None:
@@ -252,12 +263,8 @@ def export_run(run_dir: str | Path, dest: str | Path) -> Path:
     if dest.exists():
         raise UserError(f"{dest} already exists; give a new folder (export never replaces one)")
     read_record_set(src)  # the format version and every file's hash
-    tmp = _tmp_name(dest)
-    try:
-        shutil.copytree(src, tmp)
-        publish_dir(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with new_folder(dest) as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
     return dest
 
 
@@ -268,5 +275,5 @@ def method_entries(ms: Sequence[Any]) -> list[MethodEntry]:
 
 
 __all__ = ["FORMAT", "VERSION", "MethodEntry", "RecordSet", "export_run", "method_entries",
-           "publish_dir",
+           "new_folder", "publish_dir",
            "read_manifest", "read_record_set", "write_record_set"]

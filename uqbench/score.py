@@ -12,7 +12,6 @@ folder is built under a temporary name and renamed into place when complete, so 
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -20,10 +19,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from uqbench.cache import ArrayCache, _tmp_name
+from uqbench.cache import ArrayCache
 from uqbench.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.plan import Method
-from uqbench.records import RecordSet, publish_dir, read_record_set
+from uqbench.records import RecordSet, new_folder, read_record_set
 from uqbench.registry import import_plugin
 from uqbench.runner import RunResult, RunStats, print_summary, score_all, write_run
 from uqbench.scorer import Scorer, get_scorer, list_scorers, probe_scorers
@@ -143,13 +142,8 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
         meta["references_skipped"] = {"options-only": "needs the option texts of a train split "
                                       "to fit the options-only classifier; these records have "
                                       "none"}
-    tmp = _tmp_name(cfg.out)
-    tmp.mkdir(parents=True)
-    try:
+    with new_folder(cfg.out) as tmp:
         write_run(tmp, rows, arrays, meta, t0=t0, figures=cfg.figures)
-        publish_dir(tmp, cfg.out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     print_summary(cfg.out, rows, meta)
     if skipped:
         print("skipped (records lack the fields): " + "; ".join(
