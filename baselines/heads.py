@@ -97,8 +97,8 @@ class PrefixCache:
     embeddings and the blocks below the first adapted one compute the same function for every
     model built on the backbone (the dense baseline, each ensemble member, every gate and every
     pass), in eval mode. Their output for a sequence of token ids is computed once, for that
-    sequence alone (so it does not depend on which batch first needed it), kept here (float32,
-    unpadded) and reused; only the adapted blocks run per model and pass. Least
+    sequence alone (so it does not depend on which batch first needed it), kept here (in the
+    backbone's dtype, unpadded) and reused; only the adapted blocks run per model and pass. Least
     recently used entries leave when the cache holds more than ``max_mb`` MiB
     (``UQBENCH_PREFIX_CACHE_MB``, default 4096). One cache per process, shared by every model.
     """
@@ -136,7 +136,7 @@ class PrefixCache:
             self._put(k, v)
         found.update(fresh)
         out = torch.zeros(ids.shape[0], ids.shape[1], int(model.identity["hidden_size"]),
-                          device=ids.device)
+                          device=ids.device, dtype=model.backbone.dtype)
         for i, k in enumerate(keys):
             out[i, :lengths[i]] = found[k]
         return out
@@ -152,7 +152,7 @@ class PrefixCache:
         with torch.no_grad():
             h = _run_blocks(model.backbone, model.backbone.embeddings(input_ids=ids, **extra),
                             torch.ones_like(ids), 0, start)                     # (1, L, H)
-        return h[0].float().clone()
+        return h[0].clone()
 
     def _put(self, key: tuple[str, int, bytes], value: Tensor) -> None:
         self._items[key] = value

@@ -87,6 +87,26 @@ def test_cached_prefix_equals_the_full_forward(encoder: Backbone, mode: str) -> 
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_cached_prefix_keeps_the_backbone_dtype(encoder: Backbone) -> None:
+    """A bfloat16 backbone (the GPU placement) through the cached prefix: the states keep its
+    dtype (float32 states fed its blocks failed on the first GPU run) and equal its own forward."""
+    import copy
+
+    bf16 = replace(encoder, model=copy.deepcopy(encoder.model).to(torch.bfloat16))
+    model = make_moe(bf16, MoELoRAConfig(**SMALL, top_layers=2)).eval()
+    recs = toy_records(5, n_choices=(2, 3))
+    PREFIX_CACHE.clear()
+    with torch.no_grad():
+        model(model.encode(recs[:2], 64))
+        cached = model(model.encode(recs, 64))
+        assert PREFIX_CACHE.hits > 0
+        assert {v.dtype for v in PREFIX_CACHE._items.values()} == {torch.bfloat16}
+        start, model.prefix_start = model.prefix_start, 0
+        full = model(model.encode(recs, 64))
+        model.prefix_start = start
+    torch.testing.assert_close(cached, full, rtol=1e-2, atol=1e-2)
+
+
 def test_prefix_trains_in_eval_mode_and_mc_dropout_samples_after_it(encoder: Backbone) -> None:
     model = make_moe(encoder, MoELoRAConfig(**SMALL, top_layers=2))
     model.train()
