@@ -2,6 +2,8 @@
 sets, coverage, set size and size-stratified coverage as MAPIE on the same probabilities."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -137,3 +139,67 @@ def test_sets_equal_mapies(name: str, alpha: float) -> None:
             classification_mean_width_score(mapie_sets))
         assert C.worst_size_stratified_coverage(covered, sets.sum(axis=1)) == pytest.approx(
             classification_ssc_score(y_test, mapie_sets)[0])
+
+
+class _Recorded(np.random.RandomState):
+    """A RandomState whose ``uniform`` draws come from a seeded generator and are recorded, given
+    to MAPIE as ``1 - u`` (MAPIE's U is our 1 - u); u = 0 throughout when not randomised. Its
+    shuffles are RandomState(0)'s, so MAPIE's RAPS split can be redrawn."""
+
+    def __init__(self, randomized: bool) -> None:
+        super().__init__(0)
+        self.randomized, self.us, self._gen = randomized, [], np.random.default_rng(1)
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        u = self._gen.random(size) if self.randomized else np.zeros(size)
+        self.us.append(u)
+        return 1 - u
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:invalid value")
+@pytest.mark.parametrize("alpha", C.ALPHAS)
+@pytest.mark.parametrize("randomized", [False, True])
+def test_raps_equals_mapies(alpha: float, randomized: bool) -> None:
+    """MAPIE tunes RAPS's k_reg and λ on a held-out part of the calib split; with the k and λ it
+    chose, our quantile on the rest equals its quantile, and our randomised sets equal its sets.
+    Non-randomised, MAPIE's sets (``include_last_label=True``, the paper's "+1" rule) also hold
+    the first option whose penalised mass passes q̂: they are ours with k_reg + 1 at prediction,
+    a superset of ours."""
+    pytest.importorskip("mapie", reason="MAPIE is a test dependency: pip install -e '.[test]'")
+    from sklearn.base import BaseEstimator, ClassifierMixin
+    from sklearn.model_selection import StratifiedShuffleSplit
+
+    from mapie.classification import SplitConformalClassifier
+    from mapie.conformity_scores import RAPSConformityScore
+
+    class Given(_Given, ClassifierMixin, BaseEstimator):
+        pass
+
+    rng = np.random.default_rng(0)
+    n_cal, n_test, k = 400, 300, 4
+    probs = rng.dirichlet(np.full(k, 0.7), n_cal + n_test)
+    y = np.array([rng.choice(k, p=p) for p in probs])
+    x_cal, x_test = np.arange(n_cal)[:, None], np.arange(n_cal, n_cal + n_test)[:, None]
+    draws = _Recorded(randomized)
+    mapie = SplitConformalClassifier(
+        Given(probs), confidence_level=1 - alpha, conformity_score=RAPSConformityScore(0.25),
+        prefit=True, random_state=draws).conformalize(x_cal, y[:n_cal])
+    fitted = mapie._mapie_classifier.conformity_score_function_
+    rest, _ = next(StratifiedShuffleSplit(1, test_size=fitted.size_raps, random_state=0)
+                   .split(x_cal, y[:n_cal]))
+    with np.errstate(all="ignore"):
+        _, mapie_sets = mapie.predict_set(x_test, conformity_score_params={
+            "include_last_label": "randomized" if randomized else True})
+    mapie_sets = mapie_sets[:, :, 0]
+    k_reg, lam = int(np.ravel(fitted.k_star)[0]), float(np.ravel(fitted.lambda_star)[0])
+    score = C.RAPS("raps", randomized=randomized, lam=lam, k_reg=k_reg)
+    u_test = draws.us[-1] if randomized else None
+    qhat = C.conformal_quantile(
+        C.true_label_scores(score, probs[rest], y[rest], draws.us[0]), alpha)
+    assert qhat == pytest.approx(float(np.ravel(fitted.quantiles_)[0]), abs=1e-12)
+    sets = C.prediction_sets(score, probs[n_cal:], qhat, u_test)
+    if randomized:
+        assert np.array_equal(sets, mapie_sets)
+    else:
+        plus_one = C.prediction_sets(replace(score, k_reg=k_reg + 1), probs[n_cal:], qhat)
+        assert np.array_equal(plus_one, mapie_sets) and np.all(sets <= mapie_sets)

@@ -19,8 +19,11 @@ The scores (MAPIE's classes, one interface: `ConformityScore.scores`):
           k_reg = `RAPS_K_REG` (fixed, not tuned: four options leave nothing to tune on).
 
 Randomised (``*_rand``, as in the papers): u ~ U(0, 1), drawn from a seeded generator per
-question. Non-randomised: u = 0, so the most probable option is always in the set (the sets of
-MAPIE's ``include_last_label=True``). A choice of probability 0 (a padded choice of a pooled
+question. Non-randomised: u = 0, so the most probable option is always in the set (for LAC and
+APS the sets of MAPIE's ``include_last_label=True``; for RAPS a subset of them: MAPIE, like the
+paper's "+1" rule, also admits the first option whose penalised mass passes q̂, i.e. k_reg + 1 at
+prediction; ours applies the one score at calibration and prediction alike, which keeps the
+guarantee). A choice of probability 0 (a padded choice of a pooled
 row whose domains have fewer options) is never in a set.
 
 Coverage, mean set size and the worst size-stratified coverage (Angelopoulos & Bates 2021,
