@@ -67,7 +67,9 @@ PROFILES: dict[str, Profile] = {
         Profile("smoke", train_cap=32, calib_cap=16, id_cap=24, shift_cap=24, epochs=1,
                 max_length=96, batch_size=16, eval_batch_size=64, mc_passes=2,
                 ensemble_members=2, seeds=1, bootstrap=200, **RECIPE),
-        Profile("cpu", train_cap=800, calib_cap=32, id_cap=120, shift_cap=120, epochs=1,
+        # calib 200: split-conformal quantiles and risk-control bounds on >= 200 questions per
+        # domain (issue 27); calib is the head of the train pool, so code trains on what is left
+        Profile("cpu", train_cap=800, calib_cap=200, id_cap=120, shift_cap=120, epochs=1,
                 max_length=128, batch_size=16, eval_batch_size=64, mc_passes=4,
                 ensemble_members=3, seeds=1, bootstrap=1000, **RECIPE),
         Profile("full", train_cap=None, calib_cap=256, id_cap=None, shift_cap=None, epochs=3,
