@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -57,11 +57,71 @@ AUTO_TARGETS: dict[str, tuple[str, ...]] = {
 #: and the block's ``output.dense``, not ``attention.output.dense``; Llama gate/up/down_proj).
 FFN_PATTERN = re.compile(r"(?:^|\.)(?:intermediate\.dense|\d+\.output\.dense|gate_proj|up_proj|"
                          r"down_proj)$")
-#: ``MoELoRAConfig.variant`` values; what each changes is listed in the module docstring.
-VARIANTS = ("moe-lora", "loramoe", "hydralora", "mixlora", "dynmole", "hmora", "flylora")
 LORAMOE_GROUPS = 2            # LoRAMoE: experts split into 2 groups for the balancing constraint
 HMORA_EPSILON = 2.0           # HMoRA: alpha_l = sigmoid(-eps + 2 eps l / (L - 1)) (their default)
 HMORA_GAMMA = (0.5, 0.98)     # HMoRA: (certainty, balance) bounds of its routing loss
+
+#: an auxiliary loss: (layer, router probs (T, N), load-balance parts (f, P), token mask (T,) or
+#: None, HMoRA's task-router probs (S, N) or None) -> scalar
+AuxLoss = Callable[["MoELoRALinear", Tensor, tuple[Tensor, Tensor], "Tensor | None",
+                    "Tensor | None"], Tensor]
+
+
+def _switch(layer: MoELoRALinear, probs: Tensor, lb: tuple[Tensor, Tensor],
+            valid: Tensor | None, p_task: Tensor | None) -> Tensor:
+    """Switch load balance ``N sum_i f_i P_i`` (:func:`load_balance_loss`)."""
+    return layer.n_experts * (lb[0] * lb[1]).sum()
+
+
+def _localized_balance(layer: MoELoRALinear, probs: Tensor, lb: tuple[Tensor, Tensor],
+                       valid: Tensor | None, p_task: Tensor | None) -> Tensor:
+    """LoRAMoE: the mean over expert groups of ``Var(P_g) / Mean(P_g)^2``."""
+    groups = lb[1].chunk(LORAMOE_GROUPS)                                  # P_g per group
+    return torch.stack([g.var(unbiased=False) / g.mean().pow(2) for g in groups]).mean()
+
+
+def _switch_tsallis(layer: MoELoRALinear, probs: Tensor, lb: tuple[Tensor, Tensor],
+                    valid: Tensor | None, p_task: Tensor | None) -> Tensor:
+    """DynMoLE: Switch plus the mean Tsallis entropy ``S_q(p)`` of the router."""
+    p = probs if valid is None else probs[valid]
+    return _switch(layer, probs, lb, valid, p_task) + tsallis_entropy(p, DynMoLE().q).mean()
+
+
+def _hmora_routing(layer: MoELoRALinear, probs: Tensor, lb: tuple[Tensor, Tensor],
+                   valid: Tensor | None, p_task: Tensor | None) -> Tensor:
+    """HMoRA's routing loss (:func:`hmora_routing_loss`) on the token and task routers."""
+    p_tok = probs if valid is None else probs[valid]
+    assert p_task is not None
+    return 0.5 * (hmora_routing_loss(p_tok) + hmora_routing_loss(p_task))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The pieces of the one MoE-LoRA layer a variant switches (presets with their papers'
+    settings: :mod:`baselines.variants`)."""
+
+    aux_loss: AuxLoss = _switch
+    #: HydraLoRA: one ``A`` shared by the N ``B`` heads
+    shared_a: bool = False
+    #: HMoRA: a sequence (task) router mixed with the token router by a depth-dependent weight
+    task_router: bool = False
+    #: the gate it trains with (and starts with), from ``top_k``
+    train_gate: Callable[[int], Gate] = TopK
+    #: FlyLoRA: no router; rank-1 experts in :class:`FlyLoRALinear`
+    routerless: bool = False
+
+
+#: ``MoELoRAConfig.variant`` -> what it changes.
+VARIANTS: dict[str, Variant] = {
+    "moe-lora": Variant(),
+    "loramoe": Variant(aux_loss=_localized_balance),
+    "hydralora": Variant(shared_a=True),
+    "mixlora": Variant(),
+    "dynmole": Variant(aux_loss=_switch_tsallis,
+                       train_gate=lambda k: DynMoLE(keep_top_k=k)),
+    "hmora": Variant(aux_loss=_hmora_routing, task_router=True),
+    "flylora": Variant(routerless=True),
+}
 
 
 @dataclass(frozen=True)
@@ -114,7 +174,7 @@ class MoELoRAConfig:
             raise bad("lb_coef", "use lb_coef >= 0")
         if self.variant not in VARIANTS:
             raise bad("variant", f"use one of {', '.join(VARIANTS)}")
-        if self.variant == "flylora" and self.rank != 1:
+        if VARIANTS[self.variant].routerless and self.rank != 1:
             raise bad("rank", "FlyLoRA's experts are single ranks: use rank=1 and n_experts = the "
                       "total LoRA rank")
 
@@ -222,8 +282,8 @@ class MoELoRALinear(nn.Module):
         self.base_layer = base_layer
         self.in_features, self.out_features = base_layer.in_features, base_layer.out_features
         self.n_experts, self.rank, self.scaling = n_experts, rank, alpha / rank
-        self.variant = variant
-        self.shared_a = variant == "hydralora"   # HydraLoRA: one A, N B heads
+        self.variant, spec = variant, VARIANTS[variant]
+        self.shared_a, self.task_routed = spec.shared_a, spec.task_router
         w = base_layer.weight
         kw = {"device": w.device, "dtype": w.dtype}
         self.router = nn.Linear(self.in_features, n_experts, bias=False, **kw)
@@ -233,7 +293,7 @@ class MoELoRALinear(nn.Module):
         self.dropout = nn.Dropout(dropout)
         bound = 1.0 / math.sqrt(self.in_features)  # nn.Linear / peft kaiming_uniform(a=sqrt(5))
         inits = [self.router.weight, self.lora_A]
-        if variant == "hmora":   # task(sequence)-level router + learnable token/task mixing logit
+        if spec.task_router:   # task(sequence)-level router + learnable token/task mixing logit
             self.task_router = nn.Linear(self.in_features, n_experts, bias=False, **kw)
             inits.append(self.task_router.weight)
             self.alpha_logit = nn.Parameter(torch.tensor(
@@ -336,7 +396,7 @@ class MoELoRALinear(nn.Module):
             logits, z = rz[:, :N], rz[:, N:]
         probs = F.softmax(logits.to(cdt), dim=-1)                         # (T, N)
         p_task = None
-        if self.variant == "hmora":
+        if self.task_routed:
             probs, p_task = self._hmora_route(probs, h, lead, valid)
         # (T, N, r) codes; HydraLoRA: every head reads the one shared A h (a broadcast view)
         z3 = z.unsqueeze(1).expand(T, N, r) if self.shared_a else z.view(T, N, r)
@@ -390,28 +450,11 @@ class MoELoRALinear(nn.Module):
 
     def _aux_loss(self, probs: Tensor, mask: Tensor, valid: Tensor | None,
                   p_task: Tensor | None) -> Tensor | None:
-        """This variant's auxiliary loss over the non-masked tokens (None if there are none).
-
-        moe-lora, mixlora, hydralora: Switch ``N sum_i f_i P_i`` (:func:`load_balance_loss`).
-        loramoe: localized balancing, the mean over expert groups of ``Var(P_g) / Mean(P_g)^2``.
-        dynmole: Switch plus the mean Tsallis entropy ``S_q(p)`` of the router.
-        hmora: HMoRA's routing loss (:func:`hmora_routing_loss`) on the token and task routers.
-        """
+        """This variant's auxiliary loss (`Variant.aux_loss`) over the non-masked tokens (None
+        if there are none)."""
         lb = _lb_parts(probs, mask, valid)
-        if lb is None:
-            return None
-        if self.variant == "loramoe":
-            groups = lb[1].chunk(LORAMOE_GROUPS)                          # P_g per group
-            return torch.stack([g.var(unbiased=False) / g.mean().pow(2) for g in groups]).mean()
-        if self.variant == "hmora":
-            p_tok = probs if valid is None else probs[valid]
-            assert p_task is not None
-            return 0.5 * (hmora_routing_loss(p_tok) + hmora_routing_loss(p_task))
-        switch = self.n_experts * (lb[0] * lb[1]).sum()
-        if self.variant == "dynmole":
-            p = probs if valid is None else probs[valid]
-            return switch + tsallis_entropy(p, DynMoLE().q).mean()
-        return switch
+        return None if lb is None else VARIANTS[self.variant].aux_loss(
+            self, probs, lb, valid, p_task)
 
 
 def hmora_routing_loss(p: Tensor) -> Tensor:
@@ -568,7 +611,7 @@ def inject(model: nn.Module, config: MoELoRAConfig) -> nn.Module:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         layer: nn.Module
-        if config.variant == "flylora":
+        if VARIANTS[config.variant].routerless:
             layer = FlyLoRALinear(getattr(parent, attr), n_experts=config.n_experts,
                                   top_k=config.top_k, alpha=config.alpha, dropout=config.dropout,
                                   generator=gen)
@@ -586,7 +629,7 @@ def inject(model: nn.Module, config: MoELoRAConfig) -> nn.Module:
 def train_gate(config: MoELoRAConfig) -> Gate:
     """The gate a variant trains with (and starts with): ``TopK(top_k)``, or for DynMoLE its
     hybrid gate keeping at least ``top_k`` experts."""
-    return DynMoLE(keep_top_k=config.top_k) if config.variant == "dynmole" else TopK(config.top_k)
+    return VARIANTS[config.variant].train_gate(config.top_k)
 
 
 def _block_index(name: str) -> int:

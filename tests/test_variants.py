@@ -293,3 +293,22 @@ def test_run_with_models_from_suite_yaml(tmp_path, real_data) -> None:
     assert methods == {"hydralora/native/msp", "hydralora/native/care", "hydralora/care/msp",
                        "hydralora/care/care", "flylora/native/msp"}
     assert sorted(res.stats.trained) == ["flylora@0", "hydralora@0"]
+
+
+def test_the_cores_model_and_head_lists_agree_with_the_baselines_tables() -> None:
+    """`uqbench.plan.MODELS` and `uqbench.profiles.HEADS` live in the core, which never imports
+    `baselines`: this ties them to the tables they name (a variant added to one and not the
+    other fails here)."""
+    from baselines.dense import DENSE_KINDS
+    from baselines.heads import ENCODER_MODES, HEAD_MODES
+    from baselines.moe import VARIANTS
+    from uqbench.plan import MODELS
+    from uqbench.profiles import ENCODER_HEADS, HEADS
+
+    assert set(VARIANTS) == {"moe-lora", *PRESETS}
+    listed = {name: e for name, e in MODELS.items() if name in VARIANTS}
+    assert set(listed) == set(VARIANTS)
+    assert all(e.spec.kind == (n if n in PRESETS else "moe") for n, e in listed.items())
+    assert all(e.router == (not VARIANTS[n].routerless) for n, e in listed.items())
+    assert {e.spec.kind for e in MODELS.values()} <= {"moe", *DENSE_KINDS, *PRESETS}
+    assert HEADS == ("auto", *HEAD_MODES) and ENCODER_HEADS == ENCODER_MODES
