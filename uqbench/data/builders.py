@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import hashlib
 import importlib
 import inspect
 import math
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from uqbench.data.records import MCRecord
+from uqbench.data.seeds import derive_seed
 from uqbench.data.sources import LOADER_VERSION, HubLoader, Item, load_source
 from uqbench.errors import DataError
 
@@ -149,7 +149,7 @@ def builder_info(kind: str) -> dict[str, Any]:
 
 
 def _stable_seed(seed: int, rid: str) -> int:
-    return int(hashlib.sha256(f"{seed}/{rid}".encode()).hexdigest()[:8], 16)
+    return derive_seed(seed, rid, nbytes=4, byteorder="big")
 
 
 def _svamp_question(raw: Mapping[str, Any]) -> str:

@@ -21,7 +21,6 @@ records were built, or on Python's hash seed.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import random
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from uqbench.data.records import MCRecord
+from uqbench.data.seeds import derive_seed
 
 MATH_MC_VERSION = "1"
 N_CHOICES = 4
@@ -40,8 +40,8 @@ _PLAUSIBLE_RATIO = 5.0
 
 def record_rng(seed: int, id: str, salt: str = "") -> random.Random:
     """A RNG that depends only on (seed, id, salt), stable across runs and Python versions."""
-    digest = hashlib.sha256(f"{int(seed)}\x00{id}\x00{salt}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:16], "big"))
+    return random.Random(derive_seed(int(seed), id, salt, sep="\x00", nbytes=16,
+                                     byteorder="big"))
 
 
 # -- numbers ---------------------------------------------------------------------------------

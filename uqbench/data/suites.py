@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
-import hashlib
 import multiprocessing
 import sys
 import time
@@ -34,6 +33,7 @@ from uqbench.data import builders as B
 from uqbench.data import sources
 from uqbench.data.build_stats import CODE_KINDS, StatsAgg
 from uqbench.data.records import MCRecord, Split
+from uqbench.data.seeds import derive_seed
 from uqbench.data.sources import HubLoader, Item, Loaded
 from uqbench.data.split_cache import CACHE_FORMAT, SplitCache, canon
 from uqbench.data.suite_spec import (
@@ -66,8 +66,7 @@ N_WORKERS = 2
 
 
 def _rng(seed: int, *parts: str) -> np.random.Generator:
-    digest = hashlib.sha256("/".join([str(seed), *parts]).encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    return np.random.default_rng(derive_seed(seed, *parts))
 
 
 @dataclass
