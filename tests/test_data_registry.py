@@ -55,7 +55,7 @@ def _data(root: Path) -> Path:
 
 def test_a_dataset_in_one_new_file(trivia, tmp_path: Path) -> None:
     d = _data(tmp_path / "data")
-    assert "trivia" in sources.list_sources() and trivia.kind == "mc"
+    assert "trivia" in sources.list_sources() and trivia.build is None
     items = sources.load_source("trivia", "test", data_dir=d).items
     assert [it.id for it in items[:2]] == ["trivia/test/0", "trivia/test/1"]
     assert items[3].record.choices[items[3].record.answer] == "d3"

@@ -14,8 +14,7 @@ import pytest
 
 from tests.conftest import REPO
 from uqbench.cache import StaleCacheWarning
-from uqbench.data import builders as B
-from uqbench.data import loaders as L
+from uqbench.data import sources as L
 from uqbench.data import suites as S
 from uqbench.data.records import content_hash
 from uqbench.errors import ConfigError, DataError
@@ -26,16 +25,8 @@ CAPS = {"train": SMOKE.train_cap, "calib": SMOKE.calib_cap, "id": SMOKE.id_cap,
         "shift": SMOKE.shift_cap}
 
 
-def _need_builders(*kinds: str) -> None:
-    for k in kinds:
-        ok, why = L.builder_available(k)
-        if not ok:
-            pytest.skip(f"the {k} MC builder (C2's uqbench.data.mathmc/codemc) is not "
-                        f"available yet: {why}")
-
-
 class _NoBuild:
-    """Patch for `_Builder.build_split` that fails the test if anything is built."""
+    """Patch for `_SplitMaker.make_split` that fails the test if anything is built."""
 
     def __call__(self, *a, **k):
         raise AssertionError("a split was built although it should come from the cache")
@@ -43,13 +34,13 @@ class _NoBuild:
 
 def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     built: list[str] = []
-    orig = S._Builder.build_split
+    orig = S._SplitMaker.make_split
 
     def spy(self, domain, role, rs, start):
         built.append(f"{domain}/{role}")
         return orig(self, domain, role, rs, start)
 
-    monkeypatch.setattr(S._Builder, "build_split", spy)
+    monkeypatch.setattr(S._SplitMaker, "make_split", spy)
     return built
 
 
@@ -81,7 +72,6 @@ def _check_disjoint(suite: S.Suite) -> None:
 def test_pooled_science_knowledge_math_deterministic_disjoint_capped(real_data: Path) -> None:
     """The fast domains of pooled (code, slow to build, is covered by the tests below)."""
     d = real_data
-    _need_builders("gsm8k", "math500")
     fast = S.SuiteSpec("pooled", S.SUITES.get("pooled").domains[:3])
     one = S.build_suite(fast, "smoke", data_dir=d, progress=False)
     two = S.build_suite(fast, "smoke", data_dir=d, progress=False)
@@ -102,7 +92,6 @@ def test_pooled_science_knowledge_math_deterministic_disjoint_capped(real_data: 
 def pooled(real_data: Path, smoke_splits: Path) -> tuple[S.Suite, Path, Path]:
     """The session's pooled smoke suite (`smoke_splits`: built cold once), read from its cache."""
     d = real_data
-    _need_builders("gsm8k", "math500", "mbpp", "humaneval")
     suite = S.build_suite("pooled", "smoke", data_dir=d, cache_dir=smoke_splits, progress=False)
     return suite, smoke_splits, d
 
@@ -147,21 +136,11 @@ def test_pooled_warm_cache_builds_nothing(pooled: tuple[S.Suite, Path, Path],
     # (fails, correctly, if a loader's or builder's version constant is bumped while it runs:
     # the versions are part of the cache key; see tests/test_fingerprints.py)
     suite, cache, d = pooled
-    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
+    monkeypatch.setattr(S._SplitMaker, "make_split", _NoBuild())
     warm = S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False)
     assert {k: s.hash for k, s in warm.splits.items()} == \
         {k: s.hash for k, s in suite.splits.items()}
     assert warm.splits == suite.splits
-
-
-def test_missing_builder_fails_before_building(real_data: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    d = real_data
-    monkeypatch.setattr(B, "builder_available",
-                        lambda k: (k == "mc", "uqbench.data.codemc is not importable (test)"))
-    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
-    with pytest.raises(DataError, match=r"math/train uses 'gsm8k'.*gsm8k builder.*not importable"):
-        S.build_suite("pooled", "smoke", data_dir=d, progress=False)
 
 
 # -- cache -------------------------------------------------------------------------------------
@@ -228,7 +207,8 @@ def test_cache_key_is_version_constants_not_code(real_data: Path, tmp_path: Path
     (entry,) = (cache / "sci").glob("science-id-*.json")
     key = json.loads(entry.read_text())["key"]
     assert key["sources"] == {"arc-challenge": "1", "arc-easy": "1"}
-    assert key["builders"] == {"mc": {"method": "source options", "loader_version": "1"}}
+    assert key["builders"] == {n: {"method": "source options", "loader_version": "1"}
+                               for n in ("arc-challenge", "arc-easy")}
     assert "code_sha256" not in key and "sha256" not in json.dumps(
         {k: v for k, v in key.items() if k != "files"})
     arc = L.get_source("arc-easy")
@@ -280,22 +260,24 @@ def test_an_inconsistent_cache_entry_is_an_error_not_a_rebuild(real_data: Path, 
         S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
 
 
-def test_a_builder_version_that_cannot_be_read_is_an_error(monkeypatch) -> None:
-    """The version constants key the split cache: one that cannot be imported fails the
-    builder's availability check (so a suite fails before any split is built), never drops
-    out of the key."""
-    gsm = B.BUILDERS["gsm8k"]
-    broken = dataclasses.replace(gsm, versions=(*gsm.versions, "uqbench.data.nowhere.VERSION"))
-    monkeypatch.setitem(B.BUILDERS, "gsm8k", broken)
-    with pytest.raises(DataError, match=r"depends on uqbench.data.nowhere.VERSION.*"
-                                        r"ModuleNotFoundError"):
-        B.builder_versions("gsm8k")
-    ok, why = B.builder_available("gsm8k")
-    assert not ok and "uqbench.data.nowhere.VERSION" in why
-    monkeypatch.setitem(B.BUILDERS, "gsm8k", dataclasses.replace(
-        gsm, versions=("uqbench.data.mathmc.NO_SUCH_CONSTANT",)))
-    with pytest.raises(DataError, match="NO_SUCH_CONSTANT.*AttributeError"):
-        B.builder_info("gsm8k")
+def test_a_build_needs_versions_and_they_key_the_cache() -> None:
+    """A source's builder versions key the split cache: a build without them (or versions
+    without a build) is refused at registration, and a bumped one changes the key."""
+    with pytest.raises(ValueError, match="a build needs its versions"):
+        L.register_source("nope", domain="x", splits={"t": ("x.json",)}, version="1",
+                          build=lambda src, split, it, seed: (None, {}))
+    with pytest.raises(ValueError, match="a build needs its versions"):
+        L.register_source("nope", domain="x", splits={"t": ("x.json",)}, version="1",
+                          versions={"v": "1"})
+    gsm = L.get_source("gsm8k")
+    info = S.builder_info(gsm)
+    assert info["math_mc_version"] == gsm.versions["math_mc_version"]
+    assert info["build_item_version"] == S.BUILD_ITEM_VERSION
+    bumped = dataclasses.replace(gsm, versions={"math_mc_version": "bumped"})
+    assert S.builder_info(bumped)["math_mc_version"] == "bumped"
+    assert S.builder_info(L.get_source("arc-easy")) == {"method": "source options",
+                                                        "loader_version": L.LOADER_VERSION}
+    assert "nope" not in L.list_sources()
 
 
 def test_caps_none_takes_the_rest_of_the_pool(real_data: Path, tmp_path: Path) -> None:
@@ -384,7 +366,7 @@ def test_bad_suite_files(tmp_path: Path, data: object, match: str,
 
     p = tmp_path / "bad.yaml"
     p.write_text(yaml.safe_dump(data))
-    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
+    monkeypatch.setattr(S._SplitMaker, "make_split", _NoBuild())
     with pytest.raises(ConfigError, match=match) as e:
         S.build_suite(str(p), "smoke", data_dir=tmp_path, progress=False)
     assert str(p) in str(e.value)
@@ -417,7 +399,7 @@ def test_missing_file_fails_before_any_split_is_built(real_data: Path, tmp_path:
         "piqa": {"train": {"source": "piqa", "split": "test", "half": 0},
                  "id": {"source": "piqa", "split": "test", "half": 1},
                  "shift": {"source": "siqa", "split": "test"}}}})
-    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
+    monkeypatch.setattr(S._SplitMaker, "make_split", _NoBuild())
     with pytest.raises(DataError, match=r"piqa/llm-foundry_piqa_val\.jsonl.*UQBENCH_DATA"):
         S.build_suite(spec, "smoke", data_dir=d, progress=False)
 
