@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from uqbench.data import sources, suites
+from uqbench.data import sources, suite_spec, suites
 from uqbench.data.sources import adapters, code, math, mmlu
 from uqbench.data.sources.base import LOADER_VERSION
 
@@ -146,7 +146,7 @@ def _build(name: str, split: str) -> Callable[[Path], Any]:
 
 
 def _suite(root: Path) -> Any:
-    spec = suites.parse_suite({"name": "fp", "domains": {"science": {
+    spec = suite_spec.parse_suite({"name": "fp", "domains": {"science": {
         "train": {"source": "arc-easy", "split": "train"},
         "id": {"source": "arc-easy", "split": "train"},
         "shift": {"source": "arc-easy", "split": "train"}}},

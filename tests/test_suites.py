@@ -16,6 +16,7 @@ from tests.conftest import REPO
 from uqbench.cache import StaleCacheWarning
 from uqbench.data import sources as L
 from uqbench.data import suites as S
+from uqbench.data import suite_spec as SP
 from uqbench.data.records import content_hash
 from uqbench.errors import ConfigError, DataError
 from uqbench.profiles import get_profile
@@ -46,7 +47,7 @@ def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 # -- pooled at smoke ---------------------------------------------------------------------------
 
-def _check_split_basics(suite: S.Suite) -> None:
+def _check_split_basics(suite: SP.Suite) -> None:
     """Caps reached exactly (pools are large enough at smoke), 4 options, hashes, recipes."""
     for (dom, role), split in suite.splits.items():
         assert len(split.records) == CAPS[role], f"{dom}/{role}"
@@ -60,11 +61,11 @@ def _check_split_basics(suite: S.Suite) -> None:
         assert rec["builder"]["method"]
 
 
-def _check_disjoint(suite: S.Suite) -> None:
+def _check_disjoint(suite: SP.Suite) -> None:
     for dom in suite.domains:
-        ids = {r: {x.id for x in suite.split(dom, r).records} for r in S.ROLES}
-        for a in S.ROLES:
-            for b in S.ROLES:
+        ids = {r: {x.id for x in suite.split(dom, r).records} for r in SP.ROLES}
+        for a in SP.ROLES:
+            for b in SP.ROLES:
                 if a < b:
                     assert not ids[a] & ids[b], f"{dom}: {a} and {b} share records"
 
@@ -72,7 +73,7 @@ def _check_disjoint(suite: S.Suite) -> None:
 def test_pooled_science_knowledge_math_deterministic_disjoint_capped(real_data: Path) -> None:
     """The fast domains of pooled (code, slow to build, is covered by the tests below)."""
     d = real_data
-    fast = S.SuiteSpec("pooled", S.SUITES.get("pooled").domains[:3])
+    fast = SP.SuiteSpec("pooled", SP.SUITES.get("pooled").domains[:3])
     one = S.build_suite(fast, "smoke", data_dir=d, progress=False)
     two = S.build_suite(fast, "smoke", data_dir=d, progress=False)
     assert {k: s.hash for k, s in one.splits.items()} == {k: s.hash for k, s in two.splits.items()}
@@ -80,7 +81,7 @@ def test_pooled_science_knowledge_math_deterministic_disjoint_capped(real_data: 
     _check_disjoint(one)
     assert one.split("science", "train").recipe["pool"]["dropped_choices"]["dropped"] == 10
     assert one.split("math", "shift").recipe["builder_stats"]["rejected"]
-    subj = {r: {x.meta["subject"] for x in one.split("knowledge", r).records} for r in S.ROLES}
+    subj = {r: {x.meta["subject"] for x in one.split("knowledge", r).records} for r in SP.ROLES}
     for r in ("train", "calib", "id"):
         assert all(s.startswith("high_school_") for s in subj[r])
     assert all(s.startswith(("college_", "professional_")) for s in subj["shift"])
@@ -89,18 +90,18 @@ def test_pooled_science_knowledge_math_deterministic_disjoint_capped(real_data: 
 
 
 @pytest.fixture(scope="module")
-def pooled(real_data: Path, smoke_splits: Path) -> tuple[S.Suite, Path, Path]:
+def pooled(real_data: Path, smoke_splits: Path) -> tuple[SP.Suite, Path, Path]:
     """The session's pooled smoke suite (`smoke_splits`: built cold once), read from its cache."""
     d = real_data
     suite = S.build_suite("pooled", "smoke", data_dir=d, cache_dir=smoke_splits, progress=False)
     return suite, smoke_splits, d
 
 
-def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) -> None:
+def test_pooled_shape_caps_and_four_choices(pooled: tuple[SP.Suite, Path, Path]) -> None:
     suite, _, _ = pooled
     assert suite.name == "pooled" and suite.profile == "smoke"
     assert suite.domains == ("science", "knowledge", "math", "code")
-    assert set(suite.splits) == {(d, r) for d in suite.domains for r in S.ROLES}
+    assert set(suite.splits) == {(d, r) for d in suite.domains for r in SP.ROLES}
     _check_split_basics(suite)
     _check_disjoint(suite)
     code = suite.split("code", "id").recipe["builder_stats"]
@@ -116,22 +117,22 @@ def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) 
     assert {x.source for x in suite.split("code", "shift").records} == {"humaneval"}
 
 
-def test_pooled_is_deterministic(pooled: tuple[S.Suite, Path, Path]) -> None:
+def test_pooled_is_deterministic(pooled: tuple[SP.Suite, Path, Path]) -> None:
     suite, _, d = pooled
-    spec = S.SUITES.get("pooled")
-    fast = S.SuiteSpec("pooled", spec.domains[:3])  # same keys; code below at tiny caps
+    spec = SP.SUITES.get("pooled")
+    fast = SP.SuiteSpec("pooled", spec.domains[:3])  # same keys; code below at tiny caps
     again = S.build_suite(fast, "smoke", data_dir=d, cache_dir=None, progress=False)
     for key, split in again.splits.items():
         assert split.hash == suite.splits[key].hash, key
         assert split.records == suite.splits[key].records
-    tiny = S.SuiteSpec("tiny-code", spec.domains[3:],
+    tiny = SP.SuiteSpec("tiny-code", spec.domains[3:],
                        caps={"train": 2, "calib": 1, "id": 2, "shift": 2})
     h1 = S.build_suite(tiny, "smoke", data_dir=d, progress=False)
     h2 = S.build_suite(tiny, "smoke", data_dir=d, progress=False)
     assert {k: s.hash for k, s in h1.splits.items()} == {k: s.hash for k, s in h2.splits.items()}
 
 
-def test_pooled_warm_cache_builds_nothing(pooled: tuple[S.Suite, Path, Path],
+def test_pooled_warm_cache_builds_nothing(pooled: tuple[SP.Suite, Path, Path],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # (fails, correctly, if a loader's or builder's version constant is bumped while it runs:
     # the versions are part of the cache key; see tests/test_fingerprints.py)
@@ -160,8 +161,8 @@ def _mini(tmp: Path, src: Path) -> Path:
     return tmp
 
 
-def _science() -> S.SuiteSpec:
-    return S.SuiteSpec("sci", (S.SUITES.get("pooled").domain("science"),),
+def _science() -> SP.SuiteSpec:
+    return SP.SuiteSpec("sci", (SP.SUITES.get("pooled").domain("science"),),
                        caps={"train": 20, "calib": 5, "id": 10, "shift": 10})
 
 
@@ -282,7 +283,7 @@ def test_a_build_needs_versions_and_they_key_the_cache() -> None:
 
 def test_caps_none_takes_the_rest_of_the_pool(real_data: Path, tmp_path: Path) -> None:
     d = _mini(tmp_path / "data", real_data)
-    spec = S.SuiteSpec("sci", _science().domains, caps={"train": None, "calib": 7, "id": 3,
+    spec = SP.SuiteSpec("sci", _science().domains, caps={"train": None, "calib": 7, "id": 3,
                                                          "shift": 3})
     s = S.build_suite(spec, "smoke", data_dir=d, progress=False)
     assert len(s.split("science", "calib").records) == 7
@@ -300,7 +301,7 @@ EXAMPLE = REPO / "examples" / "suites" / "commonsense.yaml"
 
 
 def test_example_yaml_parses_and_builds(real_data: Path) -> None:
-    spec = S.load_suite_file(EXAMPLE)
+    spec = SP.load_suite_file(EXAMPLE)
     assert spec.name == "commonsense" and [d.name for d in spec.domains] == ["openbook", "trivia"]
     assert spec.caps == {"train": 200, "id": 100, "shift": 100}
     ob = spec.domain("openbook")
@@ -376,9 +377,9 @@ def test_yaml_syntax_error_and_missing_file(tmp_path: Path) -> None:
     p = tmp_path / "broken.yaml"
     p.write_text("name: x\ndomains: {d: [unclosed\n")
     with pytest.raises(ConfigError, match=r"broken\.yaml: invalid YAML"):
-        S.get_suite_spec(str(p))
+        SP.get_suite_spec(str(p))
     with pytest.raises(ConfigError, match=r"does not exist.*pooled"):
-        S.get_suite_spec(str(tmp_path / "nope.yaml"))
+        SP.get_suite_spec(str(tmp_path / "nope.yaml"))
 
 
 def test_unknown_suite_and_profile_names() -> None:
@@ -387,13 +388,13 @@ def test_unknown_suite_and_profile_names() -> None:
         S.build_suite("poold", "smoke")
     with pytest.raises(ConfigError, match=r"unknown profile 'tiny'.*smoke"):
         S.build_suite("pooled", "tiny")
-    assert "pooled" in S.list_suites()
+    assert "pooled" in SP.list_suites()
 
 
 def test_missing_file_fails_before_any_split_is_built(real_data: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     d = _mini(tmp_path / "data", real_data)
-    spec = S.parse_suite({"name": "two", "domains": {
+    spec = SP.parse_suite({"name": "two", "domains": {
         "sci": GOOD["domains"]["d"] | {"train": {"source": "arc-easy", "split": "train"},
                                        "id": {"source": "arc-easy", "split": "test"}},
         "piqa": {"train": {"source": "piqa", "split": "test", "half": 0},
@@ -407,17 +408,17 @@ def test_missing_file_fails_before_any_split_is_built(real_data: Path, tmp_path:
 def test_roles_sharing_a_pool_are_disjoint_or_refused(real_data: Path, tmp_path: Path) -> None:
     d = _mini(tmp_path / "data", real_data)
     arc = {"source": "arc-easy", "split": "test"}
-    shared = S.parse_suite({"name": "s", "domains": {"a": {
+    shared = SP.parse_suite({"name": "s", "domains": {"a": {
         "train": arc, "id": arc, "shift": {"source": "arc-challenge", "split": "test"}}},
         "caps": {"train": 30, "calib": 5, "id": 30, "shift": 5}})
     s = S.build_suite(shared, "smoke", data_dir=d, progress=False)
     ids = [{r.id for r in s.split("a", role).records} for role in ("train", "calib", "id")]
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
-    greedy = S.SuiteSpec("s", shared.domains, caps={"train": None, "calib": 5, "id": 5,
+    greedy = SP.SuiteSpec("s", shared.domains, caps={"train": None, "calib": 5, "id": 5,
                                                     "shift": 5})
     with pytest.raises(ConfigError, match=r"a/id would be empty"):
         S.build_suite(greedy, "smoke", data_dir=d, progress=False)
-    overlap = S.parse_suite({"name": "o", "domains": {"a": {
+    overlap = SP.parse_suite({"name": "o", "domains": {"a": {
         "train": {"source": "arc-easy", "split": "test", "half": 0},
         "id": arc, "shift": {"source": "arc-challenge", "split": "test"}}}})
     with pytest.raises(ConfigError, match=r"is in both"):

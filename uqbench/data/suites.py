@@ -37,25 +37,9 @@ from uqbench.data.records import MCRecord, Split
 from uqbench.data.seeds import derive_seed
 from uqbench.data.sources import LOADER_VERSION, HubLoader, Item, Loaded, Source
 from uqbench.data.split_cache import SplitCache, canon
-from uqbench.data.split_cache import CACHE_FORMAT
-from uqbench.data.suite_spec import (
-    REQUIRED_ROLES,
-    ROLES,
-    SUITES,
-    DomainSpec,
-    RoleSpec,
-    Suite,
-    SuiteSpec,
-    check_head,
-    get_suite_spec,
-    list_suites,
-    load_suite_file,
-    parse_caps,
-    parse_suite,
-    register_suite,
-)
+from uqbench.data.suite_spec import ROLES, DomainSpec, RoleSpec, Suite, SuiteSpec, get_suite_spec
 from uqbench.errors import ConfigError, DataError, record_fallback
-from uqbench.profiles import HEADS, Profile, get_profile
+from uqbench.profiles import Profile, get_profile
 
 #: Bump when selection or the split/recipe format changes.
 SUITE_VERSION = "1"
@@ -483,9 +467,5 @@ def build_suite(name_or_path: str | Path | SuiteSpec, profile: Profile | str, *,
     return Suite(spec.name, prof.name, tuple(d.name for d in spec.domains), splits, seed, spec)
 
 
-__all__ = [
-    "BUILD_ITEM_VERSION", "BUILD_ORDER", "CACHE_FORMAT", "HEADS", "N_WORKERS", "REQUIRED_ROLES",
-    "ROLES", "SUITES", "SUITE_VERSION", "DomainSpec", "RoleSpec", "SplitCache", "Suite",
-    "SuiteSpec", "build_suite", "builder_info", "check_head", "get_suite_spec", "list_suites",
-    "load_suite_file", "make_record", "parse_caps", "parse_suite", "register_suite",
-]
+__all__ = ["BUILD_ITEM_VERSION", "BUILD_ORDER", "N_WORKERS", "SUITE_VERSION", "build_suite",
+           "builder_info", "make_record"]
