@@ -29,10 +29,11 @@ def _records() -> tuple[list[Any], str]:
     from uqbench.data.records import MCRecord
 
     try:
-        from uqbench.data.loaders import load_records
+        from uqbench.data.sources import load_source
 
-        real = load_records("arc-easy", "train", data_dir=os.environ.get("UQBENCH_DATA") or None)
-        recs = [r for r in real if len(r.choices) == 4][:N_RECORDS]
+        real = load_source("arc-easy", "train", data_dir=os.environ.get("UQBENCH_DATA") or None)
+        recs = [it.record for it in real.items
+                if it.record is not None and len(it.record.choices) == 4][:N_RECORDS]
         if len(recs) == N_RECORDS:
             return recs, "arc-easy train (real)"
     except Exception:  # no local copy and no hub: fall back to synthetic questions

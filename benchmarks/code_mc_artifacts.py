@@ -16,6 +16,7 @@ import os
 import time
 
 from uqbench.data import codemc
+from uqbench.data import suite_spec as SP
 from uqbench.data import suites as S
 from uqbench.data.artifacts import check_suite
 
@@ -27,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default="cpu")
     ap.add_argument("--data-dir", default=os.environ.get("UQBENCH_DATA"))
     args = ap.parse_args(argv)
-    pooled = S.SUITES.get("pooled")
-    spec = S.SuiteSpec("pooled", tuple(d for d in pooled.domains if d.name == "code"))
+    pooled = SP.SUITES.get("pooled")
+    spec = SP.SuiteSpec("pooled", tuple(d for d in pooled.domains if d.name == "code"))
     for seed in args.seeds:
         t = time.perf_counter()
         suite = S.build_suite(spec, args.profile, data_dir=args.data_dir, seed=seed,

@@ -354,7 +354,7 @@ def _suite(caps: dict[str, int] | None) -> str:
     if not caps:
         return "pooled"
     from uqbench.data.suite_spec import register_suite
-    from uqbench.data.suites import SUITES, get_suite_spec
+    from uqbench.data.suite_spec import SUITES, get_suite_spec
 
     name = "pooled-gpu-check"
     if name not in SUITES:
@@ -410,7 +410,8 @@ def compare_cpu(cfg: Any) -> dict[str, Any]:
     from baselines import checkpoint, forward
     from baselines.backbones import load_backbone
     from baselines.engine import TorchEngine
-    from uqbench.data.suites import build_suite, get_suite_spec
+    from uqbench.data.suite_spec import get_suite_spec
+    from uqbench.data.suites import build_suite
     from uqbench.engine import RunStats
     from uqbench.plan import MOE
     from uqbench.probs import softmax

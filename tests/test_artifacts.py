@@ -114,12 +114,12 @@ def test_alpha_and_empty_inputs() -> None:
     assert np.isnan(A.classifier_accuracy([], one))
 
 
-def test_build_report_on_a_small_real_suite(tmp_path, real_data) -> None:
+def test_split_table_on_a_small_real_suite(tmp_path, real_data) -> None:
     from tests.conftest import REPO
-    from uqbench.data.build import build_report, format_report
+    from uqbench.data.split_table import format_split_table, split_table
 
     d = real_data
-    rows = build_report(str(REPO / "examples/suites/commonsense.yaml"), "smoke", data_dir=d,
+    rows = split_table(str(REPO / "examples/suites/commonsense.yaml"), "smoke", data_dir=d,
                         cache_dir=tmp_path, seed=0, progress=False)
     assert [(r["domain"], r["role"]) for r in rows] == [
         (dom, role) for dom in ("openbook", "trivia") for role in ("train", "calib", "id", "shift")]
@@ -127,8 +127,8 @@ def test_build_report_on_a_small_real_suite(tmp_path, real_data) -> None:
         assert r["n"] > 0 and len(r["hash"]) == 16 and r["chance"] == pytest.approx(0.25)
         assert all(0 <= r[f"acc_{b}"] <= 1 for b in A.BASELINES)
         assert isinstance(r["flag"], bool) and r["build"] == {}
-    text = format_report(rows)
+    text = format_split_table(rows)
     lines = text.splitlines()
     assert lines[0].split()[:4] == ["domain", "role", "n", "hash"]
     assert len({len(x) for x in lines[2:2 + len(rows)]}) >= 1 and "openbook" in lines[2]
-    assert "Bonferroni" in text and format_report([]) == "(no splits)"
+    assert "Bonferroni" in text and format_split_table([]) == "(no splits)"

@@ -3,24 +3,41 @@ formatting that does not give the reference away, determinism, real MBPP/HumanEv
 from __future__ import annotations
 
 import ast
+import concurrent.futures as cf
 import difflib
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from uqbench.data.codemc import (
-    CODE_MC_VERSION,
-    apply_mutations,
-    build_code_mc,
-    enumerate_mutations,
-    humaneval_mc,
-    mbpp_mc,
-    summarize,
-)
+from uqbench.data.codemc import CODE_MC_VERSION, apply_mutations, code_mc, enumerate_mutations
 from uqbench.data.records import MCRecord
 from uqbench.data.sandbox import Sandbox
+from uqbench.data.seeds import derive_seed
+from uqbench.data.sources import Item, load_source
+from uqbench.data.sources.code import humaneval_problem, mbpp_problem
+from uqbench.data.suites import _mp_context, make_record
+
+
+def mbpp_mc(raw: dict, **kw: Any) -> tuple[MCRecord | None, dict]:
+    return code_mc(mbpp_problem(raw), **kw)
+
+
+def humaneval_mc(raw: dict, **kw: Any) -> tuple[MCRecord | None, dict]:
+    return code_mc(humaneval_problem(raw), **kw)
+
+
+def _make_all(source: str, split: str, items: list[Item], seed: int, workers: int
+              ) -> list[tuple[MCRecord | None, dict]]:
+    """`make_record` over ``items`` as a suite runs it: in this process, or in a pool."""
+    if workers <= 1:
+        return [make_record(source, split, it, seed, "code") for it in items]
+    n = len(items)
+    with cf.ProcessPoolExecutor(workers, mp_context=_mp_context()) as ex:
+        return list(ex.map(make_record, [source] * n, [split] * n, items, [seed] * n,
+                           ["code"] * n))
 
 
 def _data_file(d: Path, rel: str) -> Path:
@@ -145,12 +162,15 @@ def test_determinism(sb: Sandbox) -> None:
     b, sb_ = mbpp_mc(COUNT, seed=5, sandbox=sb)
     assert a is not None and b is not None and a.to_json() == b.to_json()
     assert sa == sb_
-    recs1, st1 = build_code_mc([ADD, COUNT], "mbpp", seed=5, workers=1)
-    recs2, st2 = build_code_mc([ADD, COUNT], "mbpp", seed=5, workers=2)
-    assert [r.to_json() for r in recs1] == [r.to_json() for r in recs2]
-    assert st1 == st2 and [s["id"] for s in st1] == ["mbpp/9001", "mbpp/9002"]
-    assert recs1[1].to_json() == a.to_json()
-    assert summarize(st1)["verified"] == 2
+    items = [Item(f"mbpp/{r['task_id']}", i, "", raw=r) for i, r in enumerate([ADD, COUNT])]
+    one = _make_all("mbpp", "test", items, 5, workers=1)
+    two = _make_all("mbpp", "test", items, 5, workers=2)
+    assert [(r and r.to_json(), st) for r, st in one] == [(r and r.to_json(), st) for r, st in two]
+    assert all(r is not None and st["verified"] for r, st in one)
+    # the suite's record is code_mc's under the per-item seed, with the item's id and domain
+    direct, _ = mbpp_mc(COUNT, seed=derive_seed(5, "mbpp/9002", nbytes=4, byteorder="big"))
+    assert direct is not None and one[1][0] is not None
+    assert one[1][0].to_json() == direct.to_json()
 
 
 def test_reference_that_fails_is_skipped(sb: Sandbox) -> None:
@@ -197,14 +217,15 @@ def test_mutation_catalogue() -> None:
 
 
 def test_real_mbpp_first_twenty(real_data: Path, sandbox_ok) -> None:
-    path = _data_file(real_data, "mbpp/mbpp.jsonl")
-    with open(path, encoding="utf-8") as f:
-        raws = [json.loads(line) for line in f][10:30]  # task ids 11..30 (the eval range)
-    recs, stats = build_code_mc(raws, "mbpp", seed=0, workers=2)
-    s = summarize(stats)
-    print(f"\nMBPP 11-30: {s['verified']}/20 with 3 verified failing mutants; {s}")
-    assert s["reference_failed"] == 0
-    assert s["verified"] >= 15
+    _data_file(real_data, "mbpp/mbpp.jsonl")
+    items = list(load_source("mbpp", "test", data_dir=real_data).items[:20])
+    assert [it.id for it in items] == [f"mbpp/{i}" for i in range(11, 31)]  # the eval range
+    made = _make_all("mbpp", "test", items, 0, workers=2)
+    recs = [r for r, _ in made if r is not None]
+    verified = sum(bool(st["verified"]) for _, st in made)
+    print(f"\nMBPP 11-30: {verified}/20 with 3 verified failing mutants")
+    assert all(st["reference_passed"] for _, st in made)
+    assert verified >= 15
     for r in recs:
         _check_record(r)
     square = [r for r in recs if r.meta["scheme"] == "square"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from uqbench.data import sources, suites
+from uqbench.data import sources, suite_spec, suites
 from uqbench.errors import ConfigError, DataError
 
 #: The README example, verbatim.
@@ -55,11 +55,11 @@ def _data(root: Path) -> Path:
 
 def test_a_dataset_in_one_new_file(trivia, tmp_path: Path) -> None:
     d = _data(tmp_path / "data")
-    assert "trivia" in sources.list_sources() and trivia.kind == "mc"
+    assert "trivia" in sources.list_sources() and trivia.build is None
     items = sources.load_source("trivia", "test", data_dir=d).items
     assert [it.id for it in items[:2]] == ["trivia/test/0", "trivia/test/1"]
     assert items[3].record.choices[items[3].record.answer] == "d3"
-    spec = suites.parse_suite({"name": "t", "domains": {"knowledge": {
+    spec = suite_spec.parse_suite({"name": "t", "domains": {"knowledge": {
         "train": {"source": "trivia", "split": "train"},
         "id": {"source": "trivia", "split": "test"},
         "shift": {"source": "trivia", "split": "test"}}},
@@ -86,11 +86,11 @@ def test_duplicate_and_unknown_source_names() -> None:
 
 
 def test_suite_registry_decorator() -> None:
-    pooled = suites.SUITES.get("pooled")
+    pooled = suite_spec.SUITES.get("pooled")
     with pytest.raises(ValueError, match="'pooled' is already registered"):
-        suites.register_suite("pooled")(lambda: suites.SuiteSpec("pooled", pooled.domains))
+        suite_spec.register_suite("pooled")(lambda: suite_spec.SuiteSpec("pooled", pooled.domains))
     with pytest.raises(ValueError, match="returned a suite named 'other'"):
-        suites.register_suite("mine")(lambda: suites.SuiteSpec("other", pooled.domains))
-    assert "mine" not in suites.list_suites() and "other" not in suites.list_suites()
+        suite_spec.register_suite("mine")(lambda: suite_spec.SuiteSpec("other", pooled.domains))
+    assert "mine" not in suite_spec.list_suites() and "other" not in suite_spec.list_suites()
     with pytest.raises(ConfigError, match=r"unknown suite 'poold' \(did you mean 'pooled'"):
-        suites.get_suite_spec("poold")
+        suite_spec.get_suite_spec("poold")

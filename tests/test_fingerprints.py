@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
-import importlib
 import json
 import os
 import sys
@@ -23,8 +22,7 @@ from typing import Any
 
 import pytest
 
-from uqbench.data import builders as B
-from uqbench.data import sources, suites
+from uqbench.data import sources, suite_spec, suites
 from uqbench.data.sources import adapters, code, math, mmlu
 from uqbench.data.sources.base import LOADER_VERSION
 
@@ -136,19 +134,19 @@ def _family(names: list[tuple[str, str]], hub: list[tuple[str, str]]
     return run
 
 
-def _build(kind: str, name: str, split: str) -> Callable[[Path], Any]:
+def _build(name: str, split: str) -> Callable[[Path], Any]:
     def run(root: Path) -> Any:
         items = sources.load_source(name, split, data_dir=root, verify=False).items
         out = []
         for it in items:
-            rec, stats = B.build_item(kind, it, seed=0)
+            rec, stats = suites.make_record(name, split, it, seed=0)
             out.append([None if rec is None else rec.to_json(), stats])
         return out
     return run
 
 
 def _suite(root: Path) -> Any:
-    spec = suites.parse_suite({"name": "fp", "domains": {"science": {
+    spec = suite_spec.parse_suite({"name": "fp", "domains": {"science": {
         "train": {"source": "arc-easy", "split": "train"},
         "id": {"source": "arc-easy", "split": "train"},
         "shift": {"source": "arc-easy", "split": "train"}}},
@@ -163,13 +161,16 @@ def _family_version(module: Any) -> str:
             f"uqbench.data.sources.base.LOADER_VERSION={LOADER_VERSION}")
 
 
-def _builder_version(kind: str) -> str:
-    out = []
-    for name in ["uqbench.data.builders.BUILD_ITEM_VERSION", *B.BUILDERS[kind].versions]:
-        module, attr = name.rsplit(".", 1)
-        out.append(f"{name}={getattr(importlib.import_module(module), attr)}")
-    return ", ".join(out)
+def _builder_version(source: str) -> str:
+    versions = {"build_item_version": suites.BUILD_ITEM_VERSION,
+                **sources.get_source(source).versions}
+    return ", ".join(f"{k}={v}" for k, v in sorted(versions.items()))
 
+
+#: the sources each "builders.*" fingerprint builds
+BUILT = {"builders.gsm8k": ("gsm8k",), "builders.math500": ("math500", "math"),
+         "builders.numeric": ("svamp", "mawps"), "builders.mbpp": ("mbpp",),
+         "builders.humaneval": ("humaneval",)}
 
 #: name -> (version label: the constants to bump, output of the fixed input, needs the sandbox)
 BUILDERS: dict[str, tuple[Callable[[], str], Callable[[Path], Any], bool]] = {
@@ -184,17 +185,14 @@ BUILDERS: dict[str, tuple[Callable[[], str], Callable[[Path], Any], bool]] = {
     "sources.code": (lambda: _family_version(code), _family(
         [("mbpp", "all"), ("mbpp", "test"), ("humaneval", "test")],
         [("mbpp", "train"), ("humaneval", "test")]), False),
-    "builders.gsm8k": (lambda: _builder_version("gsm8k"), _build("gsm8k", "gsm8k", "train"),
-                       False),
+    "builders.gsm8k": (lambda: _builder_version("gsm8k"), _build("gsm8k", "train"), False),
     "builders.math500": (lambda: _builder_version("math500"),
-                         lambda r: [_build("math500", n, "test")(r) for n in ("math500", "math")],
-                         False),
-    "builders.numeric": (lambda: _builder_version("numeric"),
-                         lambda r: [_build("numeric", n, "test")(r) for n in ("svamp", "mawps")],
-                         False),
-    "builders.mbpp": (lambda: _builder_version("mbpp"), _build("mbpp", "mbpp", "test"), True),
-    "builders.humaneval": (lambda: _builder_version("humaneval"),
-                           _build("humaneval", "humaneval", "test"), True),
+                         lambda r: [_build(n, "test")(r) for n in ("math500", "math")], False),
+    "builders.numeric": (lambda: _builder_version("svamp"),
+                         lambda r: [_build(n, "test")(r) for n in ("svamp", "mawps")], False),
+    "builders.mbpp": (lambda: _builder_version("mbpp"), _build("mbpp", "test"), True),
+    "builders.humaneval": (lambda: _builder_version("humaneval"), _build("humaneval", "test"),
+                           True),
     "suites": (lambda: f"SUITE_VERSION={suites.SUITE_VERSION}", _suite, False),
 }
 
@@ -247,9 +245,13 @@ def test_fingerprint_code_builders(name: str, tiny: Path, stored: dict[str, dict
 
 def test_every_builder_and_source_family_is_fingerprinted(stored: dict) -> None:
     assert set(stored) == set(BUILDERS)
-    assert {f"builders.{k}" for k in B.BUILDERS} <= set(BUILDERS)
+    assert set(BUILT) <= set(BUILDERS)
+    built = {n for names in BUILT.values() for n in names}
     for name in sources.list_sources():  # the version the cache key uses is the family's
         src = sources.get_source(name)
+        assert (src.build is not None) == (name in built), name
+        for fp, names in BUILT.items():  # one version label per fingerprint
+            assert name not in names or src.versions == sources.get_source(names[0]).versions
         family = sys.modules[src.parse.__module__]
         assert f"sources.{family.__name__.rsplit('.', 1)[1]}" in BUILDERS
         assert src.version == family.VERSION, name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from uqbench.cli import main
-from uqbench.data.suites import parse_suite
+from uqbench.data.suite_spec import parse_suite
 from uqbench.errors import ConfigError
 from uqbench.runner import RunConfig, prepare
 

@@ -1,4 +1,4 @@
-"""The layering rule (docs: DESIGN.md "Layout"), checked on the real import graph.
+"""The layering rule (README, "Layout"), checked on the real import graph.
 
 Statically, on every ``import`` statement of the four packages (module level or inside a
 function, so a lazy import counts): the core `uqbench` never imports `baselines`, torch, the

@@ -10,9 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from uqbench.data import loaders as L
+from uqbench.data import sources as L
 from uqbench.data.records import MCRecord
+from uqbench.data.sources.adapters import parse_adapters_choices
+from uqbench.data.sources.math import _equation_hints
+from uqbench.data.sources.mmlu import MMLU_GROUPS, mmlu_subjects
+from uqbench.data.suites import make_record
 from uqbench.errors import ConfigError, DataError
+
+
+def _records(name: str, split: str, **kw: object) -> list[MCRecord]:
+    """Every record of a (source, split) the way a suite makes them (`make_record`), seed 0."""
+    loaded = L.load_source(name, split, **kw)  # type: ignore[arg-type]
+    made = (make_record(name, split, it, 0)[0] for it in loaded.items)
+    return [r for r in made if r is not None]
 
 
 def _sha(p: Path) -> str:
@@ -62,7 +73,7 @@ def test_counts_match_manifest(real_data_dir: Path, source: str, split: str) -> 
     assert len({it.id for it in loaded.items}) == n, "ids must be unique"
     assert set(loaded.files) >= {r for r in rels if not r.startswith("mmlu")}
     for it in loaded.items:
-        if loaded.kind == "mc":
+        if L.get_source(source).build is None:
             r = it.record
             assert r is not None and 0 <= r.answer < len(r.choices)
             assert r.question and all(c for c in r.choices)
@@ -129,7 +140,7 @@ def test_arc_adapters_matches_foundry_and_fixes_its_keys(real_data_dir: Path) ->
 
 
 def test_mmlu_subject_groups_and_mbpp_ids(real_data_dir: Path) -> None:
-    hs, cp = L.MMLU_GROUPS["high_school"], L.MMLU_GROUPS["college"] + L.MMLU_GROUPS["professional"]
+    hs, cp = MMLU_GROUPS["high_school"], MMLU_GROUPS["college"] + MMLU_GROUPS["professional"]
     assert len(hs) == 14 and len(cp) == 10 and not set(hs) & set(cp)
     a = L.load_source("mmlu", "test", data_dir=real_data_dir, subjects=["high_school"])
     b = L.load_source("mmlu", "test", data_dir=real_data_dir, subjects=["college", "professional"])
@@ -144,7 +155,7 @@ def test_mmlu_subject_groups_and_mbpp_ids(real_data_dir: Path) -> None:
 
 
 def test_parse_adapters_choices_sequential_markers() -> None:
-    q, ch, labels = L.parse_adapters_choices(
+    q, ch, labels = parse_adapters_choices(
         "Please choose the correct answer to the question: Which? \n\nAnswer1: says Answer3: x "
         "Answer2: b Answer3: c\n\nAnswer format: answer1/answer2/answer3")
     assert q == "Which? " and ch == ["says Answer3: x", "b", "c"] and len(labels) == 3
@@ -215,7 +226,7 @@ def test_hub_path_maps_the_hub_schema(hub, monkeypatch: pytest.MonkeyPatch) -> N
     assert r0.choices[r0.answer] == "oxygen" and r0.meta["hub_id"] == "Mercury_1"
     assert r1.choices[r1.answer] == "two"  # numeric answer keys map by label, not by value
     assert all(k.startswith("hub:allenai/ai2_arc/ARC-Easy/") for k in tr.files)
-    assert len(L.load_records("arc-easy", "test", hub_loader=hub)[0].choices) == 3
+    assert len(_records("arc-easy", "test", hub_loader=hub)[0].choices) == 3
     mm = L.load_source("mmlu", "test", hub_loader=hub, subjects=["high_school"])
     assert [it.record.question for it in mm.items] == ["Q hs?"]
     assert mm.items[0].record.answer == 2 and mm.items[0].stratum == "high_school_biology"
@@ -229,24 +240,18 @@ def test_hub_path_maps_the_hub_schema(hub, monkeypatch: pytest.MonkeyPatch) -> N
     assert L.load_source("math500", "test", hub_loader=hub).items[0].raw["answer"] == "4"
 
 
-def test_hub_built_records_when_builders_exist(hub, monkeypatch: pytest.MonkeyPatch) -> None:
-    ok, why = L.builder_available("gsm8k")
-    if not ok:
-        pytest.skip(f"math MC builder not available yet: {why}")
+def test_hub_built_records(hub, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(L.ENV_VAR, raising=False)
-    (r,) = L.load_records("gsm8k", "train", hub_loader=hub)
+    (r,) = _records("gsm8k", "train", hub_loader=hub)
     assert r.id == "gsm8k/train/0" and r.choices[r.answer] == "5" and len(r.choices) == 4
 
 
 def test_numeric_sources_become_four_option_mc(real_data_dir: Path) -> None:
-    ok, why = L.builder_available("numeric")
-    if not ok:
-        pytest.skip(f"numeric MC builder not available yet: {why}")
-    recs = L.load_records("mawps", "test", data_dir=real_data_dir)
+    recs = _records("mawps", "test", data_dir=real_data_dir)
     assert len(recs) == 238 and all(len(r.choices) == 4 for r in recs)
     first = recs[0]
     assert first.id == "mawps/test/926" and first.choices[first.answer] == "1.8333"
-    sv = L.load_records("svamp", "test", data_dir=real_data_dir)[0]
+    sv = _records("svamp", "test", data_dir=real_data_dir)[0]
     assert sv.question.endswith("How much do you have to pay to buy each pack?")
     assert sv.choices[sv.answer] == "51" and sv.domain == "math"
 
@@ -271,7 +276,7 @@ def test_unknown_source_split_subject() -> None:
     with pytest.raises(ConfigError, match=r"no split 'dev'.*train, test"):
         L.load_source("arc-easy", "dev")
     with pytest.raises(ConfigError, match=r"unknown MMLU subject 'highschool'"):
-        L.mmlu_subjects(["highschool"])
+        mmlu_subjects(["highschool"])
 
 
 def test_missing_folder_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -362,6 +367,6 @@ def test_unlisted_file_needs_opt_out(tmp_path: Path) -> None:
 
 
 def test_equation_hints() -> None:
-    assert L._equation_hints("X=((22.0-14.0)/4.0)") == [8.0, 22.0, 14.0, 4.0]
-    assert L._equation_hints("( 76.0 - 25.0 )") == [76.0, 25.0]
-    assert L._equation_hints("x = import os") == []
+    assert _equation_hints("X=((22.0-14.0)/4.0)") == [8.0, 22.0, 14.0, 4.0]
+    assert _equation_hints("( 76.0 - 25.0 )") == [76.0, 25.0]
+    assert _equation_hints("x = import os") == []

@@ -9,18 +9,36 @@ from pathlib import Path
 
 import pytest
 
-from uqbench.data.mathmc import (
-    MATH_MC_VERSION,
-    build_math_mc,
-    format_number,
-    gsm8k_gold,
-    gsm8k_hints,
-    gsm8k_mc,
-    math500_mc,
-    numeric_mc,
-    parse_integer_answer,
-)
+from uqbench.data.mathmc import MATH_MC_VERSION, NumericProblem, format_number, numeric_mc
 from uqbench.data.records import MCRecord
+from uqbench.data.sources import Item, get_source, load_source
+from uqbench.data.sources.math import gsm8k_gold, gsm8k_hints, parse_integer_answer
+from uqbench.data.suites import make_record
+
+
+def _source_mc(source: str, split: str, raw: dict, *, seed: int, index: int = 0
+               ) -> MCRecord | None:
+    """What ``source``'s registered build makes of one raw line (its id left as the builder's)."""
+    src = get_source(source)
+    assert src.build is not None
+    return src.build(src, split, Item(f"{source}/{split}/{index}", index, "", raw=raw), seed)[0]
+
+
+def _gsm8k_mc(raw: dict, *, seed: int, index: int, split: str = "train") -> MCRecord | None:
+    return _source_mc("gsm8k", split, raw, seed=seed, index=index)
+
+
+def _num(question: str, gold: float, *, seed: int, id: str, source: str,
+         hints: tuple[float, ...] = ()) -> MCRecord:
+    return numeric_mc(NumericProblem(id, source, question, gold,
+                                     tuple((h, "hint") for h in hints)), seed=seed)
+
+
+def _made(d: Path, source: str, split: str) -> list[MCRecord]:
+    """Every record of a real (source, split) the way a suite makes them (seed 0)."""
+    made = (make_record(source, split, it, 0)[0]
+            for it in load_source(source, split, data_dir=d).items)
+    return [r for r in made if r is not None]
 
 def _jsonl(d: Path, rel: str) -> list[dict]:
     """The real data file ``rel`` (``d``: the `real_data` fixture, which marks the test slow)."""
@@ -57,7 +75,7 @@ def test_gsm8k_parsing() -> None:
 
 
 def test_toy_record_uses_the_intermediates() -> None:
-    recs = [gsm8k_mc(TOY, seed=s, index=7, split="test") for s in range(40)]
+    recs = [_gsm8k_mc(TOY, seed=s, index=7, split="test") for s in range(40)]
     for r in recs:
         assert r is not None
         _check_record(r)
@@ -73,17 +91,17 @@ def test_toy_record_uses_the_intermediates() -> None:
 
 
 def test_determinism_and_seed_dependence() -> None:
-    a = gsm8k_mc(TOY, seed=3, index=0)
-    b = gsm8k_mc(TOY, seed=3, index=0)
+    a = _gsm8k_mc(TOY, seed=3, index=0)
+    b = _gsm8k_mc(TOY, seed=3, index=0)
     assert a is not None and b is not None and a.to_json() == b.to_json()
-    recs = [gsm8k_mc(TOY, seed=s, index=0) for s in range(10)]
+    recs = [_gsm8k_mc(TOY, seed=s, index=0) for s in range(10)]
     variants = {tuple(r.choices) for r in recs if r is not None}
     assert len(variants) > 3
 
 
 def test_gold_position_is_uniform() -> None:
     counts = collections.Counter(
-        numeric_mc("q", 37 + i % 50, seed=0, id=f"toy/{i}", source="toy").answer
+        _num("q", 37 + i % 50, seed=0, id=f"toy/{i}", source="toy").answer
         for i in range(800))
     for pos in range(4):
         assert 0.19 <= counts[pos] / 800 <= 0.31, counts
@@ -93,12 +111,12 @@ def test_formatting() -> None:
     assert format_number(18.0, 0) == "18"
     assert format_number(2.5, 1) == "2.5"
     assert format_number(-0.0, 0) == "0"
-    r = numeric_mc("q", 2.75, seed=0, id="dec", source="toy")
+    r = _num("q", 2.75, seed=0, id="dec", source="toy")
     _check_record(r)
     assert all(len(c.split(".")[1]) == 2 for c in r.choices), r.choices
-    r = numeric_mc("q", 12, hints=[12.5, 30.0, 9.0], seed=0, id="int", source="toy")
+    r = _num("q", 12, hints=(12.5, 30.0, 9.0), seed=0, id="int", source="toy")
     assert all("." not in c for c in r.choices) and "12.5" not in r.choices
-    r = numeric_mc("q", -40, seed=1, id="neg", source="toy")
+    r = _num("q", -40, seed=1, id="neg", source="toy")
     _check_record(r)
     assert sum(float(c) < 0 for c in r.choices) >= 3
 
@@ -108,7 +126,7 @@ def test_no_bracketing_pairs() -> None:
     is bracketed alike (a run such as 19, 20, 21, 22)."""
     for i in range(300):
         g = 20 + i
-        r = numeric_mc("q", g, seed=0, id=f"b/{i}", source="toy")
+        r = _num("q", g, seed=0, id=f"b/{i}", source="toy")
         vals = {float(c) for c in r.choices}
         for d in (1, 2, 10):
             if g - d in vals and g + d in vals:
@@ -131,12 +149,12 @@ def test_math500_record() -> None:
     raw = {"problem": "Compute $7 \\cdot 6 - 2$.", "solution": "We get $7\\cdot 6 = 42$, and "
            "$42 - 2 = \\boxed{40}$.", "answer": "40", "subject": "Prealgebra", "level": 1,
            "unique_id": "test/prealgebra/1.json"}
-    r = math500_mc(raw, seed=0)
+    r = _source_mc("math500", "test", raw, seed=0)
     assert r is not None
     _check_record(r)
     assert r.id == "math500/test/prealgebra/1" and r.source == "math500"
     assert r.meta["level"] == 1 and r.meta["subject"] == "Prealgebra"
-    assert math500_mc({**raw, "answer": "\\frac{1}{2}"}, seed=0) is None
+    assert _source_mc("math500", "test", {**raw, "answer": "\\frac{1}{2}"}, seed=0) is None
 
 
 def _hub_accuracy(recs: list[MCRecord]) -> float:
@@ -157,8 +175,8 @@ def _hub_accuracy(recs: list[MCRecord]) -> float:
 
 def test_gsm8k_real_data_has_no_magnitude_artifact(real_data: Path) -> None:
     raws = _jsonl(real_data, "gsm8k/test.jsonl")
-    recs, stats = build_math_mc(raws, "gsm8k", seed=0, split="test")
-    assert stats["kept"] == len(raws) == len(recs)
+    recs = _made(real_data, "gsm8k", "test")
+    assert len(recs) == len(raws)
     n = len(recs)
     ranks = collections.Counter(r.meta["gold_rank"] for r in recs)
     positions = collections.Counter(r.answer for r in recs)
@@ -178,9 +196,9 @@ def test_gsm8k_real_data_has_no_magnitude_artifact(real_data: Path) -> None:
 
 def test_math500_real_data(real_data: Path) -> None:
     raws = _jsonl(real_data, "math/math500_test.jsonl")
-    recs, stats = build_math_mc(raws, "math500", seed=0)
+    recs = _made(real_data, "math500", "test")
     expected = sum(parse_integer_answer(r["answer"]) is not None for r in raws)
-    assert stats["kept"] == expected == len(recs)
+    assert expected == len(recs)
     assert 250 <= expected <= 400  # 316 at the time of writing
     for r in recs:
         _check_record(r)

@@ -260,13 +260,14 @@ def test_calib_split_is_disjoint_from_the_id_test_split(real_data_dir, tmp_path)
     """Recalibrators are fitted on ``calib`` and scored on ``id``: no example (by id or by
     question text) may be in both. Checked on the pooled suite's science and knowledge (whose
     calib and id come from one MMLU test set, split in seeded halves)."""
+    from uqbench.data import suite_spec as SP
     from uqbench.data import suites as S
 
-    pooled = S.SUITES.get("pooled")
+    pooled = SP.SUITES.get("pooled")
     for dom in pooled.domains:  # the spec: calib never draws from the ID split's pool
         cal, id_ = dom.roles["calib"], dom.roles["id"]
         assert (cal.source, cal.split, cal.half) != (id_.source, id_.split, id_.half), dom.name
-    fast = S.SuiteSpec("pooled", pooled.domains[:2])
+    fast = SP.SuiteSpec("pooled", pooled.domains[:2])
     suite = S.build_suite(fast, "smoke", data_dir=real_data_dir, cache_dir=tmp_path,
                           progress=False)
     for dom in suite.domains:

@@ -42,7 +42,8 @@ def test_the_check_rejects_chance() -> None:
 def test_the_cpu_recipe_learns_science(real_data_dir, tmp_path) -> None:
     from baselines import forward, heads, moe, train
     from baselines.backbones import load_backbone
-    from uqbench.data.suites import SuiteSpec, build_suite, get_suite_spec
+    from uqbench.data.suite_spec import SuiteSpec, get_suite_spec
+    from uqbench.data.suites import build_suite
     from uqbench.profiles import get_profile
 
     cpu = get_profile("cpu")

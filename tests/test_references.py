@@ -11,7 +11,7 @@ import pytest
 
 from uqbench.data.artifacts import chance_interval, classifier_accuracy
 from uqbench.data.records import MCRecord, Split
-from uqbench.data.suites import Suite
+from uqbench.data.suite_spec import Suite
 from uqbench.evaluate import COLUMNS
 from uqbench.references import (at_chance, at_chance_message, reference_inputs,
                                 reference_rows, warn_at_chance)

@@ -277,23 +277,24 @@ def test_a_run_outside_its_pids_cgroup_is_reported(tmp_path, monkeypatch) -> Non
 
 def test_code_mc_build_records_runs_without_a_limit(monkeypatch) -> None:
     """A code MC build whose sandboxed runs go without an OS limit counts them per limit in its
-    stats, the split recipe sums them (`StatsAgg`), and every run using the split warns and
-    lists them in run.json ``fallbacks`` (`uqbench.data.suites._record_unlimited`)."""
+    stats, the split recipe sums them (`suites._BuildStats`), and every run using the split warns
+    and lists them in run.json ``fallbacks`` (`uqbench.data.suites._record_unlimited`)."""
     from uqbench.data import suites as S
-    from uqbench.data.build_stats import StatsAgg
-    from uqbench.data.codemc import mbpp_mc
+    from uqbench.data.codemc import code_mc
     from uqbench.data.records import Split
+    from uqbench.data.sources import get_source
+    from uqbench.data.sources.code import mbpp_problem
     from uqbench.errors import FallbackWarning, reset_fallbacks
 
     add = {"text": "Add.", "code": "def add(a, b):\n    return a + b", "task_id": 1,
            "test_list": ["assert add(1, 2) == 3", "assert add(5, 7) == 12"]}
-    rec, full = mbpp_mc(add, seed=0, sandbox=Sandbox(timeout_s=5.0, workers=1))
+    rec, full = code_mc(mbpp_problem(add), seed=0, sandbox=Sandbox(timeout_s=5.0, workers=1))
     assert rec is not None and "limits_failed" not in full  # all limits: stats as before
     _refuse_nofile(monkeypatch)
-    rec, stats = mbpp_mc(add, seed=0, sandbox=Sandbox(timeout_s=5.0, workers=1))
+    rec, stats = code_mc(mbpp_problem(add), seed=0, sandbox=Sandbox(timeout_s=5.0, workers=1))
     assert rec is not None
     assert stats["limits_failed"] == {"RLIMIT_NOFILE": stats["mutants_tried"] + 1}  # + reference
-    agg = StatsAgg("mbpp")
+    agg = S._BuildStats(get_source("mbpp"))
     agg.add(rec, stats)
     recipe = {"builder_stats": agg.result()}
     assert recipe["builder_stats"]["sandbox_limits_failed"] == stats["limits_failed"]
@@ -303,7 +304,8 @@ def test_code_mc_build_records_runs_without_a_limit(monkeypatch) -> None:
     assert [(r["what"], r["where"]) for r in record] == [("sandbox limits", "pooled: code/id")]
     assert f"{stats['mutants_tried'] + 1} without RLIMIT_NOFILE" in record[0]["reason"]
     reset_fallbacks()
-    S._record_unlimited(Split("code", "id", (rec,), {"builder_stats": StatsAgg("mbpp").result()}),
+    empty = S._BuildStats(get_source("mbpp")).result()
+    S._record_unlimited(Split("code", "id", (rec,), {"builder_stats": empty}),
                         "pooled: code/id")
     assert record == []  # every limit enforced: nothing recorded
 

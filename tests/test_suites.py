@@ -14,9 +14,9 @@ import pytest
 
 from tests.conftest import REPO
 from uqbench.cache import StaleCacheWarning
-from uqbench.data import builders as B
-from uqbench.data import loaders as L
+from uqbench.data import sources as L
 from uqbench.data import suites as S
+from uqbench.data import suite_spec as SP
 from uqbench.data.records import content_hash
 from uqbench.errors import ConfigError, DataError
 from uqbench.profiles import get_profile
@@ -26,16 +26,8 @@ CAPS = {"train": SMOKE.train_cap, "calib": SMOKE.calib_cap, "id": SMOKE.id_cap,
         "shift": SMOKE.shift_cap}
 
 
-def _need_builders(*kinds: str) -> None:
-    for k in kinds:
-        ok, why = L.builder_available(k)
-        if not ok:
-            pytest.skip(f"the {k} MC builder (C2's uqbench.data.mathmc/codemc) is not "
-                        f"available yet: {why}")
-
-
 class _NoBuild:
-    """Patch for `_Builder.build_split` that fails the test if anything is built."""
+    """Patch for `_SplitMaker.make_split` that fails the test if anything is built."""
 
     def __call__(self, *a, **k):
         raise AssertionError("a split was built although it should come from the cache")
@@ -43,19 +35,19 @@ class _NoBuild:
 
 def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     built: list[str] = []
-    orig = S._Builder.build_split
+    orig = S._SplitMaker.make_split
 
     def spy(self, domain, role, rs, start):
         built.append(f"{domain}/{role}")
         return orig(self, domain, role, rs, start)
 
-    monkeypatch.setattr(S._Builder, "build_split", spy)
+    monkeypatch.setattr(S._SplitMaker, "make_split", spy)
     return built
 
 
 # -- pooled at smoke ---------------------------------------------------------------------------
 
-def _check_split_basics(suite: S.Suite) -> None:
+def _check_split_basics(suite: SP.Suite) -> None:
     """Caps reached exactly (pools are large enough at smoke), 4 options, hashes, recipes."""
     for (dom, role), split in suite.splits.items():
         assert len(split.records) == CAPS[role], f"{dom}/{role}"
@@ -69,11 +61,11 @@ def _check_split_basics(suite: S.Suite) -> None:
         assert rec["builder"]["method"]
 
 
-def _check_disjoint(suite: S.Suite) -> None:
+def _check_disjoint(suite: SP.Suite) -> None:
     for dom in suite.domains:
-        ids = {r: {x.id for x in suite.split(dom, r).records} for r in S.ROLES}
-        for a in S.ROLES:
-            for b in S.ROLES:
+        ids = {r: {x.id for x in suite.split(dom, r).records} for r in SP.ROLES}
+        for a in SP.ROLES:
+            for b in SP.ROLES:
                 if a < b:
                     assert not ids[a] & ids[b], f"{dom}: {a} and {b} share records"
 
@@ -81,8 +73,7 @@ def _check_disjoint(suite: S.Suite) -> None:
 def test_pooled_science_knowledge_math_deterministic_disjoint_capped(real_data: Path) -> None:
     """The fast domains of pooled (code, slow to build, is covered by the tests below)."""
     d = real_data
-    _need_builders("gsm8k", "math500")
-    fast = S.SuiteSpec("pooled", S.SUITES.get("pooled").domains[:3])
+    fast = SP.SuiteSpec("pooled", SP.SUITES.get("pooled").domains[:3])
     one = S.build_suite(fast, "smoke", data_dir=d, progress=False)
     two = S.build_suite(fast, "smoke", data_dir=d, progress=False)
     assert {k: s.hash for k, s in one.splits.items()} == {k: s.hash for k, s in two.splits.items()}
@@ -90,7 +81,7 @@ def test_pooled_science_knowledge_math_deterministic_disjoint_capped(real_data: 
     _check_disjoint(one)
     assert one.split("science", "train").recipe["pool"]["dropped_choices"]["dropped"] == 10
     assert one.split("math", "shift").recipe["builder_stats"]["rejected"]
-    subj = {r: {x.meta["subject"] for x in one.split("knowledge", r).records} for r in S.ROLES}
+    subj = {r: {x.meta["subject"] for x in one.split("knowledge", r).records} for r in SP.ROLES}
     for r in ("train", "calib", "id"):
         assert all(s.startswith("high_school_") for s in subj[r])
     assert all(s.startswith(("college_", "professional_")) for s in subj["shift"])
@@ -99,19 +90,18 @@ def test_pooled_science_knowledge_math_deterministic_disjoint_capped(real_data: 
 
 
 @pytest.fixture(scope="module")
-def pooled(real_data: Path, smoke_splits: Path) -> tuple[S.Suite, Path, Path]:
+def pooled(real_data: Path, smoke_splits: Path) -> tuple[SP.Suite, Path, Path]:
     """The session's pooled smoke suite (`smoke_splits`: built cold once), read from its cache."""
     d = real_data
-    _need_builders("gsm8k", "math500", "mbpp", "humaneval")
     suite = S.build_suite("pooled", "smoke", data_dir=d, cache_dir=smoke_splits, progress=False)
     return suite, smoke_splits, d
 
 
-def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) -> None:
+def test_pooled_shape_caps_and_four_choices(pooled: tuple[SP.Suite, Path, Path]) -> None:
     suite, _, _ = pooled
     assert suite.name == "pooled" and suite.profile == "smoke"
     assert suite.domains == ("science", "knowledge", "math", "code")
-    assert set(suite.splits) == {(d, r) for d in suite.domains for r in S.ROLES}
+    assert set(suite.splits) == {(d, r) for d in suite.domains for r in SP.ROLES}
     _check_split_basics(suite)
     _check_disjoint(suite)
     code = suite.split("code", "id").recipe["builder_stats"]
@@ -127,41 +117,31 @@ def test_pooled_shape_caps_and_four_choices(pooled: tuple[S.Suite, Path, Path]) 
     assert {x.source for x in suite.split("code", "shift").records} == {"humaneval"}
 
 
-def test_pooled_is_deterministic(pooled: tuple[S.Suite, Path, Path]) -> None:
+def test_pooled_is_deterministic(pooled: tuple[SP.Suite, Path, Path]) -> None:
     suite, _, d = pooled
-    spec = S.SUITES.get("pooled")
-    fast = S.SuiteSpec("pooled", spec.domains[:3])  # same keys; code below at tiny caps
+    spec = SP.SUITES.get("pooled")
+    fast = SP.SuiteSpec("pooled", spec.domains[:3])  # same keys; code below at tiny caps
     again = S.build_suite(fast, "smoke", data_dir=d, cache_dir=None, progress=False)
     for key, split in again.splits.items():
         assert split.hash == suite.splits[key].hash, key
         assert split.records == suite.splits[key].records
-    tiny = S.SuiteSpec("tiny-code", spec.domains[3:],
+    tiny = SP.SuiteSpec("tiny-code", spec.domains[3:],
                        caps={"train": 2, "calib": 1, "id": 2, "shift": 2})
     h1 = S.build_suite(tiny, "smoke", data_dir=d, progress=False)
     h2 = S.build_suite(tiny, "smoke", data_dir=d, progress=False)
     assert {k: s.hash for k, s in h1.splits.items()} == {k: s.hash for k, s in h2.splits.items()}
 
 
-def test_pooled_warm_cache_builds_nothing(pooled: tuple[S.Suite, Path, Path],
+def test_pooled_warm_cache_builds_nothing(pooled: tuple[SP.Suite, Path, Path],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # (fails, correctly, if a loader's or builder's version constant is bumped while it runs:
     # the versions are part of the cache key; see tests/test_fingerprints.py)
     suite, cache, d = pooled
-    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
+    monkeypatch.setattr(S._SplitMaker, "make_split", _NoBuild())
     warm = S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False)
     assert {k: s.hash for k, s in warm.splits.items()} == \
         {k: s.hash for k, s in suite.splits.items()}
     assert warm.splits == suite.splits
-
-
-def test_missing_builder_fails_before_building(real_data: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    d = real_data
-    monkeypatch.setattr(B, "builder_available",
-                        lambda k: (k == "mc", "uqbench.data.codemc is not importable (test)"))
-    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
-    with pytest.raises(DataError, match=r"math/train uses 'gsm8k'.*gsm8k builder.*not importable"):
-        S.build_suite("pooled", "smoke", data_dir=d, progress=False)
 
 
 # -- cache -------------------------------------------------------------------------------------
@@ -181,8 +161,8 @@ def _mini(tmp: Path, src: Path) -> Path:
     return tmp
 
 
-def _science() -> S.SuiteSpec:
-    return S.SuiteSpec("sci", (S.SUITES.get("pooled").domain("science"),),
+def _science() -> SP.SuiteSpec:
+    return SP.SuiteSpec("sci", (SP.SUITES.get("pooled").domain("science"),),
                        caps={"train": 20, "calib": 5, "id": 10, "shift": 10})
 
 
@@ -228,7 +208,8 @@ def test_cache_key_is_version_constants_not_code(real_data: Path, tmp_path: Path
     (entry,) = (cache / "sci").glob("science-id-*.json")
     key = json.loads(entry.read_text())["key"]
     assert key["sources"] == {"arc-challenge": "1", "arc-easy": "1"}
-    assert key["builders"] == {"mc": {"method": "source options", "loader_version": "1"}}
+    assert key["builders"] == {n: {"method": "source options", "loader_version": "1"}
+                               for n in ("arc-challenge", "arc-easy")}
     assert "code_sha256" not in key and "sha256" not in json.dumps(
         {k: v for k, v in key.items() if k != "files"})
     arc = L.get_source("arc-easy")
@@ -280,27 +261,29 @@ def test_an_inconsistent_cache_entry_is_an_error_not_a_rebuild(real_data: Path, 
         S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
 
 
-def test_a_builder_version_that_cannot_be_read_is_an_error(monkeypatch) -> None:
-    """The version constants key the split cache: one that cannot be imported fails the
-    builder's availability check (so a suite fails before any split is built), never drops
-    out of the key."""
-    gsm = B.BUILDERS["gsm8k"]
-    broken = dataclasses.replace(gsm, versions=(*gsm.versions, "uqbench.data.nowhere.VERSION"))
-    monkeypatch.setitem(B.BUILDERS, "gsm8k", broken)
-    with pytest.raises(DataError, match=r"depends on uqbench.data.nowhere.VERSION.*"
-                                        r"ModuleNotFoundError"):
-        B.builder_versions("gsm8k")
-    ok, why = B.builder_available("gsm8k")
-    assert not ok and "uqbench.data.nowhere.VERSION" in why
-    monkeypatch.setitem(B.BUILDERS, "gsm8k", dataclasses.replace(
-        gsm, versions=("uqbench.data.mathmc.NO_SUCH_CONSTANT",)))
-    with pytest.raises(DataError, match="NO_SUCH_CONSTANT.*AttributeError"):
-        B.builder_info("gsm8k")
+def test_a_build_needs_versions_and_they_key_the_cache() -> None:
+    """A source's builder versions key the split cache: a build without them (or versions
+    without a build) is refused at registration, and a bumped one changes the key."""
+    with pytest.raises(ValueError, match="a build needs its versions"):
+        L.register_source("nope", domain="x", splits={"t": ("x.json",)}, version="1",
+                          build=lambda src, split, it, seed: (None, {}))
+    with pytest.raises(ValueError, match="a build needs its versions"):
+        L.register_source("nope", domain="x", splits={"t": ("x.json",)}, version="1",
+                          versions={"v": "1"})
+    gsm = L.get_source("gsm8k")
+    info = S.builder_info(gsm)
+    assert info["math_mc_version"] == gsm.versions["math_mc_version"]
+    assert info["build_item_version"] == S.BUILD_ITEM_VERSION
+    bumped = dataclasses.replace(gsm, versions={"math_mc_version": "bumped"})
+    assert S.builder_info(bumped)["math_mc_version"] == "bumped"
+    assert S.builder_info(L.get_source("arc-easy")) == {"method": "source options",
+                                                        "loader_version": L.LOADER_VERSION}
+    assert "nope" not in L.list_sources()
 
 
 def test_caps_none_takes_the_rest_of_the_pool(real_data: Path, tmp_path: Path) -> None:
     d = _mini(tmp_path / "data", real_data)
-    spec = S.SuiteSpec("sci", _science().domains, caps={"train": None, "calib": 7, "id": 3,
+    spec = SP.SuiteSpec("sci", _science().domains, caps={"train": None, "calib": 7, "id": 3,
                                                          "shift": 3})
     s = S.build_suite(spec, "smoke", data_dir=d, progress=False)
     assert len(s.split("science", "calib").records) == 7
@@ -318,7 +301,7 @@ EXAMPLE = REPO / "examples" / "suites" / "commonsense.yaml"
 
 
 def test_example_yaml_parses_and_builds(real_data: Path) -> None:
-    spec = S.load_suite_file(EXAMPLE)
+    spec = SP.load_suite_file(EXAMPLE)
     assert spec.name == "commonsense" and [d.name for d in spec.domains] == ["openbook", "trivia"]
     assert spec.caps == {"train": 200, "id": 100, "shift": 100}
     ob = spec.domain("openbook")
@@ -384,7 +367,7 @@ def test_bad_suite_files(tmp_path: Path, data: object, match: str,
 
     p = tmp_path / "bad.yaml"
     p.write_text(yaml.safe_dump(data))
-    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
+    monkeypatch.setattr(S._SplitMaker, "make_split", _NoBuild())
     with pytest.raises(ConfigError, match=match) as e:
         S.build_suite(str(p), "smoke", data_dir=tmp_path, progress=False)
     assert str(p) in str(e.value)
@@ -394,9 +377,9 @@ def test_yaml_syntax_error_and_missing_file(tmp_path: Path) -> None:
     p = tmp_path / "broken.yaml"
     p.write_text("name: x\ndomains: {d: [unclosed\n")
     with pytest.raises(ConfigError, match=r"broken\.yaml: invalid YAML"):
-        S.get_suite_spec(str(p))
+        SP.get_suite_spec(str(p))
     with pytest.raises(ConfigError, match=r"does not exist.*pooled"):
-        S.get_suite_spec(str(tmp_path / "nope.yaml"))
+        SP.get_suite_spec(str(tmp_path / "nope.yaml"))
 
 
 def test_unknown_suite_and_profile_names() -> None:
@@ -405,19 +388,19 @@ def test_unknown_suite_and_profile_names() -> None:
         S.build_suite("poold", "smoke")
     with pytest.raises(ConfigError, match=r"unknown profile 'tiny'.*smoke"):
         S.build_suite("pooled", "tiny")
-    assert "pooled" in S.list_suites()
+    assert "pooled" in SP.list_suites()
 
 
 def test_missing_file_fails_before_any_split_is_built(real_data: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     d = _mini(tmp_path / "data", real_data)
-    spec = S.parse_suite({"name": "two", "domains": {
+    spec = SP.parse_suite({"name": "two", "domains": {
         "sci": GOOD["domains"]["d"] | {"train": {"source": "arc-easy", "split": "train"},
                                        "id": {"source": "arc-easy", "split": "test"}},
         "piqa": {"train": {"source": "piqa", "split": "test", "half": 0},
                  "id": {"source": "piqa", "split": "test", "half": 1},
                  "shift": {"source": "siqa", "split": "test"}}}})
-    monkeypatch.setattr(S._Builder, "build_split", _NoBuild())
+    monkeypatch.setattr(S._SplitMaker, "make_split", _NoBuild())
     with pytest.raises(DataError, match=r"piqa/llm-foundry_piqa_val\.jsonl.*UQBENCH_DATA"):
         S.build_suite(spec, "smoke", data_dir=d, progress=False)
 
@@ -425,17 +408,17 @@ def test_missing_file_fails_before_any_split_is_built(real_data: Path, tmp_path:
 def test_roles_sharing_a_pool_are_disjoint_or_refused(real_data: Path, tmp_path: Path) -> None:
     d = _mini(tmp_path / "data", real_data)
     arc = {"source": "arc-easy", "split": "test"}
-    shared = S.parse_suite({"name": "s", "domains": {"a": {
+    shared = SP.parse_suite({"name": "s", "domains": {"a": {
         "train": arc, "id": arc, "shift": {"source": "arc-challenge", "split": "test"}}},
         "caps": {"train": 30, "calib": 5, "id": 30, "shift": 5}})
     s = S.build_suite(shared, "smoke", data_dir=d, progress=False)
     ids = [{r.id for r in s.split("a", role).records} for role in ("train", "calib", "id")]
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
-    greedy = S.SuiteSpec("s", shared.domains, caps={"train": None, "calib": 5, "id": 5,
+    greedy = SP.SuiteSpec("s", shared.domains, caps={"train": None, "calib": 5, "id": 5,
                                                     "shift": 5})
     with pytest.raises(ConfigError, match=r"a/id would be empty"):
         S.build_suite(greedy, "smoke", data_dir=d, progress=False)
-    overlap = S.parse_suite({"name": "o", "domains": {"a": {
+    overlap = SP.parse_suite({"name": "o", "domains": {"a": {
         "train": {"source": "arc-easy", "split": "test", "half": 0},
         "id": arc, "shift": {"source": "arc-challenge", "split": "test"}}}})
     with pytest.raises(ConfigError, match=r"is in both"):

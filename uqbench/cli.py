@@ -248,11 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "data":
             import os
 
-            from uqbench.data.build import build_report, format_report
+            from uqbench.data.split_table import format_split_table, split_table
             data_dir = args.data_dir or os.environ.get("UQBENCH_DATA")
             cache = args.cache_dir or Path(os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
-            print(format_report(build_report(args.suite, args.profile, data_dir=data_dir,
-                                             cache_dir=cache / "splits", seed=0)))
+            print(format_split_table(split_table(args.suite, args.profile, data_dir=data_dir,
+                                                 cache_dir=cache / "splits", seed=0)))
     except UserError as exc:
         print(f"uqbench: error: {exc}", file=sys.stderr)
         return 2

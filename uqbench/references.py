@@ -72,7 +72,7 @@ class ReferenceInputs:
 
 def reference_inputs(suite: Any, *, seed: int = 0) -> ReferenceInputs:
     """`ReferenceInputs` of a built suite (``domains`` and ``split(domain, role)`` with
-    ``records``/``hash``, a `uqbench.data.suites.Suite`): the classifier is fitted on each
+    ``records``/``hash``, a `uqbench.data.suite_spec.Suite`): the classifier is fitted on each
     domain's train split with ``seed``."""
     from uqbench.data.artifacts import _clf_correct, _fit
 

@@ -62,7 +62,7 @@ class RunConfig:
     budget: float = 4.0
     experiment: str | None = None
     models: tuple[str, ...] = ()  # empty: the suite's `models:`, else lora + moe-lora
-    head: str | None = None  # one of uqbench.data.suites.HEADS; None: the suite's `head:`
+    head: str | None = None  # one of uqbench.profiles.HEADS; None: the suite's `head:`
     figures: bool = True
     progress: bool = True
     overwrite: bool = False
@@ -134,7 +134,7 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
 
         ms = experiment_methods(cfg.experiment, cfg.budget, scorers_for)
     else:
-        from uqbench.data.suites import get_suite_spec
+        from uqbench.data.suite_spec import get_suite_spec
 
         models = cfg.models or get_suite_spec(cfg.suite).models
         ms = methods(model_pairs(models, cfg.budget) if models else default_pairs(cfg.budget),
@@ -144,10 +144,10 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
     probe_scorers(dict.fromkeys(m.scorer for m in ms), timeout=cfg.scorer_timeout)
     backend.check_backbone(cfg.backbone)  # unknown name, unreachable id, unknown architecture
     if cfg.head is not None:
-        from uqbench.data.suites import check_head
+        from uqbench.data.suite_spec import check_head
 
         check_head(cfg.head)
-    from uqbench.data.suites import get_suite_spec
+    from uqbench.data.suite_spec import get_suite_spec
 
     get_suite_spec(cfg.suite)  # unknown name or invalid YAML fails here, before any data work
     out, cache, data = resolve_dirs(cfg)
@@ -187,7 +187,8 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     why = "--threads" if cfg.threads else "the cores this process may use"
     threads = backend.set_threads(cfg.threads)
     print(f"torch threads: {threads} ({why})", flush=True)
-    from uqbench.data.suites import build_suite, get_suite_spec
+    from uqbench.data.suite_spec import get_suite_spec
+    from uqbench.data.suites import build_suite
 
     with backend.main_first():  # process 0 builds the split cache, the others read it
         suite = build_suite(cfg.suite, prof, data_dir=data, cache_dir=cache / "splits",

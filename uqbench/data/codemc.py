@@ -52,10 +52,9 @@ from __future__ import annotations
 import ast
 import copy
 import math
-import os
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -543,15 +542,18 @@ def _alternate_signs(muts: Sequence[Mutation], delta: dict[Mutation, int]) -> li
 
 # -- building --------------------------------------------------------------------------------
 
-@dataclass
-class _Problem:
+@dataclass(frozen=True)
+class CodeProblem:
+    """A programming problem, read from its dataset by its source (`uqbench.data.sources.code`):
+    all `code_mc` needs, no dataset field."""
+
     rid: str
     source: str
     question: str
     reference: str      # raw reference source
-    tests: str          # appended to a candidate to test it
+    tests: str          # appended to a candidate to test it ("": none)
     entry_point: str | None
-    meta: dict[str, Any]
+    meta: Mapping[str, Any]
 
 
 _DEFAULT_SANDBOX: Sandbox | None = None
@@ -582,7 +584,7 @@ def _stats(**kw: Any) -> dict[str, Any]:
     return base
 
 
-def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
+def _build(p: CodeProblem, *, seed: int, sandbox: Sandbox | None, scheme: str,
            max_tries: int, fallback: bool = True) -> tuple[MCRecord | None, dict[str, Any]]:
     if scheme not in SCHEMES:
         raise ValueError(f"code MC scheme {scheme!r}: expected one of {SCHEMES}")
@@ -720,107 +722,14 @@ def _build(p: _Problem, *, seed: int, sandbox: Sandbox | None, scheme: str,
                          source=p.source, meta=meta), stats)
 
 
-def _mbpp_problem(raw: dict) -> _Problem:
-    tests = [str(t) for t in raw.get("test_list", [])]
-    text = str(raw.get("text", "")).strip()
-    question = f"{text} Your code should pass: {tests[0].strip()}" if tests else text
-    setup = str(raw.get("test_setup_code", "") or "").replace("\r\n", "\n")
-    return _Problem(
-        rid=f"mbpp/{raw['task_id']}", source="mbpp", question=question,
-        reference=str(raw.get("code", "")).replace("\r\n", "\n"),
-        tests=(setup + "\n" if setup.strip() else "") + "\n".join(tests), entry_point=None,
-        meta={"task_id": raw["task_id"], "n_tests": len(tests)})
-
-
-def _humaneval_problem(raw: dict) -> _Problem:
-    num = str(raw["task_id"]).rsplit("/", 1)[-1]
-    entry = str(raw["entry_point"])
-    return _Problem(
-        rid=f"humaneval/{num}", source="humaneval", question=str(raw["prompt"]).strip("\n"),
-        reference=str(raw["prompt"]) + str(raw["canonical_solution"]),
-        tests=str(raw["test"]) + f"\n\ncheck({entry})\n", entry_point=entry,
-        meta={"task_id": raw["task_id"], "entry_point": entry})
-
-
-def mbpp_mc(raw: dict, *, seed: int, sandbox: Sandbox | None = None, scheme: str = "square",
-            max_tries: int = DEFAULT_MAX_TRIES) -> tuple[MCRecord | None, dict]:
-    """MBPP line {"text", "code", "task_id", "test_setup_code", "test_list", ...} -> record
-    ``mbpp/{task_id}`` (None when the reference fails or too few failing mutants are found)
-    and the stats dict."""
-    if not raw.get("test_list"):
+def code_mc(problem: CodeProblem, *, seed: int, sandbox: Sandbox | None = None,
+            scheme: str = "square", max_tries: int = DEFAULT_MAX_TRIES
+            ) -> tuple[MCRecord | None, dict[str, Any]]:
+    """The code MC record of ``problem`` (None when it has no tests, its reference fails them
+    or too few failing mutants are found) and the build statistics."""
+    if not problem.tests.strip():
         return None, _stats(reason="no tests")
-    return _build(_mbpp_problem(raw), seed=seed, sandbox=sandbox, scheme=scheme,
-                  max_tries=max_tries)
+    return _build(problem, seed=seed, sandbox=sandbox, scheme=scheme, max_tries=max_tries)
 
 
-def humaneval_mc(raw: dict, *, seed: int, sandbox: Sandbox | None = None, scheme: str = "square",
-                 max_tries: int = DEFAULT_MAX_TRIES) -> tuple[MCRecord | None, dict]:
-    """HumanEval line {"task_id", "prompt", "canonical_solution", "test", "entry_point"} ->
-    record ``humaneval/{n}`` and the stats dict."""
-    return _build(_humaneval_problem(raw), seed=seed, sandbox=sandbox, scheme=scheme,
-                  max_tries=max_tries)
-
-
-# -- many problems, in parallel --------------------------------------------------------------
-
-_BUILDERS: dict[str, Callable[..., tuple[MCRecord | None, dict]]] = {
-    "mbpp": mbpp_mc, "humaneval": humaneval_mc}
-_WORKER_SANDBOX: Sandbox | None = None
-
-
-def _worker_init(sandbox_kwargs: dict[str, Any]) -> None:
-    global _WORKER_SANDBOX
-    _WORKER_SANDBOX = Sandbox(**{**sandbox_kwargs, "workers": 1})
-
-
-def _worker_build(args: tuple[str, dict, int, str, int]) -> tuple[dict | None, dict]:
-    source, raw, seed, scheme, max_tries = args
-    rec, stats = _BUILDERS[source](raw, seed=seed, sandbox=_WORKER_SANDBOX, scheme=scheme,
-                                   max_tries=max_tries)
-    return (rec.to_json() if rec is not None else None), stats
-
-
-def build_code_mc(raws: Iterable[dict], source: str, *, seed: int, workers: int = 2,
-                  scheme: str = "square", max_tries: int = DEFAULT_MAX_TRIES,
-                  sandbox_kwargs: dict[str, Any] | None = None
-                  ) -> tuple[list[MCRecord], list[dict]]:
-    """Build many problems (``source`` "mbpp" or "humaneval") with ``workers`` processes, each
-    running its sandboxed programs one at a time. Returns (records, one stats dict per input,
-    in order, with "id" added). The result does not depend on ``workers``."""
-    if source not in _BUILDERS:
-        raise ValueError(f"build_code_mc: unknown source {source!r} (mbpp, humaneval)")
-    raws = list(raws)
-    kwargs = dict(sandbox_kwargs or {})
-    jobs = [(source, raw, seed, scheme, max_tries) for raw in raws]
-    if workers <= 1:
-        _worker_init(kwargs)
-        results = [_worker_build(j) for j in jobs]
-    else:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init,
-                                 initargs=(kwargs,)) as ex:
-            results = list(ex.map(_worker_build, jobs, chunksize=1))
-    records: list[MCRecord] = []
-    all_stats: list[dict] = []
-    for raw, (rec, st) in zip(raws, results):
-        pid = (f"mbpp/{raw.get('task_id')}" if source == "mbpp"
-               else f"humaneval/{str(raw.get('task_id')).rsplit('/', 1)[-1]}")
-        all_stats.append({"id": pid, **st})
-        if rec is not None:
-            records.append(MCRecord.from_json(rec))
-    return records, all_stats
-
-
-def summarize(stats: Sequence[dict]) -> dict[str, Any]:
-    """Counts over `build_code_mc` stats: problems, verified, reference failures, runs..."""
-    n = len(stats)
-    return {
-        "problems": n,
-        "verified": sum(bool(s.get("verified")) for s in stats),
-        "reference_failed": sum(not s.get("reference_passed") for s in stats),
-        "mutants_tried": sum(int(s.get("mutants_tried", 0)) for s in stats),
-        "mutants_failing": sum(int(s.get("mutants_failing", 0)) for s in stats),
-        "killed": sum(int(s.get("killed", 0)) for s in stats),
-        "cpu_count": os.cpu_count(),
-    }
+__all__ = ["CODE_MC_VERSION", "CodeProblem", "code_mc"]

@@ -1,4 +1,5 @@
-"""Numeric multiple choice from math word problems (GSM8K, MATH-500, SVAMP, MAWPS...).
+"""Numeric multiple choice from a `NumericProblem` (`numeric_mc`); the sources (GSM8K,
+MATH-500, SVAMP, MAWPS in `uqbench.data.sources.math`) read their fields into one.
 
 Every record has 4 options with distinct numeric values, all formatted alike (integers without
 ".0"; a non-integer gold gets distractors with the same number of decimals). Distractors, in order
@@ -21,16 +22,16 @@ records were built, or on Python's hash seed.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import random
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from uqbench.data.records import MCRecord
+from uqbench.data.seeds import derive_seed
 
 MATH_MC_VERSION = "1"
 N_CHOICES = 4
@@ -40,8 +41,8 @@ _PLAUSIBLE_RATIO = 5.0
 
 def record_rng(seed: int, id: str, salt: str = "") -> random.Random:
     """A RNG that depends only on (seed, id, salt), stable across runs and Python versions."""
-    digest = hashlib.sha256(f"{int(seed)}\x00{id}\x00{salt}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:16], "big"))
+    return random.Random(derive_seed(int(seed), id, salt, sep="\x00", nbytes=16,
+                                     byteorder="big"))
 
 
 # -- numbers ---------------------------------------------------------------------------------
@@ -279,12 +280,35 @@ def _designs(gold: float, k: int, gold_str: str, naturals: list[tuple[float, str
     return classes
 
 
-def numeric_mc(question: str, gold: float, *, hints: Sequence[float] = (), seed: int,
-               id: str, source: str, domain: str = "math") -> MCRecord:
-    """A 4-option numeric record; ``hints`` are wrong-but-plausible values (e.g. intermediate
-    results), most preferred first."""
-    return _numeric_mc(question, gold, [(float(h), "hint") for h in hints], seed=seed, id=id,
-                       source=source, domain=domain)
+@dataclass(frozen=True)
+class NumericProblem:
+    """A problem with a numeric answer, read from its dataset by its source
+    (`uqbench.data.sources.math`): all `numeric_mc` needs, no dataset field.
+
+    ``id`` seeds the record's RNG (with the seed) and is the record's id; ``hints`` are
+    wrong-but-plausible values with how they were found (``"intermediate"``,
+    ``"solution_number"``, ``"hint"``), most preferred first; ``meta`` goes into the record's.
+    """
+
+    id: str
+    source: str
+    question: str
+    gold: float
+    hints: tuple[tuple[float, str], ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+def numeric_mc(problem: NumericProblem, *, seed: int, domain: str = "math") -> MCRecord:
+    """A 4-option numeric record (ValueError for a gold that is not a finite number).
+
+    Examples
+    --------
+    >>> r = numeric_mc(NumericProblem("toy/1", "toy", "2 + 3?", 5), seed=0)
+    >>> r.choices[r.answer], len(r.choices)
+    ('5', 4)
+    """
+    return _numeric_mc(problem.question, problem.gold, problem.hints, seed=seed, id=problem.id,
+                       source=problem.source, domain=domain, meta=dict(problem.meta) or None)
 
 
 def _numeric_mc(question: str, gold: float, hints: Sequence[tuple[float, str]], *,
@@ -348,139 +372,3 @@ def _numeric_mc(question: str, gold: float, hints: Sequence[tuple[float, str]], 
     return MCRecord(id=id, domain=domain, question=question,
                     choices=tuple(s for s, _, _ in options), answer=answer, source=source,
                     meta=record_meta)
-
-
-# -- GSM8K -----------------------------------------------------------------------------------
-
-_CALC_RE = re.compile(r"<<([^<>]*)>>")
-
-
-def gsm8k_gold(answer: str) -> float | None:
-    """The number after '####' in a GSM8K answer ('1,000' -> 1000.0)."""
-    if "####" not in answer:
-        return None
-    return parse_number(answer.rsplit("####", 1)[1])
-
-
-def gsm8k_hints(answer: str) -> list[tuple[float, str]]:
-    """Calculator results (latest first), then other numbers of the solution (latest first)."""
-    body = answer.rsplit("####", 1)[0]
-    calc: list[float] = []
-    for expr in _CALC_RE.findall(body):
-        if "=" in expr:
-            v = parse_number(expr.rsplit("=", 1)[1])
-            if v is not None:
-                calc.append(v)
-    text = _CALC_RE.sub(" ", body)
-    nums = [v for v in (parse_number(m) for m in _NUM_RE.findall(text)) if v is not None]
-    out: list[tuple[float, str]] = []
-    seen: set[float] = set()
-    for vals, method in ((calc[::-1], "intermediate"), (nums[::-1], "solution_number")):
-        for v in vals:
-            if v not in seen:
-                seen.add(v)
-                out.append((v, method))
-    return out
-
-
-def gsm8k_mc(raw: dict, *, seed: int, index: int, split: str = "train") -> MCRecord | None:
-    """GSM8K line {"question", "answer"} -> record ``gsm8k/{split}/{index}``; None when the
-    answer has no parsable final number."""
-    gold = gsm8k_gold(str(raw.get("answer", "")))
-    if gold is None or not str(raw.get("question", "")).strip():
-        return None
-    rid = f"gsm8k/{split}/{index}"
-    return _numeric_mc(str(raw["question"]).strip(), gold, gsm8k_hints(raw["answer"]),
-                       seed=seed, id=rid, source="gsm8k", domain="math",
-                       meta={"split": split, "index": int(index)})
-
-
-# -- MATH-500 --------------------------------------------------------------------------------
-
-def _unbox(s: str) -> str:
-    m = re.search(r"\\boxed\s*\{", s)
-    if not m:
-        return s
-    depth, i = 1, m.end()
-    start = i
-    while i < len(s) and depth:
-        depth += {"{": 1, "}": -1}.get(s[i], 0)
-        i += 1
-    return s[start:i - 1] if depth == 0 else s
-
-
-def parse_integer_answer(answer: str) -> int | None:
-    """A MATH answer that is a plain integer -> int, else None.
-
-    Strips ``\\boxed{}``, ``$`` and ``\\$``, spaces, ``\\!``, ``\\,`` and thousands separators
-    ("10,\\!080" -> 10080). "5" and "-4" are kept; "\\frac{1}{2}", "3\\sqrt{2}", "1,-2",
-    "3, 5, 7", "90^\\circ", "2516_8", "18.90" are not.
-    """
-    s = _unbox(str(answer))
-    for t in ("\\!", "\\,", "\\;", "\\ ", "\\$", "$", " ", "{,}"):
-        s = s.replace(t, "," if t == "{,}" else "")
-    s = s.strip()
-    while s.startswith("{") and s.endswith("}"):
-        s = s[1:-1].strip()
-    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+", s):
-        s = s.replace(",", "")
-    if not re.fullmatch(r"[-+]?\d+", s):
-        return None
-    return int(s)
-
-
-def math_hints(solution: str, gold: float) -> list[tuple[float, str]]:
-    """Numbers of a MATH solution: those right after '=' (results) first, latest first."""
-    text = re.sub(r"\[asy\].*?\[/asy\]", " ", solution, flags=re.DOTALL)
-    text = re.sub(r"\\boxed\s*\{[^{}]*\}", " ", text)
-    results: list[float] = []
-    others: list[float] = []
-    for m in _NUM_RE.finditer(text):
-        v = parse_number(m.group())
-        if v is None:
-            continue
-        before = text[max(0, m.start() - 3):m.start()].replace(" ", "").replace("$", "")
-        (results if before.endswith("=") else others).append(v)
-    out: list[tuple[float, str]] = []
-    seen = {gold}
-    for vals, method in ((results[::-1], "intermediate"), (others[::-1], "solution_number")):
-        for v in vals:
-            if v not in seen:
-                seen.add(v)
-                out.append((v, method))
-    return out
-
-
-def math500_mc(raw: dict, *, seed: int) -> MCRecord | None:
-    """MATH-500 line -> record ``math500/<unique_id without .json>``; None unless the answer is
-    an integer (see `parse_integer_answer`)."""
-    gold = parse_integer_answer(str(raw.get("answer", "")))
-    if gold is None:
-        return None
-    uid = str(raw.get("unique_id", "")).removesuffix(".json")
-    rid = f"math500/{uid}"
-    meta = {"subject": raw.get("subject"), "level": raw.get("level"),
-            "unique_id": raw.get("unique_id")}
-    return _numeric_mc(str(raw["problem"]).strip(), gold,
-                       math_hints(str(raw.get("solution", "")), float(gold)), seed=seed, id=rid,
-                       source="math500", domain="math", meta=meta)
-
-
-def build_math_mc(raws: Iterable[dict], source: str, *, seed: int, split: str = "train"
-                  ) -> tuple[list[MCRecord], dict[str, Any]]:
-    """Convert a whole file: ``source`` "gsm8k" or "math500". Returns (records, stats) with
-    stats {"total", "kept", "dropped", "version"}."""
-    records: list[MCRecord] = []
-    total = 0
-    for i, raw in enumerate(raws):
-        total += 1
-        if source == "gsm8k":
-            rec = gsm8k_mc(raw, seed=seed, index=i, split=split)
-        elif source == "math500":
-            rec = math500_mc(raw, seed=seed)
-        else:
-            raise ValueError(f"build_math_mc: unknown source {source!r} (gsm8k, math500)")
-        if rec is not None:
-            records.append(rec)
-    return records, {"total": total, "kept": len(records), "dropped": total - len(records),
-                     "version": MATH_MC_VERSION}

@@ -1,4 +1,4 @@
-"""The built-in `pooled` suite (DESIGN.md, "Suites and profiles"):
+"""The built-in `pooled` suite (README, "Two commands"):
 
 ========= ============================== ============================ =========================
 domain    train (and calib)              id                           shift
@@ -40,5 +40,4 @@ def pooled() -> SuiteSpec:
         DomainSpec("code", {"train": r("mbpp", "train"), "calib": r("mbpp", "train"),
                             "id": r("mbpp", "test"), "shift": r("humaneval", "test")}),
     )
-    return SuiteSpec("pooled", doms, description="four domains x (train, calib, id, shift); "
-                     "DESIGN.md 'Suites and profiles'")
+    return SuiteSpec("pooled", doms, description="four domains x (train, calib, id, shift)")

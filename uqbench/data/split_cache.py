@@ -5,18 +5,12 @@ material (`uqbench.cache.key_hash`).
 **Key material** (`uqbench.data.suites`): the suite spec of the domain, caps, seed, the sha256
 of every source file of the domain (a changed source file never hits an old entry), and the
 *version constants* of the code that made it: ``SUITE_VERSION`` (selection), ``LOADER_VERSION``
-(shared loading machinery), each source family's ``VERSION`` and each builder's versions
-(`uqbench.data.builders.builder_info`: ``BUILD_ITEM_VERSION``, ``MATH_MC_VERSION``,
+(shared loading machinery), each source family's ``VERSION`` and each built source's
+``versions`` (`uqbench.data.suites.builder_info`: ``BUILD_ITEM_VERSION``, ``MATH_MC_VERSION``,
 ``CODE_MC_VERSION``, ``SANDBOX_VERSION``). An edit that changes what a loader or builder
 returns must bump its constant by hand; tests/test_fingerprints.py fails until it does, while
 an edit that changes nothing (a comment, a refactoring) keeps every cached split -- notably the
 sandbox-verified code splits, which are slow to rebuild.
-
-**One-time rebuild.** Before these constants, the key held the sha256 of the loader, suite and
-builder source files (``code_sha256``, ``<module>_sha256``). Those entries are keyed
-differently, so the first build after the change rebuilds every split once (with the same
-records and hashes) and leaves the old files unused; delete ``cache_dir/<suite>/`` to reclaim
-the space.
 
 Entries are written atomically (`uqbench.cache.atomic_write_text`); on read the stored key and
 the records' content hash are checked and a corrupt or stale entry is removed (with a
@@ -87,7 +81,6 @@ class SplitCache:
                 "role": split.role, "hash": split.hash, "recipe": canon(split.recipe),
                 "records": [r.to_json() for r in split.records]}
         atomic_write_text(path, json.dumps(blob, ensure_ascii=False, sort_keys=True))
-
 
 
 __all__ = ["CACHE_FORMAT", "SplitCache", "canon"]

@@ -1,8 +1,10 @@
 """Suites: domains x roles of built, hashed, cached splits (`build_suite`).
 
-What a suite is made of and suite YAML files: `uqbench.data.suite_spec`; the built-in `pooled`
-suite: `uqbench.data.pooled`; the cache of built splits: `uqbench.data.split_cache`. Their
-public names are importable from here too.
+What a suite is made of, suite YAML files and the suite registry: `uqbench.data.suite_spec`;
+the built-in `pooled` suite: `uqbench.data.pooled`; the cache of built splits:
+`uqbench.data.split_cache`. A split is made here, in three steps: the role's *pool*, what it
+*takes* from it (a parsed source's records, or its raw items through the source's own ``build``,
+`make_record`), then the `Split` with its recipe and builder statistics.
 
 **Selection.** Each role draws from a *pool*: the items of one (source, split) after its
 filters (MMLU subjects, seeded half). A pool is put in a seeded random order once; roles
@@ -11,15 +13,15 @@ id, shift, so they never overlap, and the calib slice (the head) does not move w
 cap changes. A role takes items until it holds its cap (``Profile.<role>_cap``, overridden by the
 suite's ``caps``; None = the whole rest of the pool). For built sources (math, code) an item the
 builder rejects is consumed and skipped, so a split still reaches its cap when the pool allows;
-code items are built by a pool of `N_WORKERS` processes. Records are then put back in source
+sandboxed (code) items are built by a pool of `N_WORKERS` processes. Records are then put back in source
 order. Everything is a function of (files, spec, caps, seed): two builds give the same hashes.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
-import hashlib
 import multiprocessing
+import re
 import sys
 import time
 from collections import Counter
@@ -30,56 +32,76 @@ from typing import Any
 
 import numpy as np
 
-from uqbench.data import builders as B
 from uqbench.data import sources
-from uqbench.data.build_stats import CODE_KINDS, StatsAgg
 from uqbench.data.records import MCRecord, Split
-from uqbench.data.sources import HubLoader, Item, Loaded
-from uqbench.data.split_cache import CACHE_FORMAT, SplitCache, canon
-from uqbench.data.suite_spec import (
-    REQUIRED_ROLES,
-    ROLES,
-    SUITES,
-    DomainSpec,
-    RoleSpec,
-    Suite,
-    SuiteSpec,
-    check_head,
-    get_suite_spec,
-    list_suites,
-    load_suite_file,
-    parse_caps,
-    parse_suite,
-    register_suite,
-)
+from uqbench.data.seeds import derive_seed
+from uqbench.data.sources import LOADER_VERSION, HubLoader, Item, Loaded, Source
+from uqbench.data.split_cache import SplitCache, canon
+from uqbench.data.suite_spec import ROLES, DomainSpec, RoleSpec, Suite, SuiteSpec, get_suite_spec
 from uqbench.errors import ConfigError, DataError, record_fallback
-from uqbench.profiles import HEADS, Profile, get_profile
+from uqbench.profiles import Profile, get_profile
 
 #: Bump when selection or the split/recipe format changes.
 SUITE_VERSION = "1"
+#: Bump when `make_record` (the per-item seed) or a source's reading of its raw items into a
+#: typed problem (GSM8K hints, the SVAMP question, MBPP tests...) changes a record.
+BUILD_ITEM_VERSION = "1"
 
 #: Build order within a domain: calib is the head of the train pool.
 BUILD_ORDER: tuple[str, ...] = ("calib", "train", "id", "shift")
-#: Builders that execute code: built with a process pool.
-PARALLEL_KINDS = CODE_KINDS
+#: Processes that run a sandboxed builder (`Source.sandboxed`: code MC).
 N_WORKERS = 2
 
 
 def _rng(seed: int, *parts: str) -> np.random.Generator:
-    digest = hashlib.sha256("/".join([str(seed), *parts]).encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    return np.random.default_rng(derive_seed(seed, *parts))
+
+
+def builder_info(source: Source) -> dict[str, Any]:
+    """What made a source's choices (in the split cache key and the recipe): the source options,
+    or its ``build`` with its version constants and `BUILD_ITEM_VERSION`."""
+    if source.build is None:
+        return {"method": "source options", "loader_version": LOADER_VERSION}
+    return {"method": f"{source.build.__module__}.{source.build.__qualname__}",
+            "loader_version": LOADER_VERSION, "build_item_version": BUILD_ITEM_VERSION,
+            **source.versions}
+
+
+def make_record(source: str, split: str, item: Item, seed: int, domain: str | None = None
+                ) -> tuple[MCRecord | None, dict[str, Any]]:
+    """One item of ``source`` as an `MCRecord` (None if its builder rejects it) plus the
+    builder's statistics.
+
+    A parsed item is its record; a raw one goes through the source's ``build`` with a per-item
+    seed derived from ``(seed, item.id)``, so the result does not depend on which other items are
+    built or in which process. The record's id is the item's and its domain ``domain`` (default:
+    the builder's). Takes the source's name, not the `Source`: it runs in worker processes.
+    """
+    src = sources.get_source(source)
+    stats: dict[str, Any] = {}
+    if src.build is None:
+        assert item.record is not None
+        rec: MCRecord | None = item.record
+    else:
+        rec, stats = src.build(src, split, item,
+                               derive_seed(seed, item.id, nbytes=4, byteorder="big"))
+        stats = dict(stats)
+    if rec is not None:
+        rec = dataclasses.replace(rec, id=item.id, domain=domain or rec.domain)
+    return rec, stats
 
 
 @dataclass
 class _Pool:
     key: str
-    kind: str
+    source: Source
     items: list[Item]  # in seeded order
     info: dict[str, Any]
 
 
-class _Builder:
-    """Builds one suite's splits (one instance per `build_suite` call)."""
+class _SplitMaker:
+    """Makes one suite's splits (one instance per `build_suite` call): a role's `pool`, then
+    `take` from it, then the `Split` (`make_split`)."""
 
     def __init__(self, spec: SuiteSpec, caps: Mapping[str, int | None], seed: int,
                  data_dir: Path | None, verify: bool, cache: SplitCache, progress: bool,
@@ -142,7 +164,8 @@ class _Builder:
             items = [it for it in items if it.id in keep]
             info["half"] = {"half": rs.half, "of": info["size_raw"], "kept": len(items),
                             "stratified_by": "subject" if any(strata) else None}
-        if rs.choices is not None and loaded.kind == "mc":
+        source = sources.get_source(rs.source)
+        if rs.choices is not None and source.build is None:
             kept = [it for it in items if it.record is not None
                     and len(it.record.choices) == rs.choices]
             info["dropped_choices"] = {"kept_only": rs.choices, "dropped": len(items) - len(kept),
@@ -152,7 +175,7 @@ class _Builder:
                                            and len(it.record.choices) != rs.choices).items()))}
             items = kept
         order = _rng(self.seed, "pool", key).permutation(len(items))
-        pool = _Pool(key, loaded.kind, [items[i] for i in order], info)
+        pool = _Pool(key, source, [items[i] for i in order], info)
         info["size"] = len(items)
         self._pools[key] = pool
         return pool
@@ -161,17 +184,16 @@ class _Builder:
     def domain_material(self, dom: DomainSpec, files: Mapping[str, str]) -> dict[str, Any]:
         """A domain's split cache key (plus ``role``); see `uqbench.data.split_cache`."""
         srcs = {rs.source: sources.get_source(rs.source) for rs in dom.roles.values()}
-        kinds = sorted({s.kind for s in srcs.values()})
         return {
             "what": "uqbench split", "suite": self.spec.name, "domain": dom.name,
             "spec": dom.to_json(), "caps": dict(self.caps), "seed": self.seed,
             "files": dict(sorted(files.items())), "verify": self.verify,
-            "builders": {k: B.builder_info(k) for k in kinds},
+            "builders": {n: builder_info(s) for n, s in sorted(srcs.items())},
             "sources": {n: s.version for n, s in sorted(srcs.items())},
             "suite_version": SUITE_VERSION, "loader_version": sources.LOADER_VERSION,
         }
 
-    def build_domain(self, dom: DomainSpec, files: Mapping[str, str]) -> dict[str, Split]:
+    def domain_splits(self, dom: DomainSpec, files: Mapping[str, str]) -> dict[str, Split]:
         base = self.domain_material(dom, files)
         cursors: dict[str, int] = {}
         out: dict[str, Split] = {}
@@ -192,7 +214,7 @@ class _Builder:
                 split = hit
             else:
                 t0 = time.perf_counter()
-                split = self.build_split(dom.name, role, rs, cursors.get(key, 0))
+                split = self.make_split(dom.name, role, rs, cursors.get(key, 0))
                 self.cache.put(self.spec.name, material, split)
                 self.log(f"{self.spec.name}: built {dom.name}/{role}: {len(split.records)} "
                          f"records from {rs.source}:{rs.split} in "
@@ -202,20 +224,10 @@ class _Builder:
             _record_unlimited(split, f"{self.spec.name}: {dom.name}/{role}")
         return {r: out[r] for r in ROLES}
 
-    def build_split(self, domain: str, role: str, rs: RoleSpec, start: int) -> Split:
+    def make_split(self, domain: str, role: str, rs: RoleSpec, start: int) -> Split:
         pool = self.pool(rs)
         cap = self.caps.get(role)
-        kind = pool.kind
-        if kind == "mc":
-            stop = len(pool.items) if cap is None else min(len(pool.items), start + cap)
-            chosen = [(it, dataclasses.replace(it.record, domain=domain))
-                      for it in pool.items[start:stop] if it.record is not None]
-            stats: dict[str, Any] = {}
-        else:
-            ok, why = B.builder_available(kind)
-            if not ok:
-                raise DataError(f"{domain}/{role} needs the {kind} MC builder: {why}")
-            chosen, stop, stats = self._build_many(domain, role, rs, pool, start, cap)
+        chosen, stop, stats = self.take(domain, role, rs, pool, start, cap)
         if not chosen:
             raise ConfigError(
                 f"suite {self.spec.name!r}: split {domain}/{role} would be empty: pool "
@@ -237,33 +249,40 @@ class _Builder:
                                     "consecutive slices in the order calib, train, id, shift; "
                                     "records kept in source order",
                           "seed": self.seed, "cap": cap, "start": start, "stop": stop},
-            "builder": B.builder_info(kind),
+            "builder": builder_info(pool.source),
             "suite_version": SUITE_VERSION,
         }
         if stats:
             recipe["builder_stats"] = stats
         return Split(domain, role, records, canon(recipe))
 
-    def _build_many(self, domain: str, role: str, rs: RoleSpec, pool: _Pool, start: int,
-                    cap: int | None) -> tuple[list[tuple[Item, MCRecord]], int, dict[str, Any]]:
-        """Build MC records from the pool order until ``cap`` succeed (or the pool ends)."""
-        kind, items = pool.kind, pool.items
+    def take(self, domain: str, role: str, rs: RoleSpec, pool: _Pool, start: int,
+             cap: int | None) -> tuple[list[tuple[Item, MCRecord]], int, dict[str, Any]]:
+        """Records from the pool order at ``start`` until ``cap`` are made (or the pool ends):
+        ``(chosen, stop, builder stats)``. Parsed sources take a slice; built ones consume and
+        skip the items their builder rejects."""
+        src, items = pool.source, pool.items
+        if src.build is None:
+            stop = len(items) if cap is None else min(len(items), start + cap)
+            return [(it, dataclasses.replace(it.record, domain=domain))
+                    for it in items[start:stop] if it.record is not None], stop, {}
         want = len(items) - start if cap is None else cap
         chosen: list[tuple[Item, MCRecord]] = []
-        agg = StatsAgg(kind)
+        agg = _BuildStats(src)
         pos = start
-        parallel = kind in PARALLEL_KINDS
         t0 = time.perf_counter()
         while len(chosen) < want and pos < len(items):
             need = want - len(chosen)
             # a little over-asking covers builder rejections; extra results are discarded
-            n = min(len(items) - pos, need + (max(2, need // 4) if parallel else 0))
+            n = min(len(items) - pos, need + (max(2, need // 4) if src.sandboxed else 0))
             batch = items[pos:pos + n]
-            if parallel and len(batch) > 1:
+            if src.sandboxed and len(batch) > 1:
                 results: Iterable[tuple[MCRecord | None, dict[str, Any]]] = self.executor().map(
-                    B.build_item, [kind] * n, batch, [self.seed] * n, [domain] * n)
+                    make_record, [src.name] * n, [rs.split] * n, batch, [self.seed] * n,
+                    [domain] * n)
             else:
-                results = (B.build_item(kind, it, self.seed, domain) for it in batch)
+                results = (make_record(src.name, rs.split, it, self.seed, domain)
+                           for it in batch)
             for it, (rec, st) in zip(batch, results):
                 pos += 1
                 if rec is not None and rs.choices is not None and len(rec.choices) != rs.choices:
@@ -275,10 +294,79 @@ class _Builder:
                     chosen.append((it, dataclasses.replace(rec, meta=canon(dict(rec.meta)))))
                     if len(chosen) >= want:
                         break
-            if parallel:
+            if src.sandboxed:
                 self.log(f"{self.spec.name}: {domain}/{role}: {len(chosen)}/{want} built, "
                          f"{pos - start} tried ({time.perf_counter() - t0:.0f}s)")
         return chosen, pos, agg.result()
+
+
+class _BuildStats:
+    """Sums builder statistics (code: mutants; math: distractor methods) over a split."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.tried = self.built = 0
+        self.rejected: Counter[str] = Counter()
+        self.sums: dict[str, float] = {}
+        self.flags: Counter[str] = Counter()
+        self.methods: Counter[str] = Counter()
+        self.designs: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        self.limits_failed: Counter[str] = Counter()
+
+    def add(self, rec: MCRecord | None, st: Mapping[str, Any]) -> None:
+        self.tried += 1
+        if rec is None:
+            why = str(st.get("reason") or self.source.rejects)
+            # group by kind of reason: drop the per-problem details
+            self.rejected[re.split(r" among |: ", why, maxsplit=1)[0]] += 1
+        else:
+            self.built += 1
+        for k, v in st.items():
+            if isinstance(v, bool):
+                self.flags[k] += int(v)
+            elif isinstance(v, (int, float)):
+                self.sums[k] = self.sums.get(k, 0) + v
+        self.outcomes.update(o for o in st.get("choice_outcomes", ()) if o)  # code: how mutants fail
+        self.limits_failed.update(st.get("limits_failed", {}))  # code: runs without an OS limit
+        if rec is not None:
+            for m in _distractor_methods(rec.meta):
+                self.methods[m.split(":")[0]] += 1  # family: "perturbation:plus_one" -> ...
+            if isinstance(rec.meta.get("design"), str):
+                self.designs[rec.meta["design"]] += 1
+
+    def result(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"source": self.source.name, "tried": self.tried, "built": self.built,
+                             "rejected": dict(sorted(self.rejected.items()))}
+        if self.sums:
+            d["totals"] = {k: (int(v) if float(v).is_integer() else v)
+                           for k, v in sorted(self.sums.items())}
+        if self.source.sandboxed:
+            d["verified"] = self.flags.get("verified", 0)
+            # sandboxed runs that went without an OS limit, by limit ({}: all were enforced)
+            d["sandbox_limits_failed"] = dict(sorted(self.limits_failed.items()))
+        d.update({f"n_{k}": v for k, v in sorted(self.flags.items()) if k != "verified"})
+        if self.methods:
+            d["distractor_methods"] = dict(self.methods.most_common())
+        if self.designs:
+            d["designs"] = dict(self.designs.most_common())
+        if self.outcomes:
+            d["mutant_outcomes"] = dict(self.outcomes.most_common())
+        return d
+
+
+def _distractor_methods(meta: Mapping[str, Any]) -> list[str]:
+    """Distractor provenance labels a builder left in ``meta`` (best effort, any of the keys)."""
+    for key in ("choice_methods", "distractor_methods", "distractor_sources", "distractors",
+                "methods", "mutants"):
+        v = meta.get(key)
+        if isinstance(v, Mapping):
+            v = list(v.values())
+        if isinstance(v, list) and all(isinstance(x, str) for x in v):
+            return [x for x in v if x != "gold"]
+        if isinstance(v, list) and all(isinstance(x, Mapping) for x in v):
+            return [str(x.get("method", x.get("kind", "?"))) for x in v]
+    return []
 
 
 def _record_unlimited(split: Split, where: str) -> None:
@@ -346,8 +434,7 @@ def build_suite(name_or_path: str | Path | SuiteSpec, profile: Profile | str, *,
     ConfigError
         Unknown suite or profile, invalid suite file, a split that would be empty.
     DataError
-        Missing/changed/malformed data, or a math/code builder that is not available; all
-        raised before any split is built.
+        Missing/changed/malformed data; raised before any split is built.
 
     Examples
     --------
@@ -360,39 +447,25 @@ def build_suite(name_or_path: str | Path | SuiteSpec, profile: Profile | str, *,
                                    "id": prof.id_cap, "shift": prof.shift_cap}
     caps.update(spec.caps)
     root = sources.resolve_data_dir(data_dir)
-    builder = _Builder(spec, caps, seed, root, verify, SplitCache(cache_dir), progress,
-                       hub_loader)
+    maker = _SplitMaker(spec, caps, seed, root, verify, SplitCache(cache_dir), progress,
+                        hub_loader)
     # everything that can fail cheaply fails here, before any split is built
-    dom_files: dict[str, dict[str, str]] = {}
-    for dom in spec.domains:
-        files: dict[str, str] = {}
-        for role in ROLES:
-            rs = dom.roles[role]
-            kind = sources.get_source(rs.source).kind
-            ok, why = B.builder_available(kind)
-            if not ok:
-                raise DataError(f"suite {spec.name!r}: {dom.name}/{role} uses {rs.source!r}, "
-                                f"whose multiple-choice form needs the {kind} builder: {why}")
-            files.update(builder.files(rs))
-        dom_files[dom.name] = files
+    dom_files = {dom.name: {f: h for role in ROLES for f, h in maker.files(dom.roles[role]).items()}
+                 for dom in spec.domains}
     splits: dict[tuple[str, str], Split] = {}
     t0 = time.perf_counter()
     try:
         for dom in spec.domains:
-            built = builder.build_domain(dom, dom_files[dom.name])
+            built = maker.domain_splits(dom, dom_files[dom.name])
             _check_disjoint(spec.name, dom.name, built)
             for role, s in built.items():
                 splits[dom.name, role] = s
     finally:
-        builder.close()
-    builder.log(f"{spec.name} ({prof.name}): {len(splits)} splits ready in "
+        maker.close()
+    maker.log(f"{spec.name} ({prof.name}): {len(splits)} splits ready in "
                 f"{time.perf_counter() - t0:.1f}s")
     return Suite(spec.name, prof.name, tuple(d.name for d in spec.domains), splits, seed, spec)
 
 
-__all__ = [
-    "BUILD_ORDER", "CACHE_FORMAT", "HEADS", "N_WORKERS", "PARALLEL_KINDS", "REQUIRED_ROLES",
-    "ROLES", "SUITES", "SUITE_VERSION", "DomainSpec", "RoleSpec", "SplitCache", "Suite",
-    "SuiteSpec", "build_suite", "check_head", "get_suite_spec", "list_suites",
-    "load_suite_file", "parse_caps", "parse_suite", "register_suite",
-]
+__all__ = ["BUILD_ITEM_VERSION", "BUILD_ORDER", "N_WORKERS", "SUITE_VERSION", "build_suite",
+           "builder_info", "make_record"]

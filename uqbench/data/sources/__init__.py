@@ -1,5 +1,5 @@
-"""Data sources: every staged dataset into `Item`s (a parsed `MCRecord`, or a raw item that a
-builder of `uqbench.data.builders` turns into one).
+"""Data sources: every staged dataset into `Item`s (a parsed `MCRecord`, or a raw item that the
+source's own ``build`` turns into one, see `register_source`).
 
 Two ways in, one result:
 
@@ -24,6 +24,7 @@ from uqbench.data.sources.base import (
     Bad,
     Item,
     Loaded,
+    MCBuild,
     Source,
     get_source,
     list_sources,
@@ -90,8 +91,8 @@ def load_source(name: str, split: str, *, data_dir: str | Path | None = None,
     if root is None:
         rows, tags = hub_rows(source, split, hub_loader)
         assert source.hub_parse is not None  # a hub mapping comes with its parser
-        return Loaded(name, split, source.kind,
-                      tuple(source.hub_parse(source, split, rows, subs)), tags, "hub")
+        return Loaded(name, split, tuple(source.hub_parse(source, split, rows, subs)), tags,
+                      "hub")
     stream = source.stream or iter_by_suffix
     files: dict[str, str] = {}
     items: list[Item] = []
@@ -100,11 +101,12 @@ def load_source(name: str, split: str, *, data_dir: str | Path | None = None,
         files.update(rel_files)
         part = [it for f in rel_files for it in read_records(
             root / f, f, lambda i, obj: source.parse(source, split, i, obj), stream)]
-        # positions run start, start + 2, ...: the numbering the splits (and their caches) were
-        # first built with; only their order matters, and the gsm8k builder's ``index``
+        # positions run start, start + 2, ...: the numbering the splits were first built with;
+        # only their order matters, and GSM8K's record RNG id (`math.gsm8k_problem`), so
+        # renumbering them changes the GSM8K records (tests/test_fingerprints.py)
         start = len(items)
         items.extend(dataclasses.replace(it, position=start + 2 * k) for k, it in enumerate(part))
-    return Loaded(name, split, source.kind, tuple(items), files, "local")
+    return Loaded(name, split, tuple(items), files, "local")
 
 
 def source_files(name: str, split: str, *, data_dir: str | Path | None = None,
@@ -126,7 +128,8 @@ def source_files(name: str, split: str, *, data_dir: str | Path | None = None,
 
 
 __all__ = [
-    "ENV_VAR", "LOADER_VERSION", "SOURCES", "Bad", "HubLoader", "Item", "Loaded", "Source",
+    "ENV_VAR", "LOADER_VERSION", "SOURCES", "Bad", "HubLoader", "Item", "Loaded", "MCBuild",
+    "Source",
     "file_sha256", "get_source", "list_sources", "load_source", "manifest_records", "mc",
     "need", "raw_item", "read_manifest", "register_source", "resolve_data_dir", "source_files",
     "text", "verified_file",

@@ -24,7 +24,8 @@ LOADER_VERSION = "1"
 
 @dataclass(frozen=True)
 class Item:
-    """One loaded example: a parsed `MCRecord`, or a ``raw`` dict a builder turns into one.
+    """One loaded example: a parsed `MCRecord`, or a ``raw`` dict its source's ``build`` turns
+    into one.
 
     ``position`` is its index in source order, ``where`` its origin for error messages
     (``file:line``), ``stratum`` a grouping key (MMLU subject) for stratified halves.
@@ -48,7 +49,6 @@ class Loaded:
 
     source: str
     split: str
-    kind: str
     items: tuple[Item, ...]
     files: Mapping[str, str]
     origin: str  # "local" or "hub"
@@ -65,14 +65,26 @@ FileLister = Callable[..., dict[str, str]]
 Streamer = Callable[[Path], Iterator[tuple[int, Any]]]
 
 
+#: ``build(source, split, item, seed) -> (record or None, stats)``: a raw item's MC form. The
+#: source's module reads the dataset's fields into a typed problem and hands it to a builder
+#: (`uqbench.data.mathmc.numeric_mc`, `uqbench.data.codemc.code_mc`); the record's id and
+#: domain are then set by the split (`uqbench.data.suites`). None: the builder rejects the item.
+MCBuild = Callable[["Source", str, Item, int], "tuple[MCRecord | None, dict[str, Any]]"]
+
+
 @dataclass(frozen=True)
 class Source:
-    """One dataset: its default domain, how its MC form is made, its files and hub mapping.
+    """One dataset: its default domain, files and hub mapping, parser and MC builder.
 
-    ``kind`` is ``"mc"`` (records parsed directly) or the builder that makes MC from a raw item
-    (``"gsm8k"``, ``"math500"``, ``"numeric"``, ``"mbpp"``, ``"humaneval"``, see
-    `uqbench.data.builders`). ``splits`` maps a split name to its data files (relative to the
-    data folder); ``hub`` maps a split to ``(repo, config, hub_splits)``, read by ``hub_parse``.
+    ``parse`` turns one record of a data file into an `Item`: a parsed `MCRecord`, or a raw item
+    when the source has a ``build`` (math, code), which makes the MC form of a raw item;
+    ``versions`` then names the version constants of that builder (``{"math_mc_version": "1"}``):
+    they key the split cache, so bump one when the builder's output changes. ``sandboxed``
+    builders run candidate programs (`uqbench.data.sandbox`): they are run by a process pool and
+    their statistics count verified records and runs without OS limits; ``rejects`` is the
+    reason counted for an item ``build`` rejects without giving one.
+    ``splits`` maps a split name to its data files (relative to the data folder); ``hub`` maps a
+    split to ``(repo, config, hub_splits)``, read by ``hub_parse``.
     ``version`` is its family's ``VERSION``: part of the split cache key.
     ``stream`` and ``files`` replace the defaults (JSON array for ``.json``, JSON lines for
     ``.jsonl[.gz]``; one verified file per entry of ``splits``), MMLU's CSV folders use them.
@@ -80,7 +92,6 @@ class Source:
 
     name: str
     domain: str
-    kind: str
     splits: Mapping[str, tuple[str, ...]]
     parse: RecordParser
     version: str
@@ -89,6 +100,10 @@ class Source:
     description: str = ""
     stream: Streamer | None = None
     files: FileLister | None = None
+    build: MCBuild | None = None
+    versions: Mapping[str, str] = field(default_factory=dict)
+    sandboxed: bool = False
+    rejects: str = "rejected by builder"
 
 
 SOURCES: Registry[Source] = Registry("data source", builtins=(
@@ -98,22 +113,31 @@ SOURCES: Registry[Source] = Registry("data source", builtins=(
 
 
 def register_source(name: str, *, domain: str, splits: Mapping[str, tuple[str, ...]],
-                    version: str, kind: str = "mc",
+                    version: str, build: MCBuild | None = None,
+                    versions: Mapping[str, str] | None = None, sandboxed: bool = False,
+                    rejects: str = "rejected by builder",
                     hub: Mapping[str, tuple[str, str | None, tuple[str, ...]]] | None = None,
                     hub_parse: HubParser | None = None, description: str = "",
                     stream: Streamer | None = None, files: FileLister | None = None
                     ) -> Callable[[RecordParser], RecordParser]:
-    """Decorator: register the record parser it decorates as source ``name``.
+    """Decorator: register the record parser it decorates as source ``name`` (see `Source`).
 
     Decorators stack: one parser may serve several sources (ARC-Easy, ARC-Challenge...).
-    A duplicate name is a ValueError; a hub mapping needs a ``hub_parse``.
+    A duplicate name is a ValueError, and so are a hub mapping without a ``hub_parse`` and a
+    ``build`` without ``versions`` (or the reverse): a builder's output must key the cache.
     """
     if hub and hub_parse is None:
         raise ValueError(f"source {name!r} maps splits to the hub but gives no hub_parse")
+    if (build is None) != (not versions) or any(
+            not isinstance(k, str) or not isinstance(v, str) for k, v in (versions or {}).items()):
+        raise ValueError(f"source {name!r}: a build needs its versions and versions need a build "
+                         f"(got build={build!r}, versions={versions!r}); versions map a "
+                         "constant's name to its value, e.g. {'math_mc_version': '1'}")
 
     def deco(parse: RecordParser) -> RecordParser:
-        SOURCES.add(name, Source(name, domain, kind, dict(splits), parse, version,
-                                 dict(hub or {}), hub_parse, description, stream, files))
+        SOURCES.add(name, Source(name, domain, dict(splits), parse, version, dict(hub or {}),
+                                 hub_parse, description, stream, files, build,
+                                 dict(sorted((versions or {}).items())), sandboxed, rejects))
         return parse
 
     return deco

@@ -19,7 +19,7 @@ from uqbench.data.suites import build_suite
 from uqbench.profiles import Profile
 
 
-def build_report(suite_name: str, profile: Profile | str, *, data_dir: str | Path | None = None,
+def split_table(suite_name: str, profile: Profile | str, *, data_dir: str | Path | None = None,
                  cache_dir: str | Path | None = None, seed: int = 0, progress: bool = True,
                  verify: bool = True) -> list[dict[str, Any]]:
     """Build ``suite_name`` at ``profile`` and describe every split.
@@ -89,8 +89,8 @@ def _build_note(b: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def format_report(rows: Sequence[Mapping[str, Any]]) -> str:
-    """A fixed-width text table of `build_report` rows (plus a legend)."""
+def format_split_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A fixed-width text table of `split_table` rows (plus a legend)."""
     if not rows:
         return "(no splits)"
     head = ["domain", "role", "n", "hash", "source", "drop", "chance", "long", "pos", "centr",
@@ -128,4 +128,4 @@ def _f(x: float) -> str:
     return "  nan" if math.isnan(x) else f"{x:.3f}"
 
 
-__all__ = ["build_report", "format_report"]
+__all__ = ["format_split_table", "split_table"]
