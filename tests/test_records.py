@@ -120,6 +120,29 @@ def test_scorers_without_their_fields_are_skipped_and_listed(tmp_path, caplog):
     assert "skipped care on lora/dense: needs disagreement, route_entropy" in caplog.text
 
 
+def test_feature_scorers_are_skipped_on_records_without_features_or_train_records(tmp_path):
+    rs = record_set()
+    write_record_set(tmp_path / "rec", rs)
+    back = read_record_set(tmp_path / "rec")  # the train reference is rebuilt on read
+    names = ("msp", "mahalanobis", "rmd", "knn")
+    res = score(back, ScoreConfig(out=tmp_path / "o", scorers=names, figures=False))
+    meta = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert {(s["scorer"], s["pair"]): s["missing"] for s in meta["skipped_scorers"]} == {
+        (n, "lora/dense"): ["features", "train_features"] for n in ("mahalanobis", "rmd", "knn10")}
+    feats = {r["method"] for r in res.rows if r["domain"] == "pooled" and r["model"] == "moe-lora"}
+    assert feats == {f"moe-lora/top4/{n}" for n in ("msp", "mahalanobis", "rmd", "knn10")}
+    assert all(math.isfinite(r["ood_auroc"]) for r in res.rows if r["scorer"] == "knn10")
+    # records of an older run: features but no train records -> skipped naming train_features
+    old = dataclasses.replace(rs, outputs={
+        k: dataclasses.replace(o, train_features=None, train_domain=None)
+        for k, o in rs.outputs.items() if not k[1].endswith("/train")})
+    score(old, ScoreConfig(out=tmp_path / "old", scorers=names, figures=False))
+    meta = json.loads((tmp_path / "old" / "run.json").read_text())
+    assert {(s["scorer"], s["pair"]): s["missing"] for s in meta["skipped_scorers"]
+            if s["pair"] == "moe-lora/top4"} == {
+        (n, "moe-lora/top4"): ["train_features"] for n in ("mahalanobis", "rmd", "knn10")}
+
+
 def test_an_interrupted_score_leaves_no_folder_and_a_finished_one_is_kept(tmp_path, monkeypatch):
     import uqbench.score as S
 
