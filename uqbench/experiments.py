@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from uqbench.errors import ConfigError
-from uqbench.plan import (ENGINE, MODELS, MOE, NATIVE, ROUTER, TOP4, GateSpec, Method, Pair,
+from uqbench.plan import (DET, MODELS, MOE, NATIVE, ROUTER, TOP4, GateSpec, Method, Pair,
                           default_pairs, methods)
 from uqbench.registry import unknown_name
 from uqbench.scorer import Scorer
@@ -57,8 +57,7 @@ def _uq(b: float) -> list[Pair]:
     out = default_pairs(b)
     for name in UQ_BASELINES:
         entry = MODELS[name]
-        out.append(Pair(entry.spec, NATIVE if entry.router else GateSpec("native", "dense"),
-                        ENGINE))
+        out.append(Pair(entry.spec, NATIVE if entry.router else GateSpec("native", "dense"), DET))
     return out
 
 
