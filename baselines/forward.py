@@ -200,7 +200,8 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
 
 
 def _gather(batches: list[list[int]], mine: list[int], logits: NDArray[np.float64],
-            feats: NDArray[np.float32], sums: dict[str, NDArray[np.float64]], counts: NDArray[np.float64],
+            feats: NDArray[np.float32], sums: dict[str, NDArray[np.float64]],
+            counts: NDArray[np.float64],
             tok_parts: dict[str, list[Tensor]]) -> None:
     """Fill in, in place, the rows other processes computed (every process gets every row)."""
     rows = np.array([i for b in mine for i in batches[b]], dtype=np.int64)
