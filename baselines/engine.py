@@ -214,6 +214,8 @@ class TorchEngine:
         base = 1000 * rep
         det = self.forward(pair.model, base, pair, split, "deterministic")
         kw: dict[str, Any] = {k: det[k] for k in ROUTER_FIELDS if k in det}
+        if "features" in need:
+            kw["features"] = det["features"]
         if "mc_logits" in need:
             kw["mc_logits"] = np.stack([
                 self.forward(pair.model, base, pair, split, "mc_dropout", t)["logits"]

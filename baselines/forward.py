@@ -38,7 +38,7 @@ FORWARD_PASSES: Counter[str] = Counter()
 
 MODES = ("deterministic", "mc_dropout")
 #: what a record holds, in its cache key: records written before ``n_tokens`` are recomputed
-RECORD_FIELDS = "logits+router-stats+n_tokens"
+RECORD_FIELDS = "logits+router-stats+n_tokens+features"
 #: Outputs field <- MoE layer statistic
 STAT_FIELDS = {"route_entropy": "entropy", "top1_mass": "top1", "disagreement": "disagreement",
                "experts": "k"}
@@ -103,7 +103,9 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
     Returns
     -------
     dict of numpy arrays
-        ``logits`` (N, C_max) float64 (absent options: `PAD_LOGIT`); with MoE layers also
+        ``logits`` (N, C_max) float64 (absent options: `PAD_LOGIT`); ``features`` (N, H)
+        float32, the pooled final hidden state (`MultipleChoiceModel.last_features`); with MoE
+        layers also
         ``route_entropy``, ``top1_mass``, ``disagreement``, ``experts`` (N,) float64: means over
         the example's non-padding tokens and all MoE layers of ``H(p)/log N``, ``p_(1)``, ``D``
         and ``k``; and ``n_tokens`` (N,) float64, the number of those tokens (the average
@@ -123,6 +125,7 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
         raise ConfigError(f"collect: batch_size must be >= 1, got {batch_size}")
     n, c_max = len(records), max(len(r.choices) for r in records)
     logits = np.full((n, c_max), PAD_LOGIT, dtype=np.float64)
+    feats = np.zeros((n, int(model.identity["hidden_size"])), dtype=np.float32)
     sums = {f: np.zeros(n) for f in STAT_FIELDS} if model.has_moe else {}
     counts = np.zeros(n)
     tok_parts: dict[str, list[Tensor]] = {f: [] for f in (*TOKEN_FIELDS, "tok_example")}
@@ -150,6 +153,7 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
                 batch = model.encode([records[i] for i in idx], max_length)
                 out = model(batch)                                        # (B, C)
                 logits[idx, :out.shape[1]] = out.double().cpu().numpy()
+                feats[idx] = model.last_features.cpu().numpy()  # type: ignore[union-attr]
                 if not model.has_moe:
                     continue
                 mask = batch["attention_mask"].to(dev).bool()             # (S, L)
@@ -179,9 +183,9 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
             m.training = was_training
     FORWARD_PASSES[mode] += 1   # a completed pass
     if distributed.world() > 1:
-        _gather(batches, mine, logits, sums, counts, tok_parts)
+        _gather(batches, mine, logits, feats, sums, counts, tok_parts)
 
-    result: dict[str, NDArray[np.generic]] = {"logits": logits}
+    result: dict[str, NDArray[np.generic]] = {"logits": logits, "features": feats}
     for field, total in sums.items():
         result[field] = total / np.maximum(counts, 1.0)
     if model.has_moe:  # the per-token mean of a statistic over examples weighs them by this
@@ -196,17 +200,20 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
 
 
 def _gather(batches: list[list[int]], mine: list[int], logits: NDArray[np.float64],
-            sums: dict[str, NDArray[np.float64]], counts: NDArray[np.float64],
+            feats: NDArray[np.float32], sums: dict[str, NDArray[np.float64]],
+            counts: NDArray[np.float64],
             tok_parts: dict[str, list[Tensor]]) -> None:
     """Fill in, in place, the rows other processes computed (every process gets every row)."""
     rows = np.array([i for b in mine for i in batches[b]], dtype=np.int64)
-    part = {"rows": rows, "logits": logits[rows], "counts": counts[rows],
+    part = {"rows": rows, "logits": logits[rows], "features": feats[rows],
+            "counts": counts[rows],
             "sums": {f: v[rows] for f, v in sums.items()},
             "tok": {f: [t.numpy() for t in ts] for f, ts in tok_parts.items()}}
     for r, p in enumerate(distributed.gather(part)):
         if r == distributed.rank():
             continue
         logits[p["rows"]] = p["logits"]
+        feats[p["rows"]] = p["features"]
         counts[p["rows"]] = p["counts"]
         for f, v in p["sums"].items():
             sums[f][p["rows"]] = v

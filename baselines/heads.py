@@ -81,6 +81,13 @@ def _mean_pool(h: Tensor, mask: Tensor) -> Tensor:
     return (h * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
+def _per_example(states: Tensor, n_choices: Tensor) -> Tensor:
+    """(S, H) states of the option sequences -> (B, H) float32 mean over each example's."""
+    ex = torch.repeat_interleave(torch.arange(n_choices.numel(), device=states.device), n_choices)
+    total = states.new_zeros((n_choices.numel(), states.shape[1]), dtype=torch.float32)
+    return total.index_add_(0, ex, states.float()) / n_choices[:, None].float()
+
+
 def _scatter_choices(scores: Tensor, n_choices: Tensor) -> Tensor:
     """(S,) scores of the real options, S = sum(n_choices) -> (B, C_max), PAD_LOGIT elsewhere."""
     b, c = n_choices.numel(), int(n_choices.max())
@@ -251,6 +258,8 @@ class MultipleChoiceModel(nn.Module):
                                                          device=w.device, dtype=torch.float32))
         self._moe = bool(_moe_layers(self.backbone))
         self._letter_ids: list[int] | None = None
+        #: (B, H) float32 pooled final hidden state of the last forward, one per example
+        self.last_features: Tensor | None = None
         self.prefix_start = self._frozen_prefix()
 
     def _frozen_prefix(self) -> int:
@@ -452,7 +461,14 @@ class MultipleChoiceModel(nn.Module):
 
     # -- forward ----------------------------------------------------------------------------
     def forward(self, batch: Mapping[str, Tensor]) -> Tensor:
-        """Logits (B, C_max) for a batch from `encode`; absent options get `PAD_LOGIT`."""
+        """Logits (B, C_max) for a batch from `encode`; absent options get `PAD_LOGIT`.
+
+        Also sets `last_features`, the (B, H) state the head scores from, one per question:
+        bi-encoder: the mean-pooled question embedding (before dropout and normalisation);
+        cross-encoder: the [CLS] (``cross_encoder_cls``) or mean-pooled state of each
+        (question, option) sequence, averaged over the options; cloze: the mean-pooled final
+        hidden state of each option sequence, averaged over the options; letters: the final
+        hidden state at the answer position (the last prompt token)."""
         dev = self.device
         n_choices = batch["n_choices"].to(dev)                            # (B,)
         if self.mode == "bi_encoder":
@@ -470,14 +486,17 @@ class MultipleChoiceModel(nn.Module):
                     pooled = h[:, 0]                                      # (S, H)
                 else:
                     pooled = _mean_pool(h, mask)                          # (S, H)
+                self.last_features = _per_example(pooled.detach(), n_choices)
                 scores = self.head(self.dropout(pooled)).squeeze(-1)      # (S,)
                 return _scatter_choices(scores.float(), n_choices)
             h = self.backbone.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
             if self.mode == "cloze":
+                self.last_features = _per_example(_mean_pool(h, mask).detach(), n_choices)
                 return _scatter_choices(self._cloze_scores(h, ids, batch["target_mask"].to(dev)),
                                         n_choices)
             last = mask.sum(1) - 1                                        # (B,) right padding
             h_last = h[torch.arange(h.shape[0], device=dev), last]        # (B, H)
+            self.last_features = h_last.detach().float()
             letters = batch["letter_ids"].to(dev)                         # (C,)
             logits = self._lm_logits(h_last)[:, letters]                  # (B, C)
             col = torch.arange(letters.numel(), device=dev)
@@ -505,6 +524,8 @@ class MultipleChoiceModel(nn.Module):
                 if layers:
                     set_token_mask(self.backbone, None)
             pooled = _mean_pool(h, mask)                                  # (B or S, H)
+            if key == "q":
+                self.last_features = pooled.detach().float()
             embs.append(F.normalize(self.dropout(pooled).float(), dim=-1))
             stats.append([layer.last_stats for layer in layers])
             aux.append([layer._aux for layer in layers])

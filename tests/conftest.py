@@ -320,8 +320,10 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path, smoke_s
     yield root, env, proc
 
 
-def make_outputs(n: int = 5, c: int = 4, *, seed: int = 0, t: int = 3, m: int = 2) -> Outputs:
-    """Random but valid Outputs with every optional field."""
+def make_outputs(n: int = 5, c: int = 4, *, seed: int = 0, t: int = 3, m: int = 2,
+                 h: int = 6) -> Outputs:
+    """Random but valid Outputs with every optional field (``h``: feature width; the training
+    reference: 32 questions of two domains)."""
     rng = np.random.default_rng(seed)
     return Outputs(
         ids=np.array([f"ex{i}" for i in range(n)]),
@@ -335,6 +337,9 @@ def make_outputs(n: int = 5, c: int = 4, *, seed: int = 0, t: int = 3, m: int = 
         n_tokens=rng.integers(5, 60, size=n).astype(float),
         mc_logits=rng.normal(size=(t, n, c)),
         member_logits=rng.normal(size=(m, n, c)),
+        features=rng.normal(size=(n, h)),
+        train_features=rng.normal(size=(32, h)),
+        train_domain=np.repeat(["a", "b"], 16),
     )
 
 

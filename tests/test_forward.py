@@ -109,10 +109,10 @@ def test_gate_is_used_as_set() -> None:
     assert not np.allclose(rec["experts"], 2)
 
 
-def test_no_moe_gives_logits_only() -> None:
+def test_no_moe_gives_logits_and_features_only() -> None:
     m = make_plain(tiny_backbone("encoder"))
     rec = collect(m, RECS, batch_size=8, progress=False)
-    assert set(rec) == {"logits"}
+    assert set(rec) == {"logits", "features"}
     with pytest.raises(ConfigError, match="no MoE-LoRA layers"):
         collect(m, RECS, keep_tokens=True, progress=False)
     with pytest.raises(ConfigError, match="mode"):

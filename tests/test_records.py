@@ -3,6 +3,7 @@
 files in lm-eval's format (every bad input of the issue named with its file and line)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from tests.conftest import make_outputs
 from uqbench.errors import ConfigError, UserError
 from uqbench.lmeval import DomainTasks, read_lmeval
-from uqbench.outputs import Outputs
+from uqbench.outputs import Outputs, with_train
 from uqbench.plan import DET, ROUTER, GateSpec, ModelSpec, Pair
 from uqbench.records import RecordSet, export_run, read_record_set, write_record_set
 from uqbench.references import ReferenceInputs
@@ -26,8 +27,14 @@ DENSE = Pair(ModelSpec("lora", "lora"), GateSpec("dense", "dense"), DET)
 
 
 def record_set(seeds: int = 1) -> RecordSet:
+    """MoE-LoRA records with features and train records (the feature scorers' reference),
+    LoRA records with logits only."""
     outputs, n_choices, hashes, oo = {}, {}, {}, {}
     for i, d in enumerate(DOMAINS):
+        for s in range(seeds):
+            o = make_outputs(16, 4, seed=1000 + 10 * i + s)
+            outputs[MOE.name, f"{d}/train", s] = dataclasses.replace(
+                o, domain=np.full(16, d), train_features=None, train_domain=None)
         for j, (role, n) in enumerate((("id", 30), ("shift", 26), ("calib", 20))):
             split = f"{d}/{role}"
             hashes[split] = f"h{i}{j}"
@@ -35,12 +42,13 @@ def record_set(seeds: int = 1) -> RecordSet:
             oo[split] = (np.arange(n) % 3 == 0).astype(float)
             for s in range(seeds):
                 o = make_outputs(n, 4, seed=100 * i + 10 * j + s)
-                outputs[MOE.name, split, s] = o
+                outputs[MOE.name, split, s] = dataclasses.replace(
+                    o, train_features=None, train_domain=None)
                 outputs[DENSE.name, split, s] = Outputs(ids=o.ids, labels=o.labels,
                                                         logits=o.logits + 0.5, domain=o.domain)
     refs = ReferenceInputs(DOMAINS, {k: v for k, v in n_choices.items() if "calib" not in k},
                            {k: v for k, v in oo.items() if "calib" not in k}, hashes)
-    return RecordSet([DENSE, MOE], outputs, seeds, refs, bootstrap=50,
+    return RecordSet([DENSE, MOE], with_train(outputs), seeds, refs, bootstrap=50,
                      meta={"training": {}, "gates": {}})
 
 
@@ -110,6 +118,29 @@ def test_scorers_without_their_fields_are_skipped_and_listed(tmp_path, caplog):
     assert ("care", "moe-lora/top4") not in skipped
     assert {r["method"] for r in res.rows if r["model"] == "lora"} == {"lora/dense/msp"}
     assert "skipped care on lora/dense: needs disagreement, route_entropy" in caplog.text
+
+
+def test_feature_scorers_are_skipped_on_records_without_features_or_train_records(tmp_path):
+    rs = record_set()
+    write_record_set(tmp_path / "rec", rs)
+    back = read_record_set(tmp_path / "rec")  # the train reference is rebuilt on read
+    names = ("msp", "mahalanobis", "rmd", "knn")
+    res = score(back, ScoreConfig(out=tmp_path / "o", scorers=names, figures=False))
+    meta = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert {(s["scorer"], s["pair"]): s["missing"] for s in meta["skipped_scorers"]} == {
+        (n, "lora/dense"): ["features", "train_features"] for n in ("mahalanobis", "rmd", "knn10")}
+    feats = {r["method"] for r in res.rows if r["domain"] == "pooled" and r["model"] == "moe-lora"}
+    assert feats == {f"moe-lora/top4/{n}" for n in ("msp", "mahalanobis", "rmd", "knn10")}
+    assert all(math.isfinite(r["ood_auroc"]) for r in res.rows if r["scorer"] == "knn10")
+    # records of an older run: features but no train records -> skipped naming train_features
+    old = dataclasses.replace(rs, outputs={
+        k: dataclasses.replace(o, train_features=None, train_domain=None)
+        for k, o in rs.outputs.items() if not k[1].endswith("/train")})
+    score(old, ScoreConfig(out=tmp_path / "old", scorers=names, figures=False))
+    meta = json.loads((tmp_path / "old" / "run.json").read_text())
+    assert {(s["scorer"], s["pair"]): s["missing"] for s in meta["skipped_scorers"]
+            if s["pair"] == "moe-lora/top4"} == {
+        (n, "moe-lora/top4"): ["train_features"] for n in ("mahalanobis", "rmd", "knn10")}
 
 
 def test_an_interrupted_score_leaves_no_folder_and_a_finished_one_is_kept(tmp_path, monkeypatch):

@@ -21,7 +21,13 @@ PAD_LOGIT = -1e9
 #: recorded with the router statistics: ``n_tokens``, the tokens they are averaged over
 ROUTER_FIELDS = ("route_entropy", "top1_mass", "disagreement", "experts", "n_tokens")
 REQUIRED_FIELDS = ("ids", "labels", "logits", "domain")
-OPTIONAL_FIELDS = (*ROUTER_FIELDS, "mc_logits", "member_logits")
+#: float32 (N, H) per-example features (stored in records like the per-example fields)
+FEATURE_FIELDS = ("features",)
+OPTIONAL_FIELDS = (*ROUTER_FIELDS, "mc_logits", "member_logits", *FEATURE_FIELDS)
+#: the training questions' features of the same model x gate x seed, a reference attached by
+#: `with_train` (not per example: `select` and `concat` keep it whole; records do not store it,
+#: they hold the training split's own record)
+TRAIN_FIELDS = ("train_features", "train_domain")
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,6 +49,11 @@ class Outputs:
         ``sum(experts * n_tokens) / sum(n_tokens)``.
     mc_logits : (T, N, C) MC-dropout logits.
     member_logits : (M, N, C) deep-ensemble member logits.
+    features : (N, H) float32 pooled final hidden state of the deterministic pass (what the
+        head scores from: `baselines.heads.MultipleChoiceModel.last_features`).
+    train_features : (M, H) float32 ``features`` of the M training questions of the same
+        model x gate x seed; the feature-space scorers fit on them (`with_train`).
+    train_domain : (M,) str domain of each training question.
     tokens : optional per-token arrays for mechanism figures (name -> 1-D array, plus
         ``"example"`` mapping each token to its example row).
     """
@@ -58,6 +69,9 @@ class Outputs:
     n_tokens: NDArray[np.float64] | None = None
     mc_logits: NDArray[np.float64] | None = None
     member_logits: NDArray[np.float64] | None = None
+    features: NDArray[np.float32] | None = None
+    train_features: NDArray[np.float32] | None = None
+    train_domain: NDArray[Any] | None = None
     tokens: Mapping[str, NDArray[Any]] | None = None
 
     def __post_init__(self) -> None:
@@ -67,10 +81,11 @@ class Outputs:
             "logits": np.asarray(self.logits, dtype=np.float64),
             "domain": np.asarray(self.domain),
         }
-        for name in OPTIONAL_FIELDS:
+        for name in (*OPTIONAL_FIELDS, *TRAIN_FIELDS):
             value = getattr(self, name)
             if value is not None:
-                conv[name] = np.asarray(value, dtype=np.float64)
+                conv[name] = np.asarray(value, dtype=np.float32 if "features" in name
+                                        else None if name == "train_domain" else np.float64)
         for name, value in conv.items():
             object.__setattr__(self, name, value)
         self._validate()
@@ -105,6 +120,26 @@ class Outputs:
             if arr.ndim != 3 or arr.shape[1:] != (n, c) or arr.shape[0] == 0:
                 raise ValueError(f"Outputs.{name} must have shape (K>0, {n}, {c}), got {arr.shape}")
             _check_finite(name, arr)
+        self._validate_features()
+
+    def _validate_features(self) -> None:
+        n, f, tf, td = self.n, self.features, self.train_features, self.train_domain
+        if f is not None and (f.ndim != 2 or f.shape[0] != n or f.shape[1] == 0):
+            raise ValueError(f"Outputs.features must have shape ({n}, H>0), got {f.shape}")
+        if (tf is None) != (td is None):
+            raise ValueError("Outputs.train_features and train_domain come together (with_train)")
+        if tf is not None:
+            if f is None:
+                raise ValueError("Outputs.train_features needs features of this split too")
+            if tf.ndim != 2 or tf.shape[0] < 2 or tf.shape[1] != f.shape[1]:
+                raise ValueError(f"Outputs.train_features must have shape (M>=2, "
+                                 f"{f.shape[1]}) like features, got {tf.shape}")
+            if td.shape != (tf.shape[0],):  # type: ignore[union-attr]
+                raise ValueError(f"Outputs.train_domain must have shape ({tf.shape[0]},), got "
+                                 f"{td.shape}")  # type: ignore[union-attr]
+        for name in ("features", "train_features"):
+            if getattr(self, name) is not None:
+                _check_finite(name, getattr(self, name))
 
     # -- views -----------------------------------------------------------------------------
     @property
@@ -113,7 +148,7 @@ class Outputs:
 
     def available(self) -> frozenset[str]:
         """Names of the fields that are present (required ones always are)."""
-        present = [f for f in OPTIONAL_FIELDS if getattr(self, f) is not None]
+        present = [f for f in (*OPTIONAL_FIELDS, "train_features") if getattr(self, f) is not None]
         return frozenset((*REQUIRED_FIELDS, *present))
 
     def select(self, mask: NDArray[Any]) -> Outputs:
@@ -124,6 +159,8 @@ class Outputs:
             v = getattr(self, f.name)
             if v is None or f.name == "tokens":
                 kw[f.name] = None
+            elif f.name in TRAIN_FIELDS:  # a reference, not per example
+                kw[f.name] = v
             elif f.name in ("mc_logits", "member_logits"):
                 kw[f.name] = v[:, idx]
             else:
@@ -135,7 +172,8 @@ class Outputs:
         """Stack examples of several Outputs (e.g. domains into ``pooled``).
 
         Choices are padded to the largest C with `PAD_LOGIT` (probability exactly 0). An
-        optional field is kept only if every part has it, with the same T or M.
+        optional field is kept only if every part has it, with the same T or M (``features``:
+        the same H); the training reference only if every part has the same one.
         """
         if not parts:
             raise ValueError("Outputs.concat needs at least one Outputs")
@@ -146,9 +184,10 @@ class Outputs:
             return np.pad(a, width, constant_values=PAD_LOGIT)
 
         kw: dict[str, Any] = {}
-        for name in (*REQUIRED_FIELDS, *ROUTER_FIELDS):
+        for name in (*REQUIRED_FIELDS, *ROUTER_FIELDS, *FEATURE_FIELDS):
             vals = [getattr(p, name) for p in parts]
-            if any(v is None for v in vals):
+            if any(v is None for v in vals) or (
+                    name in FEATURE_FIELDS and len({v.shape[1] for v in vals}) > 1):
                 kw[name] = None
             elif name == "logits":
                 kw[name] = np.concatenate([pad(v) for v in vals])
@@ -158,7 +197,32 @@ class Outputs:
             vals = [getattr(p, name) for p in parts]
             ok = all(v is not None for v in vals) and len({v.shape[0] for v in vals}) == 1
             kw[name] = np.concatenate([pad(v) for v in vals], axis=1) if ok else None
+        same = all(p.train_features is not None and p.train_features is parts[0].train_features
+                   and p.train_domain is parts[0].train_domain for p in parts)
+        if same and kw["features"] is not None:
+            kw["train_features"], kw["train_domain"] = (parts[0].train_features,
+                                                        parts[0].train_domain)
         return Outputs(**kw)
+
+
+def with_train(outs: Mapping[tuple[str, str, int], Outputs]
+               ) -> dict[tuple[str, str, int], Outputs]:
+    """Attach to every record with ``features`` the training reference of its pair and seed.
+
+    ``outs`` is keyed ``(pair name, "domain/role", seed)``; the training questions are the
+    records of role ``train`` (every domain's, as the model was trained on all of them). A
+    pair/seed with no train record with features keeps its records as they are (a scorer
+    requiring ``train_features`` is then skipped or refused with that field named).
+    """
+    train: dict[tuple[str, int], list[Outputs]] = {}
+    for (pair, split, seed), o in sorted(outs.items()):
+        if split.endswith("/train") and o.features is not None:
+            train.setdefault((pair, seed), []).append(o)
+    ref = {k: Outputs.concat(v) for k, v in train.items()}
+    return {k: dataclasses.replace(o, train_features=ref[k[0], k[2]].features,
+                                   train_domain=ref[k[0], k[2]].domain)
+            if o.features is not None and (k[0], k[2]) in ref else o
+            for k, o in outs.items()}
 
 
 def _check_finite(name: str, arr: NDArray[Any]) -> None:

@@ -16,7 +16,12 @@ from uqbench.outputs import REQUIRED_FIELDS, ROUTER_FIELDS
 from uqbench.scorer import Scorer
 
 DET = frozenset((*REQUIRED_FIELDS,))
-ROUTER = DET | frozenset(ROUTER_FIELDS)
+#: the pooled hidden state of the deterministic pass and that of the training questions (one
+#: extra deterministic pass over the train splits, run only when a scorer reads them)
+FEATURES = frozenset({"features", "train_features"})
+#: what the torch engine gives any model; ROUTER: a model with a router distribution
+ENGINE = DET | FEATURES
+ROUTER = ENGINE | frozenset(ROUTER_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,7 @@ def default_pairs(budget: float = 4.0) -> list[Pair]:
     and the deep ensemble of independently seeded MoE-LoRA models); MoE-LoRA under CARE
     calibrated to the same average budget."""
     return [
-        Pair(LORA, DENSE, DET),
+        Pair(LORA, DENSE, ENGINE),
         Pair(MOE, TOP4, ROUTER | {"mc_logits", "member_logits"}),
         Pair(MOE, GateSpec("care", "care", budget=budget), ROUTER),
     ]
@@ -158,8 +163,8 @@ def model_pairs(names: Sequence[str], budget: float = 4.0) -> list[Pair]:
             out += [Pair(spec, NATIVE, ROUTER | {"mc_logits", "member_logits"}),
                     Pair(spec, GateSpec("care", "care", budget=budget), ROUTER)]
         else:
-            out.append(Pair(spec, GateSpec("native", "dense"), DET | {"mc_logits",
-                                                                      "member_logits"}))
+            out.append(Pair(spec, GateSpec("native", "dense"),
+                            ENGINE | {"mc_logits", "member_logits"}))
     return out
 
 

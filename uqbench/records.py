@@ -18,7 +18,10 @@ File format ``uqbench-records``, version 1: a folder holding
 ``records/NNNN.npz``
     one `Outputs` each: ``ids``, ``labels``, ``logits`` (N, C), ``domain`` and every optional
     field it has (``route_entropy`` ... ``n_tokens`` (N,), ``mc_logits`` (T, N, C),
-    ``member_logits`` (M, N, C)); float64, ids and domains as unicode arrays.
+    ``member_logits`` (M, N, C)); float64, ids and domains as unicode arrays; ``features``
+    (N, H) float32. Records of role ``train`` (split ``"domain/train"``, only with features)
+    are the training questions the feature-space scorers fit on (`uqbench.outputs.with_train`,
+    applied on read); older records without them still load (those scorers are skipped).
 ``references.npz``
     ``n_choices|<split>`` (the option count of each ID/shift question) and, when the options-only
     classifier was fitted (a uqbench run), ``options_only|<split>`` (its 0/1 correctness).
@@ -42,7 +45,7 @@ import numpy as np
 
 from uqbench.cache import PROTOCOL_VERSION, _tmp_name, atomic_write_text, file_sha256
 from uqbench.errors import UserError
-from uqbench.outputs import OPTIONAL_FIELDS, Outputs
+from uqbench.outputs import OPTIONAL_FIELDS, Outputs, with_train
 from uqbench.plan import GateSpec, ModelSpec, Pair
 from uqbench.references import ReferenceInputs
 
@@ -245,7 +248,7 @@ def read_record_set(path: str | Path) -> RecordSet:
                            table("options_only") if ref["options_only"] else None,
                            {k: v["hash"] for k, v in m["splits"].items()})
     methods = None if m["methods"] is None else [MethodEntry(**x) for x in m["methods"]]
-    rs = RecordSet([_pair_of(p) for p in m["pairs"]], outputs, int(m["seeds"]), refs,
+    rs = RecordSet([_pair_of(p) for p in m["pairs"]], with_train(outputs), int(m["seeds"]), refs,
                    int(m["bootstrap"]), methods, dict(m.get("meta") or {}),
                    str(m["protocol"]))
     rs.check()

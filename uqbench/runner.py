@@ -33,8 +33,8 @@ from uqbench.environment import environment
 from uqbench.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.evaluate import Scored, evaluate_cached
 from uqbench.gating import check_spec
-from uqbench.outputs import Outputs
-from uqbench.plan import Method, default_pairs, methods, model_pairs, needed_fields
+from uqbench.outputs import Outputs, with_train
+from uqbench.plan import DET, Method, default_pairs, methods, model_pairs, needed_fields
 from uqbench.profiles import Profile, get_profile
 from uqbench.records import RecordSet, method_entries, write_record_set
 from uqbench.references import ReferenceInputs, reference_inputs, reference_rows, warn_at_chance
@@ -207,6 +207,13 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
             need = needed_fields(pair, ms)
             for split in eval_splits:
                 outs[pair.name, split.name, rep] = engine.outputs(pair, split, rep, need)
+            if "train_features" in need:  # the feature scorers' reference: one more pass
+                t = time.perf_counter()
+                for split in suite.role("train"):
+                    outs[pair.name, split.name, rep] = engine.outputs(
+                        pair, split, rep, DET | {"features"})
+                stats.add_seconds("train features", time.perf_counter() - t)
+    outs = with_train(outs)
     t_score = time.perf_counter()  # models+passes: backbone, trainings, calibration, passes
     stats.seconds["models+passes"] = t_score - t0 - stats.seconds["data"]
     if not backend.is_main():  # every process holds every record; process 0 reports

@@ -191,7 +191,9 @@ def probe_scorers(scorers: Iterable[Scorer], *, timeout: float | None = None) ->
         logits=rng.normal(size=(n, c)), domain=np.array(["probe"] * n),
         route_entropy=rng.uniform(size=n), top1_mass=rng.uniform(0.1, 1, n),
         disagreement=rng.uniform(size=n), experts=rng.uniform(1, 8, n),
-        mc_logits=rng.normal(size=(3, n, c)), member_logits=rng.normal(size=(2, n, c)))
+        mc_logits=rng.normal(size=(3, n, c)), member_logits=rng.normal(size=(2, n, c)),
+        features=rng.normal(size=(n, 6)), train_features=rng.normal(size=(32, 6)),
+        train_domain=np.repeat(["probe_a", "probe_b"], 16))
     for sc in scorers:
         try:
             run_scorer(sc, probe, timeout=timeout)

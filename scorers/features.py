@@ -1,0 +1,106 @@
+"""Feature-space scores: how far an example's pooled final hidden state (`Outputs.features`) lies
+from those of the training questions of the same model x gate x seed (`Outputs.train_features`).
+
+- ``mahalanobis``: squared Mahalanobis distance to one Gaussian fitted on the training features
+  (their mean, Ledoit-Wolf shrunk covariance). Lee et al. (2018) fit one Gaussian per class;
+  the choices are no classes here (each question has its own options), so there is one.
+- ``rmd``: relative Mahalanobis distance (Ren et al., 2021), ``min_d MD_d(x) - MD_0(x)``: the
+  classes are the training domains (Gaussians with their own means and one shared, shrunk
+  within-domain covariance), the background ``MD_0`` one Gaussian on all training features (every
+  domain). It needs training questions of at least two domains (with one it is identically 0).
+- ``knn``: Euclidean distance of the L2-normalised feature to its k-th nearest L2-normalised
+  training feature (Sun et al., 2022; ``k = 10``, shown in the name: ``knn10``).
+
+Higher = more uncertain. They have no predictive distribution of their own: their calibration
+columns use the MSP of the deterministic logits (`uqbench.Scorer.confidence`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from uqbench import Outputs, Scorer, register_scorer
+
+FEATURES = frozenset({"logits", "features", "train_features"})
+
+
+def ledoit_wolf(xc: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Ledoit-Wolf shrunk covariance of centred rows ``xc`` (n, p): ``(1 - s) S + s mu I``,
+    ``S = xc'xc / n``, ``mu = tr(S) / p``, ``s`` the shrinkage of Ledoit & Wolf (2004), as in
+    ``sklearn.covariance.ledoit_wolf(xc, assume_centered=True)``."""
+    n, p = xc.shape
+    emp = xc.T @ xc / n
+    mu = np.trace(emp) / p
+    x2 = xc**2
+    beta_ = np.sum(x2.T @ x2) / n                        # sum_ij mean_k x_ki^2 x_kj^2
+    delta = np.sum((emp - mu * np.eye(p))**2) / p         # ||S - mu I||_F^2 / p
+    beta = min((beta_ - np.sum(emp**2)) / (n * p), delta)
+    s = 0.0 if beta == 0 else beta / delta
+    return (1.0 - s) * emp + s * mu * np.eye(p)          # type: ignore[no-any-return]
+
+
+def mahalanobis(x: NDArray[np.float64], mean: NDArray[np.float64],
+                cov: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Squared Mahalanobis distance of each row of ``x`` (n, p) to ``mean`` under ``cov``."""
+    d = x - mean
+    return np.einsum("ij,ij->i", d, np.linalg.solve(cov, d.T).T)  # type: ignore[no-any-return]
+
+
+def _train(outputs: Outputs) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(test features, training features) in float64."""
+    if outputs.features is None or outputs.train_features is None:
+        raise ValueError("feature-space scorers need Outputs.features and train_features "
+                         "(records made by uqbench run with this version)")
+    return (outputs.features.astype(np.float64), outputs.train_features.astype(np.float64))
+
+
+@register_scorer("mahalanobis")
+class Mahalanobis(Scorer):
+    requires = FEATURES
+
+    def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
+        x, t = _train(outputs)
+        mean = t.mean(axis=0)
+        return mahalanobis(x, mean, ledoit_wolf(t - mean))
+
+
+@register_scorer("rmd")
+class RelativeMahalanobis(Scorer):
+    requires = FEATURES
+
+    def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
+        x, t = _train(outputs)
+        dom = np.asarray(outputs.train_domain)
+        names, which = np.unique(dom, return_inverse=True)
+        if len(names) < 2:
+            raise ValueError(f"rmd needs training questions of at least 2 domains (its classes); "
+                             f"these are all from {names[0]!r}, where rmd is identically 0: "
+                             "use mahalanobis, or a suite with several domains")
+        means = np.stack([t[which == i].mean(axis=0) for i in range(len(names))])
+        shared = ledoit_wolf(t - means[which])
+        mean0 = t.mean(axis=0)
+        background = mahalanobis(x, mean0, ledoit_wolf(t - mean0))
+        per_domain = np.stack([mahalanobis(x, m, shared) for m in means], axis=1)
+        return per_domain.min(axis=1) - background  # type: ignore[no-any-return]
+
+
+@register_scorer("knn")
+class KNN(Scorer):
+    requires = FEATURES
+    chunk = 1024  # test rows per block of the (rows, M) distance matrix
+
+    def __init__(self, k: int = 10) -> None:
+        if int(k) != k or k < 1:
+            raise ValueError(f"knn: k must be a positive integer, got {k!r}")
+        self.k = int(k)
+        self.name = f"knn{self.k}"
+
+    def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
+        x, t = (a / np.linalg.norm(a, axis=1, keepdims=True).clip(1e-12) for a in _train(outputs))
+        if self.k > len(t):
+            raise ValueError(f"{self.name}: k={self.k} but only {len(t)} training features")
+        out = np.empty(len(x))
+        for i in range(0, len(x), self.chunk):
+            sq = 2.0 - 2.0 * x[i:i + self.chunk] @ t.T          # |a - b|^2 of unit vectors
+            out[i:i + self.chunk] = np.partition(sq, self.k - 1, axis=1)[:, self.k - 1]
+        return np.sqrt(out.clip(0.0))  # type: ignore[no-any-return]
