@@ -303,12 +303,14 @@ def _thermostat(run: _Run) -> list[Claim]:
     taus = [r["gate"][len("care-tau"):] for r in rows]
     k = [r["avg_experts"] for r in rows]
     acc = [r["accuracy"] for r in rows]
-    table = ", ".join(f"τ={t}: {kk:.2f} experts / {aa * 100:.1f}%" for t, kk, aa in zip(taus, k, acc))
+    table = ", ".join(f"τ={t}: {kk:.2f} experts / {aa * 100:.1f}%"
+                      for t, kk, aa in zip(taus, k, acc))
     text = "accuracy rises with τ (highest vs lowest τ, paired)"
     hi, lo = rows[-1]["method"], rows[0]["method"]
     if run.has(hi) and run.has(lo):
         d = _paired(run, hi, lo, "accuracy")
-        rises = Claim("thermostat", text, "46.6 → 53.7", f"{', '.join(f'{a * 100:.1f}' for a in acc)}; "
+        points = ", ".join(f"{a * 100:.1f}" for a in acc)
+        rises = Claim("thermostat", text, "46.6 → 53.7", f"{points}; "
                       f"τ={taus[-1]} − τ={taus[0]}: {_fmt_diff(d, pct=True)}", _greater(d),
                       _pooled(hi, lo))
     else:
