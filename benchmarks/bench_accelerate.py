@@ -12,7 +12,6 @@ point of the code path is GPUs, where each process has its own device.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -47,7 +46,9 @@ def _timed(cmd: list[str], env: dict[str, str], out: Path) -> tuple[float, float
     t = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, env=env)
     wall = time.perf_counter() - t
-    return wall, json.loads((out / "run.json").read_text())["seconds"]["models+passes"]
+    from uqbench.rundir import read_meta
+
+    return wall, read_meta(out)["seconds"]["models+passes"]
 
 
 def run() -> Iterator[dict[str, object]]:

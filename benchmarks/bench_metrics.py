@@ -83,7 +83,7 @@ def _metric_calls(
         "aurc": lambda: M.aurc(u, corr),
         "e_aurc": lambda: M.e_aurc(u, corr),
         "augrc": lambda: M.augrc(u, corr),
-        "selective_accuracy": lambda: M.selective_accuracy(u, corr, coverage=0.8),
+        "selective_accuracy": lambda: M.selective_accuracy(u, corr, coverage=M.SELECTIVE_COVERAGE),
     }
 
 

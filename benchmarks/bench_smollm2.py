@@ -13,7 +13,6 @@ cache and run folder under DIR. Needs ``pip install gguf && pip install --no-dep
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -69,8 +68,9 @@ def run() -> Iterator[dict[str, object]]:
                                   "met": finished and seconds <= TARGET,
                                   "cores": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]}
         if finished:
-            row["phases"] = {k: round(v, 1) for k, v in
-                             json.loads((out / "run.json").read_text())["seconds"].items()}
+            from uqbench.rundir import read_meta
+
+            row["phases"] = {k: round(v, 1) for k, v in read_meta(out)["seconds"].items()}
         else:   # how far it got: trained adapters and forward records on disk
             if error is not None:
                 row["error"] = error

@@ -461,9 +461,10 @@ def compare_cpu(cfg: Any) -> dict[str, Any]:
 def same_report(two: Path, one: Path) -> dict[str, Any]:
     """The 2-process report against the 1-process one on the same adapters: every MoE-LoRA row's
     deterministic columns (on CPU and on one kind of GPU, the same numbers)."""
+    from uqbench.rundir import read_results
+
     def rows(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
-        return {(r["method"], r["domain"]): r for r in map(
-            json.loads, (out / "results.jsonl").read_text().splitlines())}
+        return {(r["method"], r["domain"]): r for r in read_results(out)}
 
     a, b = rows(two), rows(one)
     cols = ("accuracy", "ece", "ood_auroc", "aurc", "avg_experts")

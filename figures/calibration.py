@@ -20,8 +20,9 @@ from matplotlib.patches import Patch
 from numpy.typing import ArrayLike
 
 from figures.data import ROLE_LABELS, RunData
-from figures.style import GREY, N_BINS, TEXT_WIDTH, new_figure, note, split_method
+from figures.style import GREY, TEXT_WIDTH, new_figure, note, split_method
 from uqbench import metrics as M
+from uqbench.metrics import ECE_BINS
 
 # The gap is neutral (no method colour): dark hatch over a translucent white.
 GAP_FILL, GAP_EDGE = (1.0, 1.0, 1.0, 0.35), "#333333"
@@ -38,7 +39,7 @@ class ReliabilityDisplay:
 
     @classmethod
     def from_predictions(cls, confidence: ArrayLike, correct: ArrayLike, *,
-                         n_bins: int = N_BINS, label: str = "") -> ReliabilityDisplay:
+                         n_bins: int = ECE_BINS, label: str = "") -> ReliabilityDisplay:
         curve = M.reliability_curve(confidence, correct, n_bins=n_bins)
         ece = M.expected_calibration_error(confidence, correct, n_bins=n_bins)
         return cls(curve, ece, int(np.asarray(correct).size), label)
@@ -114,7 +115,7 @@ def reliability_figure(run: RunData, domain: str, methods: Sequence[str], *,
             axc.set_ylabel("count")
         axc.set_xlabel("confidence")
     seed = run.seed_note()
-    fig.suptitle(f"Reliability ({N_BINS} bins), {domain}, {ROLE_LABELS.get(role, role)} split"
+    fig.suptitle(f"Reliability ({ECE_BINS} bins), {domain}, {ROLE_LABELS.get(role, role)} split"
                  + (f" ({seed})" if seed else ""))
     if handles:
         fig.legend(handles, [str(h.get_label()) for h in handles], loc="outside lower center",

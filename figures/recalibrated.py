@@ -15,7 +15,8 @@ from matplotlib.figure import Figure
 
 from figures.calibration import ReliabilityDisplay
 from figures.data import RunData, Scores
-from figures.style import N_BINS, TEXT_WIDTH, new_figure, note, split_method
+from figures.style import TEXT_WIDTH, new_figure, note, split_method
+from uqbench.metrics import ECE_BINS
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def recalibrated_reliability_figure(run: RunData, domain: str, methods: Sequence
             else:
                 assert s is not None
                 disp = ReliabilityDisplay.from_predictions(s.confidence, s.correct,
-                                                           n_bins=N_BINS, label=method)
+                                                           n_bins=ECE_BINS, label=method)
                 disp.plot(ax, axc, color=color)
                 ax.set_title(f"{head}ECE {disp.ece:.3f}")
             ax.tick_params(labelbottom=False)
@@ -76,7 +77,7 @@ def recalibrated_reliability_figure(run: RunData, domain: str, methods: Sequence
                 ax.tick_params(labelleft=False)
             axc.set_xlabel("confidence")
     seed = run.seed_note()
-    fig.suptitle(f"Reliability after recalibration on the calibration split ({N_BINS} bins), "
+    fig.suptitle(f"Reliability after recalibration on the calibration split ({ECE_BINS} bins), "
                  f"{domain}, ID split" + (f" ({seed})" if seed else ""))
     return fig
 

@@ -19,8 +19,8 @@ from numpy.typing import ArrayLike, NDArray
 from figures.data import ROLE_LABELS, RunData
 from figures.style import COLUMN_WIDTH, REFERENCE_COLOR, LineStyle, new_figure, note
 from uqbench import metrics as M
+from uqbench.metrics import SELECTIVE_COVERAGE
 
-SEL_COVERAGE = 0.8  # the table's sel_acc_80
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class RiskCoverageDisplay:
 
     @classmethod
     def from_predictions(cls, uncertainty: ArrayLike, correct: ArrayLike, *,
-                         sel_coverage: float = SEL_COVERAGE,
+                         sel_coverage: float = SELECTIVE_COVERAGE,
                          label: str = "") -> RiskCoverageDisplay:
         cov, risk, thr = M.risk_coverage_curve(uncertainty, correct)
         return cls(cov, risk, thr, M.aurc(uncertainty, correct), sel_coverage,
@@ -101,8 +101,8 @@ def risk_coverage_figure(run: RunData, domain: str, methods: Sequence[str], *,
                                   ", per model (colour of its first method)"))
         ax.plot([], [], color=REFERENCE_COLOR, ls=":", lw=0.8, label="random (= error rate)")
         ax.plot([], [], marker="o", ms=3.5, mfc="white", mec="#333333", ls="none",
-                label=f"selective acc. at {SEL_COVERAGE:.0%} coverage")
-        ax.axvline(SEL_COVERAGE, color="#DDDDDD", lw=0.6, zorder=0)
+                label=f"selective acc. at {SELECTIVE_COVERAGE:.0%} coverage")
+        ax.axvline(SELECTIVE_COVERAGE, color="#DDDDDD", lw=0.6, zorder=0)
         ax.set_ylim(0, max(top, 0.01) * 1.05)
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=1,
                   handlelength=2.2)
@@ -122,4 +122,4 @@ def risk_coverage_figure(run: RunData, domain: str, methods: Sequence[str], *,
     return fig
 
 
-__all__ = ["SEL_COVERAGE", "RiskCoverageDisplay", "risk_coverage_figure"]
+__all__ = ["RiskCoverageDisplay", "risk_coverage_figure"]

@@ -20,7 +20,6 @@ from matplotlib.figure import Figure
 
 COLUMN_WIDTH = 3.3  # inches, one paper column
 TEXT_WIDTH = 6.9  # inches, two columns
-N_BINS = 12  # reliability bins: the same as the results table's ECE (runner.score_all)
 
 # Okabe-Ito, yellow last (poor contrast on white), then Paul Tol's muted extras.
 BLACK, ORANGE, SKY, GREEN, YELLOW, BLUE, VERMILLION, PURPLE = (
@@ -160,7 +159,6 @@ def note(ax: object, text: str, *, fontsize: float = 7) -> None:
 
 __all__ = [
     "COLUMN_WIDTH",
-    "N_BINS",
     "PALETTE",
     "TEXT_WIDTH",
     "LineStyle",

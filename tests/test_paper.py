@@ -402,3 +402,36 @@ def test_undefined_bootstrap_resamples_are_counted_warned_and_recorded(run_dir: 
     assert f"({missing} of {N_BOOT} resamples undefined, left out of the CI)" in c.ours
     assert [(r["what"], r["where"]) for r in record] == [("paper claim bootstrap", c.text)]
     reset_fallbacks()
+
+
+def _experiment_methods(section: str) -> set[str]:
+    from tests.conftest import builtin_scorers
+    from uqbench.experiments import experiment_methods, experiment_scorers
+    from uqbench.scorer import get_scorer
+
+    chosen = [get_scorer(n) for n in builtin_scorers()]
+    return {m.name for m in experiment_methods(section, 4.0,
+                                               lambda e: experiment_scorers(e) or chosen)}
+
+
+def _unknown(spec: Any, names: set[str]) -> list[str]:
+    """The methods (`fnmatch` patterns) of a declared claim that its experiment does not run."""
+    from fnmatch import fnmatchcase
+
+    return [p for p in spec.methods if not any(fnmatchcase(n, p) for n in names)]
+
+
+def test_every_declared_claim_names_methods_of_its_experiment() -> None:
+    """A misspelt method would leave its claim "not measured" (inconclusive) on every run: each
+    name in `CLAIMS` must be one its section's experiment runs (a single experiment's report
+    holds its own section's claims)."""
+    from dataclasses import replace
+
+    from uqbench.paper import CLAIMS
+
+    names = {s: _experiment_methods(s) for s in {spec.section for spec in CLAIMS}}
+    for spec in CLAIMS:
+        assert spec.methods and not _unknown(spec, names[spec.section]), spec
+    typo = replace(CLAIMS[0], b="moe-lora/top4/mps")  # the check sees a typo
+    assert _unknown(typo, names["uq"]) == ["moe-lora/top4/mps"]
+    assert _unknown(replace(CLAIMS[0], section="kmax"), names["kmax"]) == list(CLAIMS[0].methods)

@@ -108,7 +108,7 @@ def never(cfg: RunConfig) -> None:
 
 
 def test_folder_without_run_json(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="run.json not found.*not a finished uqbench run"):
+    with pytest.raises(UserError, match="run.json is missing"):
         reproduce(tmp_path, runner=never)
 
 
@@ -127,7 +127,7 @@ def test_unknown_config_key_and_broken_json(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"\['warp_speed'\].*not a configuration"):
         read_recorded(tmp_path / "a")
     (tmp_path / "a" / "run.json").write_text("{")
-    with pytest.raises(UserError, match="not readable JSON"):
+    with pytest.raises(UserError, match="run.json is unreadable"):
         read_recorded(tmp_path / "a")
 
 
@@ -219,4 +219,4 @@ def test_cli_exit_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
                  "--data-dir", str(tmp_path)]) == 1
     assert "row only in the recorded run" in capsys.readouterr().out
     assert main(["reproduce", str(tmp_path / "nowhere")]) == 2
-    assert "run.json not found" in capsys.readouterr().err
+    assert "run.json is missing" in capsys.readouterr().err

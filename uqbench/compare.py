@@ -44,7 +44,7 @@ def _risk_at(cov: float) -> Callable[..., float]:
 #: column -> (metric of 1-D arrays, the (role, field) arrays it reads, two-sample)
 METRICS: dict[str, tuple[Callable[..., float], tuple[tuple[str, str], ...], bool]] = {
     "accuracy": (lambda c: float(np.mean(c)), (("id", "correct"),), False),
-    "ece": (lambda p, c: M.expected_calibration_error(p, c.astype(bool), n_bins=12),
+    "ece": (lambda p, c: M.expected_calibration_error(p, c.astype(bool), n_bins=M.ECE_BINS),
             (("id", "confidence"), ("id", "correct")), False),
     "ood_auroc": (M.ood_auroc, (("id", "uncertainty"), ("shift", "uncertainty")), True),
     "aurc": (lambda u, c: M.aurc(u, c.astype(bool)), (("id", "uncertainty"), ("id", "correct")),

@@ -106,7 +106,7 @@ def _ci(name: str, fn: Callable[..., float], arrays: Sequence[NDArray[Any]], *,
     return _INTERVALS[key]
 
 
-def evaluate(id_: Scored, shift: Scored, *, n_bins: int = 12, n_boot: int = 1000,
+def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: int = 1000,
              seed: int = 0) -> dict[str, float]:
     """All table metrics of one method. Keys: metric, ``metric_std`` and, for `CI_METRICS`,
     ``metric_lo``/``metric_hi``.
@@ -130,7 +130,7 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = 12, n_boot: int = 1000
         return M.max_calibration_error(conf, c.astype(bool), n_bins=n_bins)
 
     def sel80(u: NDArray[Any], c: NDArray[Any]) -> float:
-        return M.selective_accuracy(u, c.astype(bool), coverage=0.8)
+        return M.selective_accuracy(u, c.astype(bool), coverage=M.SELECTIVE_COVERAGE)
 
     def rc(fn: Callable[..., float]) -> Callable[..., float]:
         return lambda u, c: fn(u, c.astype(bool))

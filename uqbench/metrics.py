@@ -39,7 +39,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 __all__ = [
+    "ECE_BINS",
     "NLL_EPS",
+    "SELECTIVE_COVERAGE",
+    "PairedInterval",
     "ReliabilityCurve",
     "UndefinedMetricWarning",
     "augrc",
@@ -57,6 +60,7 @@ __all__ = [
     "negative_log_likelihood",
     "ood_auroc",
     "ood_roc_curve",
+    "paired_bootstrap",
     "paired_difference",
     "reliability_curve",
     "risk_coverage_curve",
@@ -72,6 +76,14 @@ BinStrategy = Literal["uniform", "quantile"]
 #: :func:`negative_log_likelihood`, so a zero probability on the true label costs
 #: ``-log(1e-12) ~= 27.6`` instead of infinity.
 NLL_EPS = 1e-12
+
+#: The benchmark's calibration bins: the results table's ECE, ECE-ad and MCE, the reliability
+#: figures and the paper's ECE claim all use this many.
+ECE_BINS = 12
+
+#: The benchmark's selective-prediction coverage: the ``sel_acc_80`` columns, the
+#: risk-coverage figure's marked point and the paper's selective claims.
+SELECTIVE_COVERAGE = 0.8
 
 # Probability rows may deviate from summing to 1 by float32 softmax rounding, not more.
 _ROW_SUM_ATOL = 1e-3
@@ -966,7 +978,7 @@ def _n_accepted(coverage: float, n: int) -> int:
 
 
 def selective_accuracy(
-    uncertainty: ArrayLike, correct: ArrayLike, *, coverage: float = 0.8
+    uncertainty: ArrayLike, correct: ArrayLike, *, coverage: float = SELECTIVE_COVERAGE
 ) -> float:
     r"""Accuracy on the ``ceil(coverage * N)`` least uncertain examples; higher is better.
 
@@ -976,7 +988,7 @@ def selective_accuracy(
         Uncertainty of each prediction (higher = more uncertain).
     correct : array-like of shape (N,)
         Boolean or 0/1: whether each prediction was right.
-    coverage : float, default 0.8
+    coverage : float, default `SELECTIVE_COVERAGE` (0.8)
         Fraction to accept, in (0, 1].
 
     Returns
@@ -1268,14 +1280,76 @@ def paired_difference(
         va, vb = (metric(*(x[i] for x, i in zip(side, pick))) for side in sides)
         return float(vb - va)
 
-    if two_sample:
-        return bootstrap_ci_two_sample(diff, np.arange(lengths[0]), np.arange(lengths[1]),
-                                       n_resamples=n_resamples, level=level, seed=seed)
-    if len(set(lengths)) > 1:
+    if not two_sample and len(set(lengths)) > 1:
         raise ValueError(f"the arrays of one side must hold the same examples to be resampled "
                          f"jointly; got lengths {lengths} (two_sample=True for ID vs shifted)")
-    return bootstrap_ci(diff, np.arange(lengths[0]), n_resamples=n_resamples, level=level,
-                        seed=seed)
+    point, low, high, _ = paired_bootstrap(diff, lengths if two_sample else lengths[:1],
+                                           n_resamples=n_resamples, level=level, seed=seed)
+    return point, low, high
+
+
+class PairedInterval(NamedTuple):
+    """A bootstrap statistic: its value on all examples, the percentile interval, and how many
+    resamples were undefined (NaN) and dropped from the interval."""
+
+    point: float
+    low: float
+    high: float
+    dropped: int = 0
+
+
+def paired_bootstrap(
+    stat: Callable[..., float],
+    sizes: Sequence[int],
+    *,
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> PairedInterval:
+    """``stat(*indices)`` on every example and its percentile bootstrap interval, for statistics
+    that read their arrays themselves: each resample draws, for every set of examples (e.g. ID
+    and, independently, shifted), ``size`` indices with replacement, and ``stat`` applies the
+    same draw to everything it compares (two methods, every seed). :func:`paired_difference`
+    is this with the arrays given; `uqbench.paper` judges its claims with it.
+
+    Parameters
+    ----------
+    stat : callable
+        ``stat(*indices) -> float``, one index array per entry of ``sizes``.
+    sizes : sequence of int
+        The number of examples of each independent set (drawn in this order, one generator).
+    n_resamples, level, seed
+        As in :func:`bootstrap_ci`.
+
+    Returns
+    -------
+    PairedInterval
+        ``stat`` on all examples (``np.arange`` of each size), the interval, and ``dropped``:
+        the resamples on which ``stat`` was NaN, left out of the interval as in
+        :func:`bootstrap_ci` (which warns when more than 5% were).
+
+    Examples
+    --------
+    >>> a, b = np.array([1, 0, 1, 0, 1]), np.array([1, 1, 1, 0, 1])
+    >>> d = paired_bootstrap(lambda i: b[i].mean() - a[i].mean(), [5], n_resamples=200)
+    >>> round(d.point, 3), d.low >= 0, d.dropped
+    (0.2, True, 0)
+    """
+    if len(sizes) == 0 or any(isinstance(n, bool) or not isinstance(n, (int, np.integer))
+                              or n < 1 for n in sizes):
+        raise ValueError(f"sizes must be one or more positive integers; got {list(sizes)!r}")
+    _check_bootstrap_options(n_resamples, level)
+    rng = np.random.default_rng(seed)
+    dropped = 0
+
+    def draw() -> float:
+        nonlocal dropped
+        value = float(stat(*(rng.integers(0, n, size=n) for n in sizes)))
+        dropped += math.isnan(value)
+        return value
+
+    point = float(stat(*(np.arange(n) for n in sizes)))
+    return PairedInterval(*_percentile_interval(point, draw, n_resamples, level), dropped)
 
 
 def mean_std(values: ArrayLike) -> tuple[float, float]:

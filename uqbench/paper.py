@@ -22,15 +22,16 @@ Verdict rules, written down once and applied to every claim:
   evidence: model at chance**: its numbers describe a model that cannot be told from guessing.
 
 `write_paper_report(run_dir)` writes ``paper_report.md`` from the numbers; it is never edited by
-hand.
+hand. The claims are data (`CLAIMS`: section, text, the paper's numbers, methods, metric,
+margin), judged by one function (`claims`).
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from fnmatch import fnmatchcase
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,7 +42,7 @@ from uqbench.cache import atomic_write_text
 from uqbench.errors import UserError, record_fallback
 from uqbench.experiments import CONCENTRATION, EXPERIMENTS
 from uqbench.references import at_chance
-from uqbench.rundir import META, PAPER_REPORT, read_run, score_key
+from uqbench.rundir import PAPER_REPORT, read_meta, read_run, score_key
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
 #: Table "uq"'s single-pass MoE baselines, as the paper scores them
@@ -49,6 +50,10 @@ UQ_SINGLE_PASS = ("hydralora/native/msp", "mixlora/native/msp", "dynmole/native/
                   "flylora/native/msp", "flylora/native/entropy")
 MSP4 = "moe-lora/top4/msp"
 CARE_B4 = "moe-lora/care-b4/msp"
+CARE = "moe-lora/care/care"
+#: the gate families the trend claims read (`fnmatch` patterns of ``model/gate/scorer``)
+TAU_GATES, BUDGET_GATES, W_SCORERS = "*/care-tau*/care", "*/care-b*/msp", "*/*/care_w*"
+TOP5 = "moe-lora/top5/msp"
 N_BOOT = 1000
 AT_CHANCE = "not evidence: model at chance"
 #: The seed's MoE-LoRA baselines are uqbench's re-implementations (`baselines/variants.py`: one
@@ -109,65 +114,55 @@ class _Run:
         raise KeyError(method)
 
 
-class Diff(NamedTuple):
-    """A paired statistic: point, 95% percentile CI, and how many of the `N_BOOT` resamples
-    were undefined (NaN) and left out of the CI."""
-
-    point: float
-    lo: float
-    hi: float
-    dropped: int = 0
-
-
 def _bootstrap(stat: Callable[..., float], sizes: Sequence[int], what: str,
-               seed: int = 0) -> Diff:
-    """``stat(*indices)`` on all examples and its 95% percentile CI over `N_BOOT` resamples;
-    each resample draws one index array per set of examples (ID, or ID and shifted), each set
-    independently. Resamples on which ``stat`` is NaN (undefined) are left out of the CI, as
-    `uqbench.metrics.bootstrap_ci` does, but counted: any are warned about and recorded
-    (`uqbench.errors.record_fallback`), and the claim's numbers say how many. Not the metrics'
-    bootstrap: its quantiles ``(1 ± level) / 2`` differ from 2.5/97.5 in the last bits, which
-    moves bounds that sit on a rounding boundary of the report (accuracy steps of 1/N)."""
-    rng = np.random.default_rng(seed)
-    point = stat(*(np.arange(n) for n in sizes))
-    boots = np.array([stat(*(rng.integers(0, n, n) for n in sizes)) for _ in range(N_BOOT)])
-    defined = boots[~np.isnan(boots)]
-    dropped = N_BOOT - defined.size
-    if dropped:
+               seed: int = 0) -> M.PairedInterval:
+    """``stat(*indices)`` and its 95% CI over `N_BOOT` resamples
+    (`uqbench.metrics.paired_bootstrap`: one index array per set of examples, ID or ID and
+    shifted, each drawn independently).
+    Resamples on which ``stat`` is NaN (undefined) are left out of the CI and counted: any are
+    warned about and recorded (`uqbench.errors.record_fallback`), and the claim says how many."""
+    d = M.paired_bootstrap(stat, sizes, n_resamples=N_BOOT, seed=seed)
+    if d.dropped:
         record_fallback("paper claim bootstrap", what,
-                        f"{dropped} of {N_BOOT} resamples gave NaN (statistic undefined on "
+                        f"{d.dropped} of {N_BOOT} resamples gave NaN (statistic undefined on "
                         "them) and were left out of the 95% CI")
-    lo, hi = np.percentile(defined, [2.5, 97.5]) if defined.size else (math.nan, math.nan)
-    return Diff(float(point), float(lo), float(hi), dropped)
+    return d
 
 
-def _paired(run: _Run, a: str, b: str, metric: str, seed: int = 0) -> Diff:
+def _id(run: _Run, m: str, name: str, i: NDArray[np.intp]) -> NDArray[Any]:
+    return run.a(m, "id", name)[i].ravel()
+
+
+def _shift(run: _Run, m: str, name: str, j: NDArray[np.intp]) -> NDArray[Any]:
+    return run.a(m, "shift", name)[j].ravel()
+
+
+#: metric of a paired claim -> its value for one method on resampled examples: ``(run, method,
+#: ID indices, shifted indices)``, every seed's column pooled
+PAIRED_METRICS: dict[str, Callable[[_Run, str, NDArray[np.intp], NDArray[np.intp]], float]] = {
+    "accuracy": lambda r, m, i, j: float(_id(r, m, "correct", i).mean()),
+    "ece": lambda r, m, i, j: M.expected_calibration_error(
+        _id(r, m, "confidence", i), _id(r, m, "correct", i).astype(bool), n_bins=M.ECE_BINS),
+    "sel_acc_80": lambda r, m, i, j: M.selective_accuracy(
+        _id(r, m, "uncertainty", i), _id(r, m, "correct", i).astype(bool),
+        coverage=M.SELECTIVE_COVERAGE),
+    "shift_accuracy": lambda r, m, i, j: float(_shift(r, m, "correct", j).mean()),
+    "shift_sel_acc_80": lambda r, m, i, j: M.selective_accuracy(
+        _shift(r, m, "uncertainty", j), _shift(r, m, "correct", j).astype(bool),
+        coverage=M.SELECTIVE_COVERAGE),
+    "ood_auroc": lambda r, m, i, j: M.ood_auroc(_id(r, m, "uncertainty", i),
+                                                _shift(r, m, "uncertainty", j)),
+}
+
+
+def _paired(run: _Run, a: str, b: str, metric: str, seed: int = 0) -> M.PairedInterval:
     """Point and 95% CI of metric(a) − metric(b) under a shared bootstrap of examples. Every
     seed counts: a resample draws examples (the same for every seed and both methods), and the
     metric is computed on those examples pooled over the seeds; ID and shifted examples are
     resampled independently (`_bootstrap`)."""
-
-    def value(m: str, i: NDArray[np.intp], j: NDArray[np.intp]) -> float:
-        c, u = run.a(m, "id", "correct")[i].ravel(), run.a(m, "id", "uncertainty")[i].ravel()
-        if metric == "accuracy":
-            return float(c.mean())
-        if metric == "ece":
-            return M.expected_calibration_error(run.a(m, "id", "confidence")[i].ravel(),
-                                                c.astype(bool), n_bins=12)
-        if metric == "sel_acc_80":
-            return M.selective_accuracy(u, c.astype(bool), coverage=0.8)
-        cs = run.a(m, "shift", "correct")[j].ravel()
-        us = run.a(m, "shift", "uncertainty")[j].ravel()
-        if metric == "shift_accuracy":
-            return float(cs.mean())
-        if metric == "shift_sel_acc_80":
-            return M.selective_accuracy(us, cs.astype(bool), coverage=0.8)
-        if metric == "ood_auroc":
-            return M.ood_auroc(u, us)
-        raise ValueError(metric)
-
+    value = PAIRED_METRICS[metric]
     n, k = len(run.a(a, "id", "correct")), len(run.a(a, "shift", "correct"))
-    return _bootstrap(lambda i, j: value(a, i, j) - value(b, i, j), (n, k),
+    return _bootstrap(lambda i, j: value(run, a, i, j) - value(run, b, i, j), (n, k),
                       f"{metric}: {a} − {b}", seed)
 
 
@@ -179,7 +174,7 @@ def _within(d: Sequence[float], m: float) -> str:
     return HOLDS if -m <= d[1] and d[2] <= m else FAILS if d[1] > m or d[2] < -m else INCONCLUSIVE
 
 
-def _fmt_diff(d: Diff, pct: bool = False) -> str:
+def _fmt_diff(d: M.PairedInterval, pct: bool = False) -> str:
     s = 100.0 if pct else 1.0
     unit = " pts" if pct else ""
     dropped = (f" ({d.dropped} of {N_BOOT} resamples undefined, left out of the CI)"
@@ -195,88 +190,98 @@ def _v(run: _Run, method: str, col: str, pct: bool = False) -> str:
     return f"{r[col] * s:.3g}{ci}"
 
 
-def claims(run: _Run) -> list[Claim]:
-    out: list[Claim] = []
-    care, msp = "moe-lora/care/care", MSP4
+# --- the claims, declared: `CLAIMS` is the paper's list, `claims` judges it ---------------------
 
-    def pair_claim(section: str, text: str, paper: str, a: str, b: str, metric: str,
-                   judge: Callable[[tuple[float, float, float]], str], pct: bool = False) -> None:
+
+@dataclass(frozen=True)
+class Compare:
+    """"A > B" on ``metric`` (``margin`` None) or "A ≈ B within ``margin``", paired."""
+
+    section: str
+    text: str
+    paper: str
+    a: str
+    b: str
+    metric: str
+    margin: float | None = None
+    #: shown in percentage points
+    pct: bool = False
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return (self.a, self.b)
+
+    def judge(self, run: _Run) -> list[Claim]:
+        a, b = self.a, self.b
         if not (run.has(a) and run.has(b)):
-            out.append(Claim(section, text, paper, f"not measured ({a} or {b} missing)",
-                             INCONCLUSIVE))
-            return
-        d = _paired(run, a, b, metric)
-        out.append(Claim(section, text, paper,
-                         f"{_v(run, a, metric, pct)} vs {_v(run, b, metric, pct)}; "
-                         f"{_fmt_diff(d, pct)}", judge(d), _pooled(a, b)))
-
-    pair_claim("uq", "CARE's OOD-AUROC beats MoE top-4 + MSP", "0.668 vs 0.640", care, msp,
-               "ood_auroc", _greater)
-    pair_claim("uq", "CARE's OOD-AUROC beats MC-dropout", "0.668 vs 0.636", care,
-               "moe-lora/top4/mc_dropout_msp", "ood_auroc", _greater)
-    pair_claim("uq", "CARE's OOD-AUROC beats the deep ensemble", "0.668 vs 0.638", care,
-               "moe-lora/top4/ensemble_msp", "ood_auroc", _greater)
-    out.append(_beats_each(run, "uq", "CARE's OOD-AUROC beats every single-pass MoE baseline "
-                           "(HydraLoRA + MSP, MixLoRA + MSP, DynMoLE + entropy, FlyLoRA + MSP, "
-                           "FlyLoRA + entropy)", "0.668 vs 0.640, 0.640, 0.651, 0.640, 0.651",
-                           care, UQ_SINGLE_PASS, "ood_auroc"))
-    pair_claim("uq", "raw ECE comparable between CARE and MSP (|Δ| ≤ 0.03)", "0.186 vs 0.175",
-               care, msp, "ece", lambda d: _within(d, 0.03))
-    abl = "moe-lora/{}/care"
-    pair_claim("ablation", "random-k loses accuracy vs fixed-k", "52.1 vs 52.8",
-               abl.format("fixed-k"), abl.format("random-k"), "accuracy", _greater, pct=True)
-    pair_claim("ablation", "nucleus-only gains accuracy over fixed-k", "53.7 vs 52.8",
-               abl.format("nucleus-only"), abl.format("fixed-k"), "accuracy", _greater, pct=True)
-    pair_claim("ablation", "entropy-k gains accuracy over fixed-k", "53.7 vs 52.8",
-               abl.format("entropy-k"), abl.format("fixed-k"), "accuracy", _greater, pct=True)
-    pair_claim("ablation", "disagreement term raises OOD-AUROC (CARE with its read-out, w = 0.5, "
-               "vs the concentration-only model: nucleus-only gate scored by the "
-               "concentration-only read-out, w = 0)", "0.668 vs 0.640", abl.format("care"),
-               f"moe-lora/nucleus-only/{CONCENTRATION}", "ood_auroc", _greater)
-    pair_claim("ablation", "disagreement term costs no accuracy (|Δ| ≤ 1 pt)", "53.7 vs 53.7",
-               abl.format("care"), abl.format("nucleus-only"), "accuracy",
-               lambda d: _within(d, 0.01), pct=True)
-    out += _thermostat(run)
-    pair_claim("frontier", "CARE at B=4 beats fixed top-4 accuracy", "53.7 vs 52.8",
-               "moe-lora/care-b4/msp", "moe-lora/top4/msp", "accuracy", _greater, pct=True)
-    out.append(_matching_budget(run))
-    out.append(_gain_with_disagreement(run))
-    pair_claim("kmax", "accuracy saturates by k_max = 6 (|acc(12) − acc(6)| ≤ 1 pt)",
-               "53.7 vs 53.6", "moe-lora/care-kmax12/care", "moe-lora/care-kmax6/care",
-               "accuracy", lambda d: _within(d, 0.01), pct=True)
-    out.append(_wblend(run))
-    pair_claim("selective", "ID: CARE within 1 pt of MSP at 80% coverage", "54.2 vs 55.1",
-               care, msp, "sel_acc_80", lambda d: _within(d, 0.01), pct=True)
-    pair_claim("selective", "shifted: CARE beats MSP at 80% coverage", "53.5 vs 52.0", care, msp,
-               "shift_sel_acc_80", _greater, pct=True)
-    pair_claim("robustness", "CARE keeps more accuracy on shifted splits than fixed top-4",
-               "53.1 vs 50.3", "moe-lora/care/msp", msp, "shift_accuracy", _greater, pct=True)
-    out.append(_allocation(run))
-    return _mark_at_chance(run, out)
+            return [Claim(self.section, self.text, self.paper,
+                          f"not measured ({a} or {b} missing)", INCONCLUSIVE)]
+        d = _paired(run, a, b, self.metric)
+        verdict = _greater(d) if self.margin is None else _within(d, self.margin)
+        return [Claim(self.section, self.text, self.paper,
+                      f"{_v(run, a, self.metric, self.pct)} vs {_v(run, b, self.metric, self.pct)}"
+                      f"; {_fmt_diff(d, self.pct)}", verdict, _pooled(a, b))]
 
 
-def _beats_each(run: _Run, section: str, text: str, paper: str, a: str, others: Sequence[str],
-                metric: str) -> Claim:
-    """"A > each of ``others``" (paired, one comparison per baseline): holds only if A beats
-    every one with its CI above 0; does not hold if any one is significantly better than A;
-    otherwise (or with a baseline missing) inconclusive."""
-    missing = [b for b in others if not run.has(b)]
-    have = [b for b in others if run.has(b)]
-    if not run.has(a) or not have:
-        return Claim(section, text, paper, "not measured "
-                     f"({', '.join(([] if run.has(a) else [a]) + missing)} missing)", INCONCLUSIVE)
-    parts, verdicts = [], []
-    for b in have:
-        d = _paired(run, a, b, metric)
-        verdicts.append(_greater(d))
-        parts.append(f"vs {b}: {_v(run, b, metric)}, {_fmt_diff(d)}")
-    ours = f"{_v(run, a, metric)}; " + "; ".join(parts)
-    if missing:
-        ours += f"; not measured: {', '.join(missing)}"
-    verdict = (FAILS if FAILS in verdicts else
-               HOLDS if not missing and all(v == HOLDS for v in verdicts) else
-               INCONCLUSIVE)
-    return Claim(section, text, paper, ours, verdict, _pooled(a, *have))
+@dataclass(frozen=True)
+class BeatsEach:
+    """"A > each of ``others``" on ``metric`` (paired, one comparison per baseline): holds only
+    if A beats every one with its CI above 0; does not hold if any one is significantly better
+    than A; otherwise (or with a baseline missing) inconclusive."""
+
+    section: str
+    text: str
+    paper: str
+    a: str
+    others: tuple[str, ...]
+    metric: str
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return (self.a, *self.others)
+
+    def judge(self, run: _Run) -> list[Claim]:
+        a, metric = self.a, self.metric
+        missing = [b for b in self.others if not run.has(b)]
+        have = [b for b in self.others if run.has(b)]
+        if not run.has(a) or not have:
+            absent = ([] if run.has(a) else [a]) + missing
+            return [Claim(self.section, self.text, self.paper,
+                          f"not measured ({', '.join(absent)} missing)", INCONCLUSIVE)]
+        parts, verdicts = [], []
+        for b in have:
+            d = _paired(run, a, b, metric)
+            verdicts.append(_greater(d))
+            parts.append(f"vs {b}: {_v(run, b, metric)}, {_fmt_diff(d)}")
+        ours = f"{_v(run, a, metric)}; " + "; ".join(parts)
+        if missing:
+            ours += f"; not measured: {', '.join(missing)}"
+        verdict = (FAILS if FAILS in verdicts else
+                   HOLDS if not missing and all(v == HOLDS for v in verdicts) else
+                   INCONCLUSIVE)
+        return [Claim(self.section, self.text, self.paper, ours, verdict, _pooled(a, *have))]
+
+
+@dataclass(frozen=True)
+class Trend:
+    """Claims judged by their own function (trends, the frontier's budget, ...); ``methods``
+    are the methods it reads, as `fnmatch` patterns (``*`` for a family of gates or scorers)."""
+
+    section: str
+    rule: Callable[[_Run], list[Claim]]
+    methods: tuple[str, ...]
+
+    def judge(self, run: _Run) -> list[Claim]:
+        return self.rule(run)
+
+
+_ABL = "moe-lora/{}/care"
+_PP = 0.01  # one percentage point
+
+
+def claims(run: _Run) -> list[Claim]:
+    """Every claim of `CLAIMS`, judged on ``run``, marked where it rests on a model at chance."""
+    return _mark_at_chance(run, [c for spec in CLAIMS for c in spec.judge(run)])
 
 
 def _mark_at_chance(run: _Run, cs: list[Claim]) -> list[Claim]:
@@ -285,25 +290,27 @@ def _mark_at_chance(run: _Run, cs: list[Claim]) -> list[Claim]:
     return [replace(c, note=AT_CHANCE) if flagged.intersection(c.rests_on) else c for c in cs]
 
 
-def _gate_rows(run: _Run, prefix: str, scorer: str = "care") -> list[dict[str, Any]]:
-    return [r for r in run.rows if r["domain"] == "pooled" and r["gate"].startswith(prefix)
-            and r["scorer"] == scorer]
+def _pooled_rows(run: _Run, pattern: str) -> list[dict[str, Any]]:
+    """The pooled rows of the methods that match ``pattern`` (`fnmatch`, e.g. `TAU_GATES`)."""
+    return [r for r in run.rows if r["domain"] == "pooled" and fnmatchcase(r["method"], pattern)]
 
 
 def _thermostat(run: _Run) -> list[Claim]:
-    rows = sorted(_gate_rows(run, "care-tau"), key=lambda r: float(r["gate"][len("care-tau"):]))
+    rows = sorted(_pooled_rows(run, TAU_GATES), key=lambda r: float(r["gate"][len("care-tau"):]))
     if len(rows) < 2:
         return [Claim("thermostat", "mean experts rises with τ", "1.54 → 3.96", "not measured",
                       INCONCLUSIVE)]
     taus = [r["gate"][len("care-tau"):] for r in rows]
     k = [r["avg_experts"] for r in rows]
     acc = [r["accuracy"] for r in rows]
-    table = ", ".join(f"τ={t}: {kk:.2f} experts / {aa * 100:.1f}%" for t, kk, aa in zip(taus, k, acc))
+    table = ", ".join(f"τ={t}: {kk:.2f} experts / {aa * 100:.1f}%"
+                      for t, kk, aa in zip(taus, k, acc))
     text = "accuracy rises with τ (highest vs lowest τ, paired)"
     hi, lo = rows[-1]["method"], rows[0]["method"]
     if run.has(hi) and run.has(lo):
         d = _paired(run, hi, lo, "accuracy")
-        rises = Claim("thermostat", text, "46.6 → 53.7", f"{', '.join(f'{a * 100:.1f}' for a in acc)}; "
+        points = ", ".join(f"{a * 100:.1f}" for a in acc)
+        rises = Claim("thermostat", text, "46.6 → 53.7", f"{points}; "
                       f"τ={taus[-1]} − τ={taus[0]}: {_fmt_diff(d, pct=True)}", _greater(d),
                       _pooled(hi, lo))
     else:
@@ -345,12 +352,12 @@ def matched_budget(experts: Sequence[float], accuracy: Sequence[float],
 
 def _matching_budget(run: _Run) -> Claim:
     text, paper = "CARE reaches fixed-4 accuracy with fewer experts", "3.5 experts (12% fewer)"
-    care = sorted((r["avg_experts"], r["accuracy"]) for r in _gate_rows(run, "care-b", "msp"))
-    fixed4 = [r for r in _gate_rows(run, "top4", "msp") if r["gate"] == "top4"]
+    care = sorted((r["avg_experts"], r["accuracy"]) for r in _pooled_rows(run, BUDGET_GATES))
+    fixed4 = _pooled_rows(run, "*/top4/msp")
     if len(care) < 2 or not fixed4:
         return Claim("frontier", text, paper, "not measured", INCONCLUSIVE)
     target = fixed4[0]["accuracy"]
-    rests = _pooled(*(r["method"] for r in _gate_rows(run, "care-b", "msp")), MSP4)
+    rests = _pooled(*(r["method"] for r in _pooled_rows(run, BUDGET_GATES)), MSP4)
     xs, ys = zip(*care)
     match, exact = matched_budget(xs, ys, target) or (None, True)
     if match is None or match > 4.05:
@@ -388,8 +395,11 @@ def _gain_with_disagreement(run: _Run, seed: int = 0) -> Claim:
     text = ("the accuracy gain of a 5th expert grows with top-4 disagreement (mean gain above "
             "vs below the median disagreement)")
     paper = "Fig. mechanism (c): grows"
-    top5, field = "moe-lora/top5/msp", "moe-lora/top4|pooled|{}|disagreement"
-    roles = [r for r in ("id", "shift") if field.format(r) in run.arrays]
+    top5, top4 = TOP5, MSP4.rsplit("/", 1)[0]
+    def dis_key(role: str) -> str:
+        return score_key(top4, "pooled", role, "disagreement")
+
+    roles = [r for r in ("id", "shift") if dis_key(r) in run.arrays]
     if not (run.has(MSP4) and run.has(top5) and roles):
         return Claim("frontier", text, paper, f"not measured ({MSP4}, {top5} or the top-4 "
                      "disagreement missing)", INCONCLUSIVE)
@@ -398,7 +408,7 @@ def _gain_with_disagreement(run: _Run, seed: int = 0) -> Claim:
         return np.concatenate([get(r).reshape(len(get(r)), -1) for r in roles]).astype(float)
 
     gain = cat(lambda r: run.a(top5, r, "correct")) - cat(lambda r: run.a(MSP4, r, "correct"))
-    dis = cat(lambda r: run.arrays[field.format(r)])
+    dis = cat(lambda r: run.arrays[dis_key(r)])
     dis = np.broadcast_to(dis, gain.shape)
 
     def halves(i: NDArray[np.intp]) -> tuple[float, float]:
@@ -418,7 +428,7 @@ def _gain_with_disagreement(run: _Run, seed: int = 0) -> Claim:
 
 
 def _wblend(run: _Run) -> Claim:
-    wrows = [r for r in run.rows if r["domain"] == "pooled" and r["scorer"].startswith("care_w")]
+    wrows = _pooled_rows(run, W_SCORERS)
     rows = sorted((float(r["scorer"][len("care_w"):]), r["ood_auroc"]) for r in wrows)
     if len(rows) < 3:
         return Claim("wblend", "interior peak of OOD-AUROC in w", "peak 0.671 at w=0.75",
@@ -432,7 +442,7 @@ def _wblend(run: _Run) -> Claim:
 
 def _allocation(run: _Run) -> Claim:
     text = "one global τ spends more experts on harder domains (Spearman ρ of experts vs error)"
-    rows = [r for r in run.rows if r["method"] == "moe-lora/care/care" and r["domain"] != "pooled"]
+    rows = [r for r in run.rows if r["method"] == CARE and r["domain"] != "pooled"]
     if len(rows) < 3:
         return Claim("allocation", text, "MMLU 3.6, GSM8K 4.6, HumanEval 4.4, ScienceQA 3.4",
                      "not measured", INCONCLUSIVE)
@@ -444,13 +454,57 @@ def _allocation(run: _Run) -> Claim:
                  tuple((r["method"], r["domain"]) for r in rows))
 
 
+#: The paper's claims, in report order: data, judged by `claims`; every method named here is one
+#: of its section's experiment (`uqbench.experiments.experiment_methods`; a test checks it)
+CLAIMS: tuple[Compare | BeatsEach | Trend, ...] = (
+    Compare("uq", "CARE's OOD-AUROC beats MoE top-4 + MSP", "0.668 vs 0.640", CARE, MSP4,
+            "ood_auroc"),
+    Compare("uq", "CARE's OOD-AUROC beats MC-dropout", "0.668 vs 0.636", CARE,
+            "moe-lora/top4/mc_dropout_msp", "ood_auroc"),
+    Compare("uq", "CARE's OOD-AUROC beats the deep ensemble", "0.668 vs 0.638", CARE,
+            "moe-lora/top4/ensemble_msp", "ood_auroc"),
+    BeatsEach("uq", "CARE's OOD-AUROC beats every single-pass MoE baseline (HydraLoRA + MSP, "
+              "MixLoRA + MSP, DynMoLE + entropy, FlyLoRA + MSP, FlyLoRA + entropy)",
+              "0.668 vs 0.640, 0.640, 0.651, 0.640, 0.651", CARE, UQ_SINGLE_PASS, "ood_auroc"),
+    Compare("uq", "raw ECE comparable between CARE and MSP (|Δ| ≤ 0.03)", "0.186 vs 0.175",
+            CARE, MSP4, "ece", margin=0.03),
+    Compare("ablation", "random-k loses accuracy vs fixed-k", "52.1 vs 52.8",
+            _ABL.format("fixed-k"), _ABL.format("random-k"), "accuracy", pct=True),
+    Compare("ablation", "nucleus-only gains accuracy over fixed-k", "53.7 vs 52.8",
+            _ABL.format("nucleus-only"), _ABL.format("fixed-k"), "accuracy", pct=True),
+    Compare("ablation", "entropy-k gains accuracy over fixed-k", "53.7 vs 52.8",
+            _ABL.format("entropy-k"), _ABL.format("fixed-k"), "accuracy", pct=True),
+    Compare("ablation", "disagreement term raises OOD-AUROC (CARE with its read-out, w = 0.5, "
+            "vs the concentration-only model: nucleus-only gate scored by the "
+            "concentration-only read-out, w = 0)", "0.668 vs 0.640", _ABL.format("care"),
+            f"moe-lora/nucleus-only/{CONCENTRATION}", "ood_auroc"),
+    Compare("ablation", "disagreement term costs no accuracy (|Δ| ≤ 1 pt)", "53.7 vs 53.7",
+            _ABL.format("care"), _ABL.format("nucleus-only"), "accuracy", margin=_PP, pct=True),
+    Trend("thermostat", _thermostat, (TAU_GATES,)),
+    Compare("frontier", "CARE at B=4 beats fixed top-4 accuracy", "53.7 vs 52.8", CARE_B4, MSP4,
+            "accuracy", pct=True),
+    Trend("frontier", lambda run: [_matching_budget(run)],
+          (BUDGET_GATES, CARE_B4, MSP4, "moe-lora/top[123]/msp")),
+    Trend("frontier", lambda run: [_gain_with_disagreement(run)], (MSP4, TOP5)),
+    Compare("kmax", "accuracy saturates by k_max = 6 (|acc(12) − acc(6)| ≤ 1 pt)",
+            "53.7 vs 53.6", "moe-lora/care-kmax12/care", "moe-lora/care-kmax6/care", "accuracy",
+            margin=_PP, pct=True),
+    Trend("wblend", lambda run: [_wblend(run)], (W_SCORERS,)),
+    Compare("selective", "ID: CARE within 1 pt of MSP at 80% coverage", "54.2 vs 55.1", CARE,
+            MSP4, "sel_acc_80", margin=_PP, pct=True),
+    Compare("selective", "shifted: CARE beats MSP at 80% coverage", "53.5 vs 52.0", CARE, MSP4,
+            "shift_sel_acc_80", pct=True),
+    Compare("robustness", "CARE keeps more accuracy on shifted splits than fixed top-4",
+            "53.1 vs 50.3", "moe-lora/care/msp", MSP4, "shift_accuracy", pct=True),
+    Trend("allocation", lambda run: [_allocation(run)], (CARE,)),
+)
+
+
 def run_experiment(run_dir: Path) -> str:
     """The experiment a finished run ran (``run.json`` config), ``paper`` when it names none."""
-    import json
-
     try:
-        exp = json.loads((run_dir / META).read_text()).get("config", {}).get("experiment")
-    except (OSError, ValueError, AttributeError):
+        exp = read_meta(run_dir).get("config", {}).get("experiment")
+    except (UserError, AttributeError):  # no run.json, unreadable, or a foreign one
         exp = None
     return exp or "paper"
 

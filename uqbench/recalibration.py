@@ -203,8 +203,8 @@ def recalibrate(scorer: Scorer, calib: Sequence[Outputs], test: Sequence[Outputs
                         tuple(failed))
 
 
-def columns(rec: Recalibrated, correct: NDArray[Any], *, n_bins: int = 12, n_boot: int = 1000,
-            seed: int = 0) -> dict[str, float]:
+def columns(rec: Recalibrated, correct: NDArray[Any], *, n_bins: int = M.ECE_BINS,
+            n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
     """``ece_<kind>`` (mean over seeds), ``_std``, bootstrap ``_lo``/``_hi`` over the ID test
     examples (the calibrators held fixed), for each of `CALIBRATORS`; ``ts_temperature``."""
     from uqbench.evaluate import _per_seed, _seed_mean

@@ -26,12 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from uqbench import rundir
 from uqbench.environment import FORMAT, code_hash, git_commit, package_versions
 from uqbench.errors import DataError, UserError
 from uqbench.runner import RunConfig, run
 
 #: the files compared (other files of a run folder, e.g. figures, are not)
-COMPARED = ("results.csv", "scores.npz")
+COMPARED = (rundir.TABLES["csv"], rundir.SCORES)
 
 
 class ReproducibilityWarning(UserWarning):
@@ -73,17 +74,9 @@ def read_recorded(run_dir: Path) -> Recorded:
     Raises `UserError` naming the folder and the fix for a folder without run.json, an
     unreadable one, or one without an ``environment`` record of format `FORMAT`.
     """
-    path = Path(run_dir) / "run.json"
-    if not path.is_file():
-        raise UserError(f"{path} not found: {run_dir} is not a finished uqbench run folder "
-                        "(run.json is written at the end of `uqbench run`); give the folder a "
-                        "run wrote its results.csv to")
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path} is not readable JSON ({exc}); rerun `uqbench run` to "
-                        "rewrite it") from None
-    env = meta.get("environment") if isinstance(meta, dict) else None
+    path = Path(run_dir) / rundir.META
+    meta = rundir.read_meta(run_dir)  # missing, unreadable or not an object: a UserError
+    env = meta.get("environment")
     fmt = env.get("format") if isinstance(env, dict) else None
     if fmt != FORMAT:
         found = "no environment record" if fmt is None else f"environment format {fmt!r}"
@@ -205,7 +198,7 @@ def reproduce(run_dir: Path, *, out: Path | None = None, cache_dir: Path | None 
                        data_dir=data_dir, threads=threads, figures=False, progress=progress,
                        overwrite=False))
     diff = diff_runs(Path(run_dir), out, atol=atol)
-    seeds = json.loads((out / "run.json").read_text())["environment"]["seeds"]
+    seeds = rundir.read_meta(out)["environment"]["seeds"]
     if seeds != recorded.environment["seeds"]:
         diff.differences.append(f"seeds: recorded {recorded.environment['seeds']}, "
                                 f"rerun {seeds}")

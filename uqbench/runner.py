@@ -33,6 +33,7 @@ from uqbench.environment import environment
 from uqbench.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.evaluate import Scored, evaluate_cached
 from uqbench.gating import check_spec
+from uqbench.metrics import ECE_BINS
 from uqbench.outputs import Outputs, with_train
 from uqbench.plan import DET, Method, default_pairs, methods, model_pairs, needed_fields
 from uqbench.profiles import Profile, get_profile
@@ -327,10 +328,10 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
                 for role in ("id", "shift", "calib"))
             id_s, sh_s, cal_s = (Scored.of(m.scorer, o, timeout=scorer_timeout)
                                  for o in (id_outs, sh_outs, cal_outs))
-            metrics = evaluate_cached(cache, id_s, sh_s, n_bins=12, n_boot=n_boot, seed=0)
+            metrics = evaluate_cached(cache, id_s, sh_s, n_bins=ECE_BINS, n_boot=n_boot, seed=0)
             recal, recal_conf = recalibrate_cached(
                 cache, m.scorer, cal_outs, id_outs, cal_s.confidence, id_s.confidence,
-                id_s.correct, where=f"{m.name} on {dom}", n_bins=12, n_boot=n_boot, seed=0)
+                id_s.correct, where=f"{m.name} on {dom}", n_bins=ECE_BINS, n_boot=n_boot, seed=0)
             at = list(metrics).index("ece_hi") + 1  # the recalibrated ECEs beside the raw one
             row: dict[str, Any] = {
                 "method": m.name, "model": m.pair.model.name, "gate": m.pair.gate.name,
