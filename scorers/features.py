@@ -16,6 +16,8 @@ columns use the MSP of the deterministic logits (`uqbench.Scorer.confidence`).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -68,14 +70,18 @@ class Mahalanobis(Scorer):
 class RelativeMahalanobis(Scorer):
     requires = FEATURES
 
+    def unusable(self, train_domains: Sequence[str], n_train: int) -> str | None:
+        if len(set(train_domains)) < 2:
+            return ("needs training questions of at least 2 domains (its classes); with one it "
+                    "is identically 0: use mahalanobis, or a suite with several domains")
+        return None
+
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
         x, t = _train(outputs)
         dom = np.asarray(outputs.train_domain)
         names, which = np.unique(dom, return_inverse=True)
-        if len(names) < 2:
-            raise ValueError(f"rmd needs training questions of at least 2 domains (its classes); "
-                             f"these are all from {names[0]!r}, where rmd is identically 0: "
-                             "use mahalanobis, or a suite with several domains")
+        if why := self.unusable(names, len(dom)):
+            raise ValueError(f"rmd {why}")
         means = np.stack([t[which == i].mean(axis=0) for i in range(len(names))])
         shared = ledoit_wolf(t - means[which])
         mean0 = t.mean(axis=0)
@@ -95,10 +101,13 @@ class KNN(Scorer):
         self.k = int(k)
         self.name = f"knn{self.k}"
 
+    def unusable(self, train_domains: Sequence[str], n_train: int) -> str | None:
+        return f"needs k={self.k} training questions, has {n_train}" if n_train < self.k else None
+
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
         x, t = (a / np.linalg.norm(a, axis=1, keepdims=True).clip(1e-12) for a in _train(outputs))
-        if self.k > len(t):
-            raise ValueError(f"{self.name}: k={self.k} but only {len(t)} training features")
+        if why := self.unusable((), len(t)):
+            raise ValueError(f"{self.name} {why}")
         out = np.empty(len(x))
         for i in range(0, len(x), self.chunk):
             sq = 2.0 - 2.0 * x[i:i + self.chunk] @ t.T          # |a - b|^2 of unit vectors

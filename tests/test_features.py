@@ -15,7 +15,7 @@ from scorers.features import ledoit_wolf as lw_numpy
 from scorers.features import mahalanobis
 from tests.conftest import make_outputs
 from uqbench import Outputs, get_scorer
-from uqbench.errors import PluginError
+from uqbench.errors import ConfigError, PluginError
 from uqbench.outputs import with_train
 from uqbench.probs import softmax
 from uqbench.scorer import run_scorer
@@ -197,3 +197,22 @@ def test_forward_records_one_deterministic_feature_per_question(kind, mode):
         with torch.inference_mode():
             h = model.backbone.base_model(input_ids=enc["input_ids"]).last_hidden_state
         np.testing.assert_allclose(a[0], h[0, -1].numpy(), atol=1e-5)
+
+
+def test_scorers_say_up_front_when_they_cannot_score_a_training_set() -> None:
+    from uqbench.plan import MOE, TOP4, Method, Pair, drop_unusable
+
+    rmd, knn, msp = get_scorer("rmd"), get_scorer("knn", k=5), get_scorer("msp")
+    assert "at least 2 domains" in rmd.unusable(["science"] * 9, 9)
+    assert rmd.unusable(["science", "math"], 2) is None
+    assert knn.unusable(["a", "b"], 4) == "needs k=5 training questions, has 4"
+    assert knn.unusable(["a"], 5) is None and msp.unusable([], 0) is None
+    pair = Pair(MOE, TOP4, frozenset())
+    ms = [Method(pair, s) for s in (msp, rmd, knn)]
+    with pytest.warns(UserWarning, match="scorer 'rmd' skipped"):
+        keep, skipped = drop_unusable(ms, ["science"] * 20, 20)
+    assert [m.scorer.name for m in keep] == ["msp", "knn5"]
+    assert skipped == [{"scorer": "rmd", "pair": "moe-lora/top4",
+                        "reason": rmd.unusable(["science"], 20)}]
+    with pytest.raises(ConfigError, match="no chosen scorer can score this run: rmd needs"):
+        drop_unusable(ms[1:2], ["science"], 20)

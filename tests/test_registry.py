@@ -10,7 +10,7 @@ import pytest
 from uqbench import Outputs, Scorer, get_scorer, list_scorers, register_scorer
 from uqbench.errors import ConfigError, PluginError, UnknownNameError
 from uqbench.registry import Registry, import_plugin
-from uqbench.scorer import SCORERS, check_requirements, run_scorer
+from uqbench.scorer import SCORERS, run_scorer
 
 
 def test_builtins_are_registered():
@@ -169,12 +169,6 @@ def test_entry_point_taking_a_used_name_raises_value_error(tmp_path, monkeypatch
 def test_import_plugin_failure_is_plugin_error():
     with pytest.raises(PluginError, match="'no_such_module_xyz' failed to import"):
         import_plugin("no_such_module_xyz")
-
-
-def test_check_requirements_names_scorer_and_field():
-    with pytest.raises(ConfigError, match=r"scorer 'care' needs field\(s\) 'disagreement', "
-                                          r"'route_entropy', which model 'lora'"):
-        check_requirements([get_scorer("care")], {"logits", "labels"}, "model 'lora'")
 
 
 class _Bad(Scorer):

@@ -330,3 +330,20 @@ def test_scoring_the_runs_own_records_gives_every_value_of_its_table(env, cold, 
                                                                  if r["domain"] == "pooled"
                                                                  and r["gate"] != "-"]
     assert len(again.rows) == len(cold.rows)
+
+
+def test_a_scorer_that_cannot_score_the_training_set_is_skipped_before_model_work(env):
+    """rmd on a one-domain suite (its classes are the training domains; with one it is
+    identically 0): skipped up front, warned about and listed in run.json, not a crash at
+    scoring after the models trained."""
+    root, _ = env
+    one = SUITE.split("  knowledge:")[0] + "caps: {train: 16, calib: 8, id: 12, shift: 12}\n"
+    (root / "one.yaml").write_text(one.replace("name: tiny", "name: one"))
+    with pytest.warns(UserWarning, match="scorer 'rmd' skipped: it needs training questions of "
+                                         "at least 2 domains"):
+        res = run(cfg(env, suite=str(root / "one.yaml"), scorers=("msp", "rmd", "knn"),
+                      models=("moe-lora",), out=root / "out-one"))
+    meta = json.loads((res.out / "run.json").read_text())
+    assert {(s["scorer"], s["pair"]) for s in meta["skipped_scorers"]} == {
+        ("rmd", "moe-lora/top4"), ("rmd", "moe-lora/care")}
+    assert {r["scorer"] for r in res.rows} - {"-"} == {"msp", "knn10"}  # "-": references

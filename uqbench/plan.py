@@ -7,6 +7,7 @@ that list them, and only when a chosen scorer needs them.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -185,6 +186,26 @@ def methods(pairs: Sequence[Pair], scorers: Sequence[Scorer]) -> list[Method]:
                 f"in this run produces (pairs: {', '.join(p.name for p in pairs)}).{why} Drop it "
                 "from --scorers or add a model that provides them.")
     return out
+
+
+def drop_unusable(ms: Sequence[Method], train_domains: Sequence[str], n_train: int
+                  ) -> tuple[list[Method], list[dict[str, Any]]]:
+    """``ms`` without the methods whose scorer cannot score this training set
+    (`Scorer.unusable`: rmd on one domain, knn with fewer than k questions), and the skipped
+    ``{scorer, pair, reason}`` entries for ``run.json`` ``skipped_scorers``; each scorer
+    skipped is warned about once. Nothing left is a `ConfigError`."""
+    scorers = {id(m.scorer): m.scorer for m in ms}
+    why = {k: s.unusable(train_domains, n_train) for k, s in scorers.items()}
+    for k, reason in why.items():
+        if reason is not None:
+            warnings.warn(f"scorer {scorers[k].name!r} skipped: it {reason}", stacklevel=2)
+    keep = [m for m in ms if why[id(m.scorer)] is None]
+    skipped = [{"scorer": m.scorer.name, "pair": m.pair.name, "reason": why[id(m.scorer)]}
+               for m in ms if why[id(m.scorer)] is not None]
+    if not keep:
+        raise ConfigError("no chosen scorer can score this run: " + "; ".join(
+            f"{scorers[k].name} {r}" for k, r in why.items() if r))
+    return keep, skipped
 
 
 def needed_fields(pair: Pair, ms: Sequence[Method]) -> frozenset[str]:

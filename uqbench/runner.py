@@ -35,7 +35,15 @@ from uqbench.evaluate import Scored, evaluate_cached
 from uqbench.gating import check_spec
 from uqbench.metrics import ECE_BINS
 from uqbench.outputs import Outputs, with_train
-from uqbench.plan import DET, Method, default_pairs, methods, model_pairs, needed_fields
+from uqbench.plan import (
+    DET,
+    Method,
+    default_pairs,
+    drop_unusable,
+    methods,
+    model_pairs,
+    needed_fields,
+)
 from uqbench.profiles import Profile, get_profile
 from uqbench.records import RecordSet, method_entries, write_record_set
 from uqbench.references import ReferenceInputs, reference_inputs, reference_rows, warn_at_chance
@@ -194,6 +202,8 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     with backend.main_first():  # process 0 builds the split cache, the others read it
         suite = build_suite(cfg.suite, prof, data_dir=data, cache_dir=cache / "splits",
                             progress=cfg.progress)
+    train = suite.role("train")  # a scorer that cannot score this training set is skipped now
+    ms, skipped = drop_unusable(ms, [s.domain for s in train], sum(len(s.records) for s in train))
     stats = RunStats()
     stats.seconds["data"] = time.perf_counter() - t0
     engine = backend.engine(cfg.backbone, prof, suite, cache, stats, progress=cfg.progress,
@@ -234,6 +244,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
         "cache_hits": stats.cache_hits, "trained": stats.trained,
         "training": engine.training_log,
         "fallbacks": fallbacks,  # {what, where, reason}: `uqbench.errors.record_fallback`
+        "skipped_scorers": skipped,  # {scorer, pair, reason}: `uqbench.plan.drop_unusable`
         "processes": backend.world(),
         "environment": environment(threads, n_seeds, engine.training_log,
                                    (s.recipe for s in suite.splits.values())),

@@ -21,7 +21,7 @@ from typing import Any
 
 from uqbench.cache import ArrayCache
 from uqbench.errors import ConfigError, UserError, reset_fallbacks
-from uqbench.plan import Method
+from uqbench.plan import Method, drop_unusable
 from uqbench.records import RecordSet, new_folder, read_record_set
 from uqbench.registry import import_plugin
 from uqbench.runner import RunResult, RunStats, print_summary, score_all, write_run
@@ -85,6 +85,10 @@ def plan_methods(rs: RecordSet, cfg: ScoreConfig
     for s in skipped:
         log.warning("skipped %s on %s: needs %s, which these records do not hold", s["scorer"],
                     s["pair"], ", ".join(s["missing"]))
+    ref = next((o for o in rs.outputs.values() if o.train_domain is not None), None)
+    if ms and ref is not None:  # the training set the run's feature scorers would read
+        ms, unusable = drop_unusable(ms, ref.train_domain.tolist(), len(ref.train_domain))
+        skipped += unusable
     if not ms:
         raise ConfigError("no scorer can run on these records (each needs a field they do not "
                           "hold); choose --scorers among those that read logits, e.g. msp")
@@ -146,9 +150,10 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
         write_run(tmp, rows, arrays, meta, t0=t0, figures=cfg.figures)
     print_summary(cfg.out, rows, meta)
     if skipped:
-        print("skipped (records lack the fields): " + "; ".join(
-            f"{s['scorer']} on {s['pair']}: needs {', '.join(s['missing'])}" for s in skipped),
-            flush=True)
+        print("skipped: " + "; ".join(
+            f"{s['scorer']} on {s['pair']}: " + (s["reason"] if "reason" in s else
+                                                 f"needs {', '.join(s['missing'])}")
+            for s in skipped), flush=True)
     return RunResult(cfg.out, rows, RunStats())
 
 

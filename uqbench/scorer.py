@@ -19,14 +19,14 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench.errors import ConfigError, PluginError
+from uqbench.errors import PluginError
 from uqbench.outputs import Outputs
 from uqbench.probs import softmax
 from uqbench.registry import Registry
@@ -60,6 +60,13 @@ class Scorer:
         """(N,) confidence in [0, 1] for calibration: MSP of `predictive`."""
         return self.predictive(outputs).max(axis=1)
 
+    def unusable(self, train_domains: Sequence[str], n_train: int) -> str | None:
+        """Why this scorer cannot score a run whose ``n_train`` training questions come from
+        ``train_domains``; None when it can (the default). Asked before any model work: a
+        scorer with a reason is skipped, warned about and listed in ``run.json``
+        ``skipped_scorers``, rather than failing the run at scoring."""
+        return None
+
     def passes(self, outputs: Outputs) -> int:
         """Forward passes this method needs per example (1 + MC passes or members)."""
         if "member_logits" in self.requires and outputs.member_logits is not None:
@@ -80,7 +87,8 @@ def register_scorer(name: str) -> Callable[[S], S]:
 
     def deco(cls: S) -> S:
         if not (isinstance(cls, type) and issubclass(cls, Scorer)):
-            raise TypeError(f"@register_scorer({name!r}) must decorate a Scorer subclass, got {cls!r}")
+            raise TypeError(f"@register_scorer({name!r}) must decorate a Scorer subclass, "
+                            f"got {cls!r}")
         SCORERS.add(name, cls)
         cls.name = name
         return cls
@@ -101,19 +109,6 @@ def get_scorer(name: str, **kwargs: Any) -> Scorer:
 
 def list_scorers() -> list[str]:
     return SCORERS.names()
-
-
-def check_requirements(scorers: Iterable[Scorer], available: Iterable[str], source: str) -> None:
-    """Fail before any forward pass if a scorer needs a field ``source`` cannot produce."""
-    have = set(available)
-    for sc in scorers:
-        missing = sorted(set(sc.requires) - have)
-        if missing:
-            raise ConfigError(
-                f"scorer {sc.name!r} needs field(s) {', '.join(map(repr, missing))}, which "
-                f"{source} does not produce. Drop the scorer (--scorers) or choose a model that "
-                "provides them."
-            )
 
 
 class _TimeLimit(Exception):
