@@ -48,9 +48,10 @@ def _pct(x: float) -> str:
     return f"{round(x * 100):02d}"
 
 
-def _resamples(n: int, n_boot: int, seed: int) -> NDArray[np.intp]:
-    """(B, N) question indices of B bootstrap resamples."""
-    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+def _resamples(n: int, n_boot: int, seed: int) -> NDArray[np.float64]:
+    """(B, N) counts of each question in B bootstrap resamples (`uqbench.conformal.resample_counts`
+    of B draws of N question indices)."""
+    return C.resample_counts(np.random.default_rng(seed).integers(0, n, size=(n_boot, n)), n)
 
 
 def _summarise(row: dict[str, Any], name: str, points: list[float],
