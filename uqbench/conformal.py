@@ -198,34 +198,17 @@ def resample_sums(x: NDArray[Any], counts: ArrayLike) -> NDArray[np.float64]:
     return w @ x
 
 
-def coverage(covered: ArrayLike, counts: ArrayLike | None = None) -> Any:
-    """Fraction of questions whose set holds the gold option: ``mean_i 1[y_i ∈ C(x_i)]``.
-    ``counts`` (B, N) bootstrap resample counts (`resample_counts`): one value per resample,
-    (B,).
+def set_statistics(covered: ArrayLike, size: ArrayLike, counts: ArrayLike | None = None
+                   ) -> tuple[Any, Any, Any]:
+    """(coverage, mean set size, worst size-stratified coverage) of sets with the per-question
+    indicators ``covered`` (the gold option is in the set) and sizes ``size``:
+    ``mean_i covered_i``, ``mean_i size_i``, and the minimum over the non-empty groups of
+    questions of equal set size of the group's coverage (Angelopoulos & Bates 2021; lower = a
+    set size that under-covers). ``counts`` (B, N) bootstrap resample counts
+    (`resample_counts`): one value of each per resample, (B,), all from one matrix product.
 
-    >>> coverage([1, 1, 0, 1])
-    0.75
-    """
-    c = np.asarray(covered, dtype=np.float64).reshape(-1)
-    if counts is None:
-        return float(c[None, :].mean(axis=1)[0])
-    sums = resample_sums(np.column_stack([c, np.ones_like(c)]), counts)  # (B, 2): Σ x, draws
-    return sums[:, 0] / sums[:, 1]
-
-
-def mean_set_size(size: ArrayLike, counts: ArrayLike | None = None) -> Any:
-    """Mean number of options in the set, ``mean_i |C(x_i)|`` (``counts`` as `coverage`)."""
-    return coverage(size, counts)
-
-
-def worst_size_stratified_coverage(covered: ArrayLike, size: ArrayLike,
-                                   counts: ArrayLike | None = None) -> Any:
-    """Size-stratified coverage: the coverage of each group of questions with equal set size,
-    and its minimum over the non-empty groups (lower = a set size that under-covers).
-    ``counts`` as `coverage`.
-
-    >>> worst_size_stratified_coverage([1, 0, 1, 1, 1], [1, 1, 2, 2, 3])
-    0.5
+    >>> set_statistics([1, 0, 1, 1, 1], [1, 1, 2, 2, 3])
+    (0.8, 1.8, 0.5)
     """
     c = np.asarray(covered, dtype=np.float64).reshape(-1)
     s = np.asarray(size).reshape(-1)
@@ -233,13 +216,37 @@ def worst_size_stratified_coverage(covered: ArrayLike, size: ArrayLike,
         raise ValueError(f"covered and size must have the same shape; got {c.shape}, {s.shape}")
     sizes, code = np.unique(s, return_inverse=True)
     group = (code.reshape(-1)[:, None] == np.arange(len(sizes))).astype(np.float64)  # (N, k)
-    w = np.ones((1, c.size)) if counts is None else counts
-    n_bin = resample_sums(group, w)  # (B, k) questions per set size, then covered ones
-    hits = resample_sums(group * c[:, None], w)
+    values = np.column_stack([c, s, np.ones_like(c), group, group * c[:, None]])
+    sums = resample_sums(values, np.ones((1, c.size)) if counts is None else counts)
+    n_bin, hits = sums[:, 3:3 + len(sizes)], sums[:, 3 + len(sizes):]
     with np.errstate(invalid="ignore", divide="ignore"):
-        per_bin = np.where(n_bin > 0, hits / n_bin, np.inf)
-    worst = per_bin.min(axis=1)
-    return float(worst[0]) if counts is None else worst
+        worst = np.where(n_bin > 0, hits / n_bin, np.inf).min(axis=1)
+    stats = (sums[:, 0] / sums[:, 2], sums[:, 1] / sums[:, 2], worst)
+    return tuple(float(v[0]) for v in stats) if counts is None else stats
+
+
+def coverage(covered: ArrayLike, counts: ArrayLike | None = None) -> Any:
+    """Fraction of questions whose set holds the gold option (`set_statistics`).
+
+    >>> coverage([1, 1, 0, 1])
+    0.75
+    """
+    return set_statistics(covered, np.zeros(np.size(covered)), counts)[0]
+
+
+def mean_set_size(size: ArrayLike, counts: ArrayLike | None = None) -> Any:
+    """Mean number of options in the set, ``mean_i |C(x_i)|`` (`set_statistics`)."""
+    return set_statistics(np.zeros(np.size(size)), size, counts)[1]
+
+
+def worst_size_stratified_coverage(covered: ArrayLike, size: ArrayLike,
+                                   counts: ArrayLike | None = None) -> Any:
+    """The worst coverage over the groups of questions of equal set size (`set_statistics`).
+
+    >>> worst_size_stratified_coverage([1, 0, 1, 1, 1], [1, 1, 2, 2, 3])
+    0.5
+    """
+    return set_statistics(covered, size, counts)[2]
 
 
 def coverage_curve(calib_scores: ArrayLike, test_scores: ArrayLike, alphas: ArrayLike
@@ -263,4 +270,4 @@ def coverage_curve(calib_scores: ArrayLike, test_scores: ArrayLike, alphas: Arra
 __all__ = ["ALPHAS", "APS", "LAC", "RAPS", "SCORES", "ConformityScore", "NotReachable",
            "check_alpha", "conformal_quantile", "coverage", "coverage_curve", "mean_set_size",
            "prediction_sets", "quantile_rank", "resample_counts", "resample_sums",
-           "true_label_scores", "worst_size_stratified_coverage"]
+           "set_statistics", "true_label_scores", "worst_size_stratified_coverage"]
