@@ -1078,20 +1078,13 @@ def _percentile_interval(
     """(point, low, high) from ``n_resamples`` calls of ``draw``; for a metric of K statistics
     (``point`` a (K,) array) each bound is a (K,) array, every statistic treated as alone."""
     points = np.atleast_1d(point)
-    if np.isnan(points).all():
-        warnings.warn(
-            "the metric is NaN (undefined) on the full data; returning NaN for the interval",
-            UndefinedMetricWarning,
-            stacklevel=3,
-        )
-        nan = math.nan if np.ndim(point) == 0 else np.full(points.shape, math.nan)
-        return point, nan, nan
-    stats = np.empty((n_resamples, points.size))
-    with warnings.catch_warnings():
-        # Undefined resamples are counted below and reported once, not once per resample.
-        warnings.simplefilter("ignore", UndefinedMetricWarning)
-        for i in range(n_resamples):
-            stats[i] = draw()
+    stats = np.full((n_resamples, points.size), np.nan)
+    if not np.isnan(points).all():  # else undefined: nothing to draw
+        with warnings.catch_warnings():
+            # Undefined resamples are counted below and reported once, not once per resample.
+            warnings.simplefilter("ignore", UndefinedMetricWarning)
+            for i in range(n_resamples):
+                stats[i] = draw()
     bounds = np.empty((points.size, 2))
     for k, p in enumerate(points):  # a loop, not a comprehension: warnings' stacklevel
         bounds[k] = _column_interval(p, stats[:, k], level)
