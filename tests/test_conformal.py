@@ -40,8 +40,16 @@ def test_quantile_sets_and_metrics_by_hand() -> None:
     assert C.coverage(covered) == 0.8 and C.mean_set_size(size) == 1.8
     assert C.worst_size_stratified_coverage(covered, size) == 0.5
     idx = np.array([[0, 0, 0, 0, 0], [1, 1, 2, 3, 4]])  # two bootstrap resamples
-    np.testing.assert_allclose(C.coverage(covered, idx), [1.0, 0.6])
-    np.testing.assert_allclose(C.worst_size_stratified_coverage(covered, size, idx), [1.0, 0.0])
+    counts = C.resample_counts(idx, 5)
+    assert counts.tolist() == [[5, 0, 0, 0, 0], [0, 2, 1, 1, 1]]
+    np.testing.assert_allclose(C.coverage(covered, counts), [1.0, 0.6])
+    np.testing.assert_allclose(C.mean_set_size(size, counts), [1.0, 1.8])
+    np.testing.assert_allclose(C.worst_size_stratified_coverage(covered, size, counts),
+                               [1.0, 0.0])
+    with pytest.raises(ValueError, match="indices into the 5 questions"):
+        C.resample_counts([[0, 5]], 5)
+    with pytest.raises(ValueError, match=r"counts must be \(B, 5\)"):
+        C.coverage(covered, counts[:, :4])
     # a padded choice (probability 0: a pooled row of a domain with fewer options) is never in
     assert not C.prediction_sets(C.SCORES["aps"], [[0.7, 0.3, 0.0]], 5.0)[0, 2]
 

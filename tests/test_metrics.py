@@ -36,6 +36,7 @@ from uqbench.metrics import (
     reliability_curve,
     risk_coverage_curve,
     selective_accuracy,
+    selective_summary,
 )
 
 PROPS = settings(max_examples=30, deadline=None)
@@ -708,6 +709,21 @@ def test_bootstrap_is_deterministic_given_seed():
     assert first == bootstrap_ci(brier_score, probs, labels, n_resamples=100, seed=3)
     assert first != bootstrap_ci(brier_score, probs, labels, n_resamples=100, seed=4)
     assert first[0] == brier_score(probs, labels)
+
+
+def test_bootstrap_of_several_statistics_is_each_statistics_own_bootstrap():
+    # selective_summary's three values, and one interval per value from the same resamples:
+    # equal to three separate bootstraps of the three metrics with the same seed.
+    rng = np.random.default_rng(5)
+    u = np.round(rng.random(300), 2)  # ties
+    ok = rng.random(300) < 0.6
+    assert_array_equal(selective_summary(u, ok, coverage=0.7),
+                       [aurc(u, ok), augrc(u, ok), selective_accuracy(u, ok, coverage=0.7)])
+    point, low, high = bootstrap_ci(functools.partial(selective_summary, coverage=0.7), u, ok,
+                                    n_resamples=200, seed=2)
+    for k, fn in enumerate((aurc, augrc, functools.partial(selective_accuracy, coverage=0.7))):
+        assert (point[k], low[k], high[k]) == bootstrap_ci(fn, u, ok, n_resamples=200, seed=2)
+    assert np.all(low < high)
 
 
 def test_bootstrap_interval_contains_point_and_shrinks_with_n():

@@ -10,6 +10,7 @@ import pytest
 from scipy.stats import binom
 
 from uqbench import risk as R
+from uqbench.conformal import resample_counts
 
 
 def test_bounds_and_fixed_sequence_by_hand() -> None:
@@ -46,9 +47,8 @@ def test_ltt_threshold_by_hand() -> None:
     # selective risk on a test split, plus bootstrap resamples
     assert R.selective_risk([1, 1, 1, 0], [1, 0, 1, 0]) == pytest.approx(1 / 3)
     assert math.isnan(R.selective_risk([0, 0], [1, 0]))
-    np.testing.assert_allclose(R.selective_risk([1, 1, 0], [1, 0, 1], np.array([[0, 0, 0],
-                                                                                [1, 1, 2]])),
-                               [0.0, 1.0])
+    counts = resample_counts(np.array([[0, 0, 0], [1, 1, 2]]), 3)
+    np.testing.assert_allclose(R.selective_risk([1, 1, 0], [1, 0, 1], counts), [0.0, 1.0])
 
 
 def test_bad_targets_are_clear_errors() -> None:

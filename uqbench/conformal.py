@@ -28,8 +28,9 @@ row whose domains have fewer options) is never in a set.
 
 Coverage, mean set size and the worst size-stratified coverage (Angelopoulos & Bates 2021,
 MAPIE's ``classification_ssc_score`` with one bin per set size) are plain functions of the
-per-question indicators; they take optional bootstrap resamples (B, N) of question indices, so
-that a CI (questions resampled, q̂ held fixed) costs a few array operations.
+per-question indicators; they take optional bootstrap resample counts (B, N) (`resample_counts`:
+how often each question is drawn), so that a CI (questions resampled, q̂ held fixed) costs one
+matrix product.
 """
 from __future__ import annotations
 
@@ -170,60 +171,85 @@ def prediction_sets(score: ConformityScore, probs: ArrayLike, qhat: float,
     return score.scores(probs, u) <= qhat
 
 
-# --- metrics of the sets: per-question indicators, optional bootstrap resamples (B, N) --------
+# --- metrics of the sets: per-question indicators, optional bootstrap resample counts (B, N) ---
 
-def _rows(x: NDArray[Any], resample: ArrayLike | None) -> NDArray[Any]:
-    """``x`` as one row (1, N), or its B resampled rows ``x[resample]`` (B, N)."""
-    if resample is None:
-        return x[None, :]
-    idx = np.asarray(resample)
-    if idx.ndim != 2 or (idx.size and (idx.min() < 0 or idx.max() >= x.size)):
-        raise ValueError(f"resample must be (B, N) indices into the {x.size} questions; got "
-                         f"shape {idx.shape}")
-    return x[idx]
+def resample_counts(resamples: ArrayLike, n: int) -> NDArray[np.float64]:
+    """(B, n) how many times each of the ``n`` questions is drawn in each of the B bootstrap
+    resamples ``resamples`` (B, m) of question indices: a resample's mean of per-question
+    values ``x`` is then ``counts @ x / m``, one matrix product instead of B gathers.
 
-
-def _out(v: NDArray[np.float64], resample: ArrayLike | None) -> Any:
-    return float(v[0]) if resample is None else v
-
-
-def coverage(covered: ArrayLike, resample: ArrayLike | None = None) -> Any:
-    """Fraction of questions whose set holds the gold option: ``mean_i 1[y_i ∈ C(x_i)]``.
-    ``resample`` (B, N) question indices (bootstrap draws): one value per draw, (B,).
-
-    >>> coverage([1, 1, 0, 1])
-    0.75
+    >>> resample_counts([[0, 0, 2], [1, 2, 2]], 3)
+    array([[2., 0., 1.],
+           [0., 1., 2.]])
     """
-    c = np.asarray(covered, dtype=np.float64).reshape(-1)
-    return _out(_rows(c, resample).mean(axis=1), resample)
+    idx = np.asarray(resamples)
+    if idx.ndim != 2 or (idx.size and (idx.min() < 0 or idx.max() >= n)):
+        raise ValueError(f"resamples must be (B, m) indices into the {n} questions; got shape "
+                         f"{idx.shape}")
+    flat = (idx + n * np.arange(len(idx))[:, None]).ravel()
+    return np.bincount(flat, minlength=n * len(idx)).reshape(len(idx), n).astype(np.float64)
 
 
-def mean_set_size(size: ArrayLike, resample: ArrayLike | None = None) -> Any:
-    """Mean number of options in the set, ``mean_i |C(x_i)|`` (``resample`` as `coverage`)."""
-    return coverage(size, resample)
+def resample_sums(x: NDArray[Any], counts: ArrayLike) -> NDArray[np.float64]:
+    """(B, ...) the sums of ``x`` (N, ...) over each resample of ``counts`` (B, N)
+    (`resample_counts`): exact, whatever the summation order, for integer-valued ``x``
+    (indicators, sizes) as long as the sums stay below 2**53."""
+    w = np.asarray(counts, dtype=np.float64)
+    if w.ndim != 2 or w.shape[1] != len(x):
+        raise ValueError(f"counts must be (B, {len(x)}) resample counts of the {len(x)} "
+                         f"questions (resample_counts); got shape {w.shape}")
+    return w @ x
 
 
-def worst_size_stratified_coverage(covered: ArrayLike, size: ArrayLike,
-                                   resample: ArrayLike | None = None) -> Any:
-    """Size-stratified coverage: the coverage of each group of questions with equal set size,
-    and its minimum over the non-empty groups (lower = a set size that under-covers).
+def set_statistics(covered: ArrayLike, size: ArrayLike, counts: ArrayLike | None = None
+                   ) -> tuple[Any, Any, Any]:
+    """(coverage, mean set size, worst size-stratified coverage) of sets with the per-question
+    indicators ``covered`` (the gold option is in the set) and sizes ``size``:
+    ``mean_i covered_i``, ``mean_i size_i``, and the minimum over the non-empty groups of
+    questions of equal set size of the group's coverage (Angelopoulos & Bates 2021; lower = a
+    set size that under-covers). ``counts`` (B, N) bootstrap resample counts
+    (`resample_counts`): one value of each per resample, (B,), all from one matrix product.
 
-    >>> worst_size_stratified_coverage([1, 0, 1, 1, 1], [1, 1, 2, 2, 3])
-    0.5
+    >>> set_statistics([1, 0, 1, 1, 1], [1, 1, 2, 2, 3])
+    (0.8, 1.8, 0.5)
     """
     c = np.asarray(covered, dtype=np.float64).reshape(-1)
     s = np.asarray(size).reshape(-1)
     if s.shape != c.shape:
         raise ValueError(f"covered and size must have the same shape; got {c.shape}, {s.shape}")
     sizes, code = np.unique(s, return_inverse=True)
-    codes, cs = _rows(code.reshape(-1), resample), _rows(c, resample)  # (B, N)
-    k = len(sizes)
-    flat = (codes + k * np.arange(len(codes))[:, None]).ravel()
-    n_bin = np.bincount(flat, minlength=k * len(codes)).reshape(-1, k)
-    hits = np.bincount(flat, weights=cs.ravel(), minlength=k * len(codes)).reshape(-1, k)
+    group = (code.reshape(-1)[:, None] == np.arange(len(sizes))).astype(np.float64)  # (N, k)
+    values = np.column_stack([c, s, np.ones_like(c), group, group * c[:, None]])
+    sums = resample_sums(values, np.ones((1, c.size)) if counts is None else counts)
+    n_bin, hits = sums[:, 3:3 + len(sizes)], sums[:, 3 + len(sizes):]
     with np.errstate(invalid="ignore", divide="ignore"):
-        per_bin = np.where(n_bin > 0, hits / n_bin, np.inf)
-    return _out(per_bin.min(axis=1), resample)
+        worst = np.where(n_bin > 0, hits / n_bin, np.inf).min(axis=1)
+    stats = (sums[:, 0] / sums[:, 2], sums[:, 1] / sums[:, 2], worst)
+    return tuple(float(v[0]) for v in stats) if counts is None else stats
+
+
+def coverage(covered: ArrayLike, counts: ArrayLike | None = None) -> Any:
+    """Fraction of questions whose set holds the gold option (`set_statistics`).
+
+    >>> coverage([1, 1, 0, 1])
+    0.75
+    """
+    return set_statistics(covered, np.zeros(np.size(covered)), counts)[0]
+
+
+def mean_set_size(size: ArrayLike, counts: ArrayLike | None = None) -> Any:
+    """Mean number of options in the set, ``mean_i |C(x_i)|`` (`set_statistics`)."""
+    return set_statistics(np.zeros(np.size(size)), size, counts)[1]
+
+
+def worst_size_stratified_coverage(covered: ArrayLike, size: ArrayLike,
+                                   counts: ArrayLike | None = None) -> Any:
+    """The worst coverage over the groups of questions of equal set size (`set_statistics`).
+
+    >>> worst_size_stratified_coverage([1, 0, 1, 1, 1], [1, 1, 2, 2, 3])
+    0.5
+    """
+    return set_statistics(covered, size, counts)[2]
 
 
 def coverage_curve(calib_scores: ArrayLike, test_scores: ArrayLike, alphas: ArrayLike
@@ -246,5 +272,5 @@ def coverage_curve(calib_scores: ArrayLike, test_scores: ArrayLike, alphas: Arra
 
 __all__ = ["ALPHAS", "APS", "LAC", "RAPS", "SCORES", "ConformityScore", "NotReachable",
            "check_alpha", "conformal_quantile", "coverage", "coverage_curve", "mean_set_size",
-           "prediction_sets", "quantile_rank", "true_label_scores",
-           "worst_size_stratified_coverage"]
+           "prediction_sets", "quantile_rank", "resample_counts", "resample_sums",
+           "set_statistics", "true_label_scores", "worst_size_stratified_coverage"]

@@ -31,6 +31,9 @@ from uqbench.scorer import Scorer, run_scorer
 #: Metrics that get a bootstrap CI (the others are reported as mean +- std over seeds).
 CI_METRICS = ("accuracy", "ece", "brier", "nll", "mce", "ece_adaptive", "ood_auroc", "aurc",
               "augrc", "sel_acc_80")
+#: CI metrics bootstrapped together, from one sort per resample: their index in
+#: `uqbench.metrics.selective_summary`.
+SELECTIVE = {"aurc": 0, "augrc": 1, "sel_acc_80": 2}
 COLUMNS = ("accuracy", "ece", "brier", "nll", "mce", "ece_adaptive", "ood_auroc", "aupr_out",
            "fpr95", "aurc", "e_aurc", "augrc", "sel_acc_80", "shift_accuracy", "shift_sel_acc_80",
            "avg_experts", "shift_avg_experts")
@@ -72,8 +75,9 @@ class Scored:
 def _seed_mean(metric: Callable[..., float]) -> Callable[..., float]:
     """Lift a 1-D metric to (n, S) arrays: the mean over the S seed columns."""
 
-    def lifted(*arrays: NDArray[Any]) -> float:
-        return float(np.mean([metric(*(a[:, s] for a in arrays)) for s in range(arrays[0].shape[1])]))
+    def lifted(*arrays: NDArray[Any]) -> Any:  # a float, or (K,) for a metric of K statistics
+        return np.mean([metric(*(a[:, s] for a in arrays)) for s in range(arrays[0].shape[1])],
+                       axis=0)
 
     return lifted
 
@@ -84,11 +88,11 @@ def _per_seed(metric: Callable[..., float], *arrays: NDArray[Any]) -> tuple[floa
 
 #: bootstrap intervals of this process by content: methods of one model that share a
 #: predictive distribution (msp, entropy, energy, margin) share their accuracy and ECE intervals
-_INTERVALS: dict[str, tuple[float, float]] = {}
+_INTERVALS: dict[str, tuple[Any, Any]] = {}
 
 
-def _ci(name: str, fn: Callable[..., float], arrays: Sequence[NDArray[Any]], *,
-        two_sample: bool, **options: Any) -> tuple[float, float]:
+def _ci(name: str, fn: Callable[..., Any], arrays: Sequence[NDArray[Any]], *,
+        two_sample: bool, **options: Any) -> tuple[Any, Any]:
     """(low, high) of the percentile bootstrap of ``fn``'s seed mean on ``arrays``
     (`uqbench.metrics.bootstrap_ci`, or its two-sample form), memoised in this process by the
     metric's name, the options and the arrays' bytes."""
@@ -135,6 +139,9 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
     def rc(fn: Callable[..., float]) -> Callable[..., float]:
         return lambda u, c: fn(u, c.astype(bool))
 
+    def selective(u: NDArray[Any], c: NDArray[Any]) -> NDArray[np.float64]:
+        return M.selective_summary(u, c.astype(bool), coverage=0.8)
+
     one_sample: dict[str, tuple[Callable[..., float], tuple[NDArray[Any], ...]]] = {
         "accuracy": (acc, (id_.correct,)),
         "ece": (ece, (id_.confidence, id_.correct)),
@@ -162,7 +169,12 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
             continue
         fn, arrays = one_sample[name]
         row[name], row[f"{name}_std"] = _per_seed(fn, *arrays)
-        if name in CI_METRICS:
+        if name in SELECTIVE:  # the three from one bootstrap (memoised: drawn once)
+            lo, hi = _ci("selective", selective, arrays, two_sample=False, n_boot=n_boot,
+                         seed=seed)
+            row[f"{name}_lo"], row[f"{name}_hi"] = float(lo[SELECTIVE[name]]), float(
+                hi[SELECTIVE[name]])
+        elif name in CI_METRICS:
             row[f"{name}_lo"], row[f"{name}_hi"] = _ci(
                 name, fn, arrays, two_sample=False, n_bins=n_bins, n_boot=n_boot, seed=seed)
     for name, fn in two_sample.items():

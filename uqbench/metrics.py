@@ -65,6 +65,7 @@ __all__ = [
     "reliability_curve",
     "risk_coverage_curve",
     "selective_accuracy",
+    "selective_summary",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -959,7 +960,10 @@ def augrc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
     >>> round(augrc([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0]), 6)
     0.1
     """
-    groups = _selective_groups(uncertainty, correct)
+    return _augrc(_selective_groups(uncertainty, correct))
+
+
+def _augrc(groups: _TieGroups) -> float:
     n_acc = np.r_[0, groups.n_upto]
     errors = np.r_[0, groups.hits_upto]
     n = int(n_acc[-1])
@@ -1017,7 +1021,10 @@ def selective_accuracy(
     0.833333
     """
     cov = _check_fraction(coverage, "coverage", open_right=False)
-    groups = _selective_groups(uncertainty, correct)
+    return _selective_accuracy(_selective_groups(uncertainty, correct), cov)
+
+
+def _selective_accuracy(groups: _TieGroups, cov: float) -> float:
     n = int(groups.n_upto[-1])
     k = _n_accepted(cov, n)
     g = int(np.searchsorted(groups.n_upto, k, side="left"))  # the group holding the k-th example
@@ -1027,6 +1034,20 @@ def selective_accuracy(
     group_err = int(groups.hits_upto[g]) - err_before
     errors = err_before + (k - n_before) * group_err / group_n
     return float((k - errors) / k)
+
+
+def selective_summary(
+    uncertainty: ArrayLike, correct: ArrayLike, *, coverage: float = 0.8
+) -> FloatArray:
+    """(:func:`aurc`, :func:`augrc`, :func:`selective_accuracy` at ``coverage``) from one sort
+    of the examples: the three of the table, e.g. as one :func:`bootstrap_ci` metric.
+
+    >>> selective_summary([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0], coverage=0.6).round(6)
+    array([0.123333, 0.1     , 0.833333])
+    """
+    cov = _check_fraction(coverage, "coverage", open_right=False)
+    groups = _selective_groups(uncertainty, correct)
+    return np.array([_aurc(groups), _augrc(groups), _selective_accuracy(groups, cov)])
 
 
 # --------------------------------------------------------------------------------------------
@@ -1058,22 +1079,41 @@ def _resampleable(arrays: tuple[ArrayLike, ...], names: list[str]) -> list[NDArr
     return out
 
 
+def _statistic(value: Any) -> Any:
+    """A metric's value: a float, or a (K,) float array for a metric of K statistics."""
+    return float(value) if np.ndim(value) == 0 else np.asarray(value, dtype=np.float64)
+
+
 def _percentile_interval(
-    point: float, draw: Callable[[], float], n_resamples: int, level: float
-) -> tuple[float, float, float]:
+    point: Any, draw: Callable[[], Any], n_resamples: int, level: float
+) -> tuple[Any, Any, Any]:
+    """(point, low, high) from ``n_resamples`` calls of ``draw``; for a metric of K statistics
+    (``point`` a (K,) array) each bound is a (K,) array, every statistic treated as alone."""
+    points = np.atleast_1d(point)
+    stats = np.full((n_resamples, points.size), np.nan)
+    if not np.isnan(points).all():  # else undefined: nothing to draw
+        with warnings.catch_warnings():
+            # Undefined resamples are counted below and reported once, not once per resample.
+            warnings.simplefilter("ignore", UndefinedMetricWarning)
+            for i in range(n_resamples):
+                stats[i] = draw()
+    bounds = np.empty((points.size, 2))
+    for k, p in enumerate(points):  # a loop, not a comprehension: warnings' stacklevel
+        bounds[k] = _column_interval(p, stats[:, k], level)
+    if np.ndim(point) == 0:
+        return point, float(bounds[0, 0]), float(bounds[0, 1])
+    return point, bounds[:, 0], bounds[:, 1]
+
+
+def _column_interval(point: float, stats: FloatArray, level: float) -> tuple[float, float]:
     if math.isnan(point):
         warnings.warn(
             "the metric is NaN (undefined) on the full data; returning NaN for the interval",
             UndefinedMetricWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-        return point, math.nan, math.nan
-    stats = np.empty(n_resamples)
-    with warnings.catch_warnings():
-        # Undefined resamples are counted below and reported once, not once per resample.
-        warnings.simplefilter("ignore", UndefinedMetricWarning)
-        for i in range(n_resamples):
-            stats[i] = draw()
+        return math.nan, math.nan
+    n_resamples = stats.size
     defined = stats[~np.isnan(stats)]
     n_dropped = n_resamples - defined.size
     if defined.size == 0:
@@ -1081,19 +1121,19 @@ def _percentile_interval(
             f"the metric was NaN (undefined) on all {n_resamples} bootstrap resamples; "
             "returning NaN bounds",
             UndefinedMetricWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-        return point, math.nan, math.nan
+        return math.nan, math.nan
     if n_dropped > _MAX_DROPPED_FRACTION * n_resamples:
         warnings.warn(
             f"{n_dropped} of {n_resamples} bootstrap resamples gave NaN (metric undefined, e.g. "
             "a single class) and were dropped; the interval describes the other resamples only",
             UndefinedMetricWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     alpha = (1.0 - level) / 2.0
     low, high = np.quantile(defined, [alpha, 1.0 - alpha])
-    return point, float(low), float(high)
+    return float(low), float(high)
 
 
 def bootstrap_ci(
@@ -1114,7 +1154,9 @@ def bootstrap_ci(
     ----------
     metric : callable
         ``metric(*arrays) -> float``, e.g. :func:`expected_calibration_error`. Extra options
-        go in a ``functools.partial`` or a lambda.
+        go in a ``functools.partial`` or a lambda. A metric may return a (K,) array of K
+        statistics of the same examples (e.g. :func:`selective_summary`): each gets its own
+        interval from the same resamples, and ``point``, ``low``, ``high`` are (K,) arrays.
     *arrays : array-like, each with N examples along axis 0
         The metric's arguments (1-D, or e.g. ``probs`` of shape (N, C)).
     n_resamples : int, default 1000
@@ -1161,9 +1203,9 @@ def bootstrap_ci(
 
     def draw() -> float:
         idx = rng.integers(0, n, size=n)
-        return float(metric(*(a[idx] for a in arrs)))
+        return _statistic(metric(*(a[idx] for a in arrs)))
 
-    return _percentile_interval(float(metric(*arrs)), draw, n_resamples, level)
+    return _percentile_interval(_statistic(metric(*arrs)), draw, n_resamples, level)
 
 
 def bootstrap_ci_two_sample(
@@ -1186,7 +1228,8 @@ def bootstrap_ci_two_sample(
     Parameters
     ----------
     metric : callable
-        ``metric(a, b) -> float``, e.g. :func:`ood_auroc`.
+        ``metric(a, b) -> float``, e.g. :func:`ood_auroc`, or a (K,) array as in
+        :func:`bootstrap_ci`.
     a, b : array-like, examples along axis 0
         The two samples, e.g. ID and OOD uncertainties.
     n_resamples : int, default 1000
@@ -1217,9 +1260,9 @@ def bootstrap_ci_two_sample(
     def draw() -> float:
         idx_a = rng.integers(0, len(arr_a), size=len(arr_a))
         idx_b = rng.integers(0, len(arr_b), size=len(arr_b))
-        return float(metric(arr_a[idx_a], arr_b[idx_b]))
+        return _statistic(metric(arr_a[idx_a], arr_b[idx_b]))
 
-    return _percentile_interval(float(metric(arr_a, arr_b)), draw, n_resamples, level)
+    return _percentile_interval(_statistic(metric(arr_a, arr_b)), draw, n_resamples, level)
 
 
 def paired_difference(

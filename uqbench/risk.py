@@ -27,6 +27,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import beta, binom
 
+from uqbench.conformal import resample_sums
+
 #: Level of the guarantee: P(risk > r*) ≤ δ over the calib draw.
 DELTA = 0.1
 #: Target selective risks (error rates): the cpu models err on 54-78% of the questions at full
@@ -122,23 +124,24 @@ def ltt_threshold(uncertainty: ArrayLike, correct: ArrayLike, target: float, *,
                      int(errors[j]))
 
 
-def selective_risk(accepted: ArrayLike, correct: ArrayLike, resample: ArrayLike | None = None
+def selective_risk(accepted: ArrayLike, correct: ArrayLike, counts: ArrayLike | None = None
                    ) -> float | NDArray[np.float64]:
     """Error rate among the accepted questions, ``Σ accepted·wrong / Σ accepted`` (NaN when
-    none is accepted). ``resample`` (B, N) question indices (bootstrap draws): one value each.
+    none is accepted). ``counts`` (B, N) bootstrap resample counts
+    (`uqbench.conformal.resample_counts`): one value per resample.
 
     >>> selective_risk([1, 1, 1, 0], [1, 0, 1, 0])
     0.3333333333333333
     """
     a = np.asarray(accepted, dtype=np.float64).reshape(-1)
     bad = a * (1.0 - np.asarray(correct, dtype=np.float64).reshape(-1))
-    if resample is not None:
-        idx = np.asarray(resample)
-        a, bad = a[idx], bad[idx]
-    n, e = np.atleast_2d(a).sum(axis=1), np.atleast_2d(bad).sum(axis=1)
+    if counts is None:
+        n, e = np.atleast_2d(a).sum(axis=1), np.atleast_2d(bad).sum(axis=1)
+    else:
+        n, e = resample_sums(np.column_stack([a, bad]), counts).T
     with np.errstate(invalid="ignore", divide="ignore"):
         v = np.where(n > 0, e / n, np.nan)
-    return float(v[0]) if resample is None else v
+    return float(v[0]) if counts is None else v
 
 
 __all__ = ["COVERAGE_GRID", "DEFAULT_TARGET", "DELTA", "RISK_AT", "TARGETS", "NotReachable",

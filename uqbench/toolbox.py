@@ -24,7 +24,7 @@ import inspect
 import math
 import warnings
 from collections.abc import MutableMapping
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -48,9 +48,13 @@ def _pct(x: float) -> str:
     return f"{round(x * 100):02d}"
 
 
-def _resamples(n: int, n_boot: int, seed: int) -> NDArray[np.intp]:
-    """(B, N) question indices of B bootstrap resamples."""
-    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+@lru_cache(maxsize=2)  # the ID and shift splits: shared by both halves and every scorer
+def _resamples(n: int, n_boot: int, seed: int) -> NDArray[np.float64]:
+    """(B, N) counts of each question in B bootstrap resamples of N question indices
+    (`uqbench.conformal.resample_counts`), read-only."""
+    counts = C.resample_counts(np.random.default_rng(seed).integers(0, n, size=(n_boot, n)), n)
+    counts.flags.writeable = False
+    return counts
 
 
 def _summarise(row: dict[str, Any], name: str, points: list[float],
@@ -117,12 +121,10 @@ def conformal_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, s
                     sets = C.prediction_sets(score, probs[role][:, s],  # type: ignore[index]
                                              qhat[s], draws[s][role])
                     covered, size = true[s][role] <= qhat[s], sets.sum(axis=1)
-                    for k, fn in (("cov", lambda ww: C.coverage(covered, ww)),
-                                  ("size", lambda ww: C.mean_set_size(size, ww)),
-                                  ("ssc", lambda ww: C.worst_size_stratified_coverage(
-                                      covered, size, ww))):
-                        stats[k][0].append(fn(None))
-                        stats[k][1].append(fn(w))
+                    for k, point, boot in zip(stats, C.set_statistics(covered, size),
+                                              C.set_statistics(covered, size, w)):
+                        stats[k][0].append(point)
+                        stats[k][1].append(boot)
                 for k, (points, boots) in stats.items():
                     _summarise(row, f"{prefix}cp_{name}_{_pct(alpha)}_{k}", points, boots)
     row["cp_note"] = " | ".join(notes)
