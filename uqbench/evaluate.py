@@ -140,7 +140,7 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
         return lambda u, c: fn(u, c.astype(bool))
 
     def selective(u: NDArray[Any], c: NDArray[Any]) -> NDArray[np.float64]:
-        return M.selective_summary(u, c.astype(bool), coverage=0.8)
+        return M.selective_summary(u, c.astype(bool), coverage=M.SELECTIVE_COVERAGE)
 
     one_sample: dict[str, tuple[Callable[..., float], tuple[NDArray[Any], ...]]] = {
         "accuracy": (acc, (id_.correct,)),
