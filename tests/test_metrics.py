@@ -815,3 +815,17 @@ def test_paired_difference_two_sample_and_bad_input():
         paired_difference(np.mean, [u_id], [u_id[:4]])
     with pytest.raises(ValueError, match="two_sample needs two arrays"):
         paired_difference(np.mean, [u_id], [u_id], two_sample=True)
+
+
+def test_brier_does_not_depend_on_the_blas_thread_count() -> None:
+    """A BLAS dot splits its reduction over threads (other last bits at another thread count:
+    results.csv would depend on the machine's cores); the pairwise sum does not."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    p, y = rng.dirichlet(np.ones(4), 400_000), rng.integers(0, 4, 400_000)
+    values = []
+    for threads in (1, 2):
+        with threadpool_limits(threads):
+            values.append(metrics.brier_score(p, y))
+    assert values[0] == values[1]

@@ -508,9 +508,10 @@ def brier_score(probs: ArrayLike, labels: ArrayLike) -> float:
     """
     p, y = _prob_inputs(probs, labels)
     # mean_i sum_c (p_ic - y_ic)^2 = (sum_ic p_ic^2) / N - 2 mean_i p_i,label + 1,
-    # without building the one-hot matrix.
+    # without building the one-hot matrix; numpy's pairwise sum, not BLAS's dot, whose
+    # threaded reduction gives other last bits at another thread count
     n = len(y)
-    return float(np.vdot(p, p) / n - 2.0 * np.mean(_true_label_probs(p, y)) + 1.0)
+    return float(np.square(p).sum() / n - 2.0 * np.mean(_true_label_probs(p, y)) + 1.0)
 
 
 def negative_log_likelihood(probs: ArrayLike, labels: ArrayLike) -> float:
