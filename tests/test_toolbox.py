@@ -96,3 +96,29 @@ def test_coverage_figure_draws_the_coverage_curves_and_skips_old_runs(tmp_path) 
             np.testing.assert_allclose(ln.get_xdata(), nominal)
             np.testing.assert_allclose(ln.get_ydata(), cov)
         assert 0.98 not in np.round(lines[0].get_xdata(), 2)  # 40 < 1/0.02 - 1 = 49: left out
+
+
+def test_pooled_row_adds_per_domain_quantiles() -> None:
+    """``groups`` (the pooled row's domains): ``cpd_*`` fits each domain's q̂ on its own calib
+    questions; with one domain it is the pooled fit; without groups there are no cpd columns."""
+    cal, id_, sh = _scored(80, 1), _scored(60, 2), _scored(40, 3)
+    # two domains, a and b, of 40 calib, 30 ID and 20 shift questions each
+    dom = {"calib": np.repeat(["a", "b"], 40), "id": np.repeat(["a", "b"], 30),
+           "shift": np.repeat(["a", "b"], 20)}
+    row, _ = compute(cal, id_, sh, n_boot=50, groups=dom)
+    lac = C.SCORES["lac"]
+    true = {r: C.true_label_scores(lac, s.probs[:, 0], s.labels[:, 0])
+            for r, s in (("calib", cal), ("id", id_), ("shift", sh))}
+    q = {d: C.conformal_quantile(true["calib"][dom["calib"] == d], 0.2) for d in "ab"}
+    per_q = np.array([q[d] for d in dom["id"]])
+    assert q["a"] != q["b"]
+    assert row["cpd_lac_20_cov"] == pytest.approx(np.mean(true["id"] <= per_q))
+    sets = C.prediction_sets(lac, id_.probs[:, 0], per_q)
+    assert row["cpd_lac_20_size"] == pytest.approx(sets.sum(axis=1).mean())
+    assert "cpd_aps_20_cov" not in row  # per-domain fits for the figure's scores only
+    same, _ = compute(cal, id_, sh, n_boot=50, groups={r: np.full(len(v), "a")
+                                                       for r, v in dom.items()})
+    assert same["cpd_lac_10_cov"] == same["cp_lac_10_cov"]
+    assert not any(k.startswith("cpd_") for k in compute(cal, id_, sh, n_boot=50)[0])
+    with pytest.raises(ValueError, match=r"no calib questions of \['c'\]"):
+        compute(cal, id_, sh, n_boot=50, groups={**dom, "shift": np.repeat(["a", "c"], 20)})

@@ -167,8 +167,8 @@ def true_label_scores(score: ConformityScore, probs: ArrayLike, labels: ArrayLik
 
 def prediction_sets(score: ConformityScore, probs: ArrayLike, qhat: float,
                     u: ArrayLike | None = None) -> NDArray[np.bool_]:
-    """(N, C) membership: ``s(x, c, u) ≤ q̂``."""
-    return score.scores(probs, u) <= qhat
+    """(N, C) membership: ``s(x, c, u) ≤ q̂``; ``qhat`` one value, or (N,) one per question."""
+    return score.scores(probs, u) <= np.asarray(qhat)[..., None]
 
 
 # --- metrics of the sets: per-question indicators, optional bootstrap resample counts (B, N) ---

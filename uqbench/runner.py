@@ -356,8 +356,10 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
                 "calib_hashes": ",".join(refs.hashes[f"{d}/calib"] for d in parts),
             }
             # conformal sets and selective risk control (issue 27), fitted on calib
+            groups = {r: o[0].domain for r, o in (("calib", cal_outs), ("id", id_outs),
+                                                   ("shift", sh_outs))} if len(parts) > 1 else None
             row.update(toolbox_columns(cache, cal_s, id_s, sh_s, n_boot=n_boot,
-                                       arrays=arrays, owner=(m.name, dom)))
+                                       arrays=arrays, owner=(m.name, dom), groups=groups))
             rows.append(row)
             # per-example arrays are (N, seeds): verdicts and figures pool every seed
             for kind in CALIBRATORS:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import itertools
 import math
 import warnings
 from collections.abc import MutableMapping
@@ -78,10 +79,30 @@ def _check_probs(*splits: tuple[str, Scored]) -> None:
                              "build its Scored with Scored.of")
 
 
-def conformal_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int = 0
+def _quantiles(true: dict[str, NDArray[np.float64]], alpha: float,
+               groups: dict[str, NDArray[Any]] | None) -> dict[str, Any]:
+    """q̂ for the ID and shift questions: one from all calib scores, or (``groups``: each
+    question's domain, per split) each domain's own from its calib questions (Mondrian)."""
+    if groups is None:
+        q = C.conformal_quantile(true["calib"], alpha)
+        return {"id": q, "shift": q}
+    doms = np.unique(groups["calib"])
+    q = np.array([C.conformal_quantile(true["calib"][groups["calib"] == d], alpha) for d in doms])
+    out = {}
+    for r in ("id", "shift"):
+        if missing := sorted(set(np.unique(groups[r]).tolist()) - set(doms.tolist())):
+            raise ValueError(f"per-domain conformal: no calib questions of {missing}")
+        out[r] = q[np.searchsorted(doms, groups[r])]
+    return out
+
+
+def conformal_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int = 0,
+                      groups: dict[str, NDArray[Any]] | None = None
                       ) -> tuple[dict[str, Any], dict[str, NDArray[np.float64]]]:
     """The ``cp_*`` columns and ``cp_note``; figure arrays ``{role}|conformity_{score}`` (N, S).
-    Reads only the predictive distributions and labels."""
+    Reads only the predictive distributions and labels. ``groups`` (each question's domain per
+    split: ``calib``, ``id``, ``shift``; the pooled row) adds ``cpd_*``, the same columns for
+    `FIGURE_SCORES` with each domain's q̂ fitted on its own calib questions."""
     _check_probs(("calib", cal), ("ID", id_), ("shift", shift))
     tests = {"id": id_, "shift": shift}
     n_seeds = cal.probs.shape[1]  # type: ignore[union-attr]
@@ -103,15 +124,17 @@ def conformal_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, s
         if name in FIGURE_SCORES:
             for role in ("calib", "id", "shift"):
                 arrays[f"{role}|conformity_{name}"] = [t[role] for t in true]
-        for alpha in C.ALPHAS:
+        fits = [("cp", None)] + ([("cpd", groups)] if groups and name in FIGURE_SCORES else [])
+        for alpha, (kind, grp) in itertools.product(C.ALPHAS, fits):
+            col = f"{kind}_{name}_{_pct(alpha)}"
             try:
-                qhat = [C.conformal_quantile(t["calib"], alpha) for t in true]
+                qhat = [_quantiles(t, alpha, grp) for t in true]
             except C.NotReachable as exc:
                 if str(exc) not in notes:
                     notes.append(str(exc))
                 for prefix, _ in SPLITS:
                     for stat in ("cov", "size", "ssc"):
-                        _empty(row, f"{prefix}cp_{name}_{_pct(alpha)}_{stat}")
+                        _empty(row, f"{prefix}{col}_{stat}")
                 continue
             for prefix, role in SPLITS:
                 w = resamples[role]
@@ -119,14 +142,14 @@ def conformal_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, s
                     k: ([], []) for k in ("cov", "size", "ssc")}
                 for s in range(n_seeds):
                     sets = C.prediction_sets(score, probs[role][:, s],  # type: ignore[index]
-                                             qhat[s], draws[s][role])
-                    covered, size = true[s][role] <= qhat[s], sets.sum(axis=1)
+                                             qhat[s][role], draws[s][role])
+                    covered, size = true[s][role] <= qhat[s][role], sets.sum(axis=1)
                     for k, point, boot in zip(stats, C.set_statistics(covered, size),
                                               C.set_statistics(covered, size, w)):
                         stats[k][0].append(point)
                         stats[k][1].append(boot)
                 for k, (points, boots) in stats.items():
-                    _summarise(row, f"{prefix}cp_{name}_{_pct(alpha)}_{k}", points, boots)
+                    _summarise(row, f"{prefix}{col}_{k}", points, boots)
     row["cp_note"] = " | ".join(notes)
     return row, {k: np.stack(v, axis=1) for k, v in arrays.items()}
 
@@ -179,10 +202,11 @@ def risk_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: 
     return row
 
 
-def compute(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int = 0
+def compute(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int = 0,
+            groups: dict[str, NDArray[Any]] | None = None
             ) -> tuple[dict[str, Any], dict[str, NDArray[np.float64]]]:
     """(`conformal_columns` + `risk_columns`, the figure arrays)."""
-    row, arrays = conformal_columns(cal, id_, shift, n_boot=n_boot, seed=seed)
+    row, arrays = conformal_columns(cal, id_, shift, n_boot=n_boot, seed=seed, groups=groups)
     return {**row, **risk_columns(cal, id_, shift, n_boot=n_boot, seed=seed)}, arrays
 
 
@@ -204,18 +228,19 @@ def _hash(*arrays: NDArray[Any] | None) -> str:
 def toolbox_columns(cache: ArrayCache | None, cal: Scored, id_: Scored, shift: Scored, *,
                     n_boot: int, seed: int = 0,
                     arrays: MutableMapping[str, NDArray[Any]] | None = None,
-                    owner: tuple[str, str] = ("", "")) -> dict[str, Any]:
+                    owner: tuple[str, str] = ("", ""),
+                    groups: dict[str, NDArray[Any]] | None = None) -> dict[str, Any]:
     """`conformal_columns` and `risk_columns`, each memoised in ``cache`` by the content it
     reads (kinds ``conformal``, ``risk``: the scorers of one model share its predictive
     distribution, so they share one conformal entry). The figure arrays go into ``arrays``
     under ``score_key(method, domain, role, f"conformity_{score}")`` with ``owner`` =
-    (method, domain) (the runner's ``scores.npz``). Every reason
-    for an empty cell warns, from the cache too."""
+    (method, domain) (the runner's ``scores.npz``); ``groups``: the pooled row's domains
+    (`conformal_columns`). Every reason for an empty cell warns, from the cache too."""
     splits = (cal, id_, shift)
     opts = {"n_boot": n_boot, "seed": seed, "code": _code_hash()}
 
     def conformal() -> dict[str, NDArray[Any]]:
-        cols, figs = conformal_columns(*splits, n_boot=n_boot, seed=seed)
+        cols, figs = conformal_columns(*splits, n_boot=n_boot, seed=seed, groups=groups)
         return {**{f"col|{k}": np.asarray(v) for k, v in cols.items()},
                 **{f"fig|{k}": v for k, v in figs.items()}}
 
@@ -230,6 +255,8 @@ def toolbox_columns(cache: ArrayCache | None, cal: Scored, id_: Scored, shift: S
             got.update(fn())
         else:
             material = {"scores": _hash(*(getattr(s, f) for s in splits for f in reads)), **opts}
+            if kind == "conformal" and groups is not None:
+                material["groups"] = _hash(*(np.asarray(groups[r]).astype("U") for r in groups))
             got.update(cache.get_or_compute(kind, material, fn)[0])
     row: dict[str, Any] = {}
     for k, v in got.items():
