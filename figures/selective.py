@@ -22,7 +22,6 @@ from uqbench import metrics as M
 from uqbench.metrics import SELECTIVE_COVERAGE
 
 
-
 @dataclass(frozen=True)
 class RiskCoverageDisplay:
     """A risk-coverage curve, its AURC and selective accuracy at ``sel_coverage``."""

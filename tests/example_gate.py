@@ -8,6 +8,7 @@ import torch
 from baselines.gates import Selection, top_mask
 from uqbench.gating import register_gate
 
+
 @register_gate("fractionk", knob="frac")  # the thermostat tunes `frac` to meet a budget
 @dataclass(frozen=True)
 class FractionK:

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from uqbench import metrics as M
 from tests.conftest import make_outputs
+from uqbench import metrics as M
 from uqbench.evaluate import CI_METRICS, COLUMNS, Scored, evaluate
 from uqbench.report import markdown_table
 from uqbench.scorer import get_scorer

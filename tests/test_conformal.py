@@ -99,8 +99,6 @@ class _Draws(np.random.RandomState):
 @pytest.mark.parametrize("name", ["lac", "aps", "aps_rand"])
 def test_sets_equal_mapies(name: str, alpha: float) -> None:
     pytest.importorskip("mapie", reason="MAPIE is a test dependency: pip install -e '.[test]'")
-    from sklearn.base import BaseEstimator, ClassifierMixin
-
     from mapie.classification import SplitConformalClassifier
     from mapie.conformity_scores import APSConformityScore
     from mapie.metrics.classification import (
@@ -108,6 +106,7 @@ def test_sets_equal_mapies(name: str, alpha: float) -> None:
         classification_mean_width_score,
         classification_ssc_score,
     )
+    from sklearn.base import BaseEstimator, ClassifierMixin
 
     class Given(_Given, ClassifierMixin, BaseEstimator):
         pass
@@ -174,11 +173,10 @@ def test_raps_equals_mapies(alpha: float, randomized: bool) -> None:
     the first option whose penalised mass passes q̂: they are ours with k_reg + 1 at prediction,
     a superset of ours."""
     pytest.importorskip("mapie", reason="MAPIE is a test dependency: pip install -e '.[test]'")
-    from sklearn.base import BaseEstimator, ClassifierMixin
-    from sklearn.model_selection import StratifiedShuffleSplit
-
     from mapie.classification import SplitConformalClassifier
     from mapie.conformity_scores import RAPSConformityScore
+    from sklearn.base import BaseEstimator, ClassifierMixin
+    from sklearn.model_selection import StratifiedShuffleSplit
 
     class Given(_Given, ClassifierMixin, BaseEstimator):
         pass

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import builtin_scorers
-from uqbench.experiments import (CONCENTRATION, EXPERIMENTS, experiment_methods,
-                                 experiment_scorers)
+from uqbench.experiments import CONCENTRATION, EXPERIMENTS, experiment_methods, experiment_scorers
 from uqbench.plan import DET
 from uqbench.scorer import get_scorer
 

@@ -10,8 +10,17 @@ import pytest
 
 from uqbench import metrics as M
 from uqbench.errors import UserError
-from uqbench.paper import (FAILS, HOLDS, INCONCLUSIVE, _greater, _Run, _within, claims,
-                           matched_budget, write_paper_report)
+from uqbench.paper import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    _greater,
+    _Run,
+    _within,
+    claims,
+    matched_budget,
+    write_paper_report,
+)
 
 N = 200
 CARE, MSP = "moe-lora/care/care", "moe-lora/top4/msp"

@@ -15,8 +15,15 @@ from uqbench import metrics as M
 from uqbench.cache import ArrayCache
 from uqbench.evaluate import Scored
 from uqbench.outputs import Outputs
-from uqbench.recalibration import (CALIBRATORS, T_MAX, columns, recalibrate, recalibrate_cached,
-                                   temperature_scaling, top_label)
+from uqbench.recalibration import (
+    CALIBRATORS,
+    T_MAX,
+    columns,
+    recalibrate,
+    recalibrate_cached,
+    temperature_scaling,
+    top_label,
+)
 from uqbench.scorer import Scorer, get_scorer
 
 

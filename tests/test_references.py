@@ -13,8 +13,13 @@ from uqbench.data.artifacts import chance_interval, classifier_accuracy
 from uqbench.data.records import MCRecord, Split
 from uqbench.data.suite_spec import Suite
 from uqbench.evaluate import COLUMNS
-from uqbench.references import (at_chance, at_chance_message, reference_inputs,
-                                reference_rows, warn_at_chance)
+from uqbench.references import (
+    at_chance,
+    at_chance_message,
+    reference_inputs,
+    reference_rows,
+    warn_at_chance,
+)
 from uqbench.report import is_reference, latex_table, markdown_table, summary, write_results
 
 WORDS = ("apple", "river", "stone", "cloud", "tiger", "maple", "ocean", "piano", "lemon")

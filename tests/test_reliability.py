@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import builtin_scorers
 from uqbench import metrics as M
 from uqbench.cache import StaleCacheWarning
 from uqbench.cli import main
-from tests.conftest import builtin_scorers
 from uqbench.runner import RunConfig, run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ import pytest
 from tests.conftest import REPO
 from uqbench.cache import StaleCacheWarning
 from uqbench.data import sources as L
-from uqbench.data import suites as S
 from uqbench.data import suite_spec as SP
+from uqbench.data import suites as S
 from uqbench.data.records import content_hash
 from uqbench.errors import ConfigError, DataError
 from uqbench.profiles import get_profile

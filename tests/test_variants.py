@@ -15,9 +15,17 @@ from baselines.checkpoint import load_adapter, save_adapter
 from baselines.forward import collect
 from baselines.gates import Care, DynMoLE, TopK, tsallis_entropy
 from baselines.heads import make_moe
-from baselines.moe import (FFN_PATTERN, FlyLoRALinear, MoELoRAConfig, MoELoRALinear, get_gates,
-                           layer_stats, load_balance_loss, moe_layers, record_stats, set_gate,
-                           train_gate)
+from baselines.moe import (
+    FFN_PATTERN,
+    FlyLoRALinear,
+    MoELoRAConfig,
+    MoELoRALinear,
+    get_gates,
+    load_balance_loss,
+    moe_layers,
+    set_gate,
+    train_gate,
+)
 from baselines.train import TrainConfig, train
 from baselines.variants import PRESETS, variant_config
 from tests.test_heads import toy_records

@@ -11,8 +11,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from uqbench.errors import ConfigError
-from uqbench.plan import (DET, MODELS, MOE, NATIVE, ROUTER, TOP4, GateSpec, Method, Pair,
-                          default_pairs, methods)
+from uqbench.plan import (
+    DET,
+    MODELS,
+    MOE,
+    NATIVE,
+    ROUTER,
+    TOP4,
+    GateSpec,
+    Method,
+    Pair,
+    default_pairs,
+    methods,
+)
 from uqbench.registry import unknown_name
 from uqbench.scorer import Scorer
 

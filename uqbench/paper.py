@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any
 
 import numpy as np
