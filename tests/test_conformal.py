@@ -82,6 +82,21 @@ class _Given:
         return self.predict_proba(X).argmax(axis=1)
 
 
+def _mapie_problem(n_cal: int, n_test: int, k: int = 4) -> tuple:
+    """(a prefit-classifier class for MAPIE, probabilities, labels drawn from them, calib and
+    test inputs: row indices into the probabilities)."""
+    from sklearn.base import BaseEstimator, ClassifierMixin
+
+    class Given(_Given, ClassifierMixin, BaseEstimator):
+        pass
+
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.full(k, 0.7), n_cal + n_test)
+    y = np.array([rng.choice(k, p=p) for p in probs])
+    return (Given, probs, y, np.arange(n_cal)[:, None],
+            np.arange(n_cal, n_cal + n_test)[:, None])
+
+
 class _Draws(np.random.RandomState):
     """A RandomState whose successive ``uniform`` calls return the given arrays, so that MAPIE
     draws the same u as we do."""
@@ -106,16 +121,9 @@ def test_sets_equal_mapies(name: str, alpha: float) -> None:
         classification_mean_width_score,
         classification_ssc_score,
     )
-    from sklearn.base import BaseEstimator, ClassifierMixin
-
-    class Given(_Given, ClassifierMixin, BaseEstimator):
-        pass
-
-    rng = np.random.default_rng(0)
-    n_cal, n_test, k = 200, 300, 4
-    probs = rng.dirichlet(np.full(k, 0.7), n_cal + n_test)
-    y = np.array([rng.choice(k, p=p) for p in probs])
-    x_cal, x_test = np.arange(n_cal)[:, None], np.arange(n_cal, n_cal + n_test)[:, None]
+    n_cal, n_test = 200, 300
+    Given, probs, y, x_cal, x_test = _mapie_problem(n_cal, n_test)
+    rng = np.random.default_rng(1)
     y_cal, y_test = y[:n_cal], y[n_cal:]
     score = C.SCORES[name]
     u_cal, u_test = rng.random(n_cal), rng.random(n_test)
@@ -175,17 +183,10 @@ def test_raps_equals_mapies(alpha: float, randomized: bool) -> None:
     pytest.importorskip("mapie", reason="MAPIE is a test dependency: pip install -e '.[test]'")
     from mapie.classification import SplitConformalClassifier
     from mapie.conformity_scores import RAPSConformityScore
-    from sklearn.base import BaseEstimator, ClassifierMixin
     from sklearn.model_selection import StratifiedShuffleSplit
 
-    class Given(_Given, ClassifierMixin, BaseEstimator):
-        pass
-
-    rng = np.random.default_rng(0)
-    n_cal, n_test, k = 400, 300, 4
-    probs = rng.dirichlet(np.full(k, 0.7), n_cal + n_test)
-    y = np.array([rng.choice(k, p=p) for p in probs])
-    x_cal, x_test = np.arange(n_cal)[:, None], np.arange(n_cal, n_cal + n_test)[:, None]
+    n_cal, n_test = 400, 300
+    Given, probs, y, x_cal, x_test = _mapie_problem(n_cal, n_test)
     draws = _Recorded(randomized)
     mapie = SplitConformalClassifier(
         Given(probs), confidence_level=1 - alpha, conformity_score=RAPSConformityScore(0.25),
