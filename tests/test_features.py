@@ -118,7 +118,7 @@ def test_far_examples_score_higher_and_confidence_is_the_msp():
 
 def test_bad_knn_k_and_single_domain_rmd_are_clear_errors():
     x, train = random_features(m=8)
-    with pytest.raises(PluginError, match=r"knn10: k=10 but only 8 training features"):
+    with pytest.raises(PluginError, match=r"knn10 needs k=10 training questions, has 8"):
         run_scorer(get_scorer("knn"), feature_outputs(x, train))
     with pytest.raises(ValueError, match="positive integer"):
         get_scorer("knn", k=0)
