@@ -71,12 +71,6 @@ def _scatter_choices(scores: Tensor, n_choices: Tensor) -> Tensor:
     return out.masked_scatter(present, scores)                           # row-major fill
 
 
-def _token_rows(tok: Any, ids: list[list[int]]) -> dict[str, Tensor]:
-    """``input_ids`` and ``attention_mask`` (S, L) of unpadded token rows, right-padded."""
-    return {"input_ids": _pad(ids, tok.pad_token_id),
-            "attention_mask": _pad([[1] * len(x) for x in ids], 0)}
-
-
 class Head:
     """One way of scoring the options of a multiple-choice question.
 

@@ -8,20 +8,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from baselines.heads.base import (
-    Head,
-    HeadedModel,
-    _mean_pool,
-    _pad,
-    _per_example,
-    _scatter_choices,
-    _token_rows,
-)
+from baselines.heads.base import Head, HeadedModel, _mean_pool, _pad, _per_example, _scatter_choices
 from uqbench.data.records import MCRecord
 from uqbench.errors import ConfigError
 from uqbench.outputs import PAD_LOGIT
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _token_rows(tok: Any, ids: list[list[int]]) -> dict[str, Tensor]:
+    """``input_ids`` and ``attention_mask`` (S, L) of unpadded token rows, right-padded."""
+    return {"input_ids": _pad(ids, tok.pad_token_id),
+            "attention_mask": _pad([[1] * len(x) for x in ids], 0)}
 
 
 def _lm_logits(model: HeadedModel, h: Tensor) -> Tensor:

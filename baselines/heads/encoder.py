@@ -9,14 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from baselines.heads.base import (
-    Head,
-    HeadedModel,
-    _mean_pool,
-    _pad,
-    _per_example,
-    _scatter_choices,
-)
+from baselines.heads.base import Head, HeadedModel, _mean_pool, _pad, _per_example, _scatter_choices
 from uqbench.data.records import MCRecord
 
 #: initial ``exp(logit_scale)`` of the bi-encoder head
