@@ -56,7 +56,7 @@ def plan_batches(model: MultipleChoiceModel, records: Sequence[MCRecord], batch_
     cur: list[int] = []
     n_seq = 0
     for i in order:
-        s = 1 if model.mode == "letters" else len(records[i].choices)
+        s = model.scoring.batch_cost(len(records[i].choices))
         if cur and n_seq + s > batch_size:
             batches.append(cur)
             cur, n_seq = [], 0

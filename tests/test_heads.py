@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from baselines.backbones import Backbone, tiny_backbone
-from baselines.heads import MultipleChoiceModel, make_moe, make_plain
+from baselines.heads import HEADS, MultipleChoiceModel, make_moe, make_plain
 from baselines.moe import MoELoRAConfig, moe_layers
 from uqbench.data.records import MCRecord
 from uqbench.errors import ConfigError
@@ -42,9 +42,8 @@ def decoder() -> Backbone:
     return tiny_backbone("decoder")
 
 
-@pytest.mark.parametrize(("kind", "mode"), [("encoder", "auto"), ("encoder", "cross_encoder"),
-                                            ("encoder", "cross_encoder_cls"),
-                                            ("decoder", "cloze"), ("decoder", "letters")])
+@pytest.mark.parametrize(("kind", "mode"), [("encoder", "auto"), ("decoder", "auto"),
+                                            *((h.kind, name) for name, h in HEADS.items())])
 def test_logits_shape_finite_and_padded(request, kind: str, mode: str) -> None:
     bb = request.getfixturevalue(kind)
     model = make_moe(bb, SMALL_MOE, mode=mode).eval()
@@ -60,14 +59,19 @@ def test_logits_shape_finite_and_padded(request, kind: str, mode: str) -> None:
     n_seq = {"letters": 5, "bi_encoder": 5 + sum(c)}.get(model.mode, sum(c))
     assert batch["attention_mask"].shape[0] == n_seq == len(model.seq_example(batch))
     assert batch["n_choices"].tolist() == c
+    assert [model.scoring.batch_cost(ci) for ci in c] == ([1] * 5 if model.mode == "letters" else c)
+    feats = model.last_features   # one float32 state per question
+    assert feats is not None and feats.dtype == torch.float32
+    assert feats.shape == (5, int(bb.identity["hidden_size"])) and torch.isfinite(feats).all()
 
 
 def test_auto_mode_and_mismatched_mode(encoder: Backbone, decoder: Backbone) -> None:
     assert make_plain(encoder).mode == "bi_encoder"
     assert make_plain(decoder).mode == "letters"
-    with pytest.raises(ConfigError, match="does not fit"):
+    with pytest.raises(ConfigError, match="does not fit.*use bi_encoder or cross_encoder or "
+                                          "cross_encoder_cls$"):
         MultipleChoiceModel(encoder, mode="cloze")
-    with pytest.raises(ConfigError, match="does not fit"):
+    with pytest.raises(ConfigError, match="does not fit.*use cloze or letters$"):
         MultipleChoiceModel(decoder, mode="cross_encoder")
     with pytest.raises(ConfigError, match="unknown"):
         MultipleChoiceModel(encoder, mode="pairs")

@@ -1,0 +1,124 @@
+"""The interface of a scoring head, and the tensor helpers the heads share.
+
+A head is a strategy held by `baselines.heads.MultipleChoiceModel` (``model.scoring``): it
+turns records into a batch (`Head.encode`), scores a batch into logits (B, C_max) plus the
+per-question features (`Head.scores`), and says which example each sequence of a batch belongs
+to (`Head.seq_example`). Its trainable modules live on the model under fixed names (``dropout``,
+``head``, ``logit_scale``), the names checkpoints store; the head object itself holds none.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from uqbench.data.records import MCRecord
+from uqbench.outputs import PAD_LOGIT
+
+
+class HeadedModel(Protocol):
+    """What heads and the prefix cache use of `baselines.heads.MultipleChoiceModel` (typing
+    only: the model's module imports the heads, never the other way round)."""
+
+    backbone: nn.Module
+    identity: dict[str, Any]
+    head: nn.Linear | None
+    logit_scale: nn.Parameter | None
+    dropout: nn.Module
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def encoder_states(self, ids: Tensor, mask: Tensor,
+                       token_types: Tensor | None = None) -> Tensor: ...
+
+    def routing_mask(self, mask: Tensor) -> AbstractContextManager[None]: ...
+
+    def moe_layers(self) -> list[nn.Module]: ...
+
+
+def _pad(rows: Sequence[Sequence[int]], value: int) -> Tensor:
+    """Right-pad lists of ints into a (len(rows), max_len) long tensor."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.as_tensor(r, dtype=torch.long)
+    return out
+
+
+def _mean_pool(h: Tensor, mask: Tensor) -> Tensor:
+    """(S, L, H) token states -> (S, H) mean over the non-padding tokens of ``mask`` (S, L)."""
+    m = mask.unsqueeze(-1).to(h.dtype)
+    return (h * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
+def _per_example(states: Tensor, n_choices: Tensor) -> Tensor:
+    """(S, H) states of the option sequences -> (B, H) float32 mean over each example's."""
+    ex = torch.repeat_interleave(torch.arange(n_choices.numel(), device=states.device), n_choices)
+    total = states.new_zeros((n_choices.numel(), states.shape[1]), dtype=torch.float32)
+    return total.index_add_(0, ex, states.float()) / n_choices[:, None].float()
+
+
+def _scatter_choices(scores: Tensor, n_choices: Tensor) -> Tensor:
+    """(S,) scores of the real options, S = sum(n_choices) -> (B, C_max), PAD_LOGIT elsewhere."""
+    b, c = n_choices.numel(), int(n_choices.max())
+    col = torch.arange(c, device=n_choices.device)
+    present = col[None, :] < n_choices[:, None]                          # (B, C)
+    out = scores.new_full((b, c), PAD_LOGIT)
+    return out.masked_scatter(present, scores)                           # row-major fill
+
+
+class Head:
+    """One way of scoring the options of a multiple-choice question.
+
+    Subclasses set `name` (the ``mode`` of `MultipleChoiceModel`, stored in checkpoints) and
+    `kind` (the backbone kind they fit), and implement `encode` and either `scores` or
+    `score_sequences` (one backbone call on ``input_ids``/``attention_mask``).
+    """
+
+    name: ClassVar[str]
+    #: the backbone kind the head fits: "encoder" or "decoder"
+    kind: ClassVar[str]
+
+    def add_modules(self, model: HeadedModel, hidden: int, like: Tensor, seed: int,
+                    dropout: float) -> None:
+        """Register the head's trainable modules on ``model`` (none by default). ``like`` is the
+        input embedding weight (device and dtype of new layers)."""
+
+    def parameters(self, model: HeadedModel) -> list[nn.Parameter]:
+        """The head's parameters on ``model`` (trained at ``TrainConfig.head_lr``)."""
+        return []
+
+    def encode(self, tok: Any, records: Sequence[MCRecord], max_length: int
+               ) -> dict[str, Tensor]:
+        """Tokenize a non-empty batch (``n_choices`` is added by the model)."""
+        raise NotImplementedError
+
+    def batch_cost(self, n_choices: int) -> int:
+        """How many sequences a question of ``n_choices`` options counts for when
+        `baselines.forward.plan_batches` fills a batch: one per option."""
+        return n_choices
+
+    def seq_example(self, n_choices: Tensor) -> Tensor:
+        """(R,) the example of each row of the batch's ``attention_mask``: one per option."""
+        ex = torch.arange(n_choices.numel(), device=n_choices.device)
+        return torch.repeat_interleave(ex, n_choices)
+
+    def scores(self, model: HeadedModel, batch: Mapping[str, Tensor], n_choices: Tensor
+               ) -> tuple[Tensor, Tensor]:
+        """(logits (B, C_max) with `PAD_LOGIT` at absent options, features (B, H) float32, the
+        state the head scores from, one per question). By default one backbone call on the
+        batch's sequences, MoE-LoRA routing told the token mask."""
+        dev = model.device
+        ids = batch["input_ids"].to(dev)                                  # (S, L)
+        mask = batch["attention_mask"].to(dev)                            # (S, L)
+        with model.routing_mask(mask):
+            return self.score_sequences(model, batch, ids, mask, n_choices)
+
+    def score_sequences(self, model: HeadedModel, batch: Mapping[str, Tensor],
+                        ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
+        """`scores` of the ``ids`` (S, L) with padding ``mask`` (S, L), on the model's device."""
+        raise NotImplementedError

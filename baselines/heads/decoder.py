@@ -1,0 +1,139 @@
+"""Heads of decoder backbones: cloze and letters (no extra parameters)."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from baselines.heads.base import Head, HeadedModel, _mean_pool, _pad, _per_example, _scatter_choices
+from uqbench.data.records import MCRecord
+from uqbench.errors import ConfigError
+from uqbench.outputs import PAD_LOGIT
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _token_rows(tok: Any, ids: list[list[int]]) -> dict[str, Tensor]:
+    """``input_ids`` and ``attention_mask`` (S, L) of unpadded token rows, right-padded."""
+    return {"input_ids": _pad(ids, tok.pad_token_id),
+            "attention_mask": _pad([[1] * len(x) for x in ids], 0)}
+
+
+def _lm_logits(model: HeadedModel, h: Tensor) -> Tensor:
+    """Vocabulary logits (float32) from final hidden states (..., H) through the LM head."""
+    logits = model.backbone.get_output_embeddings()(h).float()
+    cap = getattr(model.backbone.config, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+class DecoderHead(Head):
+    """A decoder head: scores from the final hidden states of one backbone call."""
+
+    kind = "decoder"
+
+    def score_sequences(self, model: HeadedModel, batch: Mapping[str, Tensor],
+                        ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
+        h = model.backbone.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        return self.score_states(model, batch, h, ids, mask, n_choices)
+
+    def score_states(self, model: HeadedModel, batch: Mapping[str, Tensor], h: Tensor,
+                     ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
+        """`Head.scores` from the final hidden states ``h`` (S, L, H)."""
+        raise NotImplementedError
+
+
+class Cloze(DecoderHead):
+    """``cloze``: score of an option = mean log-likelihood of its tokens given
+    ``"Question: q\\nAnswer:"`` (length-normalised, as lm-evaluation-harness' ``acc_norm`` by
+    tokens). The batch adds ``target_mask`` (S, L) bool: the option tokens scored. Features: the
+    mean-pooled final hidden state of each option sequence, averaged over the options."""
+
+    name = "cloze"
+
+    def encode(self, tok: Any, records: Sequence[MCRecord], max_length: int
+               ) -> dict[str, Tensor]:
+        ids, targets = [], []
+        for r in records:
+            prompt = tok(f"Question: {r.question}\nAnswer:")["input_ids"]
+            for choice in r.choices:
+                cont = tok(f" {choice}", add_special_tokens=False)["input_ids"]
+                if not cont:   # an empty option: scored as ending the text
+                    cont = [tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id]
+                cont = cont[:max_length // 2] if len(prompt) + len(cont) > max_length else cont
+                ctx = prompt[-(max_length - len(cont)):]   # keep the end of the question
+                ids.append(ctx + cont)
+                targets.append([0] * len(ctx) + [1] * len(cont))
+        return {**_token_rows(tok, ids), "target_mask": _pad(targets, 0).bool()}
+
+    def score_states(self, model: HeadedModel, batch: Mapping[str, Tensor], h: Tensor,
+                     ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
+        features = _per_example(_mean_pool(h, mask).detach(), n_choices)
+        target = batch["target_mask"].to(ids.device)
+        # token t is predicted from position t-1: only the scored positions go through the head
+        pred_pos = target[:, 1:]                                          # (S, L-1)
+        rows, cols = pred_pos.nonzero(as_tuple=True)                      # (K,), (K,)
+        logp = F.log_softmax(_lm_logits(model, h[rows, cols]), dim=-1)    # (K, V)
+        tok_logp = logp.gather(1, ids[rows, cols + 1].unsqueeze(1)).squeeze(1)  # (K,)
+        total = torch.zeros(ids.shape[0], device=h.device).index_add(0, rows, tok_logp)
+        return _scatter_choices(total / pred_pos.sum(1).clamp_min(1), n_choices), features
+
+
+class Letters(DecoderHead):
+    """``letters`` (the default for decoders): one sequence per question listing the lettered
+    options, ending in ``"Answer:"``; the logits of the tokens ``" A"``, ``" B"``, ... at the last
+    position. One sequence per question, so C times cheaper than ``cloze``. The batch adds
+    ``letter_ids`` (C_max,). Features: the final hidden state at the answer position (the last
+    prompt token)."""
+
+    name = "letters"
+
+    def __init__(self) -> None:
+        self._letter_ids: list[int] | None = None
+
+    def letter_ids(self, tok: Any) -> list[int]:
+        """Token ids of ``" A"``, ``" B"``, ...; each must be a single token."""
+        if self._letter_ids is None:
+            ids = []
+            for letter in LETTERS:
+                t = tok(f" {letter}", add_special_tokens=False)["input_ids"]
+                if len(t) != 1:
+                    raise ConfigError(f"letters mode: the tokenizer splits ' {letter}' into "
+                                      f"{len(t)} tokens; use mode='cloze'")
+                ids.append(t[0])
+            if len(set(ids)) != len(ids):
+                raise ConfigError("letters mode: answer letters share token ids; use mode='cloze'")
+            self._letter_ids = ids
+        return self._letter_ids
+
+    def encode(self, tok: Any, records: Sequence[MCRecord], max_length: int
+               ) -> dict[str, Tensor]:
+        c_max = max(len(r.choices) for r in records)
+        if c_max > len(LETTERS):
+            raise ConfigError(f"letters mode supports at most {len(LETTERS)} choices, got {c_max}")
+        ids = []
+        for r in records:
+            lines = "".join(f"{LETTERS[j]}. {c}\n" for j, c in enumerate(r.choices))
+            prompt = tok(f"Question: {r.question}\n{lines}Answer:")["input_ids"]
+            ids.append(prompt[-max_length:])   # keep the options and "Answer:" at the end
+        return {**_token_rows(tok, ids),
+                "letter_ids": torch.tensor(self.letter_ids(tok)[:c_max], dtype=torch.long)}
+
+    def batch_cost(self, n_choices: int) -> int:
+        return 1
+
+    def seq_example(self, n_choices: Tensor) -> Tensor:
+        return torch.arange(n_choices.numel(), device=n_choices.device)
+
+    def score_states(self, model: HeadedModel, batch: Mapping[str, Tensor], h: Tensor,
+                     ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
+        dev = ids.device
+        last = mask.sum(1) - 1                                            # (B,) right padding
+        h_last = h[torch.arange(h.shape[0], device=dev), last]            # (B, H)
+        letters = batch["letter_ids"].to(dev)                             # (C,)
+        logits = _lm_logits(model, h_last)[:, letters]                    # (B, C)
+        col = torch.arange(letters.numel(), device=dev)
+        return (logits.masked_fill(col[None, :] >= n_choices[:, None], PAD_LOGIT),
+                h_last.detach().float())

@@ -1,0 +1,185 @@
+"""Heads of encoder backbones: the bi-encoder and the cross-encoders."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from baselines.heads.base import Head, HeadedModel, _mean_pool, _pad, _per_example, _scatter_choices
+from uqbench.data.records import MCRecord
+
+#: initial ``exp(logit_scale)`` of the bi-encoder head
+BI_ENCODER_SCALE = 20.0
+
+
+def _encode_pair(tok: Any, question: str, option: str, max_length: int) -> Any:
+    """One pair, question truncated first; ``longest_first`` when the option alone is too long."""
+    try:
+        return tok(question, option, truncation="only_first", max_length=max_length)
+    except Exception as exc:   # the tokenizers library raises a bare Exception
+        if "Truncation" not in str(exc):
+            raise
+        return tok(question, option, truncation="longest_first", max_length=max_length)
+
+
+class EncoderHead(Head):
+    """An encoder head: ``dropout`` (an ``nn.Dropout`` on the model, so MC dropout samples it)
+    before the score."""
+
+    kind = "encoder"
+
+    def add_modules(self, model: HeadedModel, hidden: int, like: Tensor, seed: int,
+                    dropout: float) -> None:
+        model.dropout = nn.Dropout(dropout)
+
+
+class BiEncoder(EncoderHead):
+    """``bi_encoder`` (the default for encoders, chosen by the recipe search in docs/recipe.md).
+
+    The question and each option are encoded separately (the question once, not once per
+    option), mean-pooled over non-padding tokens (the sentence-transformers pooling that
+    all-MiniLM-L6-v2 and all-mpnet-base-v2 were trained with), passed through ``dropout`` and
+    L2-normalised; an option's score is ``exp(logit_scale) * cos(question, option)`` with a
+    learned temperature (initialised at scale 20, sentence-transformers' contrastive scale). It
+    starts from what the sentence-embedding space already knows and has one parameter,
+    ``model.logit_scale``. Features: the mean-pooled question embedding (before dropout and
+    normalisation).
+
+    The batch holds the B questions and the S options separately (``q_*`` and ``o_*`` keys, each
+    padded to its own longest sequence); its ``attention_mask`` is the (B + S, L) stack of both
+    masks, the layout of its router statistics (`seq_example`).
+    """
+
+    name = "bi_encoder"
+
+    def add_modules(self, model: HeadedModel, hidden: int, like: Tensor, seed: int,
+                    dropout: float) -> None:
+        super().add_modules(model, hidden, like, seed, dropout)
+        model.logit_scale = nn.Parameter(torch.tensor(math.log(BI_ENCODER_SCALE),
+                                                      device=like.device, dtype=torch.float32))
+
+    def parameters(self, model: HeadedModel) -> list[nn.Parameter]:
+        assert model.logit_scale is not None
+        return [model.logit_scale]
+
+    def encode(self, tok: Any, records: Sequence[MCRecord], max_length: int
+               ) -> dict[str, Tensor]:
+        out: dict[str, Tensor] = {}
+        for key, texts in (("q", [r.question for r in records]),
+                           ("o", [c for r in records for c in r.choices])):
+            enc = tok(texts, truncation=True, max_length=max_length)
+            out[f"{key}_input_ids"] = _pad(enc["input_ids"], tok.pad_token_id)
+            out[f"{key}_attention_mask"] = _pad(enc["attention_mask"], 0)
+        qm, om = out["q_attention_mask"], out["o_attention_mask"]
+        width = max(qm.shape[1], om.shape[1])
+        out["attention_mask"] = torch.cat([F.pad(qm, (0, width - qm.shape[1])),
+                                           F.pad(om, (0, width - om.shape[1]))])
+        return out
+
+    def seq_example(self, n_choices: Tensor) -> Tensor:
+        ex = torch.arange(n_choices.numel(), device=n_choices.device)
+        return torch.cat([ex, super().seq_example(n_choices)])
+
+    def scores(self, model: HeadedModel, batch: Mapping[str, Tensor], n_choices: Tensor
+               ) -> tuple[Tensor, Tensor]:
+        """Two backbone calls (questions, options); with MoE-LoRA layers their statistics are
+        stacked in the layout of ``batch["attention_mask"]`` and their auxiliary losses
+        averaged, so readers of one forward's statistics see both calls."""
+        dev = model.device
+        layers = model.moe_layers()
+        embs, stats, aux, features = [], [], [], None
+        for key in ("q", "o"):
+            ids = batch[f"{key}_input_ids"].to(dev)
+            mask = batch[f"{key}_attention_mask"].to(dev)
+            with model.routing_mask(mask):
+                h = model.encoder_states(ids, mask)
+            pooled = _mean_pool(h, mask)                                  # (B or S, H)
+            if key == "q":
+                features = pooled.detach().float()
+            embs.append(F.normalize(model.dropout(pooled).float(), dim=-1))
+            stats.append([layer.last_stats for layer in layers])
+            aux.append([layer._aux for layer in layers])
+        width = batch["attention_mask"].shape[1]
+        for i, layer in enumerate(layers):
+            sq, so = stats[0][i], stats[1][i]
+            layer.last_stats = None if sq is None or so is None else {
+                k: torch.cat([F.pad(sq[k], (0, width - sq[k].shape[1])),
+                              F.pad(so[k], (0, width - so[k].shape[1]))]) for k in sq}
+            terms = [a[i] for a in aux if a[i] is not None]
+            layer._aux = torch.stack(terms).mean() if terms else None
+        q = embs[0].repeat_interleave(n_choices, dim=0)                   # (S, H)
+        assert model.logit_scale is not None and features is not None
+        scores = model.logit_scale.exp() * (q * embs[1]).sum(-1)          # (S,)
+        return _scatter_choices(scores, n_choices), features
+
+
+class CrossEncoder(EncoderHead):
+    """``cross_encoder``: each (question, option) pair is one sequence
+    ``[CLS] question [SEP] option [SEP]``; the question is truncated first (``only_first``;
+    ``longest_first`` for a pair whose option alone is too long). Token states are mean-pooled
+    over non-padding tokens, then ``dropout -> head`` gives the option's score, ``model.head`` a
+    ``Linear(hidden, 1, bias=False)`` (the softmax over choices is shift-invariant: a bias would
+    get zero gradient) initialised from ``seed`` with BERT's initializer_range. Features: the
+    pooled state of each pair, averaged over the question's options."""
+
+    name = "cross_encoder"
+
+    def add_modules(self, model: HeadedModel, hidden: int, like: Tensor, seed: int,
+                    dropout: float) -> None:
+        super().add_modules(model, hidden, like, seed, dropout)
+        model.head = nn.Linear(hidden, 1, bias=False, device=like.device, dtype=like.dtype)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():   # BERT's initializer_range
+            model.head.weight.copy_(torch.randn(model.head.weight.shape, generator=gen) * 0.02)
+
+    def parameters(self, model: HeadedModel) -> list[nn.Parameter]:
+        assert model.head is not None
+        return list(model.head.parameters())
+
+    def encode(self, tok: Any, records: Sequence[MCRecord], max_length: int
+               ) -> dict[str, Tensor]:
+        qs = [r.question for r in records for _ in r.choices]
+        opts = [c for r in records for c in r.choices]
+        try:
+            enc = tok(qs, opts, truncation="only_first", max_length=max_length)
+            cols = {k: list(v) for k, v in enc.items()}
+        except Exception as exc:   # the tokenizers library raises a bare Exception
+            if "Truncation" not in str(exc):
+                raise
+            # some option alone exceeds max_length: per pair, so every other pair is encoded
+            # exactly as in a batch without it (encodings never depend on batch-mates)
+            cols = {}
+            for q, o in zip(qs, opts):
+                for k, v in _encode_pair(tok, q, o, max_length).items():
+                    cols.setdefault(k, []).append(v)
+        out = {"input_ids": _pad(cols["input_ids"], tok.pad_token_id),
+               "attention_mask": _pad(cols["attention_mask"], 0)}
+        if "token_type_ids" in cols:
+            out["token_type_ids"] = _pad(cols["token_type_ids"], 0)
+        return out
+
+    def pool(self, h: Tensor, mask: Tensor) -> Tensor:
+        """(S, L, H) token states -> (S, H): the mean over non-padding tokens."""
+        return _mean_pool(h, mask)
+
+    def score_sequences(self, model: HeadedModel, batch: Mapping[str, Tensor],
+                        ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
+        tt = batch["token_type_ids"].to(ids.device) if "token_type_ids" in batch else None
+        pooled = self.pool(model.encoder_states(ids, mask, tt), mask)     # (S, H)
+        features = _per_example(pooled.detach(), n_choices)
+        assert model.head is not None
+        scores = model.head(model.dropout(pooled)).squeeze(-1)            # (S,)
+        return _scatter_choices(scores.float(), n_choices), features
+
+
+class CrossEncoderCLS(CrossEncoder):
+    """``cross_encoder_cls``: `CrossEncoder` with the ``[CLS]`` state instead of the mean."""
+
+    name = "cross_encoder_cls"
+
+    def pool(self, h: Tensor, mask: Tensor) -> Tensor:
+        return h[:, 0]
