@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shutil
 import signal
@@ -84,7 +85,7 @@ def _env() -> dict[str, str]:
 
 
 def _tail(text: str, n: int = 1500) -> str:
-    text = text.strip()
+    text = "\n".join(text.strip().splitlines())   # progress bars redraw with \r
     return text if len(text) <= n else "..." + text[-n:]
 
 
@@ -226,14 +227,15 @@ def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
     return steps
 
 
-def run_step(name: str, conf: dict[str, Any] | None, skip: str | None, gpu: bool
+def run_step(name: str, conf: dict[str, Any] | None, skip: str | None, gpu: bool,
+             max_seconds: float | None = None
              ) -> dict[str, Any]:
     """One step's JSON line."""
     row: dict[str, Any] = {"step": name, "status": "skipped", "reason": skip, "seconds": 0.0}
     if conf is None:
         warnings.warn(f"gpu-check step {name} skipped: {skip}", stacklevel=2)
         return row
-    limit = LIMITS[name][0 if gpu else 1]
+    limit = min(LIMITS[name][0 if gpu else 1], max_seconds or math.inf)
     t = time.perf_counter()
     if name == "accelerate":
         result, why = _accelerate(conf, limit)
@@ -285,6 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"{', '.join(FULL_CANDIDATES)} installed and fitting the GPU)")
     ap.add_argument("--accelerate-backbone", metavar="NAME", default="smollm2",
                     help="backbone of the accelerate step (default: smollm2)")
+    ap.add_argument("--step-limit", type=float, metavar="SECONDS",
+                    help="cap every step's time limit: a step that runs out of it is reported "
+                         "(with the tail of its progress) instead of lost with a killed check")
     ap.add_argument("--steps", default=",".join(STEPS), help=f"subset of {','.join(STEPS)}")
     ap.add_argument("--worker", choices=STEPS, help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
@@ -308,7 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         failed = False
         for name in steps:
             conf, skip = todo[name]
-            row = run_step(name, None if conf is None else {**conf, "gpu": gpu}, skip, gpu)
+            row = run_step(name, None if conf is None else {**conf, "gpu": gpu}, skip, gpu,
+                           args.step_limit)
             failed |= row["status"] == "failed"
             line = json.dumps(row, default=str)
             print(line, flush=True)
@@ -372,7 +378,10 @@ def run_and_compare(conf: dict[str, Any]) -> dict[str, Any] | None:
     cfg = RunConfig(suite=_suite(conf["caps"]), profile=conf["profile"],
                     backbone=conf["backbone"], models=tuple(conf["models"]),
                     scorers=tuple(conf["scorers"]), seeds=conf["seeds"], figures=False,
-                    progress=False, out=Path(conf["out"]), cache_dir=Path(conf["cache"]),
+                    # on a GPU the progress bars go to stderr, whose tail a step that runs out
+                    # of time reports: where its time went (the first full step gave no clue)
+                    progress=bool(conf.get("gpu")), out=Path(conf["out"]),
+                    cache_dir=Path(conf["cache"]),
                     threads=conf["threads"])
     res = run(cfg)
     peak = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None

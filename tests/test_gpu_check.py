@@ -187,3 +187,15 @@ def test_a_step_over_its_limit_is_killed_and_reported(procs: Procs) -> None:
     result, why = gpu_check.execute(
         [sys.executable, "-c", f"print({gpu_check.RESULT!r} + '{{\"a\": 1}}')"], 60)
     assert result == {"a": 1} and why is None
+
+
+def test_a_step_that_runs_out_of_its_limit_is_reported_not_lost(tmp_path) -> None:
+    """``--step-limit`` caps every step: one that runs out is a failed line with the reason,
+    and the check exits 1 (an outer kill would lose the step's line)."""
+    out = tmp_path / "lines.jsonl"
+    rc = gpu_check.main(["--cpu", "--steps", "env,smoke-minilm", "--step-limit", "2",
+                         "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
+                         "--work", str(tmp_path / "work")])
+    env, smoke = (json.loads(line) for line in out.read_text().splitlines())
+    assert rc == 1 and env["status"] == "ok"
+    assert smoke["status"] == "failed" and smoke["reason"].startswith("timed out after 2 s")
