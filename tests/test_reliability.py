@@ -314,12 +314,14 @@ def test_stale_entries_are_recomputed_never_reused(root, cold, monkeypatch):
     assert more.stats.trained == cold.stats.trained and more.stats.total() == cold.stats.total()
     monkeypatch.undo()
     # changed data (another cap -> another split hash): the evaluation splits are recomputed;
-    # the unchanged calib split's records are read back
+    # the unchanged calib and train splits' records (train: the feature scorers' reference)
+    # are read back
     (root / "tiny-cap.yaml").write_text(SUITE.replace("id: 10, shift: 10", "id: 9, shift: 9"))
     capped = run(_cfg(root, "cold", suite=str(root / "tiny-cap.yaml"), out=root / "out-cap"))
-    eval_passes = sum(v for k, v in cold.stats.passes.items() if not k[3].endswith("/calib"))
-    assert capped.stats.trained == [] and dict(capped.stats.passes) == {
-        k: v for k, v in cold.stats.passes.items() if not k[3].endswith("/calib")}
+    evaluated = {k: v for k, v in cold.stats.passes.items()
+                 if not k[3].endswith(("/calib", "/train"))}
+    eval_passes = sum(evaluated.values())
+    assert capped.stats.trained == [] and dict(capped.stats.passes) == evaluated
     assert capped.stats.total() == eval_passes < cold.stats.total()
 
 

@@ -80,10 +80,15 @@ def cold(env):
 def test_cold_run_counts_exactly_the_passes_the_plan_needs(cold):
     prof = get_profile("smoke")
     passes = cold.stats.passes
-    splits = {k[3] for k in passes}
+    splits = {k[3] for k in passes if not k[3].endswith("/train")}
     # calib too: every method's ECE is recalibrated on it (uqbench.recalibration)
     assert splits == {f"{d}/{r}" for d in ("science", "knowledge")
                       for r in ("id", "shift", "calib")}
+    # train: one deterministic pass per (model, gate), the feature scorers' reference
+    train = {k: v for k, v in passes.items() if k[3].endswith("/train")}
+    assert train == {(m, 0, g, f"{d}/train", "deterministic"): 1
+                     for m, g in (("lora", "dense"), ("moe-lora", "top4"), ("moe-lora", "care"))
+                     for d in ("science", "knowledge")}
     for split in splits:
         # one deterministic pass per (model, gate, split) for all single-pass scorers together
         assert passes["lora", 0, "dense", split, "deterministic"] == 1
@@ -94,7 +99,7 @@ def test_cold_run_counts_exactly_the_passes_the_plan_needs(cold):
         for m in range(1, prof.ensemble_members):
             assert passes["moe-lora", m, "top4", split, "deterministic"] == 1
     per_split = 3 + prof.mc_passes + prof.ensemble_members - 1
-    assert cold.stats.total() == per_split * len(splits)
+    assert cold.stats.total() == per_split * len(splits) + len(train)
     assert cold.stats.cache_hits == 0
 
 

@@ -55,10 +55,12 @@ def plan_methods(rs: RecordSet, cfg: ScoreConfig
                  ) -> tuple[list[Method], list[dict[str, Any]]]:
     """The methods to score, and the (scorer, pair) combinations skipped with what is missing.
 
-    A pair's fields are those every one of its records holds (not what its model could
-    produce). Unknown scorer names are a `ConfigError`."""
-    pairs = [replace(p, fields=frozenset.intersection(*(
-        o.available() for (name, _, _), o in rs.outputs.items() if name == p.name)))
+    A pair's fields are those every one of its evaluation records holds (not what its model
+    could produce; its train records, the feature scorers' reference, hold logits and features
+    only). Unknown scorer names are a `ConfigError`."""
+    pairs = [replace(p, fields=frozenset.intersection(*(  # train records: features only
+        o.available() for (name, split, _), o in rs.outputs.items()
+        if name == p.name and not split.endswith("/train"))))
         for p in rs.pairs]
     try:
         if cfg.scorers or rs.methods is None:
