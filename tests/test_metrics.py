@@ -726,6 +726,38 @@ def test_bootstrap_of_several_statistics_is_each_statistics_own_bootstrap():
     assert np.all(low < high)
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 60), st.integers(1, 40),
+       st.sampled_from([0, 1, 3]))
+def test_resampled_ranking_metrics_equal_resorting_every_resample(seed, n_id, n_ood, decimals):
+    # A Resampled metric counts the full data's tie groups in each resample instead of sorting
+    # it: the intervals must be bitwise those of the plain metric on the same draws, ties
+    # (rounded keys), one-example splits and a single class included.
+    u_id, u_ood = _ood_sample(n_id, n_ood, seed=seed % 1000, decimals=decimals)
+    ok = np.random.default_rng(seed).random(n_id) < 0.5
+    assert (bootstrap_ci_two_sample(metrics.RESAMPLED_OOD_AUROC, u_id, u_ood, n_resamples=30,
+                                    seed=seed)
+            == bootstrap_ci_two_sample(ood_auroc, u_id, u_ood, n_resamples=30, seed=seed))
+    fast = metrics.resampled_selective_summary(0.7)
+    plain = functools.partial(selective_summary, coverage=0.7)
+    for a, b in zip(bootstrap_ci(fast, u_id, ok, n_resamples=30, seed=seed),
+                    bootstrap_ci(plain, u_id, ok, n_resamples=30, seed=seed)):
+        assert_array_equal(a, b)
+
+
+def test_resampled_metric_is_the_metric_on_the_full_data():
+    u_id, u_ood = _ood_sample(40, 30, seed=1, decimals=1)
+    assert metrics.RESAMPLED_OOD_AUROC(u_id, u_ood) == ood_auroc(u_id, u_ood) == roc_auc_score(
+        np.r_[np.zeros(40), np.ones(30)], np.r_[u_id, u_ood])
+    # the resampler on the identity resample is the metric itself
+    stat = metrics.RESAMPLED_OOD_AUROC.resampler(u_id, u_ood)
+    assert stat(np.arange(40), np.arange(30)) == ood_auroc(u_id, u_ood)
+    # and on a hand-made resample: id [0.1, 0.1], ood [0.9]: every pair a win
+    stat = metrics.RESAMPLED_OOD_AUROC.resampler([0.1, 0.5], [0.9, 0.5])
+    assert stat(np.array([0, 0]), np.array([0])) == 1.0
+    assert stat(np.array([1, 1]), np.array([1, 1])) == 0.5  # all tied: half credit
+
+
 def test_bootstrap_interval_contains_point_and_shrinks_with_n():
     widths = []
     for n in (100, 2000):

@@ -33,6 +33,7 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -43,7 +44,9 @@ __all__ = [
     "NLL_EPS",
     "SELECTIVE_COVERAGE",
     "PairedInterval",
+    "RESAMPLED_OOD_AUROC",
     "ReliabilityCurve",
+    "Resampled",
     "UndefinedMetricWarning",
     "augrc",
     "aupr_in",
@@ -63,6 +66,7 @@ __all__ = [
     "paired_bootstrap",
     "paired_difference",
     "reliability_curve",
+    "resampled_selective_summary",
     "risk_coverage_curve",
     "selective_accuracy",
     "selective_summary",
@@ -670,9 +674,13 @@ def ood_auroc(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike) -> float:
     0.875
     """
     u_id, u_ood = _ood_inputs(uncertainty_id, uncertainty_ood)
-    fps, tps, _ = _binary_counts(u_ood, u_id)
-    fps = np.r_[0, fps]
-    tps = np.r_[0, tps]
+    return _auroc(_tie_groups(-u_ood, -u_id))
+
+
+def _auroc(groups: _TieGroups) -> float:
+    """AUROC from the tie groups of ``-uncertainty`` with OOD as the hits."""
+    tps = np.r_[0, groups.hits_upto]
+    fps = np.r_[0, groups.n_upto] - tps
     # Twice the trapezoid area in integer counts: exact, then one division.
     twice_area = np.sum(np.diff(fps) * (tps[1:] + tps[:-1]))
     return float(twice_area / (2.0 * fps[-1] * tps[-1]))
@@ -1056,6 +1064,83 @@ def selective_summary(
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Resampled:
+    """A metric with a faster, equal way to evaluate it on bootstrap resamples.
+
+    ``resampler(*arrays)`` does the per-dataset work once (for the ranking metrics: one sort of
+    the keys into tie groups) and returns ``f(*indices)``, equal to
+    ``fn(*(a[i] for a, i in zip(arrays, indices)))``: :func:`bootstrap_ci` and
+    :func:`bootstrap_ci_two_sample` call it with the indices they draw. A resample's tie groups
+    are the full data's groups that it holds, counted by ``np.bincount``: the same integer
+    counts as sorting the resample, hence bitwise the same statistic, without a sort per
+    resample (a sort of 50,000 keys and its grouping cost milliseconds, the counting a tenth).
+    """
+
+    fn: Callable[..., Any]
+    resampler: Callable[..., Callable[..., Any]]
+
+    def __call__(self, *arrays: Any) -> Any:
+        return self.fn(*arrays)
+
+
+def _counted_groups(values: FloatArray, group: IntArray, hit: BoolArray) -> Callable[[IntArray],
+                                                                                      _TieGroups]:
+    """``idx -> _tie_groups`` of the resample ``idx`` of examples whose keys are
+    ``values[group]``: the groups the resample holds, with their counts."""
+    code = 2 * group + hit  # one bincount counts examples and hits of every group
+    n_groups = values.size
+
+    def groups(idx: IntArray) -> _TieGroups:
+        counts = np.bincount(code[idx], minlength=2 * n_groups).reshape(n_groups, 2)
+        hits = counts[:, 1]
+        n_g = counts[:, 0] + hits  # not counts.sum(1): a reduction over 2 is slow
+        held = np.flatnonzero(n_g)  # (integer takes beat boolean masks here)
+        return _TieGroups(values[held], np.cumsum(n_g[held]), np.cumsum(hits[held]))
+
+    return groups
+
+
+def _selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *, coverage: float
+                         ) -> Callable[[IntArray], FloatArray]:
+    cov = _check_fraction(coverage, "coverage", open_right=False)
+    u = _float_vector(uncertainty, "uncertainty")
+    corr = _bool_vector(correct, "correct")
+    _check_same_length(("uncertainty", u), ("correct", corr))
+    values, group = np.unique(u, return_inverse=True)
+    groups = _counted_groups(values, group, ~corr)  # hits: the errors
+
+    def stat(idx: IntArray) -> FloatArray:
+        g = groups(idx)
+        return np.array([_aurc(g), _augrc(g), _selective_accuracy(g, cov)])
+
+    return stat
+
+
+def _auroc_resampler(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike
+                     ) -> Callable[[IntArray, IntArray], float]:
+    u_id, u_ood = _ood_inputs(uncertainty_id, uncertainty_ood)
+    values, group = np.unique(np.concatenate([-u_ood, -u_id]), return_inverse=True)
+    ood = np.arange(group.size) < u_ood.size
+    groups = _counted_groups(values, group, ood)
+    n_ood = u_ood.size
+
+    def stat(idx_id: IntArray, idx_ood: IntArray) -> float:
+        return _auroc(groups(np.concatenate([idx_ood, n_ood + idx_id])))
+
+    return stat
+
+
+def resampled_selective_summary(coverage: float = SELECTIVE_COVERAGE) -> Resampled:
+    """:func:`selective_summary` at ``coverage`` as a `Resampled` metric."""
+    return Resampled(partial(selective_summary, coverage=coverage),
+                     partial(_selective_resampler, coverage=coverage))
+
+
+#: :func:`ood_auroc` as a `Resampled` metric
+RESAMPLED_OOD_AUROC = Resampled(ood_auroc, _auroc_resampler)
+
+
 def _check_bootstrap_options(n_resamples: int, level: float) -> None:
     if (
         isinstance(n_resamples, bool)
@@ -1202,9 +1287,15 @@ def bootstrap_ci(
     n = lengths[0]
     rng = np.random.default_rng(seed)
 
-    def draw() -> float:
-        idx = rng.integers(0, n, size=n)
-        return _statistic(metric(*(a[idx] for a in arrs)))
+    if isinstance(metric, Resampled):
+        resample = metric.resampler(*arrs)
+
+        def draw() -> float:
+            return _statistic(resample(rng.integers(0, n, size=n)))
+    else:
+        def draw() -> float:
+            idx = rng.integers(0, n, size=n)
+            return _statistic(metric(*(a[idx] for a in arrs)))
 
     return _percentile_interval(_statistic(metric(*arrs)), draw, n_resamples, level)
 
@@ -1258,10 +1349,13 @@ def bootstrap_ci_two_sample(
     _check_bootstrap_options(n_resamples, level)
     rng = np.random.default_rng(seed)
 
+    resample = (metric.resampler(arr_a, arr_b) if isinstance(metric, Resampled)
+                else lambda ia, ib: metric(arr_a[ia], arr_b[ib]))
+
     def draw() -> float:
         idx_a = rng.integers(0, len(arr_a), size=len(arr_a))
         idx_b = rng.integers(0, len(arr_b), size=len(arr_b))
-        return _statistic(metric(arr_a[idx_a], arr_b[idx_b]))
+        return _statistic(resample(idx_a, idx_b))
 
     return _percentile_interval(_statistic(metric(arr_a, arr_b)), draw, n_resamples, level)
 
