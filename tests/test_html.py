@@ -80,7 +80,24 @@ def test_a_failing_report_warns_records_and_keeps_the_results(tmp_path, monkeypa
     meta = json.loads((tmp_path / "o" / "run.json").read_text())
     assert meta["report_html_error"] == "RuntimeError: template exploded"
     assert "report.html was not written" in caplog.text
+    # the rerun command names the folder the results are in, not the temporary one it was built in
+    assert f"`uqbench report {tmp_path / 'o'} --html`" in caplog.text
     assert (tmp_path / "o" / "results.jsonl").exists() and not (tmp_path / "o" / "report.html").exists()
+
+
+def test_skipped_scorers_show_what_is_missing_or_why(runs, tmp_path):
+    # records without a scorer's fields ("missing", e.g. lm-eval files) and scorers that cannot
+    # score the training set ("reason") both render
+    d = tmp_path / "skips"
+    shutil.copytree(runs[0], d)
+    meta = json.loads((d / "run.json").read_text())
+    meta["skipped_scorers"] = [
+        {"scorer": "care", "pair": "lm/loglik", "missing": ["disagreement", "route_entropy"]},
+        {"scorer": "rmd", "pair": "moe-lora/top4", "reason": "needs 2 train domains"}]
+    (d / "run.json").write_text(json.dumps(meta))
+    html = render_report(d)
+    assert "needs disagreement, route_entropy (missing from the records)" in html
+    assert "needs 2 train domains" in html
 
 
 def test_compare_pairs_the_runs_examples_and_writes_three_files(runs, tmp_path, capsys):

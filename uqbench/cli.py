@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # e.g. which figures were skipped
+    # matplotlib's PDF font subsetting logs each pruned font table ("GPOS pruned") at INFO
+    logging.getLogger("fontTools").setLevel(logging.WARNING)
     try:
         if args.command not in ("run", "score"):  # those import their own plugins
             from uqbench.registry import import_plugin

@@ -267,9 +267,11 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
 
 
 def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.ndarray],
-              meta: dict[str, Any], *, t0: float, figures: bool) -> None:
+              meta: dict[str, Any], *, t0: float, figures: bool, final: Path | None = None
+              ) -> None:
     """Write a run folder's tables, ``run.json`` (with ``at_chance`` and ``seconds``), scores,
-    figures and ``report.html``; ``t0``: when the run started (``perf_counter``), for ``seconds.total``."""
+    figures and ``report.html``; ``t0``: when the run started (``perf_counter``), for
+    ``seconds.total``; ``final``: where ``out`` will be renamed to (messages name it)."""
     meta["at_chance"] = warn_at_chance(rows)  # one WARNING listing every method at chance
     meta["seconds"]["total"] = time.perf_counter() - t0
     write_results(out, rows, meta)
@@ -280,12 +282,12 @@ def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.nda
         meta["seconds"]["figures"] = time.perf_counter() - t_fig
         meta["seconds"]["total"] = time.perf_counter() - t0
         atomic_write_text(out / rundir.META, json.dumps(meta, indent=1, default=str))
-    _write_html_report(out, meta)
+    _write_html_report(out, meta, final or out)
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()),
           flush=True)
 
 
-def _write_html_report(out: Path, meta: dict[str, Any]) -> None:
+def _write_html_report(out: Path, meta: dict[str, Any], final: Path) -> None:
     """``report.html`` (`uqbench.html`), which must never fail a run: if rendering fails, the
     error is warned about and recorded in ``run.json`` ``report_html_error``; results stay."""
     from uqbench.html import write_report
@@ -295,7 +297,7 @@ def _write_html_report(out: Path, meta: dict[str, Any]) -> None:
     except Exception as exc:  # noqa: BLE001 -- any rendering error: the run's results stand
         meta["report_html_error"] = f"{type(exc).__name__}: {exc}"
         log.warning("report.html was not written (%s); the results are complete, rerun "
-                    "`uqbench report %s --html` after fixing it", meta["report_html_error"], out)
+                    "`uqbench report %s --html` after fixing it", meta["report_html_error"], final)
         atomic_write_text(out / rundir.META, json.dumps(meta, indent=1, default=str))
 
 

@@ -149,7 +149,7 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
                                       "to fit the options-only classifier; these records have "
                                       "none"}
     with new_folder(cfg.out) as tmp:
-        write_run(tmp, rows, arrays, meta, t0=t0, figures=cfg.figures)
+        write_run(tmp, rows, arrays, meta, t0=t0, figures=cfg.figures, final=cfg.out)
     print_summary(cfg.out, rows, meta)
     if skipped:
         print("skipped: " + "; ".join(
