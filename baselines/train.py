@@ -181,6 +181,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
 
     det_before = torch.are_deterministic_algorithms_enabled()
     det_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    det_fill = torch.utils.deterministic.fill_uninitialized_memory
     losses: list[float] = []
     aux_losses: list[float] = []
     accuracy: list[float] = []
@@ -194,6 +195,10 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
             torch.manual_seed(config.seed)
             # warn_only: some CUDA kernels have no deterministic version; CPU ones all do
             torch.use_deterministic_algorithms(True, warn_only=True)
+            # ...but without its NaN fill of every new allocation (one extra kernel per
+            # torch.empty: 14k of a SmolLM2 MoE step's 55k ops): every op here writes its output
+            # before anything reads it, so the fill changes no value (same losses) and only costs
+            torch.utils.deterministic.fill_uninitialized_memory = False
             gen = torch.Generator().manual_seed(config.seed)
             from transformers import get_cosine_schedule_with_warmup
             opt = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
@@ -248,6 +253,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     finally:
         bar.close()
         torch.use_deterministic_algorithms(det_before, warn_only=det_warn)
+        torch.utils.deterministic.fill_uninitialized_memory = det_fill
         model.eval()
         if moe_gates is not None:
             from baselines.moe import set_gate
