@@ -83,16 +83,15 @@ def _localized_balance(layer: MoELoRALinear, probs: Tensor, lb: tuple[Tensor, Te
 def _switch_tsallis(layer: MoELoRALinear, probs: Tensor, lb: tuple[Tensor, Tensor],
                     valid: Tensor | None, p_task: Tensor | None) -> Tensor:
     """DynMoLE: Switch plus the mean Tsallis entropy ``S_q(p)`` of the router."""
-    p = probs if valid is None else probs[valid]
-    return _switch(layer, probs, lb, valid, p_task) + tsallis_entropy(p, DynMoLE().q).mean()
+    tsallis = _token_mean(tsallis_entropy(probs, DynMoLE().q), valid)
+    return _switch(layer, probs, lb, valid, p_task) + tsallis
 
 
 def _hmora_routing(layer: MoELoRALinear, probs: Tensor, lb: tuple[Tensor, Tensor],
                    valid: Tensor | None, p_task: Tensor | None) -> Tensor:
     """HMoRA's routing loss (:func:`hmora_routing_loss`) on the token and task routers."""
-    p_tok = probs if valid is None else probs[valid]
     assert p_task is not None
-    return 0.5 * (hmora_routing_loss(p_tok) + hmora_routing_loss(p_task))
+    return 0.5 * (hmora_routing_loss(probs, valid) + hmora_routing_loss(p_task))
 
 
 @dataclass(frozen=True)
@@ -317,8 +316,9 @@ class MoELoRALinear(nn.Module):
 
     @property
     def _aux(self) -> Tensor | None:
-        """This variant's auxiliary loss of the last forward (None if every token was masked),
-        computed when first read: a forward whose loss nobody reads (inference) skips it."""
+        """This variant's auxiliary loss of the last forward (None if its input had no
+        tokens; NaN if every token was masked), computed when first read: a forward whose loss
+        nobody reads (inference) skips it."""
         if self._aux_args is not None:
             self._aux_value, self._aux_args = self._aux_loss(*self._aux_args), None
         return self._aux_value
@@ -451,25 +451,26 @@ class MoELoRALinear(nn.Module):
     def _aux_loss(self, probs: Tensor, mask: Tensor, valid: Tensor | None,
                   p_task: Tensor | None) -> Tensor | None:
         """This variant's auxiliary loss (`Variant.aux_loss`) over the non-masked tokens (None
-        if there are none)."""
+        if the input had no tokens; NaN if all were masked)."""
         lb = _lb_parts(probs, mask, valid)
         return None if lb is None else VARIANTS[self.variant].aux_loss(
             self, probs, lb, valid, p_task)
 
 
-def hmora_routing_loss(p: Tensor) -> Tensor:
+def hmora_routing_loss(p: Tensor, valid: Tensor | None = None) -> Tensor:
     """HMoRA's routing auxiliary loss (generalised Jensen-Shannon form), (T, N) -> scalar.
 
     ``relu((g_b - g_c) log N - (min(H(mean p), g_b log N) - mean max(H(p), g_c log N))) / log N``
     with ``(g_c, g_b) = HMORA_GAMMA``: high entropy of the mean routing (balance) and low
-    entropy per token (certainty), each only up to its bound.
+    entropy per token (certainty), each only up to its bound. Means over the tokens where
+    ``valid`` (T,) bool is True (all if None).
     """
     n = p.shape[-1]
     hmax = math.log(n) if n > 1 else 1.0
     g_c, g_b = HMORA_GAMMA
-    mean = p.mean(0)
+    mean = _token_mean(p, valid)
     h_mean = (-torch.special.xlogy(mean, mean).sum()).clamp(max=g_b * hmax)
-    h_tok = (-torch.special.xlogy(p, p).sum(-1)).clamp(min=g_c * hmax).mean()
+    h_tok = _token_mean((-torch.special.xlogy(p, p).sum(-1)).clamp(min=g_c * hmax), valid)
     return F.relu((g_b - g_c) * hmax - (h_mean - h_tok)) / hmax
 
 
@@ -517,14 +518,30 @@ class FlyLoRALinear(nn.Module):
         return y + self.scaling * F.linear(u, self.lora_B)
 
 
+def _token_mean(x: Tensor, valid: Tensor | None) -> Tensor:
+    """Mean of ``x`` (T, ...) over the tokens where ``valid`` (T,) bool is True (all if None).
+
+    A masked sum, not ``x[valid].mean(0)``: boolean indexing sizes its result from the mask's
+    count, a device-to-host sync on an accelerator (3 per adapted linear, forward and backward:
+    630 a SmolLM2 MoE step). Equal up to float rounding (the sum adds the masked tokens' zeros,
+    which regroups its partial sums: aux losses moved by <= 4e-9); NaN if no token is valid.
+    """
+    if valid is None:
+        return x.mean(0)
+    v = valid.to(x.dtype)
+    return (x * v.view(-1, *(1,) * (x.ndim - 1))).sum(0) / v.sum()
+
+
 def _lb_parts(probs: Tensor, mask: Tensor, valid: Tensor | None) -> tuple[Tensor, Tensor] | None:
-    """``f_i`` = share of admitted (token, expert) slots on expert i, ``P_i`` = mean ``p_i``."""
-    if valid is not None:
-        probs, mask = probs[valid], mask[valid]
+    """``f_i`` = share of admitted (token, expert) slots on expert i, ``P_i`` = mean ``p_i``,
+    over the valid tokens (None for an input without tokens; NaN if all are masked: the training
+    loop rejects the non-finite loss). Masked sums, no host sync (:func:`_token_mean`)."""
     if probs.shape[0] == 0:
         return None
+    if valid is not None:
+        mask = mask & valid[:, None]
     f = mask.float().sum(0)                                               # (N,)
-    return f / f.sum(), probs.mean(0)
+    return f / f.sum(), _token_mean(probs, valid)
 
 
 # --------------------------------------------------------------------------------------------
@@ -712,8 +729,8 @@ def load_balance_loss(model: nn.Module) -> Tensor:
     layers = _layers_or_raise(model, "load_balance_loss")
     terms = [layer._aux for layer in layers if layer._aux is not None]
     if not terms:
-        raise ValueError("load_balance_loss: no forward has run since injection (or every token "
-                         "was masked); run a forward first")
+        raise ValueError("load_balance_loss: no forward has run since injection (or its input "
+                         "had no tokens); run a forward first")
     return torch.stack(terms).mean()
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -179,8 +180,6 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
         moe_gates, lb_coef = get_gates(model.backbone), float(cfg["lb_coef"])
         set_gate(model.backbone, train_gate(MoELoRAConfig.from_dict(cfg)))
 
-    det_before = torch.are_deterministic_algorithms_enabled()
-    det_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     losses: list[float] = []
     aux_losses: list[float] = []
     accuracy: list[float] = []
@@ -190,10 +189,8 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     world = distributed.world()
     net = model if world == 1 else _ddp(model)
     try:
-        with torch.random.fork_rng(devices=_devices(model)):
+        with torch.random.fork_rng(devices=_devices(model)), deterministic_training():
             torch.manual_seed(config.seed)
-            # warn_only: some CUDA kernels have no deterministic version; CPU ones all do
-            torch.use_deterministic_algorithms(True, warn_only=True)
             gen = torch.Generator().manual_seed(config.seed)
             from transformers import get_cosine_schedule_with_warmup
             opt = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
@@ -247,7 +244,6 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                     bar.set_postfix(loss=f"{losses[-1]:.4f}", acc=f"{accuracy[-1]:.2f}")
     finally:
         bar.close()
-        torch.use_deterministic_algorithms(det_before, warn_only=det_warn)
         model.eval()
         if moe_gates is not None:
             from baselines.moe import set_gate
@@ -258,6 +254,28 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                        train_accuracy=tuple(accuracy),
                        chance_loss=sum(math.log(k) for k in ks) / len(ks),
                        chance_accuracy=sum(1.0 / k for k in ks) / len(ks))
+
+
+@contextmanager
+def deterministic_training() -> Iterator[None]:
+    """Deterministic algorithms for a training loop, the previous settings restored after.
+
+    ``warn_only``: some CUDA kernels have no deterministic version; CPU ones all do. Without
+    deterministic mode's NaN fill of every new allocation
+    (``torch.utils.deterministic.fill_uninitialized_memory``): it is one extra kernel per
+    ``torch.empty`` (14k of a SmolLM2 MoE-LoRA step's 55k ops) and changes no value here, as
+    every op writes its output before anything reads it (same losses, bit for bit).
+    """
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.utils.deterministic.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.utils.deterministic.fill_uninitialized_memory = before[2]
 
 
 def _records(records: Sequence[MCRecord], config: TrainConfig, gen: torch.Generator

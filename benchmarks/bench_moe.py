@@ -29,6 +29,23 @@
    bottom 4 blocks' states come from `baselines.heads.PrefixCache` (as in a run, where every
    model, gate and pass after the first reads them) against the plain backbone's forward.
 
+4. ``moe_train_step_ops``: leaf ``aten::`` ops (torch.profiler events without children) of one
+   training step (forward, loss ``mean(h^2) + lb_coef * load_balance_loss``, backward; under
+   `baselines.train.deterministic_training`, as in training) with the full-profile adapter
+   (``MoELoRAConfig()``: 16 experts of rank 8, top-4, on all 7 linears of each block) on the
+   ``tiny-llama`` backbone (2 blocks, 14 adapted linears; batch 4 x 32, padded rows, so the
+   token mask is in play), against the plain backbone's full-gradient step in the same run
+   (``ratio``), and host syncs per step: ``_local_scalar_dense`` (``.item()``, ``if tensor``)
+   and ``nonzero`` (boolean indexing; a device-to-host sync on a GPU). Counts, not times: a
+   GPU step of a big adapter is launch-bound, and the counts do not depend on the machine.
+   Here, before / after session 11's change: 2,920 / 2,560 MoE ops (ratio 3.79 / 3.41),
+   ``nonzero`` 42 / 0 (3 per adapted linear: boolean indexing in the load-balancing loss,
+   forward and backward). SmolLM2-135M, ``MoELoRAConfig()`` (210 linears), a whole step of
+   `baselines.train.train` on batch 2 x 32 (leaf ops, CPU profile, optimizer included):
+   55,580 / 50,328 leaf ops, ``fill_`` 14,073 / 2,530 (deterministic mode's NaN fill of new
+   allocations; their ``empty`` now count as leaves), ``_local_scalar_dense`` 635 / 635: AdamW
+   reading its CPU step counter per parameter (not a device sync) and the loop's 5 per step.
+
 Timings run single-threaded (``torch.set_num_threads(1)``, restored afterwards): on a shared
 2-core machine, intra-op thread hand-offs make timings swing by 2-5x, which would swamp a
 2% effect; one thread measures the arithmetic the two gates add, and its CPU time
@@ -322,9 +339,67 @@ def bench_cost(config: Any, suffix: str = "", reps: int = COST_REPS) -> Iterator
     set_token_mask(model, None)
 
 
+#: what :func:`_leaf_ops` counts as host syncs (on a GPU each waits for the device)
+SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero")
+
+
+def _op_counts(fn: Any) -> tuple[int, dict[str, int]]:
+    """Leaf ``aten::`` ops (profiler events without children) of ``fn()``, and its
+    :data:`SYNC_OPS` by name (leaf or not: ``nonzero`` has children in deterministic mode)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        fn()
+    ev = [e for e in p.events() if e.name.startswith("aten::")]
+    return (sum(not e.cpu_children for e in ev),
+            {s.removeprefix("aten::"): sum(e.name == s for e in ev) for s in SYNC_OPS})
+
+
+def bench_train_step_ops(batch: tuple[int, int] = (4, 32)) -> dict[str, Any]:
+    """Ops and host syncs of a MoE-LoRA training step vs the plain full-gradient step."""
+    from baselines.backbones import tiny_backbone
+    from baselines.moe import MoELoRAConfig, inject, load_balance_loss, moe_layers, set_token_mask
+    from baselines.train import deterministic_training
+
+    config = MoELoRAConfig()
+    plain = tiny_backbone("decoder").model.model.train()     # LlamaModel: hidden states
+    moe = inject(tiny_backbone("decoder").model.model, config).train()
+    for p in plain.parameters():
+        p.requires_grad_(True)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 20000, batch, generator=g)
+    mask = torch.ones_like(ids)
+    mask[1:, batch[1] // 2:] = 0                                          # padded rows
+    set_token_mask(moe, mask.bool())
+
+    def step(m: Any, lb: bool) -> Any:
+        def f() -> None:
+            m.zero_grad(set_to_none=True)
+            loss = m(input_ids=ids, attention_mask=mask).last_hidden_state.pow(2).mean()
+            if lb:
+                loss = loss + config.lb_coef * load_balance_loss(m)
+            loss.backward()
+        return f
+
+    with deterministic_training():
+        total, syncs = {}, {}
+        for name, fn in (("moe", step(moe, True)), ("plain", step(plain, False))):
+            fn()                                                          # warm-up
+            total[name], syncs[name] = _op_counts(fn)
+    return {"name": "moe_train_step_ops", "model": "tiny-llama", "batch": list(batch),
+            "moe_layers": len(moe_layers(moe)), "n_experts": config.n_experts,
+            "rank": config.rank, "moe_leaf_ops": total["moe"], "plain_leaf_ops": total["plain"],
+            "moe_leaf_ops_per_layer": round((total["moe"] - total["plain"])
+                                            / len(moe_layers(moe)), 1),
+            "moe_syncs": syncs["moe"], "plain_syncs": syncs["plain"],
+            "ratio": round(total["moe"] / total["plain"], 3),
+            "syncs_met": sum(syncs["moe"].values()) <= sum(syncs["plain"].values())}
+
+
 def run() -> Iterator[dict[str, Any]]:
     from baselines.moe import MoELoRAConfig
 
+    yield bench_train_step_ops()
     with _threads(THREADS):
         yield from bench_forward()
         yield bench_layer()

@@ -94,6 +94,28 @@ def test_global_rng_and_gates_restored() -> None:
     assert all(isinstance(g, Care) for g in get_gates(model.backbone))
 
 
+def test_deterministic_settings_restored_and_no_nan_fill_while_training(monkeypatch) -> None:
+    import torch.utils.deterministic as det
+
+    seen = []
+    real_step = torch.optim.AdamW.step
+
+    def step(self, *a, **k):                   # the settings in force inside the loop
+        seen.append((torch.are_deterministic_algorithms_enabled(), det.fill_uninitialized_memory))
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled(), det.fill_uninitialized_memory)
+    model = make_moe(tiny_backbone("encoder"), MoELoRAConfig(n_experts=4, rank=2, top_k=2))
+    train(model, toy_records(8), TrainConfig(epochs=1, batch_size=4, max_length=32),
+          progress=False)
+    assert seen == [(True, False)] * 2
+    assert (torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            det.fill_uninitialized_memory) == before
+
+
 def test_trains_with_topk_gate(monkeypatch) -> None:
     model = make_moe(tiny_backbone("encoder"), SMALL_MOE)
     set_gate(model.backbone, Care(tau=0.5, k_max=4))
