@@ -164,7 +164,8 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
         one_sample["brier"] = (M.brier_score, (id_.probs, id_.labels))
         one_sample["nll"] = (M.negative_log_likelihood, (id_.probs, id_.labels))
     # Resampled: bootstrapped from one sort (bitwise equal to sorting each resample, faster)
-    two_sample = {"ood_auroc": M.RESAMPLED_OOD_AUROC, "aupr_out": M.aupr_out, "fpr95": M.fpr_at_95_tpr}
+    two_sample = {"ood_auroc": M.RESAMPLED_OOD_AUROC, "aupr_out": M.aupr_out,
+                  "fpr95": M.fpr_at_95_tpr}
     row: dict[str, float] = {}
     if "brier" not in one_sample:
         warnings.warn("evaluate: the ID Scored has no predictive distribution (probs/labels); "
