@@ -1084,8 +1084,8 @@ class Resampled:
         return self.fn(*arrays)
 
 
-def _counted_groups(values: FloatArray, group: IntArray, hit: BoolArray) -> Callable[[IntArray],
-                                                                                      _TieGroups]:
+def _counted_groups(values: FloatArray, group: IntArray, hit: BoolArray
+                    ) -> Callable[[IntArray], _TieGroups]:
     """``idx -> _tie_groups`` of the resample ``idx`` of examples whose keys are
     ``values[group]``: the groups the resample holds, with their counts."""
     code = 2 * group + hit  # one bincount counts examples and hits of every group
@@ -1287,15 +1287,11 @@ def bootstrap_ci(
     n = lengths[0]
     rng = np.random.default_rng(seed)
 
-    if isinstance(metric, Resampled):
-        resample = metric.resampler(*arrs)
+    resample = (metric.resampler(*arrs) if isinstance(metric, Resampled)
+                else lambda idx: metric(*(a[idx] for a in arrs)))
 
-        def draw() -> float:
-            return _statistic(resample(rng.integers(0, n, size=n)))
-    else:
-        def draw() -> float:
-            idx = rng.integers(0, n, size=n)
-            return _statistic(metric(*(a[idx] for a in arrs)))
+    def draw() -> float:
+        return _statistic(resample(rng.integers(0, n, size=n)))
 
     return _percentile_interval(_statistic(metric(*arrs)), draw, n_resamples, level)
 
