@@ -27,7 +27,7 @@ from baselines.backbones import check_architecture, list_backbones, load_backbon
 from baselines.variants import variant_config
 from uqbench.cache import PROTOCOL_VERSION, ArrayCache, DirCache
 from uqbench.engine import RunStats, register_backend
-from uqbench.errors import ConfigError
+from uqbench.errors import ConfigError, record_fallback
 from uqbench.gating import get_gate_kind
 from uqbench.outputs import ROUTER_FIELDS, Outputs
 from uqbench.plan import GateSpec, ModelSpec, Pair
@@ -213,6 +213,7 @@ class TorchEngine:
         """Assemble the `Outputs` of one pair on one split for repetition ``rep``."""
         base = 1000 * rep
         det = self.forward(pair.model, base, pair, split, "deterministic")
+        _record_cut(split.name, det["cut"], self.prof.max_length)
         kw: dict[str, Any] = {k: det[k] for k in ROUTER_FIELDS if k in det}
         if "features" in need:
             kw["features"] = det["features"]
@@ -228,6 +229,20 @@ class TorchEngine:
         return Outputs(ids=np.array([r.id for r in recs]),
                        labels=np.array([r.answer for r in recs]), logits=det["logits"],
                        domain=np.array([r.domain for r in recs]), **kw)
+
+
+def _record_cut(split: str, cut: np.ndarray, max_length: int) -> None:
+    """A split where truncation cut option text goes to run.json ``fallbacks`` (once per run,
+    cached pass or not). Question text cut alone is the heads' policy (the question's start
+    goes first), not a fallback: its count only rides along."""
+    n_opt = int((cut == heads.base.CUT_OPTION).sum())
+    if n_opt:
+        n_q = int((cut == heads.base.CUT_QUESTION).sum())
+        record_fallback(
+            "input truncated to max_length", split,
+            f"{n_opt} of {cut.size} questions had option text cut at max_length={max_length} "
+            f"tokens: the model saw only part of an option ({n_q} more had question text cut); "
+            "raise the profile's max_length (or use a backbone with a longer context)")
 
 
 def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any

@@ -38,7 +38,7 @@ FORWARD_PASSES: Counter[str] = Counter()
 
 MODES = ("deterministic", "mc_dropout")
 #: what a record holds, in its cache key: records written before ``n_tokens`` are recomputed
-RECORD_FIELDS = "logits+router-stats+n_tokens+features"
+RECORD_FIELDS = "logits+router-stats+n_tokens+features+cut"
 #: Outputs field <- MoE layer statistic
 STAT_FIELDS = {"route_entropy": "entropy", "top1_mass": "top1", "disagreement": "disagreement",
                "experts": "k"}
@@ -104,8 +104,10 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
     -------
     dict of numpy arrays
         ``logits`` (N, C_max) float64 (absent options: `PAD_LOGIT`); ``features`` (N, H)
-        float32, the pooled final hidden state (`MultipleChoiceModel.last_features`); with MoE
-        layers also
+        float32, the pooled final hidden state (`MultipleChoiceModel.last_features`); ``cut``
+        (N,) int8, what truncation to ``max_length`` cut from each question's input
+        (`baselines.heads.base.CUT_NONE` / ``CUT_QUESTION`` / ``CUT_OPTION``); with MoE layers
+        also
         ``route_entropy``, ``top1_mass``, ``disagreement``, ``experts`` (N,) float64: means over
         the example's non-padding tokens and all MoE layers of ``H(p)/log N``, ``p_(1)``, ``D``
         and ``k``; and ``n_tokens`` (N,) float64, the number of those tokens (the average
@@ -128,6 +130,7 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
     feats = np.zeros((n, int(model.identity["hidden_size"])), dtype=np.float32)
     sums = {f: np.zeros(n) for f in STAT_FIELDS} if model.has_moe else {}
     counts = np.zeros(n)
+    cut = np.zeros(n, dtype=np.int8)  # what truncation cut (baselines.heads.CUT_*)
     tok_parts: dict[str, list[Tensor]] = {f: [] for f in (*TOKEN_FIELDS, "tok_example")}
     if keep_tokens and not model.has_moe:
         raise ConfigError("collect: keep_tokens=True needs router statistics, but the model has "
@@ -153,6 +156,7 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
                 batch = model.encode([records[i] for i in idx], max_length)
                 out = model(batch)                                        # (B, C)
                 logits[idx, :out.shape[1]] = out.double().cpu().numpy()
+                cut[idx] = batch["cut"].numpy()
                 feats[idx] = model.last_features.cpu().numpy()  # type: ignore[union-attr]
                 if not model.has_moe:
                     continue
@@ -183,9 +187,9 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
             m.training = was_training
     FORWARD_PASSES[mode] += 1   # a completed pass
     if distributed.world() > 1:
-        _gather(batches, mine, logits, feats, sums, counts, tok_parts)
+        _gather(batches, mine, logits, feats, sums, counts, cut, tok_parts)
 
-    result: dict[str, NDArray[np.generic]] = {"logits": logits, "features": feats}
+    result: dict[str, NDArray[np.generic]] = {"logits": logits, "features": feats, "cut": cut}
     for field, total in sums.items():
         result[field] = total / np.maximum(counts, 1.0)
     if model.has_moe:  # the per-token mean of a statistic over examples weighs them by this
@@ -201,12 +205,12 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
 
 def _gather(batches: list[list[int]], mine: list[int], logits: NDArray[np.float64],
             feats: NDArray[np.float32], sums: dict[str, NDArray[np.float64]],
-            counts: NDArray[np.float64],
+            counts: NDArray[np.float64], cut: NDArray[np.int8],
             tok_parts: dict[str, list[Tensor]]) -> None:
     """Fill in, in place, the rows other processes computed (every process gets every row)."""
     rows = np.array([i for b in mine for i in batches[b]], dtype=np.int64)
     part = {"rows": rows, "logits": logits[rows], "features": feats[rows],
-            "counts": counts[rows],
+            "counts": counts[rows], "cut": cut[rows],
             "sums": {f: v[rows] for f, v in sums.items()},
             "tok": {f: [t.numpy() for t in ts] for f, ts in tok_parts.items()}}
     for r, p in enumerate(distributed.gather(part)):
@@ -215,6 +219,7 @@ def _gather(batches: list[list[int]], mine: list[int], logits: NDArray[np.float6
         logits[p["rows"]] = p["logits"]
         feats[p["rows"]] = p["features"]
         counts[p["rows"]] = p["counts"]
+        cut[p["rows"]] = p["cut"]
         for f, v in p["sums"].items():
             sums[f][p["rows"]] = v
         for f, ts in p["tok"].items():

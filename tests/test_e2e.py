@@ -42,11 +42,21 @@ def test_smoke_run_writes_every_table_and_figure(smoke_run):
 
 def test_warm_rerun_does_no_forward_pass_and_report_reprints(smoke_run, procs):
     root, env, _ = smoke_run
+
+    def truncated() -> list[dict]:
+        meta = json.loads((root / "run" / "run.json").read_text())
+        return [f for f in meta["fallbacks"] if f["what"] == "input truncated to max_length"]
+
+    cold = truncated()
     cmd = [sys.executable, "-m", "uqbench", "run", "--suite", "pooled", "--profile", "smoke",
            "--out", str(root / "run"), "--no-progress", "--no-figures"]
     proc = procs.run(cmd, what="the warm smoke rerun", quiet_s=30, env=env, cwd=REPO,
                      watch=[root / "cache", root / "run"])
     assert "forward passes run: 0" in proc.stdout
+    # MiniLM at the smoke profile's 96 tokens cuts some code options (functions): listed once
+    # per split, by the cold run and by the warm one that read its passes from the cache
+    assert cold and {f["where"].split("/")[0] for f in cold} == {"code"}
+    assert "code/shift" in {f["where"] for f in cold} and truncated() == cold
     rep = procs.run([sys.executable, "-m", "uqbench", "report", str(root / "run")],
                     what="uqbench report", quiet_s=10, env=env, cwd=REPO)
     assert "moe-lora/care/care" in rep.stdout and "OOD-AUROC" in rep.stdout

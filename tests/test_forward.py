@@ -42,6 +42,8 @@ def test_shapes_ranges_and_outputs_contract(model: MultipleChoiceModel) -> None:
         assert ((rec[f] >= 0) & (rec[f] <= 1)).all(), f
     assert np.allclose(rec["experts"], SMALL_MOE.top_k)   # TopK gate: k is constant
     assert rec["disagreement"].max() > 0
+    # what truncation cut stays with the pass (the engine reports it); the rest is Outputs'
+    assert rec["cut"].dtype == np.int8 and (rec.pop("cut") == 0).all()   # toy texts: nothing
     Outputs(ids=np.array([r.id for r in RECS]), labels=np.array([r.answer for r in RECS]),
             domain=np.array([r.domain for r in RECS]), **rec)   # the runner's record validates
 
@@ -109,10 +111,10 @@ def test_gate_is_used_as_set() -> None:
     assert not np.allclose(rec["experts"], 2)
 
 
-def test_no_moe_gives_logits_and_features_only() -> None:
+def test_no_moe_gives_logits_features_and_cut_only() -> None:
     m = make_plain(tiny_backbone("encoder"))
     rec = collect(m, RECS, batch_size=8, progress=False)
-    assert set(rec) == {"logits", "features"}
+    assert set(rec) == {"logits", "features", "cut"}
     with pytest.raises(ConfigError, match="no MoE-LoRA layers"):
         collect(m, RECS, keep_tokens=True, progress=False)
     with pytest.raises(ConfigError, match="mode"):

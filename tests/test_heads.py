@@ -127,6 +127,24 @@ def test_question_truncated_first_and_long_options_fall_back(encoder: Backbone) 
     assert torch.equal(both["input_ids"][:2], batch["input_ids"])
 
 
+@pytest.mark.parametrize("mode", list(HEADS))
+def test_every_head_says_what_truncation_cut(request, mode: str) -> None:
+    """``batch["cut"]`` per question: nothing, question text only, or option text (the
+    model never saw all of an option): the forward records carry it to run.json."""
+    from baselines.heads.base import CUT_NONE, CUT_OPTION, CUT_QUESTION
+
+    model = make_plain(request.getfixturevalue(HEADS[mode].kind), mode=mode)
+    fits = MCRecord(id="a", domain="t", question="short question", choices=("yes", "no"),
+                    answer=0, source="t")
+    long_q = MCRecord(id="b", domain="t", question="word " * 200, choices=("yes", "no"),
+                      answer=0, source="t")
+    long_opt = MCRecord(id="c", domain="t", question="short question",
+                        choices=("no", "tiger " * 100), answer=0, source="t")
+    batch = model.encode([fits, long_q, long_opt], 40)
+    assert batch["cut"].tolist() == [CUT_NONE, CUT_QUESTION, CUT_OPTION]
+    assert model.encode([fits], 40)["cut"].tolist() == [CUT_NONE]
+
+
 @pytest.mark.parametrize("mode", ["cloze", "letters"])
 def test_decoder_prompt_keeps_its_end(decoder: Backbone, mode: str) -> None:
     model = make_plain(decoder, mode=mode)

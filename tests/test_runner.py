@@ -226,6 +226,26 @@ def test_fallbacks_go_to_run_json_on_every_run_and_are_reset_per_run(env, cold, 
     assert json.loads((run(cfg(env)).out / "run.json").read_text())["fallbacks"] == []
 
 
+def test_a_fallback_is_listed_once_per_run_however_often_it_happens():
+    # e.g. a split's truncation, seen by every pass over the split
+    import warnings
+
+    from uqbench.errors import FallbackWarning, record_fallback, reset_fallbacks
+
+    got = reset_fallbacks()
+    with pytest.warns(FallbackWarning) as seen:
+        for _ in range(3):
+            record_fallback("input truncated", "code/shift", "2 of 24 questions")
+        record_fallback("input truncated", "code/id", "1 of 24 questions")
+    assert len(seen) == 2 and [f["where"] for f in got] == ["code/shift", "code/id"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reset_fallbacks()
+        with pytest.warns(FallbackWarning):  # a new run records it again
+            record_fallback("input truncated", "code/shift", "2 of 24 questions")
+    assert len(got) == 1
+
+
 def test_evaluation_cache_is_keyed_by_content_and_options(tmp_path):
     from uqbench.cache import ArrayCache
     from uqbench.evaluate import Scored, evaluate, evaluate_cached

@@ -49,10 +49,15 @@ def record_fallback(what: str, where: str, reason: str) -> None:
     """Warn (`FallbackWarning`) and record ``{what, where, reason}`` for run.json ``fallbacks``.
 
     ``what``: the step that fell back ("temperature scaling fit"); ``where``: the thing it ran
-    on (a split, a method); ``reason``: what went wrong and what was done instead.
+    on (a split, a method); ``reason``: what went wrong and what was done instead. An entry
+    equal to one already recorded in this run (the same split read by several passes) is not
+    repeated.
     """
+    entry = {"what": what, "where": where, "reason": reason}
+    if entry in _FALLBACKS:
+        return
     warnings.warn(f"{what} ({where}): {reason}", FallbackWarning, stacklevel=2)
-    _FALLBACKS.append({"what": what, "where": where, "reason": reason})
+    _FALLBACKS.append(entry)
 
 
 def reset_fallbacks() -> list[dict[str, str]]:

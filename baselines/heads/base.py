@@ -40,6 +40,26 @@ class HeadedModel(Protocol):
     def moe_layers(self) -> list[nn.Module]: ...
 
 
+#: ``batch["cut"]`` per question: what truncation to ``max_length`` cut from its input
+CUT_NONE, CUT_QUESTION, CUT_OPTION = 0, 1, 2
+
+
+def _cut(question_cut: Sequence[bool], option_cut: Sequence[bool]) -> Tensor:
+    """(B,) int8: `CUT_OPTION` where some option text was cut (the model never saw all of
+    it), else `CUT_QUESTION` where question text was, else `CUT_NONE`."""
+    return torch.tensor([CUT_OPTION if o else CUT_QUESTION if q else CUT_NONE
+                         for q, o in zip(question_cut, option_cut)], dtype=torch.int8)
+
+
+def _per_question(flags: Sequence[bool], records: Sequence[MCRecord]) -> list[bool]:
+    """Per-option flags (records' options in order) -> per question: any of its options."""
+    out, i = [], 0
+    for r in records:
+        out.append(any(flags[i:i + len(r.choices)]))
+        i += len(r.choices)
+    return out
+
+
 def _pad(rows: Sequence[Sequence[int]], value: int) -> Tensor:
     """Right-pad lists of ints into a (len(rows), max_len) long tensor."""
     width = max(len(r) for r in rows)

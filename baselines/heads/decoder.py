@@ -8,7 +8,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from baselines.heads.base import Head, HeadedModel, _mean_pool, _pad, _per_example, _scatter_choices
+from baselines.heads.base import (
+    Head,
+    HeadedModel,
+    _cut,
+    _mean_pool,
+    _pad,
+    _per_example,
+    _scatter_choices,
+)
 from uqbench.data.records import MCRecord
 from uqbench.errors import ConfigError
 from uqbench.outputs import PAD_LOGIT
@@ -55,18 +63,23 @@ class Cloze(DecoderHead):
 
     def encode(self, tok: Any, records: Sequence[MCRecord], max_length: int
                ) -> dict[str, Tensor]:
-        ids, targets = [], []
+        ids, targets, q_cut, o_cut = [], [], [], []
         for r in records:
             prompt = tok(f"Question: {r.question}\nAnswer:")["input_ids"]
+            q_cut.append(False)
+            o_cut.append(False)
             for choice in r.choices:
-                cont = tok(f" {choice}", add_special_tokens=False)["input_ids"]
-                if not cont:   # an empty option: scored as ending the text
-                    cont = [tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id]
-                cont = cont[:max_length // 2] if len(prompt) + len(cont) > max_length else cont
+                full = tok(f" {choice}", add_special_tokens=False)["input_ids"]
+                if not full:   # an empty option: scored as ending the text
+                    full = [tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id]
+                cont = full[:max_length // 2] if len(prompt) + len(full) > max_length else full
                 ctx = prompt[-(max_length - len(cont)):]   # keep the end of the question
                 ids.append(ctx + cont)
                 targets.append([0] * len(ctx) + [1] * len(cont))
-        return {**_token_rows(tok, ids), "target_mask": _pad(targets, 0).bool()}
+                q_cut[-1] |= len(ctx) < len(prompt)
+                o_cut[-1] |= len(cont) < len(full)
+        return {**_token_rows(tok, ids), "target_mask": _pad(targets, 0).bool(),
+                "cut": _cut(q_cut, o_cut)}
 
     def score_states(self, model: HeadedModel, batch: Mapping[str, Tensor], h: Tensor,
                      ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
@@ -113,12 +126,16 @@ class Letters(DecoderHead):
         c_max = max(len(r.choices) for r in records)
         if c_max > len(LETTERS):
             raise ConfigError(f"letters mode supports at most {len(LETTERS)} choices, got {c_max}")
-        ids = []
+        ids, q_cut, o_cut = [], [], []
         for r in records:
             lines = "".join(f"{LETTERS[j]}. {c}\n" for j, c in enumerate(r.choices))
             prompt = tok(f"Question: {r.question}\n{lines}Answer:")["input_ids"]
             ids.append(prompt[-max_length:])   # keep the options and "Answer:" at the end
-        return {**_token_rows(tok, ids),
+            q_cut.append(len(prompt) > max_length)
+            # the options' text (tokenized alone: +-1 token at the seam) did not all fit
+            o_cut.append(len(tok(f"{lines}Answer:", add_special_tokens=False)["input_ids"])
+                         > max_length)
+        return {**_token_rows(tok, ids), "cut": _cut(q_cut, o_cut),
                 "letter_ids": torch.tensor(self.letter_ids(tok)[:c_max], dtype=torch.long)}
 
     def batch_cost(self, n_choices: int) -> int:

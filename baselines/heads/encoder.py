@@ -9,7 +9,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from baselines.heads.base import Head, HeadedModel, _mean_pool, _pad, _per_example, _scatter_choices
+from baselines.heads.base import (
+    Head,
+    HeadedModel,
+    _cut,
+    _mean_pool,
+    _pad,
+    _per_example,
+    _per_question,
+    _scatter_choices,
+)
 from uqbench.data.records import MCRecord
 
 #: initial ``exp(logit_scale)`` of the bi-encoder head
@@ -69,11 +78,14 @@ class BiEncoder(EncoderHead):
     def encode(self, tok: Any, records: Sequence[MCRecord], max_length: int
                ) -> dict[str, Tensor]:
         out: dict[str, Tensor] = {}
+        cut = {}
         for key, texts in (("q", [r.question for r in records]),
                            ("o", [c for r in records for c in r.choices])):
             enc = tok(texts, truncation=True, max_length=max_length)
             out[f"{key}_input_ids"] = _pad(enc["input_ids"], tok.pad_token_id)
             out[f"{key}_attention_mask"] = _pad(enc["attention_mask"], 0)
+            cut[key] = [len(ids) > max_length for ids in tok(texts, verbose=False)["input_ids"]]
+        out["cut"] = _cut(cut["q"], _per_question(cut["o"], records))
         qm, om = out["q_attention_mask"], out["o_attention_mask"]
         width = max(qm.shape[1], om.shape[1])
         out["attention_mask"] = torch.cat([F.pad(qm, (0, width - qm.shape[1])),
@@ -156,8 +168,13 @@ class CrossEncoder(EncoderHead):
             for q, o in zip(qs, opts):
                 for k, v in _encode_pair(tok, q, o, max_length).items():
                     cols.setdefault(k, []).append(v)
+        special = tok.num_special_tokens_to_add(pair=True)
+        pair_cut = [len(ids) > max_length for ids in tok(qs, opts, verbose=False)["input_ids"]]
+        option_cut = [len(ids) + special > max_length
+                      for ids in tok(opts, add_special_tokens=False, verbose=False)["input_ids"]]
         out = {"input_ids": _pad(cols["input_ids"], tok.pad_token_id),
-               "attention_mask": _pad(cols["attention_mask"], 0)}
+               "attention_mask": _pad(cols["attention_mask"], 0),
+               "cut": _cut(_per_question(pair_cut, records), _per_question(option_cut, records))}
         if "token_type_ids" in cols:
             out["token_type_ids"] = _pad(cols["token_type_ids"], 0)
         return out
