@@ -239,6 +239,8 @@ def test_lmeval_score_skips_router_scorers_and_members_feed_the_ensemble(lm, tmp
                                         "missing": ["disagreement", "route_entropy"]}]
     assert "options-only" in meta["references_skipped"]
     assert not math.isnan(next(r for r in res.rows if r["method"] == "chance")["accuracy"])
+    assert (tmp_path / "o" / "results.md").read_text().startswith(
+        "# uqbench results: scored from lm-evaluation-harness samples, model `org/tiny`\n")
     other = mc_lines(40, 11)[:-1]
     write_task(tmp_path / "short" / "m", "easy", other)
     write_task(tmp_path / "short" / "m", "hard", mc_lines(30, 12))

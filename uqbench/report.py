@@ -125,6 +125,17 @@ def summary(rows: Sequence[Mapping[str, Any]], *, domain: str = "pooled") -> str
     return "\n".join(lines)
 
 
+def _provenance(meta: Mapping[str, Any]) -> str:
+    """What the results come from: the run's suite, profile and backbone, or (records of a
+    model uqbench did not run, e.g. lm-eval samples) where they were scored from."""
+    if meta.get("suite") is not None:
+        return (f"suite `{meta['suite']}`, profile `{meta.get('profile')}`, "
+                f"backbone `{meta.get('backbone')}`")
+    model = (meta.get("lmeval") or {}).get("model")
+    return (f"scored from {meta.get('scored_from', 'records made elsewhere')}"
+            + (f", model `{model}`" if model else ""))
+
+
 def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]],
                   meta: Mapping[str, Any]) -> dict[str, Path]:
     """Write every table format atomically; returns the paths."""
@@ -138,9 +149,8 @@ def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]],
              "meta": out_dir / rundir.META}
     atomic_write_text(paths["jsonl"], "".join(json.dumps(r) + "\n" for r in rows))
     atomic_write_text(paths["csv"], buf.getvalue())
-    md = (f"# uqbench results: suite `{meta.get('suite')}`, profile `{meta.get('profile')}`, "
-          f"backbone `{meta.get('backbone')}`\n\n{__doc__.strip()}\nCells: value [95% bootstrap "
-          "CI] (mean over seeds when several).\n\n"
+    md = (f"# uqbench results: {_provenance(meta)}\n\n{__doc__.strip()}\n"
+          "Cells: value [95% bootstrap CI] (mean over seeds when several).\n\n"
           + "\n\n".join(f"## {title}\n\n" + markdown_table(rows, shown=shown)
                          for title, shown in TABLES) + "\n" + _notes(rows))
     atomic_write_text(paths["md"], md)
