@@ -263,3 +263,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     return 0
+
+
+if __name__ == "__main__":   # python -m uqbench.cli works as python -m uqbench does
+    raise SystemExit(main())
