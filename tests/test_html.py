@@ -38,7 +38,7 @@ def test_every_run_folder_gets_a_self_contained_report(runs) -> None:
     assert not re.search(r'(src|href)="(?!data:|#)', html) and "<link" not in html
     for section in ("Configuration and data", "Seconds per phase", "Results per domain",
                     "Calibration:", "OOD detection:", "Selective prediction:", "Compute:",
-                    "Paper verdicts", "Skipped scorers"):
+                    "Paper verdicts", "Skipped scorers", "Fallbacks"):
         assert section in html, section
     meta = json.loads((runs[0] / "run.json").read_text())
     for split, info in meta["splits"].items():  # the splits with their hashes
@@ -85,9 +85,9 @@ def test_a_failing_report_warns_records_and_keeps_the_results(tmp_path, monkeypa
     assert (tmp_path / "o" / "results.jsonl").exists() and not (tmp_path / "o" / "report.html").exists()
 
 
-def test_skipped_scorers_show_what_is_missing_or_why(runs, tmp_path):
+def test_skipped_scorers_and_fallbacks_show_what_and_why(runs, tmp_path):
     # records without a scorer's fields ("missing", e.g. lm-eval files) and scorers that cannot
-    # score the training set ("reason") both render
+    # score the training set ("reason") both render; so do the run's fallbacks
     d = tmp_path / "skips"
     shutil.copytree(runs[0], d)
     meta = json.loads((d / "run.json").read_text())
@@ -95,9 +95,16 @@ def test_skipped_scorers_show_what_is_missing_or_why(runs, tmp_path):
         {"scorer": "care", "pair": "lm/loglik", "missing": ["disagreement", "route_entropy"]},
         {"scorer": "rmd", "pair": "moe-lora/top4", "reason": "needs 2 train domains"}]
     (d / "run.json").write_text(json.dumps(meta))
+    meta["fallbacks"] = [{"what": "input truncated to max_length", "where": "code/shift",
+                          "reason": "7 of 24 questions had option text cut"}]
+    (d / "run.json").write_text(json.dumps(meta))
     html = render_report(d)
     assert "needs disagreement, route_entropy (missing from the records)" in html
     assert "needs 2 train domains" in html
+    # fallbacks (run.json), each with where and why
+    assert ("<td>input truncated to max_length</td><td>code/shift</td>"
+            "<td>7 of 24 questions had option text cut</td>") in html
+    assert "None: every step did what was asked." in render_report(runs[0])
 
 
 def test_compare_pairs_the_runs_examples_and_writes_three_files(runs, tmp_path, capsys):

@@ -153,7 +153,7 @@ def render_report(run_dir: str | Path) -> str:
         headers=[h for _, h, _ in SHOWN],
         tables=_domain_tables(run.rows, meta.get("at_chance") or []), groups=groups,
         paper=_paper_claims(run.path / rundir.PAPER_REPORT),
-        skipped=meta.get("skipped_scorers") or [],
+        skipped=meta.get("skipped_scorers") or [], fallbacks=meta.get("fallbacks") or [],
         references_skipped=meta.get("references_skipped") or {},
         scores_present=rundir.SCORES not in problems)
 
