@@ -1,0 +1,86 @@
+"""Seconds per training step of the ``full`` profile's MoE-LoRA against a dense LoRA on the same
+linears, through the real training loop (`baselines.train.train`), in one run on one device.
+
+On an H200, ``make gpu-check``'s ``full`` step trained the ``full`` adapter (16 experts of rank 8
+on all 210 attention and MLP linears of SmolLM2) at 1.4 steps/s, about 0.7 s a step, where the
+arithmetic needs ~10 ms: the step is bound by kernel launches. This benchmark is the short
+script to measure that on a lent GPU in one call, before and after a change: no data and no
+cache needed (synthetic questions of ``max_length`` tokens), the backbone SmolLM2 where it is
+installed and a GPU is found, else the 2-layer random ``tiny-llama`` (a CPU smoke of the same
+path). ``UQBENCH_BENCH_BACKBONE`` names another backbone. Goal: MoE-LoRA within 2x of the
+dense LoRA step (``ratio``); the line also has tokens/s and the leaf ops of one MoE step.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+GOAL_RATIO = 2.0
+#: the ``full`` profile's batch and sequence length
+BATCH, MAX_LENGTH = 16, 256
+STEPS = 8
+
+
+def _records(n: int, words: int) -> list[Any]:
+    from uqbench.data.records import MCRecord
+
+    text = " ".join(["the quick brown fox jumps over the lazy dog"] * (words // 9 + 1))
+    return [MCRecord(id=f"b{i}", domain="bench", question=f"{i} {text}",
+                     choices=tuple(f"option {j} of {i}" for j in range(4)), answer=i % 4,
+                     source="bench") for i in range(n)]
+
+
+def _backbone() -> tuple[str, Any]:
+    """``UQBENCH_BENCH_BACKBONE``, else SmolLM2 on a GPU where it is installed, else tiny-llama
+    (the line names which)."""
+    from baselines.backbones import check_backbone, load_backbone
+    from uqbench.errors import ConfigError
+
+    gpu = torch.cuda.is_available()
+    name = os.environ.get("UQBENCH_BENCH_BACKBONE")
+    if name is None:
+        try:
+            check_backbone("smollm2")
+            name = "smollm2" if gpu else "tiny-llama"
+        except ConfigError:
+            name = "tiny-llama"
+    return name, load_backbone(name, device="cuda" if gpu else None)
+
+
+def _seconds_per_step(model: Any, records: list[Any]) -> float:
+    from baselines.train import TrainConfig, train
+
+    cfg = TrainConfig(epochs=1, batch_size=BATCH, max_length=MAX_LENGTH, bucket=False)
+    train(model, records[:2 * BATCH], cfg, progress=False)               # warm-up
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    res = train(model, records, cfg, progress=False)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t) / res.steps
+
+
+def run() -> Iterator[dict[str, Any]]:
+    from baselines.dense import make_dense
+    from baselines.heads import make_moe
+    from baselines.moe import MoELoRAConfig, moe_layers
+
+    name, bb = _backbone()
+    records = _records(BATCH * STEPS, MAX_LENGTH)
+    moe = make_moe(bb, MoELoRAConfig())
+    lora = make_dense(bb, "lora")
+    s = {"moe": _seconds_per_step(moe, records), "lora": _seconds_per_step(lora, records)}
+    dev = next(moe.parameters()).device
+    yield {"benchmark": "train_step_moe_vs_lora", "backbone": name, "device": str(dev),
+           "dtype": str(next(moe.parameters()).dtype).replace("torch.", ""),
+           "batch": BATCH, "max_length": MAX_LENGTH, "steps": STEPS,
+           "adapted_linears": len(moe_layers(moe.backbone)),
+           "moe_s_per_step": round(s["moe"], 4), "lora_s_per_step": round(s["lora"], 4),
+           "moe_tokens_per_s": round(BATCH * MAX_LENGTH / s["moe"]),
+           "ratio": round(s["moe"] / s["lora"], 3), "goal_ratio": GOAL_RATIO,
+           "met": s["moe"] / s["lora"] <= GOAL_RATIO}
