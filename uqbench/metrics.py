@@ -781,10 +781,15 @@ def fpr_at_95_tpr(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike) -> floa
 # --------------------------------------------------------------------------------------------
 
 
-def _selective_groups(uncertainty: ArrayLike, correct: ArrayLike) -> _TieGroups:
+def _selective_inputs(uncertainty: ArrayLike, correct: ArrayLike) -> tuple[FloatArray, BoolArray]:
     u = _float_vector(uncertainty, "uncertainty")
     corr = _bool_vector(correct, "correct")
     _check_same_length(("uncertainty", u), ("correct", corr))
+    return u, corr
+
+
+def _selective_groups(uncertainty: ArrayLike, correct: ArrayLike) -> _TieGroups:
+    u, corr = _selective_inputs(uncertainty, correct)
     return _tie_groups(u[~corr], u[corr])
 
 
@@ -1104,9 +1109,7 @@ def _counted_groups(values: FloatArray, group: IntArray, hit: BoolArray
 def _selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *, coverage: float
                          ) -> Callable[[IntArray], FloatArray]:
     cov = _check_fraction(coverage, "coverage", open_right=False)
-    u = _float_vector(uncertainty, "uncertainty")
-    corr = _bool_vector(correct, "correct")
-    _check_same_length(("uncertainty", u), ("correct", corr))
+    u, corr = _selective_inputs(uncertainty, correct)
     values, group = np.unique(u, return_inverse=True)
     groups = _counted_groups(values, group, ~corr)  # hits: the errors
 

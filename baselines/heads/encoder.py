@@ -32,6 +32,8 @@ def _encode_pair(tok: Any, question: str, option: str, max_length: int) -> Any:
     except Exception as exc:   # the tokenizers library raises a bare Exception
         if "Truncation" not in str(exc):
             raise
+        # the option alone is too long: it is cut too, which `encode` reports in batch["cut"]
+        # (CUT_OPTION) and the engine records in run.json ``fallbacks``, with a warning
         return tok(question, option, truncation="longest_first", max_length=max_length)
 
 
@@ -163,15 +165,21 @@ class CrossEncoder(EncoderHead):
             if "Truncation" not in str(exc):
                 raise
             # some option alone exceeds max_length: per pair, so every other pair is encoded
-            # exactly as in a batch without it (encodings never depend on batch-mates)
+            # exactly as in a batch without it (encodings never depend on batch-mates); the
+            # cut options are reported in batch["cut"] and recorded in run.json ``fallbacks``
             cols = {}
             for q, o in zip(qs, opts):
                 for k, v in _encode_pair(tok, q, o, max_length).items():
                     cols.setdefault(k, []).append(v)
+        # lengths untruncated: each question tokenized once, not once per option
         special = tok.num_special_tokens_to_add(pair=True)
-        pair_cut = [len(ids) > max_length for ids in tok(qs, opts, verbose=False)["input_ids"]]
-        option_cut = [len(ids) + special > max_length
-                      for ids in tok(opts, add_special_tokens=False, verbose=False)["input_ids"]]
+        q_len = [len(ids) for ids in tok([r.question for r in records], add_special_tokens=False,
+                                         verbose=False)["input_ids"]]
+        o_len = [len(ids) for ids in tok(opts, add_special_tokens=False,
+                                         verbose=False)["input_ids"]]
+        q_of = [n for r, n in zip(records, q_len) for _ in r.choices]
+        pair_cut = [q + o + special > max_length for q, o in zip(q_of, o_len)]
+        option_cut = [o + special > max_length for o in o_len]
         out = {"input_ids": _pad(cols["input_ids"], tok.pad_token_id),
                "attention_mask": _pad(cols["attention_mask"], 0),
                "cut": _cut(_per_question(pair_cut, records), _per_question(option_cut, records))}
