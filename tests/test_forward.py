@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -136,9 +135,7 @@ def test_real_minilm_with_moe(minilm) -> None:
                 ("Water boils at what temperature at sea level?", ("100 C", "50 C", "0 C",
                                                                    "200 C")),
             ])]
-    t0 = time.perf_counter()
     rec = collect(m, recs, batch_size=64, max_length=128, progress=False)
-    assert time.perf_counter() - t0 < 60
     assert rec["logits"].shape == (4, 4) and rec["logits"][2, 3] == PAD_LOGIT
     assert np.isfinite(rec["logits"]).all()
     assert np.allclose(rec["experts"], 4)

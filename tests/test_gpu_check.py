@@ -189,9 +189,14 @@ def test_a_step_over_its_limit_is_killed_and_reported(procs: Procs) -> None:
     assert result == {"a": 1} and why is None
 
 
-def test_a_step_that_runs_out_of_its_limit_is_reported_not_lost(tmp_path) -> None:
+def test_a_step_that_runs_out_of_its_limit_is_reported_not_lost(tmp_path, monkeypatch) -> None:
     """``--step-limit`` caps every step: one that runs out is a failed line with the reason,
-    and the check exits 1 (an outer kill would lose the step's line)."""
+    and the check exits 1 (an outer kill would lose the step's line). The steps' workers are
+    replaced by one that reports at once (no imports) and one that can never finish, so the
+    verdict does not depend on how fast this machine is."""
+    quick = ["-I", "-S", "-c", f"print({gpu_check.RESULT!r} + '{{\"status\": \"ok\"}}')"]
+    never = ["-I", "-S", "-c", "import time; time.sleep(3600)"]
+    monkeypatch.setattr(gpu_check, "_worker", lambda step, conf: quick if step == "env" else never)
     out = tmp_path / "lines.jsonl"
     rc = gpu_check.main(["--cpu", "--steps", "env,smoke-minilm", "--step-limit", "2",
                          "--out", str(out), "--cache-dir", str(tmp_path / "cache"),

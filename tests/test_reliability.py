@@ -67,7 +67,7 @@ PLUGINS = {
         @register_scorer("rel_slow")
         class Slow(Scorer):
             def __call__(self, outputs):
-                time.sleep(30)
+                time.sleep(600)   # only an interruption ends this test in time
                 return np.zeros(outputs.n)
 
         @register_scorer("rel_conf")
@@ -237,7 +237,7 @@ def test_bad_input_is_a_clear_error_before_model_work(root, case, extra, pattern
 
     assert re.search(pattern, err, re.S), err
     if case == "scorer-slow":
-        assert time.perf_counter() - t0 < 20  # interrupted, not waited for
+        assert time.perf_counter() - t0 < 300  # interrupted, not waited for (it sleeps 600 s)
     assert not (root / "out" / "results.jsonl").exists()
 
 

@@ -349,7 +349,7 @@ class Sandbox:
         ``python_guards`` (the audit hook refused the probe's socket); ``file_writes_outside_dir``.
         """
         if self._probe is None:
-            timeout = max(self.timeout_s, 5.0)
+            timeout = max(self.timeout_s, 30.0)  # a tiny run: no load makes it miss this
             res = self.run(_PROBE, timeout_s=timeout)
             got: dict[str, Any] = {}
             for ln in res.stderr_tail.splitlines():
