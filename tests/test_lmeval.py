@@ -272,6 +272,10 @@ def test_multiple_input_gold_left_open_is_refused(tmp_path: Path) -> None:
                        r"is 0 among 3 choices, which leaves the gold open; score such a task "
                        r"with 2 choices"):
         read_task(write(three), "w")
+    # lm-eval's acc_norm of such a task divides by the contexts' lengths (doc_to_choice), which
+    # the samples do not hold: listed as not verifiable, never compared
+    with_norm = read_task(write([dict(r, acc_norm=1 - r["acc"]) for r in rows]), "w")
+    assert with_norm.not_verifiable == ("acc_norm",) and with_norm.verified == ()
     no_acc = [{k: v for k, v in r.items() if k != "acc"} for r in rows]
     with pytest.raises(UserError, match=r"line 1: a multiple_input task .*no per-sample `acc`.*"
                        r"add `- metric: acc` to the task's metric_list"):

@@ -131,7 +131,7 @@ def _argmax(xs: Sequence[float]) -> int:
 
 def _multiple_input_label(path: Path, line: int, lls: list[float], acc: float | None) -> int:
     """The gold index of a multiple_input sample, from what its own ``acc`` determines."""
-    why = (f"a multiple_input task (every choice its own context, one shared continuation), "
+    why = ("a multiple_input task (every choice its own context, one shared continuation), "
            "whose samples log the continuation as `target`, not the gold index")
     if acc is None:
         raise _fail(path, line, f"{why}, and no per-sample `acc` to determine it",
