@@ -352,7 +352,8 @@ def outputs() -> Outputs:
 @slow_fixture(scope="session", reason="runs lm-evaluation-harness (a subprocess) on a tiny model")
 def lmeval_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> lmeval.LmEvalRun:
     """One real ``python -m lm_eval --log_samples --limit 20`` on a tiny random Llama (with the
-    real SmolLM2 tokenizer) over ``arc_easy_local`` and ``arc_challenge_local``, the example
+    real SmolLM2 tokenizer) over ``arc_easy_local``, ``arc_challenge_local`` and the
+    multiple_input ``winogrande_local``, the example
     YAMLs of ``examples/lmeval/`` rendered for the real data: a `tests.lmeval.LmEvalRun`
     (``.samples[task]``: the samples file, ``.results``: the results JSON)."""
     import importlib.util
@@ -369,11 +370,11 @@ def lmeval_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> lme
     root = tmp_path_factory.mktemp("lmeval")
     model = lmeval.tiny_llama(root / "model")
     tasks = lmeval.render_tasks(real_data, root / "tasks")
-    cmd = lmeval.lm_eval_cmd(model, tasks, lmeval.MC_TASKS, limit=20, out=root / "out")
+    cmd = lmeval.lm_eval_cmd(model, tasks, lmeval.RUN_TASKS, limit=20, out=root / "out")
     p = Procs()
     try:
         p.run(cmd, what="lm-eval on the tiny model", quiet_s=lmeval.LMEVAL_QUIET_S,
               env=lmeval.lm_eval_env(root / "datasets"), cwd=root, watch=[root / "out"])
     finally:
         p.close()
-    return lmeval.find_run(root / "out", lmeval.MC_TASKS)
+    return lmeval.find_run(root / "out", lmeval.RUN_TASKS)

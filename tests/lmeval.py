@@ -7,10 +7,11 @@ The fixture ``lmeval_run`` (tests/conftest.py) runs it once per session. The sma
 
     UQBENCH_DATA=... python -m tests.lmeval     # rewrites tests/data/lmeval/
 
-which runs lm-eval twice (the two multiple-choice tasks at ``--limit 8``, the generate_until
-task at ``--limit 2``) and copies the files into ``mc/`` and ``gen/`` with every machine path
-replaced (`sanitise`) and the results' ``pretty_env_info`` (torch's description of the
-machine: kernel, CPU) left out.
+which runs lm-eval three times (the two multiple-choice tasks at ``--limit 8``, the
+generate_until task at ``--limit 2``, the multiple_input task at ``--limit 8``) and copies the
+files into ``mc/``, ``gen/`` and ``mi/`` with every machine path replaced (`sanitise`) and the
+results' ``pretty_env_info`` (torch's description of the machine: kernel, CPU) left out;
+``python -m tests.lmeval mi`` rewrites ``mi/`` only.
 """
 from __future__ import annotations
 
@@ -33,7 +34,13 @@ MODEL_PLACEHOLDER = "tiny-llama"
 ENV_INFO_PLACEHOLDER = "(left out of the committed copy: it describes the machine)"
 MC_TASKS = ("arc_easy_local", "arc_challenge_local")
 GEN_TASK = "gsm8k_local"
-#: one lm-eval run of both multiple-choice tasks at --limit 20 on the tiny model: 20 s CPU,
+#: WinoGrande as lm-eval's `winogrande`: a multiple_input task (gold index from doc_to_text)
+MI_TASK = "winogrande_local"
+#: the tasks of the `lmeval_run` fixture's one lm-eval run
+RUN_TASKS = (*MC_TASKS, MI_TASK)
+#: the committed copies: folder -> (tasks, --limit)
+PARTS = {"mc": (MC_TASKS, 8), "gen": ((GEN_TASK,), 2), "mi": ((MI_TASK,), 8)}
+#: one lm-eval run of the three multiple-choice tasks at --limit 20 on the tiny model: 20 s CPU,
 #: 30-60 s wall on 2 shared cores (most of it importing lm-eval and torch)
 LMEVAL_QUIET_S = 60.0
 LMEVAL_INSTALL = "pip install -c constraints.txt -e '.[lmeval]'"
@@ -53,7 +60,8 @@ def render_tasks(data_dir: Path, out: Path) -> Path:
     (what ``envsubst '${UQBENCH_DATA}'`` does); returns ``out``, the ``--include_path``."""
     missing = [p for p in ("arc-easy/llm-foundry_arc_easy_test.jsonl",
                            "arc-challenge/llm-foundry_arc_challenge_test.jsonl",
-                           "gsm8k/test.jsonl") if not (data_dir / p).is_file()]
+                           "gsm8k/test.jsonl", "winogrande/llm-foundry_winogrande_val.jsonl")
+               if not (data_dir / p).is_file()]
     if missing:
         raise FileNotFoundError(f"the lm-eval example tasks read {missing} under {data_dir}, "
                                 "which are missing: set UQBENCH_DATA to a copy of shared/data")
@@ -123,10 +131,11 @@ def sanitise(text: str, paths: dict[Path, str]) -> str:
     return text
 
 
-def write_committed(data_dir: Path, dest: Path = COMMITTED) -> None:
-    """Run lm-eval on the tiny model and write sanitised copies of its files into ``dest/mc``
-    (both multiple-choice tasks, ``--limit 8``) and ``dest/gen`` (the generate_until task,
-    ``--limit 2``), under lm-eval's own file names."""
+def write_committed(data_dir: Path, dest: Path = COMMITTED, parts: Sequence[str] = tuple(PARTS)
+                    ) -> None:
+    """Run lm-eval on the tiny model and write sanitised copies of its files into
+    ``dest/<part>`` for each of ``parts`` (`PARTS`: its tasks and ``--limit``), under lm-eval's
+    own file names."""
     import subprocess
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,8 +146,9 @@ def write_committed(data_dir: Path, dest: Path = COMMITTED) -> None:
         # config_source) and the data folder (each task's data_files)
         paths = {model: MODEL_PLACEHOLDER, tasks_dir: str(TASKS_DIR.relative_to(REPO)),
                  data_dir: DATA_PLACEHOLDER}
-        shutil.rmtree(dest, ignore_errors=True)
-        for name, tasks, limit in (("mc", MC_TASKS, 8), ("gen", (GEN_TASK,), 2)):
+        for name in parts:
+            tasks, limit = PARTS[name]
+            shutil.rmtree(dest / name, ignore_errors=True)
             out = root / name
             subprocess.run(lm_eval_cmd(model, tasks_dir, tasks, limit=limit, out=out),
                            env=lm_eval_env(root / "datasets"), cwd=root, check=True)
@@ -161,5 +171,5 @@ if __name__ == "__main__":
     env = os.environ.get("UQBENCH_DATA")
     if not env:
         sys.exit("set UQBENCH_DATA to a copy of shared/data")
-    write_committed(Path(env).resolve())
+    write_committed(Path(env).resolve(), parts=sys.argv[1:] or tuple(PARTS))
     print(f"wrote {sorted(str(p.relative_to(COMMITTED)) for p in COMMITTED.rglob('*.json*'))}")

@@ -210,7 +210,7 @@ def test_lmeval_logits_reproduce_acc_and_acc_norm_and_the_calib_hold_out(lm):
     dom = [DomainTasks.parse("science=easy:hard")]
     for normalize, metric in (("none", "acc"), ("chars", "acc_norm")):
         rs = read_lmeval(dom, lm, normalize=normalize, calib_fraction=0.25, seed=3)
-        assert rs.meta["lmeval"]["agreement_with_lm_eval"]["science/id"]["disagree"] == 0
+        assert rs.meta["lmeval"]["labels"]["easy"]["verified"] == ["acc", "acc_norm"]
         lines = {x["doc_id"]: x for x in mc_lines(40, 1)}
         o = rs.outputs[f"tiny/{'loglik' if normalize == 'none' else 'loglik-per-char'}",
                        "science/id", 0]

@@ -14,6 +14,16 @@ so that the predictive distribution is the softmax over the choices and its argm
 prediction under that normalisation. (lm-eval's samples carry no token counts, so there is no
 per-token normalisation.) The label is ``target``; an example's id is ``<task>/<doc_id>``.
 
+Labels are verified, never guessed. Each per-sample metric lm-eval logged (``acc``,
+``acc_norm``, ``acc_bytes``) is recomputed from the log-likelihoods and the label exactly as
+lm-eval 0.4 does (``ConfigurableTask.process_results``: the first argmax of ``ll``,
+``ll / len(choice)``, ``ll / len(choice.encode())``) and must equal it on every line. A
+``multiple_input`` task (lm-eval's ``winogrande``: one context per choice, one shared
+continuation, the gold index from ``doc_to_text``) logs ``target`` = the continuation text, so
+its label is what the sample's ``acc`` determines: the argmax if ``acc`` is 1, the other choice
+if it is 0 among 2; any other sample is refused. (Its ``acc_norm``/``acc_bytes`` divide by the
+contexts' lengths, which the samples do not record: they are listed as not verifiable.)
+
 A *domain* pairs an ID task with a shifted task, and optionally a calibration task; without one,
 a seeded fraction of the ID questions is held out as the calib split (disjoint from the ID test
 part; their doc ids are recorded in ``run.json``). Files of the same tasks from other models or
@@ -66,6 +76,10 @@ class DomainTasks:
         return DomainTasks(*m.groups())
 
     def __post_init__(self) -> None:
+        if self.id == self.shift:
+            raise ConfigError(f"domain {self.name!r}: the shifted task {self.shift!r} is also its "
+                              "ID task, which would score OOD detection of a task against "
+                              "itself; give another task as the shift")
         if self.calib is not None and self.calib in (self.id, self.shift):
             raise ConfigError(f"domain {self.name!r}: the calib task {self.calib!r} is also its "
                               f"{'ID' if self.calib == self.id else 'shifted'} task; give "
@@ -97,6 +111,9 @@ class TaskSamples:
     lengths: dict[str, np.ndarray]  # "chars"/"bytes" -> (N, C) choice lengths
     lm_eval_metrics: dict[str, np.ndarray]  # lm-eval's own per-example acc/acc_norm/acc_bytes
     content_hash: str
+    multiple_input: bool = False  # one context per choice, one shared continuation
+    verified: tuple[str, ...] = ()  # lm-eval's metrics recomputed and equal on every line
+    not_verifiable: tuple[str, ...] = ()  # logged, but their lengths are not in the file
 
     def logits(self, normalize: str) -> np.ndarray:
         return self.lls if normalize == "none" else self.lls / self.lengths[normalize]
@@ -107,9 +124,33 @@ def _fail(path: Path, line: int | None, what: str, fix: str) -> UserError:
     return UserError(f"{at}: {what}; {fix}")
 
 
+def _argmax(xs: Sequence[float]) -> int:
+    """The first index of the largest value (`numpy.argmax`, which lm-eval uses)."""
+    return max(range(len(xs)), key=xs.__getitem__)
+
+
+def _multiple_input_label(path: Path, line: int, lls: list[float], acc: float | None) -> int:
+    """The gold index of a multiple_input sample, from what its own ``acc`` determines."""
+    why = ("a multiple_input task (every choice its own context, one shared continuation), "
+           "whose samples log the continuation as `target`, not the gold index")
+    if acc is None:
+        raise _fail(path, line, f"{why}, and no per-sample `acc` to determine it",
+                    "add `- metric: acc` to the task's metric_list and rerun lm-eval")
+    pred = _argmax(lls)
+    if acc == 1:
+        return pred
+    if len(lls) == 2:
+        return 1 - pred
+    raise _fail(path, line, f"{why}; its acc is 0 among {len(lls)} choices, which leaves the "
+                "gold open", "score such a task with 2 choices per question, or write it as one "
+                "context with a continuation per choice (doc_to_choice the options, "
+                "doc_to_target the gold index) and rerun lm-eval")
+
+
 def _parse_line(path: Path, line: int, d: Mapping[str, Any], delim: str
-                ) -> tuple[int, int, list[float], list[str], str]:
-    """(doc_id, label, log-likelihoods, choice texts, the doc's hash) of one sample."""
+                ) -> tuple[int, int, list[float], list[str], str, bool, dict[str, float]]:
+    """(doc_id, label, log-likelihoods, choice texts, the doc's hash, multiple_input, lm-eval's
+    per-sample metrics) of one sample."""
     for key in ("doc_id", "target", "filtered_resps", "arguments"):
         if key not in d:
             raise _fail(path, line, f"no `{key}` field", "give the samples file lm-eval wrote "
@@ -130,17 +171,28 @@ def _parse_line(path: Path, line: int, d: Mapping[str, Any], delim: str
         raise _fail(path, line, f"non-finite log-likelihood(s) {lls} (doc_id {d['doc_id']})",
                     "the model produced NaN/inf: check its dtype and weights, and rerun lm-eval")
     args = d["arguments"]
-    conts = [args[f"gen_args_{i}"]["arg_1"] for i in range(len(args))] \
-        if isinstance(args, dict) else []
-    if len(conts) != len(lls):
-        raise _fail(path, line, f"{len(conts)} arguments for {len(lls)} responses",
+    pairs = [(args[f"gen_args_{i}"]["arg_0"], args[f"gen_args_{i}"]["arg_1"])
+             for i in range(len(args))] if isinstance(args, dict) else []
+    if len(pairs) != len(lls):
+        raise _fail(path, line, f"{len(pairs)} arguments for {len(lls)} responses",
                     "give the samples file lm-eval wrote")
+    metrics: dict[str, float] = {}
+    for k in NORMALIZE.values():
+        if k in d:
+            if d[k] not in (0, 1):
+                raise _fail(path, line, f"`{k}` is {d[k]!r}, not 0 or 1",
+                            "give the samples file lm-eval wrote, unedited")
+            metrics[k] = float(d[k])
+    contexts, conts = zip(*pairs)
+    multiple_input = len(set(conts)) == 1 and len(set(contexts)) > 1
     choices = [c.removeprefix(delim) for c in conts]
     target = str(d["target"]).strip()
-    if target.lstrip("-").isdigit():
+    if multiple_input:
+        label = _multiple_input_label(path, line, lls, metrics.get("acc"))
+    elif target.lstrip("-").isdigit():
         label = int(target)
     elif target in choices:
-        label = choices.index(target)
+        label = choices.index(target)  # what lm-eval does with a text target
     else:
         raise _fail(path, line, f"target {target[:60]!r} is neither a choice index nor one of "
                     "the choices (several gold answers are not supported)",
@@ -150,11 +202,39 @@ def _parse_line(path: Path, line: int, d: Mapping[str, Any], delim: str
                     "check the task's doc_to_target")
     doc_hash = str(d.get("doc_hash") or hashlib.sha256(
         json.dumps(d.get("doc"), sort_keys=True).encode()).hexdigest())
-    return int(d["doc_id"]), label, lls, choices, doc_hash
+    return int(d["doc_id"]), label, lls, choices, doc_hash, multiple_input, metrics
+
+
+def _verify(ts: TaskSamples, lines: np.ndarray, delim: str) -> None:
+    """Raise unless each metric lm-eval logged equals uqbench's correctness under that metric's
+    normalisation, on every sample (lm-eval 0.4 `ConfigurableTask.process_results`)."""
+    for normalize, metric in NORMALIZE.items():
+        theirs = ts.lm_eval_metrics.get(metric)
+        if theirs is None or metric in ts.not_verifiable:
+            continue
+        pred = ts.logits(normalize).argmax(axis=1)  # empty choices were refused before
+        bad = np.flatnonzero((pred == ts.labels) != (theirs == 1))
+        if not len(bad):
+            continue
+        i = int(bad[0])
+        cause = ("the `target` is not the gold index lm-eval scored: the file was edited, or "
+                 "the task's gold comes from elsewhere than doc_to_target (a custom "
+                 "process_results)") if metric == "acc" else (
+            f"the choice texts uqbench divides by (each continuation without the target "
+            f"delimiter {delim!r}) are not the doc_to_choice texts lm-eval divided by: a chat "
+            "template or gen_prefix changed the continuations, or the results file beside the "
+            "samples names another target_delimiter")
+        raise _fail(ts.path, int(lines[i]), f"lm-eval logged {metric}={theirs[i]:g} for doc_id "
+                    f"{ts.doc_ids[i]}, but uqbench's prediction under {metric}'s normalisation "
+                    f"(--normalize {normalize}) is choice {pred[i]} and its label is "
+                    f"{ts.labels[i]}, so {metric} would be {float(pred[i] == ts.labels[i]):g} "
+                    f"({len(bad)} of {len(ts.labels)} samples disagree)",
+                    f"uqbench refuses labels it cannot verify; likely cause: {cause}")
 
 
 def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
-    """Read and validate one samples file (every line before anything is returned)."""
+    """Read and validate one samples file (every line before anything is returned), its labels
+    verified against lm-eval's own per-sample metrics (the module docstring)."""
     rows, seen = [], {}
     try:
         text = path.read_text(encoding="utf-8")
@@ -168,7 +248,7 @@ def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
         except ValueError as exc:
             raise _fail(path, i, f"not JSON ({exc})", "the file is truncated or not a samples "
                         "file") from None
-        doc_id, label, lls, choices, h = _parse_line(path, i, d, delim)
+        doc_id, label, lls, choices, h, multi, metrics = _parse_line(path, i, d, delim)
         if doc_id in seen:
             raise _fail(path, i, f"doc_id {doc_id} also on line {seen[doc_id]}",
                         "give one samples file per task and run (lm-eval appends to an existing "
@@ -178,8 +258,11 @@ def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
             raise _fail(path, i, f"{len(lls)} choices where line {rows[0][5]} has "
                         f"{len(rows[0][2])}", "uqbench needs the same number of choices for "
                         "every question of a task; split the task by choice count")
-        rows.append((doc_id, label, lls, choices, h, i,
-                     {k: float(d[k]) for k in NORMALIZE.values() if k in d}))
+        if rows and multi != rows[0][7]:
+            raise _fail(path, i, f"{'one context per choice' if multi else 'one context'} where "
+                        f"line {rows[0][5]} has {'one context' if multi else 'one per choice'}",
+                        "give the samples file of one task as lm-eval wrote it")
+        rows.append((doc_id, label, lls, choices, h, i, metrics, multi))
     if not rows:
         raise _fail(path, None, "holds no samples", "rerun lm-eval with --log_samples")
     lengths = {"chars": np.array([[len(c) for c in r[3]] for r in rows], dtype=np.float64),
@@ -190,10 +273,18 @@ def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
         raise _fail(path, bad, "an empty choice text", "length normalisation divides by it; "
                     "use --normalize none")
     metrics = {k: np.array([r[6].get(k, np.nan) for r in rows]) for k in NORMALIZE.values()}
+    logged = {k: v for k, v in metrics.items() if np.isfinite(v).all()}
+    multi = rows[0][7]
+    # a multiple_input task's acc_norm/acc_bytes divide by its contexts' lengths (doc_to_choice),
+    # which the samples do not hold: the contexts logged include the few-shot prefix
+    unverifiable = tuple(k for k in logged if multi and k != "acc")
     h = hashlib.sha256(json.dumps([(r[0], r[1], r[4]) for r in rows]).encode()).hexdigest()
-    return TaskSamples(task, path, [r[0] for r in rows], np.array([r[1] for r in rows]),
-                       np.array([r[2] for r in rows], dtype=np.float64), lengths,
-                       {k: v for k, v in metrics.items() if np.isfinite(v).all()}, h[:16])
+    ts = TaskSamples(task, path, [r[0] for r in rows], np.array([r[1] for r in rows]),
+                     np.array([r[2] for r in rows], dtype=np.float64), lengths, logged, h[:16],
+                     multi, tuple(k for k in logged if k not in unverifiable
+                                  and not (multi and k == "acc")), unverifiable)
+    _verify(ts, np.array([r[5] for r in rows]), delim)
+    return ts
 
 
 @dataclass(frozen=True)
@@ -290,7 +381,6 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
                        labels=ts.labels[rows], logits=ts.logits(normalize)[rows],
                        domain=np.array([dom] * len(rows)), member_logits=members_)
 
-    checks: dict[str, dict[str, float]] = {}
     for d in domains:
         for t in (d.id, d.shift, d.calib):
             if t is not None and main[t].lls.shape[1] < 2:
@@ -317,17 +407,15 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
             n_choices[split] = np.full(len(rows), main[task].lls.shape[1])
             hashes[split] = hashlib.sha256(
                 f"{main[task].content_hash}:{','.join(map(str, rows))}".encode()).hexdigest()[:16]
-            ours = (main[task].logits(normalize)[rows].argmax(1) == main[task].labels[rows])
-            theirs = main[task].lm_eval_metrics.get(NORMALIZE[normalize])
-            if theirs is not None and role != "calib":
-                checks[split] = {"examples": len(rows),
-                                 "disagree": int((ours != (theirs[rows] == 1)).sum())}
     fields = DET | ({"member_logits"} if members else set())
     pair = Pair(ModelSpec(model, "lm-eval"), GateSpec(gate, "none"), frozenset(fields))
-    bad = {k: v for k, v in checks.items() if v["disagree"]}
-    if bad:
-        warnings.warn(f"uqbench's predictions differ from lm-eval's own {NORMALIZE[normalize]} "
-                      f"on some examples: {bad}", stacklevel=2)
+    multi = [t for t in tasks if main[t].multiple_input]
+    if multi and normalize != "none":
+        warnings.warn(f"task(s) {', '.join(multi)} are multiple_input (one shared continuation): "
+                      f"--normalize {normalize} divides every choice by the same length, so "
+                      "the predictions are lm-eval's acc, not its acc_norm/acc_bytes (which "
+                      "divide by the contexts' lengths); recorded in run.json lmeval.labels",
+                      stacklevel=2)
     meta = {
         "source": "lm-evaluation-harness samples",
         "lmeval": {
@@ -339,7 +427,11 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
                         for d in domains},
             "calib_held_out": {"fraction": calib_fraction, "seed": seed, "doc_ids": held_out}
             if held_out else None,
-            "agreement_with_lm_eval": checks,
+            "labels": {t: {"from": "acc (multiple_input)" if main[t].multiple_input
+                           else "target", "multiple_input": main[t].multiple_input,
+                           "verified": list(main[t].verified),
+                           "not_verifiable": list(main[t].not_verifiable),
+                           "samples": len(main[t].doc_ids)} for t in tasks},
         },
     }
     refs = ReferenceInputs(tuple(d.name for d in domains), n_choices, None, hashes)
