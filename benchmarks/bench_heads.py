@@ -17,7 +17,7 @@ def run() -> Iterator[dict[str, object]]:
     from baselines.backbones import load_backbone
     from baselines.heads import make_plain
     from uqbench.data.suites import build_suite
-    from uqbench.profiles import get_profile
+    from uqbench.core.profiles import get_profile
 
     prof = get_profile("cpu")
     suite = build_suite("pooled", prof, cache_dir=os.environ.get("UQBENCH_CACHE",

@@ -3,7 +3,7 @@
 Each candidate trains one MoE-LoRA model (16 experts of rank 8, top-4 in training, the runner's
 model) on the pooled suite's train splits and reports, per domain, the ID-test accuracy with its
 95% percentile-bootstrap CI, the final train loss (mean of the last 10 steps) and the seconds of
-training and evaluation. The `cpu` profile's recipe (`uqbench.profiles`) is chosen from this table
+training and evaluation. The `cpu` profile's recipe (`uqbench.core.profiles`) is chosen from this table
 (docs/recipe.md); `smoke` keeps the same recipe at smaller caps.
 
     python -m benchmarks.recipe_search --candidates bi,cross --out recipe.jsonl
@@ -73,7 +73,7 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     from baselines import forward, heads, moe, train
     from baselines.backbones import load_backbone
     from uqbench.data.suites import build_suite
-    from uqbench.profiles import get_profile
+    from uqbench.core.profiles import get_profile
 
     prof = dataclasses.replace(get_profile(profile), train_cap=int(cand["train_cap"]))
     suite = build_suite("pooled", prof, data_dir=data_dir, cache_dir=f"{cache_dir}/splits",

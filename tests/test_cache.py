@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from uqbench.cache import ArrayCache, DirCache, StaleCacheWarning, key_hash
+from uqbench.files.cache import ArrayCache, DirCache, StaleCacheWarning, key_hash
 
 KEY = {"backbone": "minilm", "split": "abc", "protocol": "1"}
 
@@ -79,7 +79,7 @@ def test_sweep_removes_only_this_hosts_dead_writers_temporaries(tmp_path) -> Non
     import subprocess
     import sys
 
-    from uqbench.cache import sweep_orphans
+    from uqbench.files.cache import sweep_orphans
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # its pid now names no process (reuse within this test is negligible)

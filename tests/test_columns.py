@@ -1,5 +1,5 @@
 """The calibration and ranking columns of the results table (issue 27, item 3): each one is the
-`uqbench.metrics` function on the method's arrays, mean over seeds, with a bootstrap CI."""
+`uqbench.stats.metrics` function on the method's arrays, mean over seeds, with a bootstrap CI."""
 from __future__ import annotations
 
 import math
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_outputs
-from uqbench import metrics as M
-from uqbench.evaluate import CI_METRICS, COLUMNS, Scored, evaluate
-from uqbench.report import markdown_table
-from uqbench.scorer import get_scorer
+from uqbench.stats import metrics as M
+from uqbench.results.evaluate import CI_METRICS, COLUMNS, Scored, evaluate
+from uqbench.results.tables import markdown_table
+from uqbench.core.scorer import get_scorer
 
 NEW = ("brier", "nll", "mce", "ece_adaptive", "augrc")
 

@@ -11,7 +11,7 @@ from baselines.heads import adapter_layers, make_moe
 from baselines.moe import moe_layers
 from baselines.train import TrainConfig, train
 from tests.test_heads import SMALL_MOE, toy_records
-from uqbench.errors import ConfigError
+from uqbench.core.errors import ConfigError
 
 #: trainable tensor names per kind (besides the head)
 ADAPTER_PARAMS = {

@@ -1,4 +1,4 @@
-"""Tests for uqbench.metrics: hand-worked values, reference tools, properties, bad input."""
+"""Tests for uqbench.stats.metrics: hand-worked values, reference tools, properties, bad input."""
 from __future__ import annotations
 
 import doctest
@@ -14,8 +14,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
-from uqbench import metrics
-from uqbench.metrics import (
+from uqbench.stats import metrics
+from uqbench.stats.metrics import (
     NLL_EPS,
     UndefinedMetricWarning,
     augrc,
@@ -822,7 +822,7 @@ def test_bootstrap_propagates_metric_errors():
 # paired differences (uqbench compare, by hand on 5 examples)
 # --------------------------------------------------------------------------------------------
 def test_paired_difference_resamples_the_same_examples_on_both_sides():
-    from uqbench.metrics import paired_difference
+    from uqbench.stats.metrics import paired_difference
 
     a = np.array([0.1, 0.5, 0.2, 0.9, 0.3])
     d, lo, hi = paired_difference(np.mean, [a], [a + 0.1], n_resamples=300)
@@ -835,7 +835,7 @@ def test_paired_difference_resamples_the_same_examples_on_both_sides():
 
 
 def test_paired_difference_two_sample_and_bad_input():
-    from uqbench.metrics import paired_difference
+    from uqbench.stats.metrics import paired_difference
 
     u_id = np.array([0.1, 0.4, 0.35, 0.8, 0.2])
     u_sh = np.array([0.3, 0.9, 0.5, 0.7, 0.6])

@@ -14,8 +14,8 @@ from baselines.heads import PREFIX_CACHE, PrefixCache, make_moe
 from baselines.moe import MoELoRAConfig, moe_layers, record_stats, resolve_targets
 from baselines.train import TrainConfig, train
 from tests.test_heads import toy_records
-from uqbench.errors import ConfigError
-from uqbench.profiles import Profile
+from uqbench.core.errors import ConfigError
+from uqbench.core.profiles import Profile
 
 SMALL = {"n_experts": 4, "rank": 2, "top_k": 2, "target_modules": "ffn"}
 
@@ -160,9 +160,9 @@ def test_config_dict_omits_top_layers_only_when_unset() -> None:
 
 def test_variants_train_on_the_profiles_blocks(tmp_path) -> None:
     from baselines.engine import TorchEngine
-    from uqbench.engine import RunStats
-    from uqbench.plan import ModelSpec
-    from uqbench.profiles import get_profile
+    from uqbench.core.engine import RunStats
+    from uqbench.core.plan import ModelSpec
+    from uqbench.core.profiles import get_profile
 
     engine = TorchEngine("tiny-bert", get_profile("cpu"), None, tmp_path, RunStats())
     cfg = engine._variant_config(ModelSpec("hydralora", "hydralora"), seed=0)

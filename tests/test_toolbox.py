@@ -1,4 +1,4 @@
-"""The conformal and risk-control columns of a results row (`uqbench.toolbox`)."""
+"""The conformal and risk-control columns of a results row (`uqbench.results.columns`)."""
 from __future__ import annotations
 
 import json
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_outputs
-from uqbench import conformal as C
-from uqbench.cache import ArrayCache
-from uqbench.evaluate import Scored
-from uqbench.scorer import get_scorer
-from uqbench.toolbox import compute, toolbox_columns
+from uqbench.stats import conformal as C
+from uqbench.files.cache import ArrayCache
+from uqbench.results.evaluate import Scored
+from uqbench.core.scorer import get_scorer
+from uqbench.results.columns import compute, toolbox_columns
 
 
 def _scored(n: int, seed: int, seeds: int = 1) -> Scored:
@@ -26,7 +26,7 @@ def test_columns_are_the_conformal_functions_with_cis_and_figure_arrays() -> Non
     row, figs = compute(cal, id_, sh, n_boot=100)
     assert figs["id|conformity_lac"].shape == (50, 2)
     assert figs["calib|conformity_lac"].shape == (60, 2)
-    # LAC at alpha 0.1 (no randomness) by the functions of uqbench.conformal, mean over seeds
+    # LAC at alpha 0.1 (no randomness) by the functions of uqbench.stats.conformal, mean over seeds
     cov, size = [], []
     for s in range(2):
         q = C.conformal_quantile(C.true_label_scores(C.SCORES["lac"], cal.probs[:, s],
@@ -43,7 +43,7 @@ def test_columns_are_the_conformal_functions_with_cis_and_figure_arrays() -> Non
 
 def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_path,
                                                                          monkeypatch) -> None:
-    import uqbench.toolbox as T
+    import uqbench.results.columns as T
 
     monkeypatch.setattr(T, "_WARNED", set())
     cal, id_, sh = _scored(16, 1), _scored(30, 2), _scored(30, 3)  # the smoke profile's calib

@@ -46,7 +46,7 @@ from uqbench.data.sources.files import (
 )
 from uqbench.data.sources.hub import HubLoader, hub_rows
 from uqbench.data.sources.mmlu import mmlu_subjects
-from uqbench.errors import ConfigError
+from uqbench.core.errors import ConfigError
 
 
 def _rel_files(source: Source, split: str, root: Path, rel: str, verify: bool,

@@ -14,7 +14,7 @@ from typing import Any
 
 from uqbench.data.sources.base import Bad, HubParser, Item, Source, need
 from uqbench.data.sources.files import ENV_VAR
-from uqbench.errors import DataError
+from uqbench.core.errors import DataError
 
 HubLoader = Callable[..., Any]
 HubRows = list[tuple[str, int, dict[str, Any]]]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from uqbench.errors import ConfigError
-from uqbench.registry import unknown_name
+from uqbench.core.errors import ConfigError
+from uqbench.core.registry import unknown_name
 
 #: scoring heads of encoder backbones (`baselines.heads`)
 ENCODER_HEADS = ("bi_encoder", "cross_encoder", "cross_encoder_cls")

@@ -9,7 +9,7 @@ with a decorated class, imported with ``--plugin`` or through the entry-point gr
 Two kinds are no gate class and are handled by the model side itself (`MODEL_KINDS`):
 ``native`` (the gate the model was trained with) and ``dense`` (no gate: a dense model).
 
-A `GateSpec` (`uqbench.plan`) names a kind; `check_spec` validates it against the registry
+A `GateSpec` (`uqbench.core.plan`) names a kind; `check_spec` validates it against the registry
 (unknown kind, budget rules, parameter names) and is called for every pair before any model
 work, and again by the engine before it builds a gate.
 """
@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 
-from uqbench.errors import ConfigError, UnknownNameError
-from uqbench.plan import GateSpec
-from uqbench.registry import Registry, unknown_name
+from uqbench.core.errors import ConfigError, UnknownNameError
+from uqbench.core.plan import GateSpec
+from uqbench.core.registry import Registry, unknown_name
 
 #: kinds without a gate class: the model's own training gate, and none (dense models)
 MODEL_KINDS = ("native", "dense")

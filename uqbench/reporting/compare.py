@@ -3,7 +3,7 @@ by side, with paired-bootstrap differences against the first run.
 
 Runs are comparable when every domain has the same ID and shifted splits (the results rows'
 ``split_hashes``): then example i is the same question in every run, and each bootstrap
-resample draws the same questions for both runs (`uqbench.metrics.paired_difference`; ID and
+resample draws the same questions for both runs (`uqbench.stats.metrics.paired_difference`; ID and
 shifted questions independently for OOD-AUROC), so the interval is that of the difference
 itself. Useful for the same suite under two backbones, two seed counts, or a run before and
 after a plugin scorer (a method present in one run only is listed without a difference).
@@ -25,13 +25,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench import metrics as M
-from uqbench.cache import atomic_write_text
-from uqbench.conformal import NotReachable, conformal_quantile
-from uqbench.errors import UserError
-from uqbench.evaluate import _seed_mean
-from uqbench.report import is_reference
-from uqbench.rundir import RunFolder, read_run
+from uqbench.stats import metrics as M
+from uqbench.files.cache import atomic_write_text
+from uqbench.stats.conformal import NotReachable, conformal_quantile
+from uqbench.core.errors import UserError
+from uqbench.results.tables import is_reference
+from uqbench.files.rundir import RunFolder, read_run
 
 FILES = ("compare.md", "compare.csv", "compare.html")
 CP_ALPHA = 0.1
@@ -172,7 +171,7 @@ def compare(run_dirs: Sequence[str | Path], *, n_boot: int | None = None, seed: 
                                         note="no per-example arrays in scores.npz")
                         else:
                             cell = Cell(cell.value, cell.lo, cell.hi, M.paired_difference(
-                                _seed_mean(fn), base[c], mine, two_sample=two,
+                                M.seed_mean(fn), base[c], mine, two_sample=two,
                                 n_resamples=n_boot, seed=seed))
                     cells[c] = cell
                 per_run.append(cells)
@@ -227,7 +226,7 @@ def csv_text(c: Comparison) -> str:
 
 
 def html_tables(c: Comparison) -> list[dict[str, Any]]:
-    """The tables of ``compare.html`` (`uqbench.html.render_compare`); a cell sorts by its
+    """The tables of ``compare.html`` (`uqbench.reporting.html.render_compare`); a cell sorts by its
     difference where it has one, else by its value."""
     def sort(cell: Cell | None) -> float | str:
         if cell is None:
@@ -245,7 +244,7 @@ def html_tables(c: Comparison) -> list[dict[str, Any]]:
 def write_compare(run_dirs: Sequence[str | Path], out: str | Path | None = None, *,
                   n_boot: int | None = None) -> tuple[Comparison, list[Path]]:
     """`compare`, written to ``out`` (default: the current folder) as ``compare.{md,csv,html}``."""
-    from uqbench.html import render_compare
+    from uqbench.reporting.html import render_compare
 
     c = compare(run_dirs, n_boot=n_boot)
     out = Path(out or ".")

@@ -3,9 +3,9 @@
 `toolbox_columns` fits on the method's ``calib`` split and measures on its ID and shifted splits
 (calibrated on ID: the shift columns say whether the guarantee survives the shift):
 
-``cp_<score>_<a>_{cov,size,ssc}``  conformal sets (`uqbench.conformal`) at α = a/100: empirical
+``cp_<score>_<a>_{cov,size,ssc}``  conformal sets (`uqbench.stats.conformal`) at α = a/100: empirical
     coverage, mean set size, worst size-stratified coverage; ``shift_cp_...`` on the shift.
-``rc_<r>_{coverage,risk}``  the Learn-then-Test threshold for target risk r/100 (`uqbench.risk`):
+``rc_<r>_{coverage,risk}``  the Learn-then-Test threshold for target risk r/100 (`uqbench.stats.risk`):
     coverage and realised selective risk on ID; ``shift_rc_...`` on the shift.
 ``risk_at_<c>``  selective risk (error rate) of the c% least uncertain ID questions
     (``1 − selective_accuracy``; mean ± std over seeds, no CI).
@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench import conformal as C
-from uqbench import metrics as M
-from uqbench import risk as R
-from uqbench.cache import ArrayCache
-from uqbench.evaluate import Scored, _per_seed
-from uqbench.rundir import score_key
+from uqbench.stats import conformal as C
+from uqbench.stats import metrics as M
+from uqbench.stats import risk as R
+from uqbench.files.cache import ArrayCache
+from uqbench.results.evaluate import Scored
+from uqbench.files.rundir import score_key
 
 #: Scores whose true-label scores go to ``scores.npz`` for the coverage figure.
 FIGURE_SCORES = ("lac", "aps_rand", "raps_rand")
@@ -52,7 +52,7 @@ def _pct(x: float) -> str:
 @lru_cache(maxsize=2)  # the ID and shift splits: shared by both halves and every scorer
 def _resamples(n: int, n_boot: int, seed: int) -> NDArray[np.float64]:
     """(B, N) counts of each question in B bootstrap resamples of N question indices
-    (`uqbench.conformal.resample_counts`), read-only."""
+    (`uqbench.stats.conformal.resample_counts`), read-only."""
     counts = C.resample_counts(np.random.default_rng(seed).integers(0, n, size=(n_boot, n)), n)
     counts.flags.writeable = False
     return counts
@@ -196,7 +196,7 @@ def risk_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: 
             return 1.0 - M.selective_accuracy(u, ok.astype(bool), coverage=c)
 
         name = f"risk_at_{_pct(c)}"
-        row[name], row[f"{name}_std"] = _per_seed(risk_at, tests["id"].uncertainty,
+        row[name], row[f"{name}_std"] = M.per_seed(risk_at, tests["id"].uncertainty,
                                                   tests["id"].correct)
     row["rc_note"] = " | ".join(notes)
     return row
@@ -212,7 +212,7 @@ def compute(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int =
 
 @cache
 def _code_hash() -> str:
-    import uqbench.toolbox as me
+    import uqbench.results.columns as me
 
     src = "".join(inspect.getsource(m) for m in (C, R, M, me))
     return hashlib.sha256(src.encode()).hexdigest()

@@ -6,7 +6,7 @@ seed-mean, resampling examples (the same examples for every seed, since all seed
 split). ID metrics resample the ID split; OOD metrics resample ID and shifted splits independently.
 
 `evaluate_cached` memoises rows on disk by *content*: the key is a hash of the scored arrays, the
-options and the source of this module and `uqbench.metrics`, so a changed score, option or metric
+options and the source of this module and `uqbench.stats.metrics`, so a changed score, option or metric
 definition can never be answered by an old row.
 """
 from __future__ import annotations
@@ -23,16 +23,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench import metrics as M
-from uqbench.cache import ArrayCache
-from uqbench.outputs import Outputs
-from uqbench.scorer import Scorer, run_scorer
+from uqbench.stats import metrics as M
+from uqbench.files.cache import ArrayCache
+from uqbench.core.outputs import Outputs
+from uqbench.core.scorer import Scorer, run_scorer
 
 #: Metrics that get a bootstrap CI (the others are reported as mean +- std over seeds).
 CI_METRICS = ("accuracy", "ece", "brier", "nll", "mce", "ece_adaptive", "ood_auroc", "aurc",
               "augrc", "sel_acc_80")
 #: CI metrics bootstrapped together, from one sort per resample: their index in
-#: `uqbench.metrics.selective_summary`.
+#: `uqbench.stats.metrics.selective_summary`.
 SELECTIVE = {"aurc": 0, "augrc": 1, "sel_acc_80": 2}
 COLUMNS = ("accuracy", "ece", "brier", "nll", "mce", "ece_adaptive", "ood_auroc", "aupr_out",
            "fpr95", "aurc", "e_aurc", "augrc", "sel_acc_80", "shift_accuracy", "shift_sel_acc_80",
@@ -72,29 +72,6 @@ class Scored:
                       np.stack(probs, 1), labels)
 
 
-def _seed_mean(metric: Callable[..., float]) -> Callable[..., float]:
-    """Lift a 1-D metric to (n, S) arrays: the mean over the S seed columns (a
-    `uqbench.metrics.Resampled` metric stays one: its resampler is lifted too)."""
-
-    def lifted(*arrays: NDArray[Any]) -> Any:  # a float, or (K,) for a metric of K statistics
-        return np.mean([metric(*(a[:, s] for a in arrays)) for s in range(arrays[0].shape[1])],
-                       axis=0)
-
-    if not isinstance(metric, M.Resampled):
-        return lifted
-
-    def resampler(*arrays: NDArray[Any]) -> Callable[..., Any]:
-        per_seed = [metric.resampler(*(a[:, s] for a in arrays))
-                    for s in range(arrays[0].shape[1])]
-        return lambda *idx: np.mean([f(*idx) for f in per_seed], axis=0)
-
-    return M.Resampled(lifted, resampler)
-
-
-def _per_seed(metric: Callable[..., float], *arrays: NDArray[Any]) -> tuple[float, float]:
-    return M.mean_std([metric(*(a[:, s] for a in arrays)) for s in range(arrays[0].shape[1])])
-
-
 #: bootstrap intervals of this process by content: methods of one model that share a
 #: predictive distribution (msp, entropy, energy, margin) share their accuracy and ECE intervals
 _INTERVALS: dict[str, tuple[Any, Any]] = {}
@@ -103,7 +80,7 @@ _INTERVALS: dict[str, tuple[Any, Any]] = {}
 def _ci(name: str, fn: Callable[..., Any], arrays: Sequence[NDArray[Any]], *,
         two_sample: bool, **options: Any) -> tuple[Any, Any]:
     """(low, high) of the percentile bootstrap of ``fn``'s seed mean on ``arrays``
-    (`uqbench.metrics.bootstrap_ci`, or its two-sample form), memoised in this process by the
+    (`uqbench.stats.metrics.bootstrap_ci`, or its two-sample form), memoised in this process by the
     metric's name, the options and the arrays' bytes."""
     h = hashlib.sha256(repr((name, two_sample, sorted(options.items()))).encode())
     for a in arrays:
@@ -113,7 +90,7 @@ def _ci(name: str, fn: Callable[..., Any], arrays: Sequence[NDArray[Any]], *,
         if len(_INTERVALS) >= 4096:
             _INTERVALS.clear()
         boot = M.bootstrap_ci_two_sample if two_sample else M.bootstrap_ci
-        _, lo, hi = boot(_seed_mean(fn), *arrays, n_resamples=options["n_boot"],
+        _, lo, hi = boot(M.seed_mean(fn), *arrays, n_resamples=options["n_boot"],
                          seed=options["seed"])
         _INTERVALS[key] = (lo, hi)
     return _INTERVALS[key]
@@ -127,7 +104,7 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
     Calibration on the ID split: ``ece`` (``n_bins`` equal-width bins), ``ece_adaptive`` (as
     many equal-mass bins), ``mce`` (the largest gap of the equal-width bins), ``brier``
     (multiclass) and ``nll`` of the predictive distribution; ranking: ``aurc``, ``e_aurc``,
-    ``augrc`` (`uqbench.metrics`, one definition each)."""
+    ``augrc`` (`uqbench.stats.metrics`, one definition each)."""
 
     def acc(c: NDArray[Any]) -> float:
         return float(np.mean(c))
@@ -176,7 +153,7 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
                 row[name] = row[f"{name}_std"] = row[f"{name}_lo"] = row[f"{name}_hi"] = math.nan
             continue
         fn, arrays = one_sample[name]
-        row[name], row[f"{name}_std"] = _per_seed(fn, *arrays)
+        row[name], row[f"{name}_std"] = M.per_seed(fn, *arrays)
         if name in SELECTIVE:  # the three from one bootstrap (memoised: drawn once)
             lo, hi = _ci("selective", M.resampled_selective_summary(M.SELECTIVE_COVERAGE),
                          arrays, two_sample=False, n_boot=n_boot, seed=seed)
@@ -186,7 +163,7 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
             row[f"{name}_lo"], row[f"{name}_hi"] = _ci(
                 name, fn, arrays, two_sample=False, n_bins=n_bins, n_boot=n_boot, seed=seed)
     for name, fn in two_sample.items():
-        row[name], row[f"{name}_std"] = _per_seed(fn, id_.uncertainty, shift.uncertainty)
+        row[name], row[f"{name}_std"] = M.per_seed(fn, id_.uncertainty, shift.uncertainty)
         if name in CI_METRICS:
             row[f"{name}_lo"], row[f"{name}_hi"] = _ci(
                 name, fn, (id_.uncertainty, shift.uncertainty), two_sample=True, n_boot=n_boot,
@@ -215,7 +192,7 @@ def per_token_experts(scored: Scored) -> list[float]:
 
 @cache
 def _code_hash() -> str:
-    import uqbench.evaluate as me
+    import uqbench.results.evaluate as me
 
     return hashlib.sha256((inspect.getsource(M) + inspect.getsource(me)).encode()).hexdigest()
 

@@ -4,14 +4,14 @@ AURC and E-AURC are fractions (not x1000). ECE uses 12 equal-width bins on the M
 method's predictive distribution (the paper's convention); ECE-TS (and, in the csv/jsonl,
 ``ece_hb``, ``ece_iso``) is the same ECE after temperature scaling (histogram binning,
 isotonic regression) fitted on the domain's labelled calibration split
-(`uqbench.recalibration`). ECE-ad is the ECE with 12 equal-mass bins, MCE the largest gap of
+(`uqbench.stats.recalibration`). ECE-ad is the ECE with 12 equal-mass bins, MCE the largest gap of
 the 12 equal-width bins, Brier (multiclass) and NLL (nats) score the predictive distribution,
 AUGRC is the area under the generalized risk-coverage curve (Traub et al. 2024). OOD-AUROC
 is ID vs the shifted split of the same domain, OOD = positive, score = uncertainty. The rows
 `chance` (a uniform guess; its interval is where a random guesser lands) and `options-only` (a
 classifier that sees the options, not the question) are references with accuracy columns only:
-a model must beat them to show it reads the question (`uqbench.references`). The columns of
-the conformal and risk-control tables are defined in `uqbench.toolbox`.
+a model must beat them to show it reads the question (`uqbench.results.references`). The columns of
+the conformal and risk-control tables are defined in `uqbench.results.columns`.
 """
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from uqbench import rundir
-from uqbench.cache import atomic_write_text
+from uqbench.files import rundir
+from uqbench.files.cache import atomic_write_text
 
 KEY_COLUMNS = ("method", "model", "gate", "scorer", "domain")
-#: Reference rows (`uqbench.references`): accuracy columns only, gate and scorer "-".
+#: Reference rows (`uqbench.results.references`): accuracy columns only, gate and scorer "-".
 CHANCE, OPTIONS_ONLY = "chance", "options-only"
 REFERENCE_METHODS = (CHANCE, OPTIONS_ONLY)
 
@@ -45,7 +45,7 @@ SHOWN = (  # (column, header, digits)
     ("shift_accuracy", "ShiftAcc", 3),
     ("avg_experts", "Experts", 2), ("forward_passes", "Passes", 0),
 )
-#: The second table: conformal sets at alpha = 0.1 fitted on calib (`uqbench.toolbox`).
+#: The second table: conformal sets at alpha = 0.1 fitted on calib (`uqbench.results.columns`).
 CONFORMAL_SHOWN = (
     ("cp_lac_10_cov", "LAC cov", 3), ("cp_lac_10_size", "LAC size", 2),
     ("cp_aps_rand_10_cov", "APS cov", 3), ("cp_aps_rand_10_size", "APS size", 2),

@@ -11,8 +11,8 @@ and finds them by name when a run starts, as it finds the built-in scorers:
 `Drawer` (registry `DRAWERS`, built-in ``"figures"`` = the `figures` package): draws a
     finished run folder's figures and returns the written files.
 
-The registries import their built-in members on first lookup (`uqbench.registry.Registry`), so
-``import uqbench.runner`` loads neither torch nor matplotlib.
+The registries import their built-in members on first lookup (`uqbench.core.registry.Registry`), so
+``import uqbench.run.runner`` loads neither torch nor matplotlib.
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from uqbench.outputs import Outputs
-from uqbench.plan import Pair
-from uqbench.profiles import Profile
-from uqbench.registry import Registry
+from uqbench.core.outputs import Outputs
+from uqbench.core.plan import Pair
+from uqbench.core.profiles import Profile
+from uqbench.core.registry import Registry
 
 
 @dataclass

@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import beta, binom
 
-from uqbench.conformal import resample_sums
+from uqbench.stats.conformal import resample_sums
 
 #: Level of the guarantee: P(risk > r*) ≤ δ over the calib draw.
 DELTA = 0.1
@@ -128,7 +128,7 @@ def selective_risk(accepted: ArrayLike, correct: ArrayLike, counts: ArrayLike | 
                    ) -> float | NDArray[np.float64]:
     """Error rate among the accepted questions, ``Σ accepted·wrong / Σ accepted`` (NaN when
     none is accepted). ``counts`` (B, N) bootstrap resample counts
-    (`uqbench.conformal.resample_counts`): one value per resample.
+    (`uqbench.stats.conformal.resample_counts`): one value per resample.
 
     >>> selective_risk([1, 1, 1, 0], [1, 0, 1, 0])
     0.3333333333333333

@@ -50,11 +50,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench import metrics as M
-from uqbench.cache import ArrayCache
-from uqbench.errors import record_fallback
-from uqbench.outputs import Outputs
-from uqbench.scorer import Scorer
+from uqbench.stats import metrics as M
+from uqbench.files.cache import ArrayCache
+from uqbench.core.errors import record_fallback
+from uqbench.core.outputs import Outputs
+from uqbench.core.scorer import Scorer
 
 #: The calibrators, in column order: ``ece_ts``, ``ece_hb``, ``ece_iso``.
 CALIBRATORS = ("ts", "hb", "iso")
@@ -68,7 +68,7 @@ T_MAX = 1000.0
 class Recalibrated:
     """Recalibrated confidences of one method on its ID test split, stacked over seeds.
 
-    ``confidence[kind]`` has shape (N, S) like `uqbench.evaluate.Scored`; ``temperature`` (S,)
+    ``confidence[kind]`` has shape (N, S) like `uqbench.results.evaluate.Scored`; ``temperature`` (S,)
     is the fitted T of temperature scaling per seed; ``failed`` (S,): why that seed's fit
     failed and was held at `T_MAX` ("" when it did not; `temperature_scaling`).
     """
@@ -179,8 +179,8 @@ def recalibrate(scorer: Scorer, calib: Sequence[Outputs], test: Sequence[Outputs
     """Fit every calibrator per seed on ``calib`` and apply it to ``test``.
 
     ``calib``/``test``: one `Outputs` per seed; ``*_confidence`` (N, S): the scorer's
-    confidences (as `uqbench.evaluate.Scored.confidence`). Correctness is the argmax of the
-    scorer's predictive against the labels, as in `uqbench.evaluate.Scored`.
+    confidences (as `uqbench.results.evaluate.Scored.confidence`). Correctness is the argmax of the
+    scorer's predictive against the labels, as in `uqbench.results.evaluate.Scored`.
     """
     out: dict[str, list[NDArray[np.float64]]] = {k: [] for k in CALIBRATORS}
     temps, failed = [], []
@@ -207,24 +207,23 @@ def columns(rec: Recalibrated, correct: NDArray[Any], *, n_bins: int = M.ECE_BIN
             n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
     """``ece_<kind>`` (mean over seeds), ``_std``, bootstrap ``_lo``/``_hi`` over the ID test
     examples (the calibrators held fixed), for each of `CALIBRATORS`; ``ts_temperature``."""
-    from uqbench.evaluate import _per_seed, _seed_mean
-
+    
     def ece(conf: NDArray[Any], c: NDArray[Any]) -> float:
         return M.expected_calibration_error(conf, c.astype(bool), n_bins=n_bins)
 
     row: dict[str, float] = {}
     for kind in CALIBRATORS:
         name, arrays = f"ece_{kind}", (rec.confidence[kind], correct)
-        row[name], row[f"{name}_std"] = _per_seed(ece, *arrays)
+        row[name], row[f"{name}_std"] = M.per_seed(ece, *arrays)
         _, row[f"{name}_lo"], row[f"{name}_hi"] = M.bootstrap_ci(
-            _seed_mean(ece), *arrays, n_resamples=n_boot, seed=seed)
+            M.seed_mean(ece), *arrays, n_resamples=n_boot, seed=seed)
     row["ts_temperature"], row["ts_temperature_std"] = M.mean_std(list(rec.temperature))
     return row
 
 
 @cache
 def _code_hash() -> str:
-    import uqbench.recalibration as me
+    import uqbench.stats.recalibration as me
 
     try:
         version = metadata.version("netcal")
@@ -244,7 +243,7 @@ def recalibrate_cached(cache: ArrayCache | None, scorer: Scorer, calib: Sequence
     module's and the metrics' source and netcal's version. No cache -> compute.
 
     A failed temperature fit (`temperature_scaling`) warns and goes to run.json ``fallbacks``
-    (`uqbench.errors.record_fallback`) on every run, a cached one too, as ``where``'s (default:
+    (`uqbench.core.errors.record_fallback`) on every run, a cached one too, as ``where``'s (default:
     the scorer and the test split's domains) seed ``s``."""
 
     def compute() -> dict[str, NDArray[Any]]:

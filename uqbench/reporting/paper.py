@@ -18,7 +18,7 @@ Verdict rules, written down once and applied to every claim:
   and does not hold only if CARE at B = 4 is less accurate than fixed-4 (paired): on a flat
   frontier every budget "matches", above or below 4 experts, and neither would be CARE's doing;
 - a claim that rests on a method whose ID accuracy CI includes its domain's chance level (the
-  ``chance`` row; `uqbench.references.at_chance`) keeps its verdict but is marked **not
+  ``chance`` row; `uqbench.results.references.at_chance`) keeps its verdict but is marked **not
   evidence: model at chance**: its numbers describe a model that cannot be told from guessing.
 
 `write_paper_report(run_dir)` writes ``paper_report.md`` from the numbers; it is never edited by
@@ -37,12 +37,12 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.stats import spearmanr
 
-from uqbench import metrics as M
-from uqbench.cache import atomic_write_text
-from uqbench.errors import UserError, record_fallback
-from uqbench.experiments import CONCENTRATION, EXPERIMENTS
-from uqbench.references import at_chance
-from uqbench.rundir import PAPER_REPORT, read_meta, read_run, score_key
+from uqbench.stats import metrics as M
+from uqbench.files.cache import atomic_write_text
+from uqbench.core.errors import UserError, record_fallback
+from uqbench.core.experiments import CONCENTRATION, EXPERIMENTS
+from uqbench.results.references import at_chance
+from uqbench.files.rundir import PAPER_REPORT, read_meta, read_run, score_key
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
 #: Table "uq"'s single-pass MoE baselines, as the paper scores them
@@ -117,10 +117,10 @@ class _Run:
 def _bootstrap(stat: Callable[..., float], sizes: Sequence[int], what: str,
                seed: int = 0) -> M.PairedInterval:
     """``stat(*indices)`` and its 95% CI over `N_BOOT` resamples
-    (`uqbench.metrics.paired_bootstrap`: one index array per set of examples, ID or ID and
+    (`uqbench.stats.metrics.paired_bootstrap`: one index array per set of examples, ID or ID and
     shifted, each drawn independently).
     Resamples on which ``stat`` is NaN (undefined) are left out of the CI and counted: any are
-    warned about and recorded (`uqbench.errors.record_fallback`), and the claim says how many."""
+    warned about and recorded (`uqbench.core.errors.record_fallback`), and the claim says how many."""
     d = M.paired_bootstrap(stat, sizes, n_resamples=N_BOOT, seed=seed)
     if d.dropped:
         record_fallback("paper claim bootstrap", what,
@@ -455,7 +455,7 @@ def _allocation(run: _Run) -> Claim:
 
 
 #: The paper's claims, in report order: data, judged by `claims`; every method named here is one
-#: of its section's experiment (`uqbench.experiments.experiment_methods`; a test checks it)
+#: of its section's experiment (`uqbench.core.experiments.experiment_methods`; a test checks it)
 CLAIMS: tuple[Compare | BeatsEach | Trend, ...] = (
     Compare("uq", "CARE's OOD-AUROC beats MoE top-4 + MSP", "0.668 vs 0.640", CARE, MSP4,
             "ood_auroc"),

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from uqbench.errors import ConfigError
-from uqbench.outputs import REQUIRED_FIELDS, ROUTER_FIELDS
-from uqbench.scorer import Scorer
+from uqbench.core.errors import ConfigError
+from uqbench.core.outputs import REQUIRED_FIELDS, ROUTER_FIELDS
+from uqbench.core.scorer import Scorer
 
 DET = frozenset((*REQUIRED_FIELDS,))
 #: the pooled hidden state of the deterministic pass and that of the training questions (one
@@ -28,8 +28,8 @@ ROUTER = ENGINE | frozenset(ROUTER_FIELDS)
 @dataclass(frozen=True)
 class GateSpec:
     """A gate by name. ``kind``: ``native`` (the model's training gate), ``dense`` (none) or a
-    registered gate kind (`uqbench.gating`: topk, care, nucleus, random, entropy, dynmole...);
-    `uqbench.gating.check_spec` validates it (an unknown kind is a ConfigError listing the valid
+    registered gate kind (`uqbench.core.gating`: topk, care, nucleus, random, entropy, dynmole...);
+    `uqbench.core.gating.check_spec` validates it (an unknown kind is a ConfigError listing the valid
     ones) before any model work.
 
     ``budget`` set -> the thermostat calibrates the gate's knob (tau or scale) on the unlabeled

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
-from uqbench.errors import PluginError, UnknownNameError
+from uqbench.core.errors import PluginError, UnknownNameError
 
 T = TypeVar("T")
 

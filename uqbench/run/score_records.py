@@ -1,10 +1,10 @@
 """``uqbench score``: a run folder from forward records made elsewhere, with no model work.
 
 The records come from a uqbench records folder (``RUN_DIR/records`` or ``uqbench export``) or
-from lm-evaluation-harness samples (`uqbench.lmeval`). Each chosen scorer is paired with every
+from lm-evaluation-harness samples (`uqbench.io.lmeval`). Each chosen scorer is paired with every
 model/gate pair whose records hold the fields it ``requires``; a scorer no pair can serve is
 skipped with the missing fields, warned about and listed in ``run.json`` ``skipped_scorers``.
-Scoring, tables, figures and ``run.json`` are those of ``uqbench run`` (`uqbench.runner`). The
+Scoring, tables, figures and ``run.json`` are those of ``uqbench run`` (`uqbench.run.runner`). The
 folder is built under a temporary name and renamed into place when complete, so an interrupted
 ``score`` leaves no half-written run folder, and a finished run is replaced only with
 ``overwrite``.
@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from uqbench.cache import ArrayCache
-from uqbench.errors import ConfigError, UserError, reset_fallbacks
-from uqbench.plan import Method, drop_unusable
-from uqbench.records import RecordSet, new_folder, read_record_set
-from uqbench.registry import import_plugin
-from uqbench.runner import RunResult, RunStats, print_summary, score_all, write_run
-from uqbench.scorer import Scorer, get_scorer, list_scorers, probe_scorers
+from uqbench.files.cache import ArrayCache
+from uqbench.core.errors import ConfigError, UserError, reset_fallbacks
+from uqbench.core.plan import Method, drop_unusable
+from uqbench.io.recordset import RecordSet, new_folder, read_record_set
+from uqbench.core.registry import import_plugin
+from uqbench.run.runner import RunResult, RunStats, print_summary, score_all, write_run
+from uqbench.core.scorer import Scorer, get_scorer, list_scorers, probe_scorers
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +102,8 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
     """The records at ``source``: a records folder (``manifest.json``), a run folder (its
     ``records/``), or an lm-eval output folder (then ``domains``/``domains_file`` pair its
     tasks, ``members`` are other runs of them; ``lmeval``: the other options of
-    `uqbench.lmeval.read_lmeval`, unused for uqbench records)."""
-    from uqbench.lmeval import DomainTasks, domains_from_yaml, read_lmeval
+    `uqbench.io.lmeval.read_lmeval`, unused for uqbench records)."""
+    from uqbench.io.lmeval import DomainTasks, domains_from_yaml, read_lmeval
 
     for folder in (source, source / "records"):
         if (folder / "manifest.json").is_file():

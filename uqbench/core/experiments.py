@@ -1,7 +1,7 @@
 """The CARE paper's experiments as sets of (model, gate) pairs and scorers on the same runner.
 
 ``uqbench run --suite pooled --experiment NAME`` evaluates the experiment's pairs; the results
-table has the usual columns, and `uqbench.paper` writes ``paper_report.md`` with a verdict per
+table has the usual columns, and `uqbench.reporting.paper` writes ``paper_report.md`` with a verdict per
 claim of that experiment (``paper``: of all of them). All gates at a budget are calibrated by the thermostat on the unlabeled
 calibration split; the achieved budget is in ``run.json`` and in the ``avg_experts`` column.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from uqbench.errors import ConfigError
-from uqbench.plan import (
+from uqbench.core.errors import ConfigError
+from uqbench.core.plan import (
     DET,
     MODELS,
     MOE,
@@ -24,8 +24,8 @@ from uqbench.plan import (
     default_pairs,
     methods,
 )
-from uqbench.registry import unknown_name
-from uqbench.scorer import Scorer
+from uqbench.core.registry import unknown_name
+from uqbench.core.scorer import Scorer
 
 TAUS = (0.4, 0.5, 0.6, 0.7, 0.8)
 FIXED_K = (1, 2, 3, 4, 5, 6, 8)
@@ -120,7 +120,7 @@ def get_experiment(name: str) -> Experiment:
 
 def experiment_scorers(exp: Experiment) -> list[Scorer] | None:
     """The experiment's own scorers (renamed instances, e.g. ``care_w0.25``), or None."""
-    from uqbench.scorer import get_scorer
+    from uqbench.core.scorer import get_scorer
 
     if exp.scorers is None:
         return None

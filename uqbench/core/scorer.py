@@ -26,10 +26,10 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench.errors import PluginError
-from uqbench.outputs import Outputs
-from uqbench.probs import softmax
-from uqbench.registry import Registry
+from uqbench.core.errors import PluginError
+from uqbench.core.outputs import Outputs
+from uqbench.core.probs import softmax
+from uqbench.core.registry import Registry
 
 SCORERS: Registry[type[Scorer]] = Registry(
     "scorer", builtins=("scorers",), entry_point_group="uqbench.scorers"

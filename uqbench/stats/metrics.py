@@ -40,6 +40,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 __all__ = [
+    "per_seed",
+    "seed_mean",
     "ECE_BINS",
     "NLL_EPS",
     "SELECTIVE_COVERAGE",
@@ -1270,7 +1272,7 @@ def bootstrap_ci(
 
     Examples
     --------
-    >>> from uqbench.metrics import brier_score
+    >>> from uqbench.stats.metrics import brier_score
     >>> probs = [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7], [0.5, 0.5]]
     >>> point, low, high = bootstrap_ci(brier_score, probs, [0, 1, 1, 1, 0], n_resamples=200)
     >>> low <= point <= high
@@ -1338,7 +1340,7 @@ def bootstrap_ci_two_sample(
 
     Examples
     --------
-    >>> from uqbench.metrics import ood_auroc
+    >>> from uqbench.stats.metrics import ood_auroc
     >>> point, low, high = bootstrap_ci_two_sample(
     ...     ood_auroc, [0.1, 0.2, 0.6, 0.3], [0.5, 0.9, 0.7], n_resamples=200)
     >>> point, low <= point <= high
@@ -1447,7 +1449,7 @@ def paired_bootstrap(
     that read their arrays themselves: each resample draws, for every set of examples (e.g. ID
     and, independently, shifted), ``size`` indices with replacement, and ``stat`` applies the
     same draw to everything it compares (two methods, every seed). :func:`paired_difference`
-    is this with the arrays given; `uqbench.paper` judges its claims with it.
+    is this with the arrays given; `uqbench.reporting.paper` judges its claims with it.
 
     Parameters
     ----------
@@ -1527,3 +1529,27 @@ def mean_std(values: ArrayLike) -> tuple[float, float]:
     _check_finite(v, "values")
     std = float(np.std(v, ddof=1)) if v.size > 1 else 0.0
     return float(np.mean(v)), std
+
+
+def seed_mean(metric: Callable[..., float]) -> Callable[..., float]:
+    """Lift a 1-D metric to (n, S) arrays: the mean over the S seed columns (a
+    `uqbench.stats.metrics.Resampled` metric stays one: its resampler is lifted too)."""
+
+    def lifted(*arrays: NDArray[Any]) -> Any:  # a float, or (K,) for a metric of K statistics
+        return np.mean([metric(*(a[:, s] for a in arrays)) for s in range(arrays[0].shape[1])],
+                       axis=0)
+
+    if not isinstance(metric, Resampled):
+        return lifted
+
+    def resampler(*arrays: NDArray[Any]) -> Callable[..., Any]:
+        per_seed = [metric.resampler(*(a[:, s] for a in arrays))
+                    for s in range(arrays[0].shape[1])]
+        return lambda *idx: np.mean([f(*idx) for f in per_seed], axis=0)
+
+    return Resampled(lifted, resampler)
+
+
+def per_seed(metric: Callable[..., float], *arrays: NDArray[Any]) -> tuple[float, float]:
+    """`mean_std` of ``metric`` computed on each of the S seed columns of (n, S) arrays."""
+    return mean_std([metric(*(a[:, s] for a in arrays)) for s in range(arrays[0].shape[1])])

@@ -2,7 +2,7 @@
 fresh cache, and diff every results.csv value and every scores.npz array against the original.
 
 Order of work, so that bad input fails before any: run.json (present, readable, an
-``environment`` record of format `uqbench.environment.FORMAT`), the recorded configuration, the
+``environment`` record of format `uqbench.files.environment.FORMAT`), the recorded configuration, the
 output folder, the data files (their sha256 against the recorded ones) -> warnings for every
 difference of code, packages, Python, machine or threads -> the run -> the diff.
 
@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from uqbench import rundir
-from uqbench.environment import FORMAT, code_hash, git_commit, package_versions
-from uqbench.errors import DataError, UserError
-from uqbench.runner import RunConfig, run
+from uqbench.files import rundir
+from uqbench.files.environment import FORMAT, code_hash, git_commit, package_versions
+from uqbench.core.errors import DataError, UserError
+from uqbench.run.runner import RunConfig, run
 
 #: the files compared (other files of a run folder, e.g. figures, are not)
 COMPARED = (rundir.TABLES["csv"], rundir.SCORES)
@@ -166,7 +166,7 @@ def reproduce(run_dir: Path, *, out: Path | None = None, cache_dir: Path | None 
     atol : float
         Tolerance of the diff (0: bitwise).
     runner : callable
-        ``runner(config)`` runs the configuration (default: `uqbench.runner.run`).
+        ``runner(config)`` runs the configuration (default: `uqbench.run.runner.run`).
 
     Returns
     -------

@@ -1,8 +1,8 @@
 """The main job: suite -> models (train or load) -> forward records (cached) -> scorers -> report.
 
 The runner never imports torch or the model code: models, gates and forward passes come from a
-backend (`uqbench.engine.Backend`, ``"torch"``: `baselines.engine`) found by name when a run
-starts, figures from a figure set (`uqbench.engine.get_drawer`). Order of work, so that bad input
+backend (`uqbench.core.engine.Backend`, ``"torch"``: `baselines.engine`) found by name when a run
+starts, figures from a figure set (`uqbench.core.engine.get_drawer`). Order of work, so that bad input
 fails before anything expensive: profile, plugins, scorers, gates, backbone name, methods,
 output folder -> data -> models -> passes.
 """
@@ -21,21 +21,21 @@ from typing import Any
 
 import numpy as np
 
-from uqbench import rundir
-from uqbench.cache import (
+from uqbench.files import rundir
+from uqbench.files.cache import (
     PROTOCOL_VERSION,
     ArrayCache,
     atomic_write_text,
     sweep_orphans,
 )
-from uqbench.engine import Backend, RunStats, get_backend, get_drawer
-from uqbench.environment import environment
-from uqbench.errors import ConfigError, UserError, reset_fallbacks
-from uqbench.evaluate import Scored, evaluate_cached
-from uqbench.gating import check_spec
-from uqbench.metrics import ECE_BINS
-from uqbench.outputs import Outputs, with_train
-from uqbench.plan import (
+from uqbench.core.engine import Backend, RunStats, get_backend, get_drawer
+from uqbench.files.environment import environment
+from uqbench.core.errors import ConfigError, UserError, reset_fallbacks
+from uqbench.results.evaluate import Scored, evaluate_cached
+from uqbench.core.gating import check_spec
+from uqbench.stats.metrics import ECE_BINS
+from uqbench.core.outputs import Outputs, with_train
+from uqbench.core.plan import (
     DET,
     Method,
     default_pairs,
@@ -44,13 +44,13 @@ from uqbench.plan import (
     model_pairs,
     needed_fields,
 )
-from uqbench.profiles import Profile, get_profile
-from uqbench.records import RecordSet, method_entries, write_record_set
-from uqbench.references import ReferenceInputs, reference_inputs, reference_rows, warn_at_chance
-from uqbench.registry import import_plugin
-from uqbench.report import summary, write_results
-from uqbench.rundir import SCORE_FIELDS, score_key
-from uqbench.scorer import get_scorer, list_scorers, probe_scorers
+from uqbench.core.profiles import Profile, get_profile
+from uqbench.io.recordset import RecordSet, method_entries, write_record_set
+from uqbench.results.references import ReferenceInputs, reference_inputs, reference_rows, warn_at_chance
+from uqbench.core.registry import import_plugin
+from uqbench.results.tables import summary, write_results
+from uqbench.files.rundir import SCORE_FIELDS, score_key
+from uqbench.core.scorer import get_scorer, list_scorers, probe_scorers
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class RunConfig:
     budget: float = 4.0
     experiment: str | None = None
     models: tuple[str, ...] = ()  # empty: the suite's `models:`, else lora + moe-lora
-    head: str | None = None  # one of uqbench.profiles.HEADS; None: the suite's `head:`
+    head: str | None = None  # one of uqbench.core.profiles.HEADS; None: the suite's `head:`
     figures: bool = True
     progress: bool = True
     overwrite: bool = False
@@ -131,7 +131,7 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
     _check_numbers(cfg, backend.n_experts)
     for p in cfg.plugins:
         import_plugin(p)
-    from uqbench.experiments import experiment_methods, experiment_scorers
+    from uqbench.core.experiments import experiment_methods, experiment_scorers
 
     chosen = [get_scorer(n) for n in cfg.scorers or list_scorers()]  # UnknownNameError
     if cfg.experiment and cfg.models:
@@ -210,7 +210,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
                             head=cfg.head or get_suite_spec(cfg.suite).head)
     n_seeds = cfg.seeds or prof.seeds
     pairs = list(dict.fromkeys(m.pair for m in ms))
-    # calib: every method's ECE is reported beside its recalibrated ECE (`uqbench.recalibration`)
+    # calib: every method's ECE is reported beside its recalibrated ECE (`uqbench.stats.recalibration`)
     eval_splits = [s for s in suite.splits.values() if s.role in ("id", "shift", "calib")]
     outs: dict[tuple[str, str, int], Outputs] = {}
     for rep in range(n_seeds):
@@ -243,8 +243,8 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
         "forward_passes_run": {"/".join(map(str, k)): v for k, v in sorted(stats.passes.items())},
         "cache_hits": stats.cache_hits, "trained": stats.trained,
         "training": engine.training_log,
-        "fallbacks": fallbacks,  # {what, where, reason}: `uqbench.errors.record_fallback`
-        "skipped_scorers": skipped,  # {scorer, pair, reason}: `uqbench.plan.drop_unusable`
+        "fallbacks": fallbacks,  # {what, where, reason}: `uqbench.core.errors.record_fallback`
+        "skipped_scorers": skipped,  # {scorer, pair, reason}: `uqbench.core.plan.drop_unusable`
         "processes": backend.world(),
         "environment": environment(threads, n_seeds, engine.training_log,
                                    (s.recipe for s in suite.splits.values())),
@@ -258,7 +258,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     write_record_set(out / rundir.RECORDS, records)
     write_run(out, rows, arrays, meta, t0=t0, figures=cfg.figures)
     if cfg.experiment:  # paper_report.md: the claims of this experiment (paper: all)
-        from uqbench.paper import write_paper_report
+        from uqbench.reporting.paper import write_paper_report
 
         print(write_paper_report(out, cfg.experiment).read_text(), flush=True)
     print_summary(out, rows, meta)
@@ -288,9 +288,9 @@ def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.nda
 
 
 def _write_html_report(out: Path, meta: dict[str, Any], final: Path) -> None:
-    """``report.html`` (`uqbench.html`), which must never fail a run: if rendering fails, the
+    """``report.html`` (`uqbench.reporting.html`), which must never fail a run: if rendering fails, the
     error is warned about and recorded in ``run.json`` ``report_html_error``; results stay."""
-    from uqbench.html import write_report
+    from uqbench.reporting.html import write_report
 
     try:
         write_report(out)
@@ -317,16 +317,16 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
               protocol: str = PROTOCOL_VERSION
               ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """One row per method per domain of ``refs`` and ``pooled``, then the reference rows
-    (``chance``, ``options-only``: `uqbench.references`); also the per-example arrays for
+    (``chance``, ``options-only``: `uqbench.results.references`); also the per-example arrays for
     figures. ``outs`` is keyed ``(pair name, "domain/role", seed)``; ``n_boot`` bootstrap
     resamples. With ``cache``, rows already evaluated on identical scores are read back.
     ``protocol``: the forward-record protocol the rows name (records made elsewhere keep the
     one they were made under).
 
     ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
-    ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.recalibration`)."""
-    from uqbench.recalibration import CALIBRATORS, recalibrate_cached
-    from uqbench.toolbox import toolbox_columns
+    ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.stats.recalibration`)."""
+    from uqbench.stats.recalibration import CALIBRATORS, recalibrate_cached
+    from uqbench.results.columns import toolbox_columns
 
     rows: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}

@@ -45,11 +45,11 @@ from typing import Any
 
 import numpy as np
 
-from uqbench.errors import ConfigError, UserError
-from uqbench.outputs import Outputs
-from uqbench.plan import DET, GateSpec, ModelSpec, Pair
-from uqbench.records import RecordSet
-from uqbench.references import ReferenceInputs
+from uqbench.core.errors import ConfigError, UserError
+from uqbench.core.outputs import Outputs
+from uqbench.core.plan import DET, GateSpec, ModelSpec, Pair
+from uqbench.io.recordset import RecordSet
+from uqbench.results.references import ReferenceInputs
 
 #: ``--normalize``: how a choice's log-likelihood becomes its logit (lm-eval's metric beside it)
 NORMALIZE = {"none": "acc", "chars": "acc_norm", "bytes": "acc_bytes"}

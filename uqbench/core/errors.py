@@ -17,7 +17,7 @@ class ConfigError(UserError, ValueError):
 
 
 class UnknownNameError(ConfigError, KeyError):
-    """A name that no registry entry has (`uqbench.registry.unknown_name`): the message lists
+    """A name that no registry entry has (`uqbench.core.registry.unknown_name`): the message lists
     close matches and every valid name. A `ConfigError` (the CLI prints it, no traceback) and
     a `KeyError` (a failed lookup)."""
 

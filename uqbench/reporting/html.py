@@ -1,7 +1,7 @@
 """``report.html``: one self-contained page per run folder, and ``compare.html``.
 
 Rendered from ``run.json``, ``results.jsonl``, ``scores.npz``'s presence, ``figures/*.png`` and
-``paper_report.md`` through the Jinja2 templates of ``uqbench/templates`` (autoescaped). The
+``paper_report.md`` through the Jinja2 templates of ``uqbench/reporting/templates`` (autoescaped). The
 page needs no network: the figures are inlined as base64 PNG data, the style and the table
 sorting are inline. A part of the run folder that is missing or unreadable (an interrupted run,
 a corrupt figure) is named on the page in its section, and the rest still renders.
@@ -20,9 +20,9 @@ from typing import Any
 
 import jinja2
 
-from uqbench import rundir
-from uqbench.cache import atomic_write_text
-from uqbench.report import SHOWN, is_reference
+from uqbench.files import rundir
+from uqbench.files.cache import atomic_write_text
+from uqbench.results.tables import SHOWN, is_reference
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @cache
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("uqbench", "templates"),
+    env = jinja2.Environment(loader=jinja2.PackageLoader("uqbench.reporting", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True)
@@ -168,7 +168,7 @@ def write_report(run_dir: str | Path) -> Path:
 def render_compare(labels: Sequence[str], columns: Sequence[str],
                    tables: Sequence[Mapping[str, Any]]) -> str:
     """``compare.html``: ``tables`` are ``{"domain", "rows": [{"method", "run", "cells":
-    [{"text", "sort"}]}]}`` (`uqbench.compare.html_tables`)."""
+    [{"text", "sort"}]}]}`` (`uqbench.reporting.compare.html_tables`)."""
     return _env().get_template("compare.html.j2").render(
         title="uqbench compare", labels=labels, columns=columns, tables=tables)
 

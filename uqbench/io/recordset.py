@@ -2,10 +2,10 @@
 
 A `RecordSet` holds the `Outputs` of every (model/gate pair, split, seed) of a run — made by
 ``uqbench run``, read back from its export, or made from lm-evaluation-harness samples
-(`uqbench.lmeval`) — and what the tables need besides them: the domains, the split hashes, the
-inputs of the reference rows (`uqbench.references.ReferenceInputs`) and, for a uqbench run, its
+(`uqbench.io.lmeval`) — and what the tables need besides them: the domains, the split hashes, the
+inputs of the reference rows (`uqbench.results.references.ReferenceInputs`) and, for a uqbench run, its
 methods in order. ``uqbench score`` turns any of them into the same run folder
-(`uqbench.score`).
+(`uqbench.run.score_records`).
 
 File format ``uqbench-records``, version 1: a folder holding
 
@@ -20,7 +20,7 @@ File format ``uqbench-records``, version 1: a folder holding
     field it has (``route_entropy`` ... ``n_tokens`` (N,), ``mc_logits`` (T, N, C),
     ``member_logits`` (M, N, C)); float64, ids and domains as unicode arrays; ``features``
     (N, H) float32. Records of role ``train`` (split ``"domain/train"``, only with features)
-    are the training questions the feature-space scorers fit on (`uqbench.outputs.with_train`,
+    are the training questions the feature-space scorers fit on (`uqbench.core.outputs.with_train`,
     applied on read); older records without them still load (those scorers are skipped).
 ``references.npz``
     ``n_choices|<split>`` (the option count of each ID/shift question) and, when the options-only
@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from uqbench.cache import PROTOCOL_VERSION, _tmp_name, atomic_write_text, file_sha256
-from uqbench.errors import UserError
-from uqbench.outputs import OPTIONAL_FIELDS, Outputs, with_train
-from uqbench.plan import GateSpec, ModelSpec, Pair
-from uqbench.references import ReferenceInputs
+from uqbench.files.cache import PROTOCOL_VERSION, _tmp_name, atomic_write_text, file_sha256
+from uqbench.core.errors import UserError
+from uqbench.core.outputs import OPTIONAL_FIELDS, Outputs, with_train
+from uqbench.core.plan import GateSpec, ModelSpec, Pair
+from uqbench.results.references import ReferenceInputs
 
 FORMAT, VERSION = "uqbench-records", 1
 MANIFEST_KEYS = ("protocol", "domains", "seeds", "bootstrap", "pairs", "methods", "splits",
@@ -272,7 +272,7 @@ def export_run(run_dir: str | Path, dest: str | Path) -> Path:
 
 
 def method_entries(ms: Sequence[Any]) -> list[MethodEntry]:
-    """`MethodEntry` of each `uqbench.plan.Method`, in order."""
+    """`MethodEntry` of each `uqbench.core.plan.Method`, in order."""
     return [MethodEntry(m.pair.name, m.scorer.name, type(m.scorer).name or m.scorer.name,
                         dict(getattr(m.scorer, "params", {}))) for m in ms]
 

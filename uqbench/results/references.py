@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench import metrics as M
-from uqbench.cache import PROTOCOL_VERSION
-from uqbench.evaluate import CI_METRICS, COLUMNS
-from uqbench.report import CHANCE, OPTIONS_ONLY, is_reference
+from uqbench.stats import metrics as M
+from uqbench.files.cache import PROTOCOL_VERSION
+from uqbench.results.evaluate import CI_METRICS, COLUMNS
+from uqbench.results.tables import CHANCE, OPTIONS_ONLY, is_reference
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class ReferenceInputs:
     """What the reference rows need, keyed by split name ``"domain/role"`` (role ``id`` or
     ``shift``): each question's option count k_i, and the options-only classifier's 0/1
     correctness per question — ``None`` when there is no train split to fit it on (predictions
-    made elsewhere: `uqbench.records`), in which case the ``options-only`` rows are left out;
+    made elsewhere: `uqbench.io.recordset`), in which case the ``options-only`` rows are left out;
     ``hashes`` has every split's content hash, ``calib`` included."""
 
     domains: tuple[str, ...]
