@@ -281,9 +281,16 @@ def test_scalar_metrics_return_python_floats():
 
 
 def test_docstring_examples():
-    result = doctest.testmod(metrics, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 15
-    assert result.failed == 0
+    import importlib
+    import pkgutil
+
+    attempted = 0
+    for info in pkgutil.iter_modules(metrics.__path__):
+        module = importlib.import_module(f"{metrics.__name__}.{info.name}")
+        result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert result.failed == 0, info.name
+        attempted += result.attempted
+    assert attempted >= 15
 
 
 # --------------------------------------------------------------------------------------------
