@@ -98,3 +98,26 @@ def test_sweep_removes_only_this_hosts_dead_writers_temporaries(tmp_path) -> Non
     assert not killed_file.exists() and not killed_dir.exists()
     assert live.exists() and other_host.exists() and foreign.exists()
     assert sweep_orphans(tmp_path) == 0
+
+
+def test_source_hash_covers_every_module_of_a_package(tmp_path, monkeypatch) -> None:
+    """A cache key built from a package's source changes when one of its submodules does
+    (``inspect.getsource`` of a package reads only its ``__init__``)."""
+    import importlib
+    import sys
+
+    from uqbench.files.cache import source_hash
+
+    pkg = tmp_path / "srchashpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from srchashpkg.part import f\n")
+    (pkg / "part.py").write_text("def f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = source_hash(importlib.import_module("srchashpkg"))
+    (pkg / "part.py").write_text("def f():\n    return 2\n")
+    for name in ("srchashpkg", "srchashpkg.part"):
+        monkeypatch.delitem(sys.modules, name)
+    importlib.invalidate_caches()
+    assert source_hash(importlib.import_module("srchashpkg")) != before
+    assert source_hash(importlib.import_module("srchashpkg"), extra="x") != source_hash(
+        importlib.import_module("srchashpkg"))

@@ -221,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             from uqbench.io.recordset import export_run
             print(f"wrote {export_run(args.run_dir, args.dest)}")
         elif args.command == "report":
-            from uqbench.results.tables import markdown_table, rows_for
             from uqbench.files.rundir import read_results
+            from uqbench.results.tables import markdown_table, rows_for
             if args.paper:
                 from uqbench.reporting.paper import write_paper_report
                 print(write_paper_report(args.run_dir).read_text())

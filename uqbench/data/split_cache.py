@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from uqbench.files.cache import StaleCacheWarning, atomic_write_text, key_hash
 from uqbench.data.records import MCRecord, Split, content_hash
+from uqbench.files.cache import StaleCacheWarning, atomic_write_text, key_hash
 
 #: Cache file format.
 CACHE_FORMAT = 1

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from uqbench.data.records import MCRecord, Split
-from uqbench.data.sources import get_source, list_sources
-from uqbench.data.sources.mmlu import MMLU_GROUPS, mmlu_subjects
 from uqbench.core.errors import ConfigError
 from uqbench.core.profiles import HEADS
 from uqbench.core.registry import Registry
+from uqbench.data.records import MCRecord, Split
+from uqbench.data.sources import get_source, list_sources
+from uqbench.data.sources.mmlu import MMLU_GROUPS, mmlu_subjects
 
 ROLES: tuple[str, ...] = ("train", "calib", "id", "shift")
 REQUIRED_ROLES: tuple[str, ...] = ("train", "id", "shift")

@@ -20,6 +20,7 @@ import warnings
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,25 @@ def key_hash(material: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON of ``material``."""
     blob = json.dumps(material, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+def source_hash(*modules: ModuleType, extra: str = "") -> str:
+    """sha256 of the source of ``modules`` (a package: every module in it) and ``extra``: the
+    part of a cache key that changes whenever the code computing the cached values does."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    h = hashlib.sha256()
+    for mod in modules:
+        subs = [mod]
+        if hasattr(mod, "__path__"):  # a package: all of it, in a fixed order
+            subs += [importlib.import_module(info.name) for info in sorted(
+                pkgutil.walk_packages(mod.__path__, mod.__name__ + "."), key=lambda i: i.name)]
+        for m in subs:
+            h.update(inspect.getsource(m).encode())
+    h.update(extra.encode())
+    return h.hexdigest()
 
 
 def file_sha256(path: str | Path) -> str:

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench.files.cache import atomic_write_bytes
 from uqbench.core.errors import UserError
+from uqbench.files.cache import atomic_write_bytes
 
 RESULTS = "results.jsonl"
 SCORES = "scores.npz"

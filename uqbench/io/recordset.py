@@ -43,10 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from uqbench.files.cache import PROTOCOL_VERSION, _tmp_name, atomic_write_text, file_sha256
 from uqbench.core.errors import UserError
 from uqbench.core.outputs import OPTIONAL_FIELDS, Outputs, with_train
 from uqbench.core.plan import GateSpec, ModelSpec, Pair
+from uqbench.files.cache import PROTOCOL_VERSION, _tmp_name, atomic_write_text, file_sha256
 from uqbench.results.references import ReferenceInputs
 
 FORMAT, VERSION = "uqbench-records", 1

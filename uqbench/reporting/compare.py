@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench.stats import metrics as M
-from uqbench.files.cache import atomic_write_text
-from uqbench.stats.conformal import NotReachable, conformal_quantile
 from uqbench.core.errors import UserError
-from uqbench.results.tables import is_reference
+from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import RunFolder, read_run
+from uqbench.results.tables import is_reference
+from uqbench.stats import metrics as M
+from uqbench.stats.conformal import NotReachable, conformal_quantile
 
 FILES = ("compare.md", "compare.csv", "compare.html")
 CP_ALPHA = 0.1
@@ -256,5 +256,13 @@ def write_compare(run_dirs: Sequence[str | Path], out: str | Path | None = None,
     return c, paths
 
 
-__all__ = ["Cell", "Comparison", "METRICS", "cell_text", "check_comparable", "compare",
-           "html_tables", "write_compare"]
+__all__ = [
+    "METRICS",
+    "Cell",
+    "Comparison",
+    "cell_text",
+    "check_comparable",
+    "compare",
+    "html_tables",
+    "write_compare",
+]

@@ -37,12 +37,12 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.stats import spearmanr
 
-from uqbench.stats import metrics as M
-from uqbench.files.cache import atomic_write_text
 from uqbench.core.errors import UserError, record_fallback
 from uqbench.core.experiments import CONCENTRATION, EXPERIMENTS
-from uqbench.results.references import at_chance
+from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import PAPER_REPORT, read_meta, read_run, score_key
+from uqbench.results.references import at_chance
+from uqbench.stats import metrics as M
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
 #: Table "uq"'s single-pass MoE baselines, as the paper scores them

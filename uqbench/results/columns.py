@@ -20,9 +20,9 @@ split from the same resamples. Both halves are memoised in the cache by the cont
 from __future__ import annotations
 
 import hashlib
-import inspect
 import itertools
 import math
+import sys
 import warnings
 from collections.abc import MutableMapping
 from functools import cache, lru_cache
@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from uqbench.files.cache import ArrayCache, source_hash
+from uqbench.files.rundir import score_key
+from uqbench.results.evaluate import Scored
 from uqbench.stats import conformal as C
 from uqbench.stats import metrics as M
 from uqbench.stats import risk as R
-from uqbench.files.cache import ArrayCache
-from uqbench.results.evaluate import Scored
-from uqbench.files.rundir import score_key
 
 #: Scores whose true-label scores go to ``scores.npz`` for the coverage figure.
 FIGURE_SCORES = ("lac", "aps_rand", "raps_rand")
@@ -212,10 +212,7 @@ def compute(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: int =
 
 @cache
 def _code_hash() -> str:
-    import uqbench.results.columns as me
-
-    src = "".join(inspect.getsource(m) for m in (C, R, M, me))
-    return hashlib.sha256(src.encode()).hexdigest()
+    return source_hash(C, R, M, sys.modules[__name__])
 
 
 def _hash(*arrays: NDArray[Any] | None) -> str:

@@ -12,8 +12,8 @@ definition can never be answered by an old row.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench.stats import metrics as M
-from uqbench.files.cache import ArrayCache
 from uqbench.core.outputs import Outputs
 from uqbench.core.scorer import Scorer, run_scorer
+from uqbench.files.cache import ArrayCache, source_hash
+from uqbench.stats import metrics as M
 
 #: Metrics that get a bootstrap CI (the others are reported as mean +- std over seeds).
 CI_METRICS = ("accuracy", "ece", "brier", "nll", "mce", "ece_adaptive", "ood_auroc", "aurc",
@@ -192,9 +192,7 @@ def per_token_experts(scored: Scored) -> list[float]:
 
 @cache
 def _code_hash() -> str:
-    import uqbench.results.evaluate as me
-
-    return hashlib.sha256((inspect.getsource(M) + inspect.getsource(me)).encode()).hexdigest()
+    return source_hash(M, sys.modules[__name__])
 
 
 def _content_hash(*scored: Scored) -> str:

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench.stats import metrics as M
 from uqbench.files.cache import PROTOCOL_VERSION
 from uqbench.results.evaluate import CI_METRICS, COLUMNS
 from uqbench.results.tables import CHANCE, OPTIONS_ONLY, is_reference
+from uqbench.stats import metrics as M
 
 log = logging.getLogger(__name__)
 

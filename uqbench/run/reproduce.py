@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from uqbench.core.errors import DataError, UserError
 from uqbench.files import rundir
 from uqbench.files.environment import FORMAT, code_hash, git_commit, package_versions
-from uqbench.core.errors import DataError, UserError
 from uqbench.run.runner import RunConfig, run
 
 #: the files compared (other files of a run folder, e.g. figures, are not)

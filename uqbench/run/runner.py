@@ -21,19 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from uqbench.files import rundir
-from uqbench.files.cache import (
-    PROTOCOL_VERSION,
-    ArrayCache,
-    atomic_write_text,
-    sweep_orphans,
-)
 from uqbench.core.engine import Backend, RunStats, get_backend, get_drawer
-from uqbench.files.environment import environment
 from uqbench.core.errors import ConfigError, UserError, reset_fallbacks
-from uqbench.results.evaluate import Scored, evaluate_cached
 from uqbench.core.gating import check_spec
-from uqbench.stats.metrics import ECE_BINS
 from uqbench.core.outputs import Outputs, with_train
 from uqbench.core.plan import (
     DET,
@@ -45,12 +35,27 @@ from uqbench.core.plan import (
     needed_fields,
 )
 from uqbench.core.profiles import Profile, get_profile
-from uqbench.io.recordset import RecordSet, method_entries, write_record_set
-from uqbench.results.references import ReferenceInputs, reference_inputs, reference_rows, warn_at_chance
 from uqbench.core.registry import import_plugin
-from uqbench.results.tables import summary, write_results
-from uqbench.files.rundir import SCORE_FIELDS, score_key
 from uqbench.core.scorer import get_scorer, list_scorers, probe_scorers
+from uqbench.files import rundir
+from uqbench.files.cache import (
+    PROTOCOL_VERSION,
+    ArrayCache,
+    atomic_write_text,
+    sweep_orphans,
+)
+from uqbench.files.environment import environment
+from uqbench.files.rundir import SCORE_FIELDS, score_key
+from uqbench.io.recordset import RecordSet, method_entries, write_record_set
+from uqbench.results.evaluate import Scored, evaluate_cached
+from uqbench.results.references import (
+    ReferenceInputs,
+    reference_inputs,
+    reference_rows,
+    warn_at_chance,
+)
+from uqbench.results.tables import summary, write_results
+from uqbench.stats.metrics import ECE_BINS
 
 log = logging.getLogger(__name__)
 
@@ -325,8 +330,8 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
 
     ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
     ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.stats.recalibration`)."""
-    from uqbench.stats.recalibration import CALIBRATORS, recalibrate_cached
     from uqbench.results.columns import toolbox_columns
+    from uqbench.stats.recalibration import CALIBRATORS, recalibrate_cached
 
     rows: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}

@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from uqbench.files.cache import ArrayCache
 from uqbench.core.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.core.plan import Method, drop_unusable
-from uqbench.io.recordset import RecordSet, new_folder, read_record_set
 from uqbench.core.registry import import_plugin
-from uqbench.run.runner import RunResult, RunStats, print_summary, score_all, write_run
 from uqbench.core.scorer import Scorer, get_scorer, list_scorers, probe_scorers
+from uqbench.files.cache import ArrayCache
+from uqbench.io.recordset import RecordSet, new_folder, read_record_set
+from uqbench.run.runner import RunResult, RunStats, print_summary, score_all, write_run
 
 log = logging.getLogger(__name__)
 

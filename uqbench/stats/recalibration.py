@@ -38,8 +38,8 @@ this module.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,11 +50,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench.stats import metrics as M
-from uqbench.files.cache import ArrayCache
 from uqbench.core.errors import record_fallback
 from uqbench.core.outputs import Outputs
 from uqbench.core.scorer import Scorer
+from uqbench.files.cache import ArrayCache, source_hash
+from uqbench.stats import metrics as M
 
 #: The calibrators, in column order: ``ece_ts``, ``ece_hb``, ``ece_iso``.
 CALIBRATORS = ("ts", "hb", "iso")
@@ -223,14 +223,11 @@ def columns(rec: Recalibrated, correct: NDArray[Any], *, n_bins: int = M.ECE_BIN
 
 @cache
 def _code_hash() -> str:
-    import uqbench.stats.recalibration as me
-
     try:
         version = metadata.version("netcal")
     except metadata.PackageNotFoundError:
         version = "?"
-    return hashlib.sha256((inspect.getsource(M) + inspect.getsource(me) + version).encode()
-                          ).hexdigest()
+    return source_hash(M, sys.modules[__name__], extra=version)
 
 
 def recalibrate_cached(cache: ArrayCache | None, scorer: Scorer, calib: Sequence[Outputs],

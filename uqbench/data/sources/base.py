@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from uqbench.data.records import MCRecord
 from uqbench.core.errors import ConfigError, DataError
 from uqbench.core.registry import Registry
+from uqbench.data.records import MCRecord
 
 #: Bump when the shared machinery (manifest checks, streaming, hub rows) changes what a loader
 #: returns for the same files. Each family has its own ``VERSION`` (`Source.version`).

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from uqbench.files import cache
-from uqbench.data.sources.base import SOURCES
 from uqbench.core.errors import DataError
+from uqbench.data.sources.base import SOURCES
+from uqbench.files import cache
 
 ENV_VAR = "UQBENCH_DATA"
 
