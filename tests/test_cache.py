@@ -114,7 +114,7 @@ def test_source_hash_covers_every_module_of_a_package(tmp_path, monkeypatch) -> 
     (pkg / "part.py").write_text("def f():\n    return 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     before = source_hash(importlib.import_module("srchashpkg"))
-    (pkg / "part.py").write_text("def f():\n    return 2\n")
+    (pkg / "part.py").write_text("def f():\n    return 2 + 2\n")  # another size too
     for name in ("srchashpkg", "srchashpkg.part"):
         monkeypatch.delitem(sys.modules, name)
     importlib.invalidate_caches()
