@@ -70,7 +70,7 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _tmp_name(path: Path) -> Path:
+def tmp_name(path: Path) -> Path:
     """``.NAME.HOST.PID.RANDOM.tmp``: unique, and attributable to its writer by `sweep_orphans`."""
     return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}."
                           f"{uuid.uuid4().hex[:8]}.tmp")
@@ -112,7 +112,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     temporary file is removed if ``write`` fails (`sweep_orphans` removes a killed writer's)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_name(path)
+    tmp = tmp_name(path)
     try:
         write(tmp)
         with open(tmp, "rb") as f:
@@ -222,7 +222,7 @@ class DirCache:
     def build(self, kind: str, material: Mapping[str, Any], write: Callable[[Path], None]) -> Path:
         """Run ``write(tmpdir)``, seal it with ``DONE`` and publish it under the final name."""
         final = self.path(kind, material)
-        tmp = _tmp_name(final)
+        tmp = tmp_name(final)
         tmp.mkdir(parents=True)
         try:
             write(tmp)

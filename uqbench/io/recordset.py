@@ -46,7 +46,7 @@ import numpy as np
 from uqbench.core.errors import UserError
 from uqbench.core.outputs import OPTIONAL_FIELDS, Outputs, with_train
 from uqbench.core.plan import GateSpec, ModelSpec, Pair
-from uqbench.files.cache import PROTOCOL_VERSION, _tmp_name, atomic_write_text, file_sha256
+from uqbench.files.cache import PROTOCOL_VERSION, tmp_name, atomic_write_text, file_sha256
 from uqbench.results.references import ReferenceInputs
 
 FORMAT, VERSION = "uqbench-records", 1
@@ -167,7 +167,7 @@ def new_folder(path: Path) -> Iterator[Path]:
     """A temporary folder beside ``path`` to fill in the block; when the block ends it becomes
     ``path`` (`publish_dir`), and if the block raises it is removed: ``path`` is never seen
     half-written."""
-    tmp = _tmp_name(path)
+    tmp = tmp_name(path)
     tmp.mkdir(parents=True)
     try:
         yield tmp
@@ -181,7 +181,7 @@ def publish_dir(tmp: Path, path: Path) -> None:
     folder is in place under a neighbouring name (a crash leaves the old or the new one)."""
     old = None
     if path.exists():
-        old = _tmp_name(path)
+        old = tmp_name(path)
         os.rename(path, old)
     try:
         os.rename(tmp, path)

@@ -74,16 +74,16 @@ def reference_inputs(suite: Any, *, seed: int = 0) -> ReferenceInputs:
     """`ReferenceInputs` of a built suite (``domains`` and ``split(domain, role)`` with
     ``records``/``hash``, a `uqbench.data.suite_spec.Suite`): the classifier is fitted on each
     domain's train split with ``seed``."""
-    from uqbench.data.artifacts import _clf_correct, _fit
+    from uqbench.data.artifacts import options_only_correct, fit_options_only
 
     domains = tuple(suite.domains)
     n_choices, correct, hashes = {}, {}, {}
     for d in domains:
-        clf = _fit(list(suite.split(d, "train").records), seed)
+        clf = fit_options_only(list(suite.split(d, "train").records), seed)
         for r in ("id", "shift"):
             split = suite.split(d, r)
             n_choices[f"{d}/{r}"] = np.array([len(x.choices) for x in split.records])
-            correct[f"{d}/{r}"] = _clf_correct(clf, list(split.records), seed)
+            correct[f"{d}/{r}"] = options_only_correct(clf, list(split.records), seed)
             hashes[f"{d}/{r}"] = split.hash
         hashes[f"{d}/calib"] = suite.split(d, "calib").hash
     return ReferenceInputs(domains, n_choices, correct, hashes)

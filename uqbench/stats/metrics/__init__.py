@@ -11,7 +11,7 @@ Conventions shared by every function here:
   lower is better. AUROC, AUPR, selective accuracy: higher is better.
 - OOD detection: the OOD (shifted) split is the **positive** class and the score is the
   uncertainty. The ranking metrics use one private sort-and-group-ties helper
-  (:func:`_tie_groups`), so tied scores always move together; the ROC / precision-recall counts
+  (:func:`tie_groups`), so tied scores always move together; the ROC / precision-recall counts
   are the same as scikit-learn's (``roc_curve(..., drop_intermediate=False)``,
   ``roc_auc_score``, ``average_precision_score``), which the tests check, but computed without
   scikit-learn's stable argsort so that 10^6 examples take milliseconds. On tied scores AUROC,

@@ -8,13 +8,13 @@ import numpy as np
 from uqbench.stats.metrics._validation import FloatArray, IntArray
 
 
-class _TieGroups(NamedTuple):
+class TieGroups(NamedTuple):
     values: FloatArray  # (G,) distinct keys, ascending
     n_upto: IntArray  # (G,) number of examples with key <= values[g]
     hits_upto: IntArray  # (G,) number of hit examples with key <= values[g]
 
 
-def _tie_groups(hit_keys: FloatArray, other_keys: FloatArray) -> _TieGroups:
+def tie_groups(hit_keys: FloatArray, other_keys: FloatArray) -> TieGroups:
     """Sort all keys ascending, group equal keys, count examples and hits up to each group.
 
     ``hit_keys`` are the keys of the flagged examples (errors, or positives), ``other_keys`` the
@@ -32,10 +32,10 @@ def _tie_groups(hit_keys: FloatArray, other_keys: FloatArray) -> _TieGroups:
     ends = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1])
     ends = np.append(ends, sorted_keys.size - 1)
     n_upto = (ends + 1).astype(np.int64, copy=False)
-    return _TieGroups(sorted_keys[ends], n_upto, hits_so_far[ends])
+    return TieGroups(sorted_keys[ends], n_upto, hits_so_far[ends])
 
 
-def _binary_counts(
+def binary_counts(
     score_pos: FloatArray, score_neg: FloatArray
 ) -> tuple[IntArray, IntArray, FloatArray]:
     """(fps, tps, thresholds) at each distinct score, descending, as sklearn's _binary_clf_curve.
@@ -43,13 +43,13 @@ def _binary_counts(
     ``tps[g]`` / ``fps[g]`` count positives / negatives with score >= ``thresholds[g]``.
     """
     # Ascending order of -score is descending order of score.
-    groups = _tie_groups(-score_pos, -score_neg)
+    groups = tie_groups(-score_pos, -score_neg)
     tps = groups.hits_upto
     return groups.n_upto - tps, tps, -groups.values
 
 
-def _average_precision(score_pos: FloatArray, score_neg: FloatArray) -> float:
-    fps, tps, _ = _binary_counts(score_pos, score_neg)
+def average_precision(score_pos: FloatArray, score_neg: FloatArray) -> float:
+    fps, tps, _ = binary_counts(score_pos, score_neg)
     precision = tps / (tps + fps)
     recall_steps = np.diff(tps, prepend=0)
     return float(np.sum(recall_steps * precision) / tps[-1])

@@ -26,13 +26,13 @@ ECE_BINS = 12
 SELECTIVE_COVERAGE = 0.8
 
 # Probability rows may deviate from summing to 1 by float32 softmax rounding, not more.
-_ROW_SUM_ATOL = 1e-3
+ROW_SUM_ATOL = 1e-3
 
 # selective_accuracy: coverage * N within this relative distance of an integer is that integer.
-_CEIL_RTOL = 1e-9
+CEIL_RTOL = 1e-9
 
 # bootstrap_ci warns when more than this fraction of resamples was undefined (NaN) and dropped.
-_MAX_DROPPED_FRACTION = 0.05
+MAX_DROPPED_FRACTION = 0.05
 
 
 class UndefinedMetricWarning(UserWarning):
@@ -41,21 +41,21 @@ class UndefinedMetricWarning(UserWarning):
 
 
 
-def _numeric(x: ArrayLike, name: str) -> NDArray[Any]:
+def numeric(x: ArrayLike, name: str) -> NDArray[Any]:
     arr = np.asarray(x)
     if arr.dtype.kind not in "biuf":
         raise ValueError(f"{name} must be a real numeric array; got dtype {arr.dtype}")
     return arr
 
 
-def _check_shape(arr: NDArray[Any], name: str, ndim: int, shape_doc: str) -> None:
+def check_shape(arr: NDArray[Any], name: str, ndim: int, shape_doc: str) -> None:
     if arr.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D of shape {shape_doc}; got shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"{name} must not be empty; got shape {arr.shape}")
 
 
-def _check_finite(arr: NDArray[Any], name: str) -> None:
+def check_finite(arr: NDArray[Any], name: str) -> None:
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         bad = ~np.isfinite(arr)
         first = np.unravel_index(int(np.argmax(bad)), arr.shape)
@@ -66,7 +66,7 @@ def _check_finite(arr: NDArray[Any], name: str) -> None:
         )
 
 
-def _check_unit_interval(arr: FloatArray, name: str) -> None:
+def check_unit_interval(arr: FloatArray, name: str) -> None:
     lo, hi = float(arr.min()), float(arr.max())
     if lo < 0.0:
         raise ValueError(f"{name} must lie in [0, 1]; got min {lo:g}")
@@ -74,31 +74,31 @@ def _check_unit_interval(arr: FloatArray, name: str) -> None:
         raise ValueError(f"{name} must lie in [0, 1]; got max {hi:g}")
 
 
-def _check_probabilities(arr: FloatArray, name: str) -> None:
+def check_probabilities(arr: FloatArray, name: str) -> None:
     """Finite and in [0, 1]; one min/max pass when the input is fine."""
     if not (arr.min() >= 0.0 and arr.max() <= 1.0):  # also false for NaN
-        _check_finite(arr, name)
-        _check_unit_interval(arr, name)
+        check_finite(arr, name)
+        check_unit_interval(arr, name)
 
 
-def _float_vector(x: ArrayLike, name: str, *, unit_interval: bool = False) -> FloatArray:
-    arr = _numeric(x, name)
-    _check_shape(arr, name, 1, "(N,)")
+def float_vector(x: ArrayLike, name: str, *, unit_interval: bool = False) -> FloatArray:
+    arr = numeric(x, name)
+    check_shape(arr, name, 1, "(N,)")
     arr = arr.astype(np.float64, copy=False)
     if unit_interval:
-        _check_probabilities(arr, name)
+        check_probabilities(arr, name)
     else:
-        _check_finite(arr, name)
+        check_finite(arr, name)
     return arr
 
 
-def _bool_vector(x: ArrayLike, name: str) -> BoolArray:
-    arr = _numeric(x, name)
-    _check_shape(arr, name, 1, "(N,)")
+def bool_vector(x: ArrayLike, name: str) -> BoolArray:
+    arr = numeric(x, name)
+    check_shape(arr, name, 1, "(N,)")
     if arr.dtype.kind == "b":
         return arr
     if arr.dtype.kind == "f":
-        _check_finite(arr, name)
+        check_finite(arr, name)
     # Integers with min >= 0 and max <= 1 are 0/1: a fast path for valid input.
     if arr.dtype.kind == "f" or not (arr.min() >= 0 and arr.max() <= 1):
         is01 = (arr == 0) | (arr == 1)
@@ -108,29 +108,29 @@ def _bool_vector(x: ArrayLike, name: str) -> BoolArray:
     return arr.astype(bool)
 
 
-def _probs_matrix(x: ArrayLike, name: str = "probs") -> FloatArray:
-    arr = _numeric(x, name)
-    _check_shape(arr, name, 2, "(N, C)")
+def probs_matrix(x: ArrayLike, name: str = "probs") -> FloatArray:
+    arr = numeric(x, name)
+    check_shape(arr, name, 2, "(N, C)")
     arr = arr.astype(np.float64, copy=False)
-    _check_probabilities(arr, name)
+    check_probabilities(arr, name)
     sums = arr @ np.ones(arr.shape[1])  # several times faster than arr.sum(axis=1) for small C
-    off = np.abs(sums - 1.0) > _ROW_SUM_ATOL
+    off = np.abs(sums - 1.0) > ROW_SUM_ATOL
     if off.any():
         i = int(np.argmax(off))
         raise ValueError(
-            f"{name} rows must sum to 1 (within {_ROW_SUM_ATOL:g}); got row {i} summing to "
+            f"{name} rows must sum to 1 (within {ROW_SUM_ATOL:g}); got row {i} summing to "
             f"{sums[i]:g}: pass probabilities (softmax of the logits), not logits or scores"
         )
     return arr
 
 
-def _label_vector(x: ArrayLike, n_classes: int, name: str = "labels") -> NDArray[np.intp]:
-    arr = _numeric(x, name)
-    _check_shape(arr, name, 1, "(N,)")
+def label_vector(x: ArrayLike, n_classes: int, name: str = "labels") -> NDArray[np.intp]:
+    arr = numeric(x, name)
+    check_shape(arr, name, 1, "(N,)")
     if arr.dtype.kind == "b":
         raise ValueError(f"{name} must be integer class indices; got a boolean array")
     if arr.dtype.kind == "f":
-        _check_finite(arr, name)
+        check_finite(arr, name)
         frac = arr != np.round(arr)
         if frac.any():
             i = int(np.argmax(frac))
@@ -147,7 +147,7 @@ def _label_vector(x: ArrayLike, n_classes: int, name: str = "labels") -> NDArray
     return arr.astype(np.intp, copy=False)
 
 
-def _check_same_length(first: tuple[str, NDArray[Any]], *others: tuple[str, NDArray[Any]]) -> None:
+def check_same_length(first: tuple[str, NDArray[Any]], *others: tuple[str, NDArray[Any]]) -> None:
     name0, arr0 = first
     for name, arr in others:
         if len(arr) != len(arr0):
@@ -156,12 +156,12 @@ def _check_same_length(first: tuple[str, NDArray[Any]], *others: tuple[str, NDAr
             )
 
 
-def _check_n_bins(n_bins: int) -> None:
+def check_n_bins(n_bins: int) -> None:
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
         raise ValueError(f"n_bins must be a positive integer; got {n_bins!r}")
 
 
-def _check_fraction(value: float, name: str, *, open_right: bool) -> float:
+def check_fraction(value: float, name: str, *, open_right: bool) -> float:
     """``value`` in (0, 1) or, when not ``open_right``, in (0, 1]."""
     is_number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
         value, bool
@@ -173,25 +173,25 @@ def _check_fraction(value: float, name: str, *, open_right: bool) -> float:
     return v
 
 
-def _calibration_inputs(confidence: ArrayLike, correct: ArrayLike) -> tuple[FloatArray, BoolArray]:
-    conf = _float_vector(confidence, "confidence", unit_interval=True)
-    corr = _bool_vector(correct, "correct")
-    _check_same_length(("confidence", conf), ("correct", corr))
+def calibration_inputs(confidence: ArrayLike, correct: ArrayLike) -> tuple[FloatArray, BoolArray]:
+    conf = float_vector(confidence, "confidence", unit_interval=True)
+    corr = bool_vector(correct, "correct")
+    check_same_length(("confidence", conf), ("correct", corr))
     return conf, corr
 
 
-def _prob_inputs(probs: ArrayLike, labels: ArrayLike) -> tuple[FloatArray, NDArray[np.intp]]:
-    p = _probs_matrix(probs)
-    y = _label_vector(labels, p.shape[1])
-    _check_same_length(("probs", p), ("labels", y))
+def prob_inputs(probs: ArrayLike, labels: ArrayLike) -> tuple[FloatArray, NDArray[np.intp]]:
+    p = probs_matrix(probs)
+    y = label_vector(labels, p.shape[1])
+    check_same_length(("probs", p), ("labels", y))
     return p, y
 
 
-def _ood_inputs(
+def ood_inputs(
     uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike
 ) -> tuple[FloatArray, FloatArray]:
     # Lengths may differ: the two splits are independent samples.
-    return (_float_vector(uncertainty_id, "uncertainty_id"),
-            _float_vector(uncertainty_ood, "uncertainty_ood"))
+    return (float_vector(uncertainty_id, "uncertainty_id"),
+            float_vector(uncertainty_ood, "uncertainty_ood"))
 
 

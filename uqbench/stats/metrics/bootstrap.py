@@ -11,26 +11,26 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from uqbench.stats.metrics._ties import _TieGroups
+from uqbench.stats.metrics._ties import TieGroups
 from uqbench.stats.metrics._validation import (
-    _MAX_DROPPED_FRACTION,
+    MAX_DROPPED_FRACTION,
     SELECTIVE_COVERAGE,
     BoolArray,
     FloatArray,
     IntArray,
     UndefinedMetricWarning,
-    _check_finite,
-    _check_fraction,
-    _check_shape,
-    _numeric,
-    _ood_inputs,
+    check_finite,
+    check_fraction,
+    check_shape,
+    numeric,
+    ood_inputs,
 )
-from uqbench.stats.metrics.ranking import _auroc, ood_auroc
+from uqbench.stats.metrics.ranking import auroc_of_groups, ood_auroc
 from uqbench.stats.metrics.selective import (
-    _augrc,
-    _aurc,
-    _selective_accuracy,
-    _selective_inputs,
+    augrc_of_groups,
+    aurc_of_groups,
+    selective_accuracy_of_groups,
+    selective_inputs,
     selective_summary,
 )
 
@@ -56,46 +56,46 @@ class Resampled:
 
 
 def _counted_groups(values: FloatArray, group: IntArray, hit: BoolArray
-                    ) -> Callable[[IntArray], _TieGroups]:
-    """``idx -> _tie_groups`` of the resample ``idx`` of examples whose keys are
+                    ) -> Callable[[IntArray], TieGroups]:
+    """``idx -> tie_groups`` of the resample ``idx`` of examples whose keys are
     ``values[group]``: the groups the resample holds, with their counts."""
     code = 2 * group + hit  # one bincount counts examples and hits of every group
     n_groups = values.size
 
-    def groups(idx: IntArray) -> _TieGroups:
+    def groups(idx: IntArray) -> TieGroups:
         counts = np.bincount(code[idx], minlength=2 * n_groups).reshape(n_groups, 2)
         hits = counts[:, 1]
         n_g = counts[:, 0] + hits  # not counts.sum(1): a reduction over 2 is slow
         held = np.flatnonzero(n_g)  # (integer takes beat boolean masks here)
-        return _TieGroups(values[held], np.cumsum(n_g[held]), np.cumsum(hits[held]))
+        return TieGroups(values[held], np.cumsum(n_g[held]), np.cumsum(hits[held]))
 
     return groups
 
 
 def _selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *, coverage: float
                          ) -> Callable[[IntArray], FloatArray]:
-    cov = _check_fraction(coverage, "coverage", open_right=False)
-    u, corr = _selective_inputs(uncertainty, correct)
+    cov = check_fraction(coverage, "coverage", open_right=False)
+    u, corr = selective_inputs(uncertainty, correct)
     values, group = np.unique(u, return_inverse=True)
     groups = _counted_groups(values, group, ~corr)  # hits: the errors
 
     def stat(idx: IntArray) -> FloatArray:
         g = groups(idx)
-        return np.array([_aurc(g), _augrc(g), _selective_accuracy(g, cov)])
+        return np.array([aurc_of_groups(g), augrc_of_groups(g), selective_accuracy_of_groups(g, cov)])
 
     return stat
 
 
 def _auroc_resampler(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike
                      ) -> Callable[[IntArray, IntArray], float]:
-    u_id, u_ood = _ood_inputs(uncertainty_id, uncertainty_ood)
+    u_id, u_ood = ood_inputs(uncertainty_id, uncertainty_ood)
     values, group = np.unique(np.concatenate([-u_ood, -u_id]), return_inverse=True)
     ood = np.arange(group.size) < u_ood.size
     groups = _counted_groups(values, group, ood)
     n_ood = u_ood.size
 
     def stat(idx_id: IntArray, idx_ood: IntArray) -> float:
-        return _auroc(groups(np.concatenate([idx_ood, n_ood + idx_id])))
+        return auroc_of_groups(groups(np.concatenate([idx_ood, n_ood + idx_id])))
 
     return stat
 
@@ -117,7 +117,7 @@ def _check_bootstrap_options(n_resamples: int, level: float) -> None:
         or n_resamples < 1
     ):
         raise ValueError(f"n_resamples must be a positive integer; got {n_resamples!r}")
-    _check_fraction(level, "level", open_right=True)
+    check_fraction(level, "level", open_right=True)
 
 
 def _resampleable(arrays: tuple[ArrayLike, ...], names: list[str]) -> list[NDArray[Any]]:
@@ -179,7 +179,7 @@ def _column_interval(point: float, stats: FloatArray, level: float) -> tuple[flo
             stacklevel=4,
         )
         return math.nan, math.nan
-    if n_dropped > _MAX_DROPPED_FRACTION * n_resamples:
+    if n_dropped > MAX_DROPPED_FRACTION * n_resamples:
         warnings.warn(
             f"{n_dropped} of {n_resamples} bootstrap resamples gave NaN (metric undefined, e.g. "
             "a single class) and were dropped; the interval describes the other resamples only",
@@ -479,8 +479,8 @@ def mean_std(values: ArrayLike) -> tuple[float, float]:
     >>> mean_std([1.0, 2.0, 3.0])
     (2.0, 1.0)
     """
-    v = _numeric(values, "values")
-    _check_shape(v, "values", 1, "(S,)")
+    v = numeric(values, "values")
+    check_shape(v, "values", 1, "(S,)")
     v = v.astype(np.float64, copy=False)
     if np.isnan(v).any():
         warnings.warn(
@@ -490,7 +490,7 @@ def mean_std(values: ArrayLike) -> tuple[float, float]:
             stacklevel=2,
         )
         return math.nan, math.nan
-    _check_finite(v, "values")
+    check_finite(v, "values")
     std = float(np.std(v, ddof=1)) if v.size > 1 else 0.0
     return float(np.mean(v)), std
 

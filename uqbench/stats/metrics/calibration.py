@@ -12,9 +12,9 @@ from uqbench.stats.metrics._validation import (
     BinStrategy,
     FloatArray,
     IntArray,
-    _calibration_inputs,
-    _check_n_bins,
-    _prob_inputs,
+    calibration_inputs,
+    check_n_bins,
+    prob_inputs,
 )
 
 
@@ -124,8 +124,8 @@ def reliability_curve(
     >>> c.count, c.accuracy.round(3), c.confidence.round(3), c.edges
     (array([2, 3]), array([0.   , 0.667]), array([0.2  , 0.767]), array([0. , 0.5, 1. ]))
     """
-    conf, corr = _calibration_inputs(confidence, correct)
-    _check_n_bins(n_bins)
+    conf, corr = calibration_inputs(confidence, correct)
+    check_n_bins(n_bins)
     edges = _bin_edges(conf, int(n_bins), strategy)
     bin_ids = _bin_ids(conf, edges)
     conf_sum = np.bincount(bin_ids, weights=conf, minlength=n_bins)
@@ -260,7 +260,7 @@ def brier_score(probs: ArrayLike, labels: ArrayLike) -> float:
     >>> round(brier_score([[0.7, 0.3], [0.0, 1.0]], [0, 1]), 6)
     0.09
     """
-    p, y = _prob_inputs(probs, labels)
+    p, y = prob_inputs(probs, labels)
     # mean_i sum_c (p_ic - y_ic)^2 = (sum_ic p_ic^2) / N - 2 mean_i p_i,label + 1,
     # without building the one-hot matrix; numpy's pairwise sum, not BLAS's dot, whose
     # threaded reduction gives other last bits at another thread count
@@ -294,7 +294,7 @@ def negative_log_likelihood(probs: ArrayLike, labels: ArrayLike) -> float:
     >>> round(negative_log_likelihood([[0.5, 0.5], [0.0, 1.0]], [0, 1]), 4)
     0.3466
     """
-    p, y = _prob_inputs(probs, labels)
+    p, y = prob_inputs(probs, labels)
     return float(-np.mean(np.log(np.maximum(_true_label_probs(p, y), NLL_EPS))))
 
 

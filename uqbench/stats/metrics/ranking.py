@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from uqbench.stats.metrics._ties import _average_precision, _binary_counts, _tie_groups, _TieGroups
-from uqbench.stats.metrics._validation import FloatArray, _ood_inputs
+from uqbench.stats.metrics._ties import TieGroups, average_precision, binary_counts, tie_groups
+from uqbench.stats.metrics._validation import FloatArray, ood_inputs
 
 
 def ood_roc_curve(
@@ -42,8 +42,8 @@ def ood_roc_curve(
     >>> fpr, tpr, thr
     (array([0. , 0. , 0.5, 1. ]), array([0. , 0.5, 1. , 1. ]), array([inf, 0.9, 0.4, 0.1]))
     """
-    u_id, u_ood = _ood_inputs(uncertainty_id, uncertainty_ood)
-    fps, tps, thresholds = _binary_counts(u_ood, u_id)
+    u_id, u_ood = ood_inputs(uncertainty_id, uncertainty_ood)
+    fps, tps, thresholds = binary_counts(u_ood, u_id)
     fps = np.r_[0, fps]
     tps = np.r_[0, tps]
     return fps / fps[-1], tps / tps[-1], np.r_[np.inf, thresholds]
@@ -76,11 +76,11 @@ def ood_auroc(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike) -> float:
     >>> ood_auroc([0.1, 0.4], [0.4, 0.9])
     0.875
     """
-    u_id, u_ood = _ood_inputs(uncertainty_id, uncertainty_ood)
-    return _auroc(_tie_groups(-u_ood, -u_id))
+    u_id, u_ood = ood_inputs(uncertainty_id, uncertainty_ood)
+    return auroc_of_groups(tie_groups(-u_ood, -u_id))
 
 
-def _auroc(groups: _TieGroups) -> float:
+def auroc_of_groups(groups: TieGroups) -> float:
     """AUROC from the tie groups of ``-uncertainty`` with OOD as the hits."""
     tps = np.r_[0, groups.hits_upto]
     fps = np.r_[0, groups.n_upto] - tps
@@ -118,8 +118,8 @@ def aupr_out(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike) -> float:
     >>> round(aupr_out([0.1, 0.4], [0.4, 0.9]), 6)
     0.833333
     """
-    u_id, u_ood = _ood_inputs(uncertainty_id, uncertainty_ood)
-    return _average_precision(u_ood, u_id)
+    u_id, u_ood = ood_inputs(uncertainty_id, uncertainty_ood)
+    return average_precision(u_ood, u_id)
 
 
 def aupr_in(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike) -> float:
@@ -146,8 +146,8 @@ def aupr_in(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike) -> float:
     >>> round(aupr_in([0.1, 0.4], [0.4, 0.9]), 6)
     0.833333
     """
-    u_id, u_ood = _ood_inputs(uncertainty_id, uncertainty_ood)
-    return _average_precision(-u_id, -u_ood)
+    u_id, u_ood = ood_inputs(uncertainty_id, uncertainty_ood)
+    return average_precision(-u_id, -u_ood)
 
 
 def fpr_at_95_tpr(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike) -> float:

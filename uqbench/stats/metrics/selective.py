@@ -6,32 +6,32 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
-from uqbench.stats.metrics._ties import _tie_groups, _TieGroups
+from uqbench.stats.metrics._ties import TieGroups, tie_groups
 from uqbench.stats.metrics._validation import (
-    _CEIL_RTOL,
+    CEIL_RTOL,
     SELECTIVE_COVERAGE,
     BoolArray,
     FloatArray,
-    _bool_vector,
-    _check_fraction,
-    _check_same_length,
-    _float_vector,
+    bool_vector,
+    check_fraction,
+    check_same_length,
+    float_vector,
 )
 
 
-def _selective_inputs(uncertainty: ArrayLike, correct: ArrayLike) -> tuple[FloatArray, BoolArray]:
-    u = _float_vector(uncertainty, "uncertainty")
-    corr = _bool_vector(correct, "correct")
-    _check_same_length(("uncertainty", u), ("correct", corr))
+def selective_inputs(uncertainty: ArrayLike, correct: ArrayLike) -> tuple[FloatArray, BoolArray]:
+    u = float_vector(uncertainty, "uncertainty")
+    corr = bool_vector(correct, "correct")
+    check_same_length(("uncertainty", u), ("correct", corr))
     return u, corr
 
 
-def _selective_groups(uncertainty: ArrayLike, correct: ArrayLike) -> _TieGroups:
-    u, corr = _selective_inputs(uncertainty, correct)
-    return _tie_groups(u[~corr], u[corr])
+def _selective_groups(uncertainty: ArrayLike, correct: ArrayLike) -> TieGroups:
+    u, corr = selective_inputs(uncertainty, correct)
+    return tie_groups(u[~corr], u[corr])
 
 
-def _aurc(groups: _TieGroups) -> float:
+def aurc_of_groups(groups: TieGroups) -> float:
     """Expected trapezoid AURC over random orderings inside tie groups (see :func:`aurc`)."""
     n_upto, errors_upto = groups.n_upto, groups.hits_upto
     n = int(n_upto[-1])
@@ -138,7 +138,7 @@ def aurc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
     >>> round(aurc([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0]), 6)
     0.123333
     """
-    return _aurc(_selective_groups(uncertainty, correct))
+    return aurc_of_groups(_selective_groups(uncertainty, correct))
 
 
 def e_aurc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
@@ -179,7 +179,7 @@ def e_aurc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
     groups = _selective_groups(uncertainty, correct)
     err = float(groups.hits_upto[-1] / groups.n_upto[-1])
     optimal = 1.0 if err == 1.0 else err + (1.0 - err) * math.log1p(-err)
-    return _aurc(groups) - optimal
+    return aurc_of_groups(groups) - optimal
 
 
 def augrc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
@@ -212,10 +212,10 @@ def augrc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
     >>> round(augrc([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0]), 6)
     0.1
     """
-    return _augrc(_selective_groups(uncertainty, correct))
+    return augrc_of_groups(_selective_groups(uncertainty, correct))
 
 
-def _augrc(groups: _TieGroups) -> float:
+def augrc_of_groups(groups: TieGroups) -> float:
     n_acc = np.r_[0, groups.n_upto]
     errors = np.r_[0, groups.hits_upto]
     n = int(n_acc[-1])
@@ -228,7 +228,7 @@ def _n_accepted(coverage: float, n: int) -> int:
     """ceil(coverage * n), forgiving float rounding: 0.7 * 10 = 7.000000000000001 gives 7."""
     exact = coverage * n
     nearest = round(exact)
-    if abs(exact - nearest) <= _CEIL_RTOL * max(1.0, exact):
+    if abs(exact - nearest) <= CEIL_RTOL * max(1.0, exact):
         return max(1, nearest)
     return math.ceil(exact)
 
@@ -272,11 +272,11 @@ def selective_accuracy(
     >>> round(selective_accuracy([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0], coverage=0.6), 6)
     0.833333
     """
-    cov = _check_fraction(coverage, "coverage", open_right=False)
-    return _selective_accuracy(_selective_groups(uncertainty, correct), cov)
+    cov = check_fraction(coverage, "coverage", open_right=False)
+    return selective_accuracy_of_groups(_selective_groups(uncertainty, correct), cov)
 
 
-def _selective_accuracy(groups: _TieGroups, cov: float) -> float:
+def selective_accuracy_of_groups(groups: TieGroups, cov: float) -> float:
     n = int(groups.n_upto[-1])
     k = _n_accepted(cov, n)
     g = int(np.searchsorted(groups.n_upto, k, side="left"))  # the group holding the k-th example
@@ -297,8 +297,8 @@ def selective_summary(
     >>> selective_summary([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0], coverage=0.6).round(6)
     array([0.123333, 0.1     , 0.833333])
     """
-    cov = _check_fraction(coverage, "coverage", open_right=False)
+    cov = check_fraction(coverage, "coverage", open_right=False)
     groups = _selective_groups(uncertainty, correct)
-    return np.array([_aurc(groups), _augrc(groups), _selective_accuracy(groups, cov)])
+    return np.array([aurc_of_groups(groups), augrc_of_groups(groups), selective_accuracy_of_groups(groups, cov)])
 
 
