@@ -12,7 +12,7 @@ import pytest
 from uqbench.data.artifacts import chance_interval, classifier_accuracy
 from uqbench.data.records import MCRecord, Split
 from uqbench.data.suite_spec import Suite
-from uqbench.results.evaluate import COLUMNS
+from uqbench.results.evaluate import ROW_COLUMNS
 from uqbench.results.references import (
     at_chance,
     at_chance_message,
@@ -101,7 +101,7 @@ def test_reference_rows_have_the_accuracy_columns_only(refs) -> None:
     for row in refs.values():
         assert is_reference(row) and row["gate"] == row["scorer"] == "-"
         assert row["model"] == row["method"] and row["n_id"] > 0
-        for c in COLUMNS:
+        for c in ROW_COLUMNS:
             if c not in ("accuracy", "shift_accuracy"):
                 assert math.isnan(row[c]), c
         assert math.isnan(row["ece_lo"]) and math.isnan(row["forward_passes"])
@@ -110,7 +110,7 @@ def test_reference_rows_have_the_accuracy_columns_only(refs) -> None:
 def _model_row(method: str, domain: str, acc: float, lo: float, hi: float) -> dict:
     model, gate, scorer = method.split("/")
     row = {"method": method, "model": model, "gate": gate, "scorer": scorer, "domain": domain,
-           **{c: 0.5 for c in COLUMNS}, "accuracy": acc, "accuracy_lo": lo, "accuracy_hi": hi,
+           **{c: 0.5 for c in ROW_COLUMNS}, "accuracy": acc, "accuracy_lo": lo, "accuracy_hi": hi,
            "forward_passes": 1, "seeds": 1}
     return row
 

@@ -46,7 +46,7 @@ import numpy as np
 from uqbench.core.errors import UserError
 from uqbench.core.outputs import OPTIONAL_FIELDS, Outputs, with_train
 from uqbench.core.plan import GateSpec, ModelSpec, Pair
-from uqbench.files.cache import PROTOCOL_VERSION, tmp_name, atomic_write_text, file_sha256
+from uqbench.files.cache import PROTOCOL_VERSION, atomic_write_text, file_sha256, tmp_name
 from uqbench.results.references import ReferenceInputs
 
 FORMAT, VERSION = "uqbench-records", 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from uqbench.core.errors import UserError
 from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import RunFolder, read_run
+from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE, RISK_AT, Column
 from uqbench.results.tables import is_reference
 from uqbench.stats import metrics as M
 from uqbench.stats.conformal import NotReachable, conformal_quantile
@@ -36,25 +37,10 @@ FILES = ("compare.md", "compare.csv", "compare.html")
 CP_ALPHA = 0.1
 
 
-def _risk_at(cov: float) -> Callable[..., float]:
-    return lambda u, c: 1.0 - M.selective_accuracy(u, c.astype(bool), coverage=cov)
-
-
-#: column -> (metric of 1-D arrays, the (role, field) arrays it reads, two-sample)
-METRICS: dict[str, tuple[Callable[..., float], tuple[tuple[str, str], ...], bool]] = {
-    "accuracy": (lambda c: float(np.mean(c)), (("id", "correct"),), False),
-    "ece": (lambda p, c: M.expected_calibration_error(p, c.astype(bool), n_bins=M.ECE_BINS),
-            (("id", "confidence"), ("id", "correct")), False),
-    "ood_auroc": (M.ood_auroc, (("id", "uncertainty"), ("shift", "uncertainty")), True),
-    "aurc": (lambda u, c: M.aurc(u, c.astype(bool)), (("id", "uncertainty"), ("id", "correct")),
-             False),
-    "augrc": (lambda u, c: M.augrc(u, c.astype(bool)),
-              (("id", "uncertainty"), ("id", "correct")), False),
-    **{f"risk_at_{round(100 * k)}": (_risk_at(k), (("id", "uncertainty"), ("id", "correct")),
-                                     False) for k in (0.5, 0.8, 0.9)},
-    **{f"cp_{s}_10_cov": (lambda covered: float(np.mean(covered)), (("id", f"covered_{s}"),),
-                          False) for s in ("lac", "aps_rand", "raps_rand")},
-}
+#: the columns compare pairs: a few of the results table's and the conformal / risk ones
+METRICS: dict[str, Column] = {
+    **{n: COLUMNS[n] for n in ("accuracy", "ece", "ood_auroc", "aurc", "augrc")},
+    **RISK_AT, **CONFORMAL_COVERAGE}
 
 
 @dataclass(frozen=True)
@@ -98,7 +84,7 @@ def check_comparable(runs: Sequence[RunFolder], labels: Sequence[str]) -> None:
 def _inputs(run: RunFolder, method: str, domain: str, col: str) -> list[NDArray[Any]] | None:
     """The (N, seeds) arrays ``col`` reads for ``method`` on ``domain``, or None."""
     out = []
-    for role, name in METRICS[col][1]:
+    for role, name in METRICS[col].reads:
         if name.startswith("covered_"):  # conformal: the ID conformity score <= q̂ of calib
             cal = run.scores(method, domain, "calib", f"conformity_{name[8:]}")
             test = run.scores(method, domain, role, f"conformity_{name[8:]}")
@@ -164,14 +150,15 @@ def compare(run_dirs: Sequence[str | Path], *, n_boot: int | None = None, seed: 
                     cell = Cell(_num(row.get(c)), _num(row.get(f"{c}_lo")),
                                 _num(row.get(f"{c}_hi")))
                     if i and (m, dom) in rows[0]:
-                        fn, _, two = METRICS[c]
+                        col = METRICS[c]
                         mine = _inputs(run, m, dom, c)
                         if base[c] is None or mine is None:
                             cell = Cell(cell.value, cell.lo, cell.hi,
                                         note="no per-example arrays in scores.npz")
                         else:
                             cell = Cell(cell.value, cell.lo, cell.hi, M.paired_difference(
-                                M.seed_mean(fn), base[c], mine, two_sample=two,
+                                M.seed_mean(col.bound()), base[c], mine,
+                                two_sample=col.two_sample,
                                 n_resamples=n_boot, seed=seed))
                     cells[c] = cell
                 per_run.append(cells)

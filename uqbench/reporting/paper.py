@@ -41,6 +41,7 @@ from uqbench.core.errors import UserError, record_fallback
 from uqbench.core.experiments import CONCENTRATION, EXPERIMENTS
 from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import PAPER_REPORT, read_meta, read_run, score_key
+from uqbench.results.columns import COLUMNS
 from uqbench.results.references import at_chance
 from uqbench.stats import metrics as M
 
@@ -129,30 +130,18 @@ def _bootstrap(stat: Callable[..., float], sizes: Sequence[int], what: str,
     return d
 
 
-def _id(run: _Run, m: str, name: str, i: NDArray[np.intp]) -> NDArray[Any]:
-    return run.a(m, "id", name)[i].ravel()
+#: metrics of the paired claims (`uqbench.results.columns`); each seed's column is pooled
+PAIRED_METRICS = ("accuracy", "ece", "sel_acc_80", "shift_accuracy", "shift_sel_acc_80",
+                  "ood_auroc")
 
 
-def _shift(run: _Run, m: str, name: str, j: NDArray[np.intp]) -> NDArray[Any]:
-    return run.a(m, "shift", name)[j].ravel()
-
-
-#: metric of a paired claim -> its value for one method on resampled examples: ``(run, method,
-#: ID indices, shifted indices)``, every seed's column pooled
-PAIRED_METRICS: dict[str, Callable[[_Run, str, NDArray[np.intp], NDArray[np.intp]], float]] = {
-    "accuracy": lambda r, m, i, j: float(_id(r, m, "correct", i).mean()),
-    "ece": lambda r, m, i, j: M.expected_calibration_error(
-        _id(r, m, "confidence", i), _id(r, m, "correct", i).astype(bool), n_bins=M.ECE_BINS),
-    "sel_acc_80": lambda r, m, i, j: M.selective_accuracy(
-        _id(r, m, "uncertainty", i), _id(r, m, "correct", i).astype(bool),
-        coverage=M.SELECTIVE_COVERAGE),
-    "shift_accuracy": lambda r, m, i, j: float(_shift(r, m, "correct", j).mean()),
-    "shift_sel_acc_80": lambda r, m, i, j: M.selective_accuracy(
-        _shift(r, m, "uncertainty", j), _shift(r, m, "correct", j).astype(bool),
-        coverage=M.SELECTIVE_COVERAGE),
-    "ood_auroc": lambda r, m, i, j: M.ood_auroc(_id(r, m, "uncertainty", i),
-                                                _shift(r, m, "uncertainty", j)),
-}
+def _paired_value(run: _Run, method: str, metric: str, i: NDArray[np.intp],
+                  j: NDArray[np.intp]) -> float:
+    """``metric`` of ``method`` on the resampled ID examples ``i`` and shifted examples ``j``,
+    every seed's column pooled."""
+    col = COLUMNS[metric]
+    return col(*(run.a(method, split, field)[i if split == "id" else j].ravel()
+                 for split, field in col.reads))
 
 
 def _paired(run: _Run, a: str, b: str, metric: str, seed: int = 0) -> M.PairedInterval:
@@ -160,9 +149,9 @@ def _paired(run: _Run, a: str, b: str, metric: str, seed: int = 0) -> M.PairedIn
     seed counts: a resample draws examples (the same for every seed and both methods), and the
     metric is computed on those examples pooled over the seeds; ID and shifted examples are
     resampled independently (`_bootstrap`)."""
-    value = PAIRED_METRICS[metric]
     n, k = len(run.a(a, "id", "correct")), len(run.a(a, "shift", "correct"))
-    return _bootstrap(lambda i, j: value(run, a, i, j) - value(run, b, i, j), (n, k),
+    return _bootstrap(lambda i, j: _paired_value(run, a, metric, i, j)
+                      - _paired_value(run, b, metric, i, j), (n, k),
                       f"{metric}: {a} − {b}", seed)
 
 

@@ -26,17 +26,17 @@ from numpy.typing import NDArray
 from uqbench.core.outputs import Outputs
 from uqbench.core.scorer import Scorer, run_scorer
 from uqbench.files.cache import ArrayCache, source_hash
+from uqbench.results import columns
+from uqbench.results.columns import COLUMNS as METRIC_COLUMNS
 from uqbench.stats import metrics as M
 
 #: Metrics that get a bootstrap CI (the others are reported as mean +- std over seeds).
-CI_METRICS = ("accuracy", "ece", "brier", "nll", "mce", "ece_adaptive", "ood_auroc", "aurc",
-              "augrc", "sel_acc_80")
+CI_METRICS = tuple(name for name, col in METRIC_COLUMNS.items() if col.ci)
 #: CI metrics bootstrapped together, from one sort per resample: their index in
 #: `uqbench.stats.metrics.selective_summary`.
 SELECTIVE = {"aurc": 0, "augrc": 1, "sel_acc_80": 2}
-COLUMNS = ("accuracy", "ece", "brier", "nll", "mce", "ece_adaptive", "ood_auroc", "aupr_out",
-           "fpr95", "aurc", "e_aurc", "augrc", "sel_acc_80", "shift_accuracy", "shift_sel_acc_80",
-           "avg_experts", "shift_avg_experts")
+#: the metric columns of a results row, and the expert budget
+ROW_COLUMNS = (*METRIC_COLUMNS, "avg_experts", "shift_avg_experts")
 
 
 @dataclass(frozen=True)
@@ -106,67 +106,27 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
     (multiclass) and ``nll`` of the predictive distribution; ranking: ``aurc``, ``e_aurc``,
     ``augrc`` (`uqbench.stats.metrics`, one definition each)."""
 
-    def acc(c: NDArray[Any]) -> float:
-        return float(np.mean(c))
-
-    def ece(conf: NDArray[Any], c: NDArray[Any]) -> float:
-        return M.expected_calibration_error(conf, c.astype(bool), n_bins=n_bins)
-
-    def ece_adaptive(conf: NDArray[Any], c: NDArray[Any]) -> float:
-        return M.expected_calibration_error(conf, c.astype(bool), n_bins=n_bins,
-                                            strategy="quantile")
-
-    def mce(conf: NDArray[Any], c: NDArray[Any]) -> float:
-        return M.max_calibration_error(conf, c.astype(bool), n_bins=n_bins)
-
-    def sel80(u: NDArray[Any], c: NDArray[Any]) -> float:
-        return M.selective_accuracy(u, c.astype(bool), coverage=M.SELECTIVE_COVERAGE)
-
-    def rc(fn: Callable[..., float]) -> Callable[..., float]:
-        return lambda u, c: fn(u, c.astype(bool))
-
-    one_sample: dict[str, tuple[Callable[..., float], tuple[NDArray[Any], ...]]] = {
-        "accuracy": (acc, (id_.correct,)),
-        "ece": (ece, (id_.confidence, id_.correct)),
-        "mce": (mce, (id_.confidence, id_.correct)),
-        "ece_adaptive": (ece_adaptive, (id_.confidence, id_.correct)),
-        "aurc": (rc(M.aurc), (id_.uncertainty, id_.correct)),
-        "e_aurc": (rc(M.e_aurc), (id_.uncertainty, id_.correct)),
-        "augrc": (rc(M.augrc), (id_.uncertainty, id_.correct)),
-        "sel_acc_80": (sel80, (id_.uncertainty, id_.correct)),
-        "shift_accuracy": (acc, (shift.correct,)),
-        "shift_sel_acc_80": (sel80, (shift.uncertainty, shift.correct)),
-    }
-    if id_.probs is not None and id_.labels is not None:
-        one_sample["brier"] = (M.brier_score, (id_.probs, id_.labels))
-        one_sample["nll"] = (M.negative_log_likelihood, (id_.probs, id_.labels))
-    # Resampled: bootstrapped from one sort (bitwise equal to sorting each resample, faster)
-    two_sample = {"ood_auroc": M.RESAMPLED_OOD_AUROC, "aupr_out": M.aupr_out,
-                  "fpr95": M.fpr_at_95_tpr}
-    row: dict[str, float] = {}
-    if "brier" not in one_sample:
+    splits = {"id": id_, "shift": shift}
+    if id_.probs is None or id_.labels is None:
         warnings.warn("evaluate: the ID Scored has no predictive distribution (probs/labels); "
                       "brier and nll are NaN (build it with Scored.of)", stacklevel=2)
-    for name in COLUMNS:  # the table's column order; brier/nll without probs stay NaN
-        if name not in one_sample:
-            if name in ("brier", "nll"):
-                row[name] = row[f"{name}_std"] = row[f"{name}_lo"] = row[f"{name}_hi"] = math.nan
+    row: dict[str, float] = {}
+    # one-sample columns first, then those of ID against shift (the row's column order)
+    for col in sorted(METRIC_COLUMNS.values(), key=lambda c: c.two_sample):
+        name, arrays = col.name, tuple(getattr(splits[s], f) for s, f in col.reads)
+        if any(a is None for a in arrays):  # brier/nll without a predictive distribution
+            row[name] = row[f"{name}_std"] = row[f"{name}_lo"] = row[f"{name}_hi"] = math.nan
             continue
-        fn, arrays = one_sample[name]
+        fn = col.bound(n_bins)
         row[name], row[f"{name}_std"] = M.per_seed(fn, *arrays)
         if name in SELECTIVE:  # the three from one bootstrap (memoised: drawn once)
             lo, hi = _ci("selective", M.resampled_selective_summary(M.SELECTIVE_COVERAGE),
                          arrays, two_sample=False, n_boot=n_boot, seed=seed)
             row[f"{name}_lo"], row[f"{name}_hi"] = float(lo[SELECTIVE[name]]), float(
                 hi[SELECTIVE[name]])
-        elif name in CI_METRICS:
+        elif col.ci:
             row[f"{name}_lo"], row[f"{name}_hi"] = _ci(
-                name, fn, arrays, two_sample=False, n_bins=n_bins, n_boot=n_boot, seed=seed)
-    for name, fn in two_sample.items():
-        row[name], row[f"{name}_std"] = M.per_seed(fn, id_.uncertainty, shift.uncertainty)
-        if name in CI_METRICS:
-            row[f"{name}_lo"], row[f"{name}_hi"] = _ci(
-                name, fn, (id_.uncertainty, shift.uncertainty), two_sample=True, n_boot=n_boot,
+                name, fn, arrays, two_sample=col.two_sample, n_bins=n_bins, n_boot=n_boot,
                 seed=seed)
     for name, scored in (("avg_experts", id_), ("shift_avg_experts", shift)):
         if scored.experts is None:
@@ -192,7 +152,7 @@ def per_token_experts(scored: Scored) -> list[float]:
 
 @cache
 def _code_hash() -> str:
-    return source_hash(M, sys.modules[__name__])
+    return source_hash(M, columns, sys.modules[__name__])
 
 
 def _content_hash(*scored: Scored) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from uqbench.files.cache import PROTOCOL_VERSION
-from uqbench.results.evaluate import CI_METRICS, COLUMNS
+from uqbench.results.evaluate import CI_METRICS, ROW_COLUMNS
 from uqbench.results.tables import CHANCE, OPTIONS_ONLY, is_reference
 from uqbench.stats import metrics as M
 
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 def _template(method: str, domain: str) -> dict[str, Any]:
     row: dict[str, Any] = {"method": method, "model": method, "gate": "-", "scorer": "-",
                            "domain": domain}
-    for c in COLUMNS:
+    for c in ROW_COLUMNS:
         row[c] = row[f"{c}_std"] = float("nan")
         if c in CI_METRICS:
             row[f"{c}_lo"] = row[f"{c}_hi"] = float("nan")
@@ -74,7 +74,7 @@ def reference_inputs(suite: Any, *, seed: int = 0) -> ReferenceInputs:
     """`ReferenceInputs` of a built suite (``domains`` and ``split(domain, role)`` with
     ``records``/``hash``, a `uqbench.data.suite_spec.Suite`): the classifier is fitted on each
     domain's train split with ``seed``."""
-    from uqbench.data.artifacts import options_only_correct, fit_options_only
+    from uqbench.data.artifacts import fit_options_only, options_only_correct
 
     domains = tuple(suite.domains)
     n_choices, correct, hashes = {}, {}, {}

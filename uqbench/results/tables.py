@@ -11,7 +11,7 @@ is ID vs the shifted split of the same domain, OOD = positive, score = uncertain
 `chance` (a uniform guess; its interval is where a random guesser lands) and `options-only` (a
 classifier that sees the options, not the question) are references with accuracy columns only:
 a model must beat them to show it reads the question (`uqbench.results.references`). The columns of
-the conformal and risk-control tables are defined in `uqbench.results.columns`.
+the conformal and risk-control tables are defined in `uqbench.results.conformal_risk`.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ SHOWN = (  # (column, header, digits)
     ("shift_accuracy", "ShiftAcc", 3),
     ("avg_experts", "Experts", 2), ("forward_passes", "Passes", 0),
 )
-#: The second table: conformal sets at alpha = 0.1 fitted on calib (`uqbench.results.columns`).
+#: The second table: conformal sets at alpha = 0.1 fitted on calib (`uqbench.results.conformal_risk`).
 CONFORMAL_SHOWN = (
     ("cp_lac_10_cov", "LAC cov", 3), ("cp_lac_10_size", "LAC size", 2),
     ("cp_aps_rand_10_cov", "APS cov", 3), ("cp_aps_rand_10_size", "APS size", 2),

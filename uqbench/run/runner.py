@@ -330,7 +330,7 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
 
     ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
     ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.stats.recalibration`)."""
-    from uqbench.results.columns import toolbox_columns
+    from uqbench.results.conformal_risk import conformal_risk_columns
     from uqbench.stats.recalibration import CALIBRATORS, recalibrate_cached
 
     rows: list[dict[str, Any]] = []
@@ -365,7 +365,7 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
             # conformal sets and selective risk control (issue 27), fitted on calib
             groups = {r: o[0].domain for r, o in (("calib", cal_outs), ("id", id_outs),
                                                    ("shift", sh_outs))} if len(parts) > 1 else None
-            row.update(toolbox_columns(cache, cal_s, id_s, sh_s, n_boot=n_boot,
+            row.update(conformal_risk_columns(cache, cal_s, id_s, sh_s, n_boot=n_boot,
                                        arrays=arrays, owner=(m.name, dom), groups=groups))
             rows.append(row)
             # per-example arrays are (N, seeds): verdicts and figures pool every seed

@@ -1,4 +1,4 @@
-"""The conformal and risk-control columns of a results row (`uqbench.results.columns`)."""
+"""The conformal and risk-control columns of a results row (`uqbench.results.conformal_risk`)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ from uqbench.stats import conformal as C
 from uqbench.files.cache import ArrayCache
 from uqbench.results.evaluate import Scored
 from uqbench.core.scorer import get_scorer
-from uqbench.results.columns import compute, toolbox_columns
+from uqbench.results.conformal_risk import compute, conformal_risk_columns
 
 
 def _scored(n: int, seed: int, seeds: int = 1) -> Scored:
@@ -43,13 +43,13 @@ def test_columns_are_the_conformal_functions_with_cis_and_figure_arrays() -> Non
 
 def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_path,
                                                                          monkeypatch) -> None:
-    import uqbench.results.columns as T
+    import uqbench.results.conformal_risk as T
 
     monkeypatch.setattr(T, "_WARNED", set())
     cal, id_, sh = _scored(16, 1), _scored(30, 2), _scored(30, 3)  # the smoke profile's calib
     arrays: dict = {}
     with pytest.warns(UserWarning, match="alpha=0.05 not reachable: 16 calibration questions"):
-        row = toolbox_columns(ArrayCache(tmp_path), cal, id_, sh, n_boot=50, arrays=arrays,
+        row = conformal_risk_columns(ArrayCache(tmp_path), cal, id_, sh, n_boot=50, arrays=arrays,
                               owner=("m", "d"))
     assert "n >= 1/alpha - 1 = 19" in row["cp_note"]
     assert math.isnan(row["cp_aps_05_cov"]) and math.isnan(row["shift_cp_lac_05_ssc_hi"])
@@ -58,11 +58,11 @@ def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_pat
     assert arrays["m|d|shift|conformity_aps_rand"].shape == (30, 1)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        toolbox_columns(None, cal, id_, sh, n_boot=50)
+        conformal_risk_columns(None, cal, id_, sh, n_boot=50)
     assert not seen  # once per reason and process, not once per row
     monkeypatch.setattr(T, "_WARNED", set())  # another process: a cached row warns too
     with pytest.warns(UserWarning, match="alpha=0.05 not reachable"):
-        again = toolbox_columns(ArrayCache(tmp_path), cal, id_, sh, n_boot=50)
+        again = conformal_risk_columns(ArrayCache(tmp_path), cal, id_, sh, n_boot=50)
     assert json.dumps(again) == json.dumps(row)
 
 
