@@ -1,3 +1,6 @@
+"""Shared fixtures: tiny backbones, the real data and weights, the shared smoke run and its
+splits, subprocesses with load-tolerant timeouts; the ``slow``/``e2e`` marks follow from the
+fixtures a test uses."""
 from __future__ import annotations
 
 import os

@@ -1,3 +1,5 @@
+"""The on-disk cache (`uqbench.files.cache`): atomic entries addressed by key material, stale
+and corrupt entries detected and rebuilt, orphans swept, the source hash of cache keys."""
 from __future__ import annotations
 
 import os

@@ -1,3 +1,5 @@
+"""The dense peft baselines (`baselines.dense`: LoRA, DoRA, AdaLoRA): built, trained and reloaded
+on the MoE-LoRA's targets; bad kinds and values refused."""
 from __future__ import annotations
 
 import pytest

@@ -1,3 +1,5 @@
+"""The multiple-choice heads (`baselines.heads`): shapes and padding, gradients, truncation
+reporting, decoder prompts, cloze scores and bi-encoder scores on tiny models."""
 from __future__ import annotations
 
 import random

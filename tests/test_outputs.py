@@ -1,3 +1,4 @@
+"""The `Outputs` record: bad fields named, available fields listed, select/concat round trips."""
 from __future__ import annotations
 
 import numpy as np

@@ -180,7 +180,7 @@ def _trained_bytes(encoder: Backbone, seed: int, recs: list) -> bytes:
 def test_trained_model_does_not_depend_on_the_prefix_cache_state(encoder: Backbone) -> None:
     """Byte-equal adapters whether the prefix cache was cold, filled by an inference pass in
     other batch compositions (other paddings), or warm from another model trained before in
-    the same process (issue 30: a retrained ensemble member was a different model)."""
+    the same process (a retrained ensemble member was once a different model)."""
     recs = toy_records(20, seed=5, n_choices=(2, 3, 4))
     PREFIX_CACHE.clear()
     cold = _trained_bytes(encoder, 0, recs)

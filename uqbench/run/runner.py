@@ -362,7 +362,7 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
                                          for r in ("id", "shift")),
                 "calib_hashes": ",".join(refs.hashes[f"{d}/calib"] for d in parts),
             }
-            # conformal sets and selective risk control (issue 27), fitted on calib
+            # conformal sets and selective risk control, fitted on calib
             groups = {r: o[0].domain for r, o in (("calib", cal_outs), ("id", id_outs),
                                                    ("shift", sh_outs))} if len(parts) > 1 else None
             row.update(conformal_risk_columns(cache, cal_s, id_s, sh_s, n_boot=n_boot,
