@@ -3,6 +3,7 @@ and corrupt entries detected and rebuilt, orphans swept, the source hash of cach
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,3 +124,13 @@ def test_source_hash_covers_every_module_of_a_package(tmp_path, monkeypatch) -> 
     assert source_hash(importlib.import_module("srchashpkg")) != before
     assert source_hash(importlib.import_module("srchashpkg"), extra="x") != source_hash(
         importlib.import_module("srchashpkg"))
+
+
+def test_the_cache_folder_is_chosen_in_one_place(monkeypatch, tmp_path) -> None:
+    from uqbench.files.cache import resolve_cache_dir
+
+    monkeypatch.delenv("UQBENCH_CACHE", raising=False)
+    assert resolve_cache_dir() == Path(".uqbench-cache")
+    monkeypatch.setenv("UQBENCH_CACHE", str(tmp_path))
+    assert resolve_cache_dir() == tmp_path
+    assert resolve_cache_dir(tmp_path / "given") == tmp_path / "given"

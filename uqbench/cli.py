@@ -248,12 +248,10 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join([*diff.differences, f"reproduce {args.run_dir}: {diff.summary()}"]))
             return 0 if diff.equal else 1
         elif args.command == "data":
-            import os
-
             from uqbench.data.split_table import format_split_table, split_table
-            data_dir = args.data_dir or os.environ.get("UQBENCH_DATA")
-            cache = args.cache_dir or Path(os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
-            print(format_split_table(split_table(args.suite, args.profile, data_dir=data_dir,
+            from uqbench.files.cache import resolve_cache_dir
+            cache = resolve_cache_dir(args.cache_dir)
+            print(format_split_table(split_table(args.suite, args.profile, data_dir=args.data_dir,
                                                  cache_dir=cache / "splits", seed=0)))
     except UserError as exc:
         print(f"uqbench: error: {exc}", file=sys.stderr)

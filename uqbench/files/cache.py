@@ -42,6 +42,17 @@ def key_hash(material: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+#: the cache folder when none is given: ``$UQBENCH_CACHE``, else this folder in the working one
+CACHE_ENV_VAR, DEFAULT_CACHE_DIR = "UQBENCH_CACHE", ".uqbench-cache"
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``cache_dir`` if given, else ``$UQBENCH_CACHE``, else ``.uqbench-cache``: the one place
+    the cache folder is chosen (runs, data builds, converted backbone weights)."""
+    return Path(cache_dir if cache_dir is not None
+                else os.environ.get(CACHE_ENV_VAR) or DEFAULT_CACHE_DIR)
+
+
 def source_hash(*modules: ModuleType, extra: str = "") -> str:
     """sha256 of the source of ``modules`` (a package: every module in it) and ``extra``: the
     part of a cache key that changes whenever the code computing the cached values does."""

@@ -12,7 +12,6 @@ import hashlib
 import inspect
 import json
 import logging
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -42,6 +41,7 @@ from uqbench.files.cache import (
     PROTOCOL_VERSION,
     ArrayCache,
     atomic_write_text,
+    resolve_cache_dir,
     sweep_orphans,
 )
 from uqbench.files.environment import environment
@@ -104,8 +104,9 @@ class RunResult:
 
 
 def resolve_dirs(cfg: RunConfig) -> tuple[Path, Path, Path | None]:
-    data = cfg.data_dir or (Path(os.environ["UQBENCH_DATA"]) if os.environ.get("UQBENCH_DATA") else None)
-    cache = cfg.cache_dir or Path(os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
+    from uqbench.data.sources.files import resolve_data_dir
+
+    data, cache = resolve_data_dir(cfg.data_dir), resolve_cache_dir(cfg.cache_dir)
     stem = lambda s: Path(s).stem if ("/" in s or s.endswith((".yaml", ".yml"))) else s
     out = cfg.out or Path("runs") / f"{stem(cfg.suite)}-{cfg.profile}-{stem(cfg.backbone)}" \
         f"{'-' + cfg.experiment if cfg.experiment else ''}"
