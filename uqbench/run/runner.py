@@ -8,19 +8,14 @@ output folder -> data -> models -> passes.
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from uqbench.core.engine import Backend, RunStats, get_backend, get_drawer
+from uqbench.core.engine import Backend, RunStats, get_backend
 from uqbench.core.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.core.gating import check_spec
 from uqbench.core.outputs import Outputs, with_train
@@ -40,22 +35,16 @@ from uqbench.files import rundir
 from uqbench.files.cache import (
     PROTOCOL_VERSION,
     ArrayCache,
-    atomic_write_text,
     resolve_cache_dir,
     sweep_orphans,
 )
 from uqbench.files.environment import environment
-from uqbench.files.rundir import SCORE_FIELDS, score_key
 from uqbench.io.recordset import RecordSet, method_entries, write_record_set
-from uqbench.results.evaluate import Scored, evaluate_cached
 from uqbench.results.references import (
-    ReferenceInputs,
     reference_inputs,
-    reference_rows,
-    warn_at_chance,
 )
-from uqbench.results.tables import summary, write_results
-from uqbench.stats.metrics import ECE_BINS
+from uqbench.results.rows import score_all
+from uqbench.run.folder import print_summary, write_run
 
 log = logging.getLogger(__name__)
 
@@ -272,140 +261,4 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     return RunResult(out, rows, stats)
 
 
-def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.ndarray],
-              meta: dict[str, Any], *, t0: float, figures: bool, final: Path | None = None
-              ) -> None:
-    """Write a run folder's tables, ``run.json`` (with ``at_chance`` and ``seconds``), scores,
-    figures and ``report.html``; ``t0``: when the run started (``perf_counter``), for
-    ``seconds.total``; ``final``: where ``out`` will be renamed to (messages name it)."""
-    meta["at_chance"] = warn_at_chance(rows)  # one WARNING listing every method at chance
-    meta["seconds"]["total"] = time.perf_counter() - t0
-    write_results(out, rows, meta)
-    rundir.write_scores(out, arrays)
-    if figures:
-        t_fig = time.perf_counter()
-        _draw_figures(out, arrays, meta.get("training", {}))
-        meta["seconds"]["figures"] = time.perf_counter() - t_fig
-        meta["seconds"]["total"] = time.perf_counter() - t0
-        atomic_write_text(out / rundir.META, json.dumps(meta, indent=1, default=str))
-    _write_html_report(out, meta, final or out)
-    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()),
-          flush=True)
-
-
-def _write_html_report(out: Path, meta: dict[str, Any], final: Path) -> None:
-    """``report.html`` (`uqbench.reporting.html`), which must never fail a run: if rendering fails, the
-    error is warned about and recorded in ``run.json`` ``report_html_error``; results stay."""
-    from uqbench.reporting.html import write_report
-
-    try:
-        write_report(out)
-    except Exception as exc:  # noqa: BLE001 -- any rendering error: the run's results stand
-        meta["report_html_error"] = f"{type(exc).__name__}: {exc}"
-        log.warning("report.html was not written (%s); the results are complete, rerun "
-                    "`uqbench report %s --html` after fixing it", meta["report_html_error"], final)
-        atomic_write_text(out / rundir.META, json.dumps(meta, indent=1, default=str))
-
-
-def print_summary(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> None:
-    """The pooled table, the at-chance warning and where the files are."""
-    print(summary(rows), flush=True)
-    if meta["at_chance"]:  # the list went to the log (stderr) once; the summary points at it
-        print(f"\nWARNING: {len(meta['at_chance'])} method/domain result(s) have an ID accuracy "
-              "CI that includes chance (listed in the log, on stderr, and in run.json "
-              "`at_chance`): their UQ numbers measure a model at chance", flush=True)
-    print(f"\nwrote {out}/results.{{md,csv,jsonl,tex}}", flush=True)
-
-
-def score_all(ms: Sequence[Method], refs: ReferenceInputs,
-              outs: Mapping[tuple[str, str, int], Outputs], n_seeds: int, n_boot: int,
-              cache: ArrayCache | None = None, scorer_timeout: float | None = None,
-              protocol: str = PROTOCOL_VERSION
-              ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """One row per method per domain of ``refs`` and ``pooled``, then the reference rows
-    (``chance``, ``options-only``: `uqbench.results.references`); also the per-example arrays for
-    figures. ``outs`` is keyed ``(pair name, "domain/role", seed)``; ``n_boot`` bootstrap
-    resamples. With ``cache``, rows already evaluated on identical scores are read back.
-    ``protocol``: the forward-record protocol the rows name (records made elsewhere keep the
-    one they were made under).
-
-    ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
-    ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.stats.recalibration`)."""
-    from uqbench.results.conformal_risk import conformal_risk_columns
-    from uqbench.stats.recalibration import CALIBRATORS, recalibrate_cached
-
-    rows: list[dict[str, Any]] = []
-    arrays: dict[str, np.ndarray] = {}
-    domains = list(refs.domains)
-    for m in ms:
-        for dom in [*domains, "pooled"]:
-            parts = domains if dom == "pooled" else [dom]
-
-            id_outs, sh_outs, cal_outs = (
-                [Outputs.concat([outs[m.pair.name, f"{d}/{role}", r] for d in parts])
-                 for r in range(n_seeds)]
-                for role in ("id", "shift", "calib"))
-            id_s, sh_s, cal_s = (Scored.of(m.scorer, o, timeout=scorer_timeout)
-                                 for o in (id_outs, sh_outs, cal_outs))
-            metrics = evaluate_cached(cache, id_s, sh_s, n_bins=ECE_BINS, n_boot=n_boot, seed=0)
-            recal, recal_conf = recalibrate_cached(
-                cache, m.scorer, cal_outs, id_outs, cal_s.confidence, id_s.confidence,
-                id_s.correct, where=f"{m.name} on {dom}", n_bins=ECE_BINS, n_boot=n_boot, seed=0)
-            at = list(metrics).index("ece_hi") + 1  # the recalibrated ECEs beside the raw one
-            row: dict[str, Any] = {
-                "method": m.name, "model": m.pair.model.name, "gate": m.pair.gate.name,
-                "scorer": m.scorer.name, "domain": dom,
-                **dict(list(metrics.items())[:at]), **recal, **dict(list(metrics.items())[at:]),
-                "forward_passes": m.scorer.passes(id_outs[0]),
-                "n_id": id_outs[0].n, "n_shift": sh_outs[0].n, "n_calib": cal_outs[0].n,
-                "seeds": n_seeds, "protocol": protocol,
-                "split_hashes": ",".join(refs.hashes[f"{d}/{r}"] for d in parts
-                                         for r in ("id", "shift")),
-                "calib_hashes": ",".join(refs.hashes[f"{d}/calib"] for d in parts),
-            }
-            # conformal sets and selective risk control, fitted on calib
-            groups = {r: o[0].domain for r, o in (("calib", cal_outs), ("id", id_outs),
-                                                   ("shift", sh_outs))} if len(parts) > 1 else None
-            row.update(conformal_risk_columns(cache, cal_s, id_s, sh_s, n_boot=n_boot,
-                                       arrays=arrays, owner=(m.name, dom), groups=groups))
-            rows.append(row)
-            # per-example arrays are (N, seeds): verdicts and figures pool every seed
-            for kind in CALIBRATORS:
-                arrays[score_key(m.name, dom, "id", f"confidence_{kind}")] = \
-                    recal_conf.confidence[kind]
-            for role, os_ in (("id", id_outs), ("shift", sh_outs)):
-                for f in ("route_entropy", "top1_mass", "disagreement", "experts", "labels"):
-                    if getattr(os_[0], f) is not None:
-                        arrays[score_key(m.pair.name, dom, role, f)] = np.stack(
-                            [getattr(o, f) for o in os_], 1)
-            for role, sc in (("id", id_s), ("shift", sh_s)):
-                for f in SCORE_FIELDS:
-                    arrays[score_key(m.name, dom, role, f)] = getattr(sc, f)
-    rows += reference_rows(refs, n_boot=n_boot, seed=0, protocol=protocol)  # chance, options-only
-    return rows, arrays
-
-
-def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray], training: Any) -> None:
-    """Draw the run's figures unless ``figures/STAMP`` shows they were drawn from these very
-    results by this very figures code and are all still there (a warm rerun then costs nothing)."""
-    draw = get_drawer()
-    h = hashlib.sha256((out / rundir.RESULTS).read_bytes())
-    h.update(json.dumps(training, sort_keys=True).encode())  # the training figure's input
-    for k in sorted(arrays):
-        h.update(k.encode() + np.ascontiguousarray(arrays[k]).tobytes())
-    for src in sorted(Path(inspect.getfile(draw)).parent.glob("*.py")):  # the figures code
-        h.update(src.read_bytes())
-    stamp = out / rundir.FIGURES / "STAMP"
-    try:
-        old = json.loads(stamp.read_text())
-        if old["hash"] == h.hexdigest() and all((out / rundir.FIGURES / f).exists() for f in old["files"]):
-            log.info("figures are up to date with these results; not redrawn")
-            return
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    paths = draw(out)
-    atomic_write_text(stamp, json.dumps({"hash": h.hexdigest(), "files": [p.name for p in paths]}))
-
-
-__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "print_summary", "run",
-           "score_all", "write_run"]
+__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "run"]

@@ -25,7 +25,9 @@ from uqbench.core.registry import import_plugin
 from uqbench.core.scorer import Scorer, get_scorer, list_scorers, probe_scorers
 from uqbench.files.cache import ArrayCache
 from uqbench.io.recordset import RecordSet, new_folder, read_record_set
-from uqbench.run.runner import RunResult, RunStats, print_summary, score_all, write_run
+from uqbench.results.rows import score_all
+from uqbench.run.folder import print_summary, write_run
+from uqbench.run.runner import RunResult, RunStats
 
 log = logging.getLogger(__name__)
 
