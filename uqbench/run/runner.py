@@ -36,9 +36,9 @@ from uqbench.core.gating import check_spec
 from uqbench.stats.metrics import ECE_BINS
 from uqbench.core.outputs import Outputs, with_train
 from uqbench.core.plan import (
+    DEFAULT_MODELS,
     DET,
     Method,
-    default_pairs,
     drop_unusable,
     methods,
     model_pairs,
@@ -71,6 +71,11 @@ class RunConfig:
     budget: float = 4.0
     experiment: str | None = None
     models: tuple[str, ...] = ()  # empty: the suite's `models:`, else lora + moe-lora
+    #: gates of router models besides their own (`uqbench.core.gating.parse_gate`); empty: the
+    #: suite's `gates:`, else CARE at the budget
+    gates: tuple[str, ...] = ()
+    backend: str = "torch"  # the model side (`uqbench.core.engine.BACKENDS`)
+    figure_set: str = "figures"  # who draws the figures (`uqbench.core.engine.DRAWERS`)
     head: str | None = None  # one of uqbench.core.profiles.HEADS; None: the suite's `head:`
     figures: bool = True
     progress: bool = True
@@ -81,11 +86,12 @@ class RunConfig:
     def identity(self) -> dict[str, Any]:
         """What must match for an existing --out folder to be refreshed in place."""
         d = asdict(self)
-        for k in ("out", "cache_dir", "data_dir", "figures", "progress", "overwrite",
-                  "scorer_timeout", "threads"):
+        for k in ("out", "cache_dir", "data_dir", "figures", "figure_set", "progress",
+                  "overwrite", "scorer_timeout", "threads"):
             d.pop(k)
-        if not d["models"]:  # runs without --models keep the identity they always had
-            d.pop("models")
+        for k, default in (("models", ()), ("gates", ()), ("backend", "torch")):
+            if d[k] == default:  # runs without these options keep the identity they had
+                d.pop(k)
         if d["head"] is None:
             d.pop("head")
         return d
@@ -125,18 +131,19 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
             ) -> tuple[Profile, list[Method], Path, Path, Path | None]:
     """All validation that needs no data and no model. Raises UserError subclasses.
 
-    ``backend``: the model side (default: the registered ``"torch"`` backend)."""
+    ``backend``: the model side (default: the registered backend ``cfg.backend``)."""
     prof = get_profile(cfg.profile)
-    backend = backend or get_backend()
+    backend = backend or get_backend(cfg.backend)
     _check_numbers(cfg, backend.n_experts)
     for p in cfg.plugins:
         import_plugin(p)
     from uqbench.core.experiments import experiment_methods, experiment_scorers
 
     chosen = [get_scorer(n) for n in cfg.scorers or list_scorers()]  # UnknownNameError
-    if cfg.experiment and cfg.models:
-        raise ConfigError("--models and --experiment cannot be combined: an experiment fixes its "
-                          "own models (the CARE paper's MoE-LoRA); drop one of them")
+    if cfg.experiment and (cfg.models or cfg.gates):
+        raise ConfigError(f"--{'models' if cfg.models else 'gates'} and --experiment cannot be "
+                          "combined: an experiment fixes its own models and gates (the CARE "
+                          "paper's MoE-LoRA); drop one of them")
     if cfg.experiment:
         def scorers_for(exp: Any) -> list[Any]:
             return chosen if cfg.scorers else (experiment_scorers(exp) or chosen)
@@ -145,9 +152,14 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
     else:
         from uqbench.data.suite_spec import get_suite_spec
 
-        models = cfg.models or get_suite_spec(cfg.suite).models
-        ms = methods(model_pairs(models, cfg.budget) if models else default_pairs(cfg.budget),
-                     chosen)
+        from uqbench.core.gating import parse_gate
+
+        suite_spec = get_suite_spec(cfg.suite)
+        gates = [parse_gate(g, cfg.budget) for g in cfg.gates or suite_spec.gates]
+        ms = methods(model_pairs(cfg.models or suite_spec.models or DEFAULT_MODELS, cfg.budget,
+                                 gates), chosen)
+    if cfg.figures:
+        get_drawer(cfg.figure_set)  # an unknown figure set fails before any work
     for spec in dict.fromkeys(m.pair.gate for m in ms):
         check_spec(spec)  # unknown kind (never a fallback), budget rules, parameter names
     probe_scorers(dict.fromkeys(m.scorer for m in ms), timeout=cfg.scorer_timeout)
@@ -189,7 +201,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     engine (default: the ``"torch"`` backend), score them, write the report and figures."""
     t0 = time.perf_counter()
     fallbacks = reset_fallbacks()  # run.json `fallbacks`: what this run did instead of asked
-    backend = backend or get_backend()
+    backend = backend or get_backend(cfg.backend)
     prof, ms, out, cache, data = prepare(cfg, backend)
     if (n := sweep_orphans(cache)):
         log.info("removed %d temporary file(s) left in %s by killed runs", n, cache)
@@ -256,7 +268,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
                         {"suite": cfg.suite, "profile": prof.name, "backbone": cfg.backbone,
                          "gates": engine.gate_log, "training": engine.training_log})
     write_record_set(out / rundir.RECORDS, records)
-    write_run(out, rows, arrays, meta, t0=t0, figures=cfg.figures)
+    write_run(out, rows, arrays, meta, t0=t0, figures=cfg.figures, figure_set=cfg.figure_set)
     if cfg.experiment:  # paper_report.md: the claims of this experiment (paper: all)
         from uqbench.reporting.paper import write_paper_report
 
@@ -267,10 +279,10 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
 
 
 def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.ndarray],
-              meta: dict[str, Any], *, t0: float, figures: bool, final: Path | None = None
-              ) -> None:
+              meta: dict[str, Any], *, t0: float, figures: bool, final: Path | None = None,
+              figure_set: str = "figures") -> None:
     """Write a run folder's tables, ``run.json`` (with ``at_chance`` and ``seconds``), scores,
-    figures and ``report.html``; ``t0``: when the run started (``perf_counter``), for
+    figures (drawn by the figure set ``figure_set``) and ``report.html``; ``t0``: when the run started (``perf_counter``), for
     ``seconds.total``; ``final``: where ``out`` will be renamed to (messages name it)."""
     meta["at_chance"] = warn_at_chance(rows)  # one WARNING listing every method at chance
     meta["seconds"]["total"] = time.perf_counter() - t0
@@ -278,7 +290,7 @@ def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.nda
     rundir.write_scores(out, arrays)
     if figures:
         t_fig = time.perf_counter()
-        _draw_figures(out, arrays, meta.get("training", {}))
+        _draw_figures(out, arrays, meta.get("training", {}), figure_set)
         meta["seconds"]["figures"] = time.perf_counter() - t_fig
         meta["seconds"]["total"] = time.perf_counter() - t0
         atomic_write_text(out / rundir.META, json.dumps(meta, indent=1, default=str))
@@ -379,10 +391,12 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
     return rows, arrays
 
 
-def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray], training: Any) -> None:
-    """Draw the run's figures unless ``figures/STAMP`` shows they were drawn from these very
-    results by this very figures code and are all still there (a warm rerun then costs nothing)."""
-    draw = get_drawer()
+def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray], training: Any,
+                  figure_set: str = "figures") -> None:
+    """Draw the run's figures with the figure set ``figure_set`` unless ``figures/STAMP`` shows
+    they were drawn from these very results by this very figures code and are all still there
+    (a warm rerun then costs nothing)."""
+    draw = get_drawer(figure_set)
     h = hashlib.sha256((out / rundir.RESULTS).read_bytes())
     h.update(json.dumps(training, sort_keys=True).encode())  # the training figure's input
     for k in sorted(arrays):
