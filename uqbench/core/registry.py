@@ -49,6 +49,11 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._loaded = False
 
+    @property
+    def entry_point_group(self) -> str | None:
+        """The entry-point group third-party members arrive through (``uqbench.<what>``)."""
+        return self._group
+
     def add(self, name: str, obj: T) -> T:
         if not isinstance(name, str) or not name:
             raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
