@@ -187,5 +187,14 @@ def variant_config(name: str, *, seed: int = 0) -> MoELoRAConfig:
     return PRESETS[name](seed)
 
 
-__all__ = ["PRESETS", "register_variant", "variant_config", "loramoe", "hydralora", "mixlora",
-           "dynmole", "hmora", "flylora"]
+__all__ = [
+    "PRESETS",
+    "dynmole",
+    "flylora",
+    "hmora",
+    "hydralora",
+    "loramoe",
+    "mixlora",
+    "register_variant",
+    "variant_config",
+]

@@ -150,9 +150,8 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
 
         ms = experiment_methods(cfg.experiment, cfg.budget, scorers_for)
     else:
-        from uqbench.data.suite_spec import get_suite_spec
-
         from uqbench.core.gating import parse_gate
+        from uqbench.data.suite_spec import get_suite_spec
 
         suite_spec = get_suite_spec(cfg.suite)
         gates = [parse_gate(g, cfg.budget) for g in cfg.gates or suite_spec.gates]
