@@ -16,6 +16,12 @@ variant        targets           experts   training gate          auxiliary loss
 ``flylora``    all linears       32 x r1   implicit top-8 |A h|   none (no router)
 =============  ================  ========  =====================  =================================
 
+A variant is one registration, `register_variant` on its preset function: the preset (here,
+`PRESETS`), the layer pieces it switches if new (`baselines.moe.VARIANTS`) and the core's model
+entry (`uqbench.core.plan.MODELS`: router or not, the line of ``uqbench list models``, what the
+re-implementation leaves out for ``paper_report.md``), all under the variant's name. A plugin
+module registers its own the same way and runs with ``--models NAME``.
+
 Example
 -------
 >>> model = make_moe(load_backbone("minilm"), variant_config("mixlora"))   # doctest: +SKIP
@@ -24,10 +30,53 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from baselines.moe import MoELoRAConfig
-from uqbench.core.errors import ConfigError
+from baselines.moe import VARIANTS, MoELoRAConfig, Variant
+from uqbench.core.plan import ModelEntry, ModelSpec, register_model
+from uqbench.core.registry import unknown_name
+
+Preset = Callable[[int], MoELoRAConfig]
+#: variant name -> its preset (seed -> config), filled by `register_variant`
+PRESETS: dict[str, Preset] = {}
 
 
+def register_variant(name: str, *, doc: str, simplified: str = "",
+                     layer: Variant | None = None) -> Callable[[Preset], Preset]:
+    """Decorator on a preset ``fn(seed=0) -> MoELoRAConfig``: registers the MoE-LoRA variant
+    ``name`` everywhere it is needed (a duplicate name is a ValueError).
+
+    ``doc``: its line in ``uqbench list models``; ``simplified``: what this re-implementation of
+    a published method leaves out (marked in ``paper_report.md``); ``layer``: new layer pieces
+    (`baselines.moe.Variant`), stored in `baselines.moe.VARIANTS` under ``name`` -- the preset
+    then sets ``variant=name``; without it the preset names existing pieces (``"moe-lora"``:
+    the plain layer). Whether the model has a router is read from the preset's layer.
+    """
+
+    def deco(preset: Preset) -> Preset:
+        if name in PRESETS:
+            raise ValueError(f"MoE-LoRA variant {name!r} is already registered "
+                             f"({PRESETS[name]!r}); pick another name")
+        if layer is not None:
+            if name in VARIANTS:
+                raise ValueError(f"layer variant {name!r} already exists in "
+                                 "baselines.moe.VARIANTS; pick another name")
+            VARIANTS[name] = layer
+        cfg = preset(0)
+        if not isinstance(cfg, MoELoRAConfig):
+            raise TypeError(f"@register_variant({name!r}): {preset!r} must return a "
+                            f"MoELoRAConfig, got {type(cfg).__name__}")
+        register_model(ModelEntry(ModelSpec(name, name), not VARIANTS[cfg.variant].routerless,
+                                  doc, simplified))
+        PRESETS[name] = preset
+        return preset
+
+    return deco
+
+
+@register_variant(
+    "loramoe",
+    doc="LoRAMoE (Dou et al. 2023): FFN experts, soft router, localized balancing",
+    simplified="LoRAMoE: localized balancing loss without its per-sample type weights (the "
+               "records carry no type)")
 def loramoe(seed: int = 0) -> MoELoRAConfig:
     """LoRAMoE (Dou et al., 2023, "LoRAMoE: Alleviate World Knowledge Forgetting in Large
     Language Models via MoE-Style Plugin"): LoRA experts on the FFN layers only, a softmax router
@@ -42,6 +91,10 @@ def loramoe(seed: int = 0) -> MoELoRAConfig:
                          lb_coef=0.01, seed=seed, variant="loramoe")
 
 
+@register_variant(
+    "hydralora",
+    doc="HydraLoRA (Tian et al. 2024): shared A, 8 B heads, soft router",
+    simplified="HydraLoRA: 8 B heads fixed (the paper picks N by k-means on the data)")
 def hydralora(seed: int = 0) -> MoELoRAConfig:
     """HydraLoRA (Tian et al., NeurIPS 2024, "HydraLoRA: An Asymmetric LoRA Architecture for
     Efficient Fine-Tuning"): one shared ``A`` per adapted linear and N ``B`` heads mixed by a
@@ -53,6 +106,11 @@ def hydralora(seed: int = 0) -> MoELoRAConfig:
                          lb_coef=0.0, seed=seed, variant="hydralora")
 
 
+@register_variant(
+    "mixlora",
+    doc="MixLoRA (Li et al. 2024): FFN experts, top-2, Switch load balance",
+    simplified="MixLoRA: one router per adapted linear (not one per FFN block), no plain LoRA "
+               "on attention")
 def mixlora(seed: int = 0) -> MoELoRAConfig:
     """MixLoRA (Li et al., 2024, "MixLoRA: Enhancing Large Language Models Fine-Tuning with
     LoRA-based Mixture of Experts"): 8 LoRA experts on the frozen FFN, top-2 routing, Switch
@@ -66,6 +124,11 @@ def mixlora(seed: int = 0) -> MoELoRAConfig:
                          lb_coef=0.01, seed=seed, variant="mixlora")
 
 
+@register_variant(
+    "dynmole",
+    doc="DynMoLE (2025): Tsallis-entropy hybrid routing (top-p / all) + Tsallis loss",
+    simplified="DynMoLE: weights renormalised over the admitted experts; both loss terms share "
+               "one coefficient")
 def dynmole(seed: int = 0) -> MoELoRAConfig:
     """DynMoLE (2025, "DynMoLE: Boosting Mixture of LoRA Experts Fine-Tuning with a Hybrid
     Routing Mechanism"): hybrid routing by the router's Tsallis entropy
@@ -80,6 +143,11 @@ def dynmole(seed: int = 0) -> MoELoRAConfig:
                          lb_coef=0.01, seed=seed, variant="dynmole")
 
 
+@register_variant(
+    "hmora",
+    doc="HMoRA (Liao et al. 2025): token + task router mixed by depth, top-2",
+    simplified="HMoRA: the task router reads the masked mean of the layer input (not a separate"
+               " task representation)")
 def hmora(seed: int = 0) -> MoELoRAConfig:
     """HMoRA (Liao et al., ICLR 2025, "HMoRA: Making LLMs More Effective with Hierarchical
     Mixture of LoRA Experts"): hierarchical hybrid routing ``p = (1 - a_l) p_token + a_l p_task``
@@ -94,6 +162,11 @@ def hmora(seed: int = 0) -> MoELoRAConfig:
                          lb_coef=0.01, seed=seed, variant="hmora")
 
 
+@register_variant(
+    "flylora",
+    doc="FlyLoRA (Zou et al. 2025): rank-1 experts, frozen sparse A, implicit top-8 (no router:"
+        " no CARE)",
+    simplified="FlyLoRA: the published rank-wise design, trained with uqbench's recipe")
 def flylora(seed: int = 0) -> MoELoRAConfig:
     """FlyLoRA (Zou et al., NeurIPS 2025, "FlyLoRA: Boosting Task Decoupling and Parameter
     Efficiency via Implicit Rank-Wise Mixture-of-Experts"): rank-wise experts (32 rank-1
@@ -106,15 +179,22 @@ def flylora(seed: int = 0) -> MoELoRAConfig:
                          lb_coef=0.0, seed=seed, variant="flylora")
 
 
-PRESETS: dict[str, Callable[[int], MoELoRAConfig]] = {
-    f.__name__: f for f in (loramoe, hydralora, mixlora, dynmole, hmora, flylora)}
-
-
 def variant_config(name: str, *, seed: int = 0) -> MoELoRAConfig:
-    """The preset `MoELoRAConfig` of a variant by name (ConfigError listing the valid ones)."""
+    """The preset `MoELoRAConfig` of a variant by name (`UnknownNameError` listing close matches
+    and the valid ones)."""
     if name not in PRESETS:
-        raise ConfigError(f"unknown MoE-LoRA variant {name!r}; valid: {', '.join(PRESETS)}")
+        raise unknown_name("MoE-LoRA variant", name, PRESETS)
     return PRESETS[name](seed)
 
 
-__all__ = ["PRESETS", "variant_config", *PRESETS]
+__all__ = [
+    "PRESETS",
+    "dynmole",
+    "flylora",
+    "hmora",
+    "hydralora",
+    "loramoe",
+    "mixlora",
+    "register_variant",
+    "variant_config",
+]

@@ -69,11 +69,8 @@ def _scorer_registry_per_module():
     registry is per process, and later modules iterate over every registered scorer."""
     from uqbench.core.scorer import SCORERS
 
-    SCORERS.load()
-    saved = dict(SCORERS._items)
-    yield
-    SCORERS._items.clear()
-    SCORERS._items.update(saved)
+    with SCORERS.scoped():
+        yield
 
 
 def builtin_scorers() -> tuple[str, ...]:

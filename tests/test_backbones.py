@@ -232,10 +232,10 @@ def example_backbone():
     import sys
 
     from baselines.backbones import BACKBONES, minilm_path
-    mod = importlib.import_module("tests.example_backbone")  # executed afresh: registers
-    mod.FOLDER = Path(minilm_path())  # the README's folder, models/my-bert, is not here
-    yield mod
-    BACKBONES._items.pop("my-bert", None)
+    with BACKBONES.scoped():
+        mod = importlib.import_module("tests.example_backbone")  # executed afresh: registers
+        mod.FOLDER = Path(minilm_path())  # the README's folder, models/my-bert, is not here
+        yield mod
     sys.modules.pop("tests.example_backbone", None)
 
 

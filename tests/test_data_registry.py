@@ -33,10 +33,9 @@ def parse_trivia(src, split, i, d):
 def trivia(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (tmp_path / "my_datasets.py").write_text(textwrap.dedent(PLUGIN))
     monkeypatch.syspath_prepend(str(tmp_path))
-    sources.SOURCES.load()  # the built-ins first, so the plugin's name is checked against them
-    importlib.import_module("my_datasets")
-    yield sources.get_source("trivia")
-    sources.SOURCES._items.pop("trivia")
+    with sources.SOURCES.scoped():  # the built-ins first, so the plugin's name is checked
+        importlib.import_module("my_datasets")
+        yield sources.get_source("trivia")
     sys.modules.pop("my_datasets")
 
 

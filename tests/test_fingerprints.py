@@ -268,12 +268,14 @@ def test_a_changed_output_without_a_bump_fails(tiny: Path, stored: dict,
             it.record, question=it.record.question[:-1]))
 
     boolq = sources.get_source("boolq")
-    monkeypatch.setitem(sources.SOURCES._items, "boolq", dataclasses.replace(boolq, parse=changed))
-    with pytest.raises(pytest.fail.Exception, match="output of builder sources.adapters changed"):
-        check("sources.adapters", tiny, stored)
-    monkeypatch.setattr(adapters, "VERSION", "bumped")
-    with pytest.raises(pytest.fail.Exception, match="fingerprint file was not updated"):
-        check("sources.adapters", tiny, stored)
+    with sources.SOURCES.scoped({"boolq": dataclasses.replace(boolq, parse=changed)},
+                                replace=True):
+        with pytest.raises(pytest.fail.Exception,
+                           match="output of builder sources.adapters changed"):
+            check("sources.adapters", tiny, stored)
+        monkeypatch.setattr(adapters, "VERSION", "bumped")
+        with pytest.raises(pytest.fail.Exception, match="fingerprint file was not updated"):
+            check("sources.adapters", tiny, stored)
 
 
 def main(argv: list[str]) -> int:

@@ -292,8 +292,8 @@ def example_gate():
     """The README's gate plugin (`tests/example_gate.py`), registered for one test."""
     from uqbench.core.gating import GATES
 
-    yield importlib.import_module("tests.example_gate")  # executed afresh: registers it
-    GATES._items.pop("fractionk", None)
+    with GATES.scoped():
+        yield importlib.import_module("tests.example_gate")  # executed afresh: registers it
     sys.modules.pop("tests.example_gate", None)
 
 

@@ -90,7 +90,8 @@ def test_every_command_that_resolves_names_takes_plugins(argv, tmp_path, capsys)
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("cli_plug", None)
-        SCORERS._items.pop("test_cli_plug", None)
+        if "test_cli_plug" in SCORERS:
+            SCORERS.unregister("test_cli_plug")
 
 
 def test_register_non_scorer_is_type_error():
@@ -108,7 +109,7 @@ def test_decorator_registration_reaches_get_scorer():
         sc = get_scorer("test_registry_const")
         assert sc.name == "test_registry_const" and isinstance(sc, Const)
     finally:
-        SCORERS._items.pop("test_registry_const")
+        SCORERS.unregister("test_registry_const")
 
 
 def _write_plugin_dist(root, body, ep_value="myplug:Plug"):

@@ -213,8 +213,8 @@ def test_cache_key_is_version_constants_not_code(real_data: Path, tmp_path: Path
     assert "code_sha256" not in key and "sha256" not in json.dumps(
         {k: v for k, v in key.items() if k != "files"})
     arc = L.get_source("arc-easy")
-    monkeypatch.setitem(L.SOURCES._items, "arc-easy", dataclasses.replace(arc, version="2"))
-    S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
+    with L.SOURCES.scoped({"arc-easy": dataclasses.replace(arc, version="2")}, replace=True):
+        S.build_suite(_science(), "smoke", data_dir=d, cache_dir=cache, progress=False)
     assert len(built) == 8, "a bumped source version rebuilds the domain"
 
 

@@ -176,13 +176,13 @@ def test_a_registered_plugin_gate_is_calibrated_by_its_knob(model, batches) -> N
     from baselines.thermostat import calibrate_kind
     from uqbench.core.gating import GATES
 
-    FractionK = importlib.import_module("tests.example_gate").FractionK  # registers it
     saved = get_gates(model)
     try:
-        gate, res = calibrate_kind(GATES.get("fractionk"), model, batches, 6.0, {})
-        assert isinstance(gate, FractionK) and res.met and abs(res.achieved - 6.0) <= 0.05
-        assert get_gates(model)[0] == gate
+        with GATES.scoped():
+            FractionK = importlib.import_module("tests.example_gate").FractionK  # registers it
+            gate, res = calibrate_kind(GATES.get("fractionk"), model, batches, 6.0, {})
+            assert isinstance(gate, FractionK) and res.met and abs(res.achieved - 6.0) <= 0.05
+            assert get_gates(model)[0] == gate
     finally:
         set_gate(model, saved)
-        GATES._items.pop("fractionk", None)
         sys.modules.pop("tests.example_gate", None)

@@ -82,7 +82,7 @@ def test_outputs_carry_router_fields_and_every_scorer_runs(trained, name) -> Non
     mc = np.stack([collect(model, recs, mode="mc_dropout", seed=t, progress=False)["logits"]
                    for t in range(2)])
     has_router = name != "flylora"
-    assert MODELS[name].router == has_router == model.has_moe
+    assert MODELS.get(name).router == has_router == model.has_moe
     assert all((f in det) == has_router for f in ROUTER_FIELDS)
     if has_router:
         for f in ("route_entropy", "top1_mass", "disagreement"):
@@ -240,11 +240,15 @@ def test_dynmole_gate_rule_by_hand() -> None:
 def test_default_run_is_unchanged() -> None:
     from uqbench.run.runner import RunConfig
 
-    assert model_pairs(DEFAULT_MODELS) == default_pairs()
-    assert "models" not in RunConfig().identity()
+    from uqbench.core.plan import DENSE, ENGINE, LORA, MOE, ROUTER, TOP4, GateSpec, Pair
+
+    assert default_pairs(3.0) == model_pairs(DEFAULT_MODELS, 3.0) == [
+        Pair(LORA, DENSE, ENGINE), Pair(MOE, TOP4, ROUTER | {"mc_logits", "member_logits"}),
+        Pair(MOE, GateSpec("care", "care", budget=3.0), ROUTER)]
+    assert not {"models", "gates", "backend", "figure_set"} & RunConfig().identity().keys()
     assert RunConfig(models=("mixlora",)).identity()["models"] == ("mixlora",)
     assert train_gate(MoELoRAConfig()) == TopK(4)
-    assert set(MODELS) == {*DEFAULT_MODELS, *PRESETS}
+    assert set(MODELS.names()) == {*DEFAULT_MODELS, *PRESETS}
 
 
 def test_list_models_prints_every_model(capsys) -> None:
@@ -253,16 +257,17 @@ def test_list_models_prints_every_model(capsys) -> None:
     assert main(["list", "models"]) == 0
     out = capsys.readouterr().out
     listed = [line.split()[0] for line in out.splitlines()]
-    assert listed == list(MODELS)
+    assert listed == MODELS.names()
 
 
 def test_unknown_names_list_the_valid_ones(tmp_path) -> None:
     from uqbench.data.suite_spec import parse_suite
 
-    with pytest.raises(ConfigError, match=re.escape("unknown model(s) 'mixlra'; valid: lora, "
-                                                    "moe-lora, loramoe")):
+    with pytest.raises(ConfigError, match=re.escape("unknown model 'mixlra' (did you mean "
+                                                    "'mixlora', 'lora', 'moe-lora'?); valid: "
+                                                    "dynmole, flylora")):
         model_pairs(["mixlra"])
-    with pytest.raises(ConfigError, match="unknown MoE-LoRA variant 'hydra'; valid: loramoe"):
+    with pytest.raises(ConfigError, match="unknown MoE-LoRA variant 'hydra' .*valid: loramoe"):
         variant_config("hydra")
     with pytest.raises(ValueError, match="variant='x' is invalid; use one of moe-lora"):
         MoELoRAConfig(variant="x")
@@ -272,8 +277,10 @@ def test_unknown_names_list_the_valid_ones(tmp_path) -> None:
                                            for r in ("train", "id", "shift")}}}
     assert parse_suite({**suite, "models": ["mixlora", "flylora"]}).models == ("mixlora",
                                                                                  "flylora")
-    with pytest.raises(ConfigError, match="unknown model.*'moe'.*valid: lora"):
-        parse_suite({**suite, "models": ["moe"]})
+    with pytest.raises(ConfigError, match="'models' must be a non-empty list"):
+        parse_suite({**suite, "models": []})
+    with pytest.raises(ConfigError, match="unknown model 'moe'.*valid: .*lora"):
+        model_pairs(parse_suite({**suite, "models": ["moe"]}).models)  # where a run checks it
 
 
 def test_run_with_models_from_suite_yaml(tmp_path, real_data) -> None:
@@ -304,19 +311,12 @@ def test_run_with_models_from_suite_yaml(tmp_path, real_data) -> None:
 
 
 def test_the_cores_model_and_head_lists_agree_with_the_baselines_tables() -> None:
-    """`uqbench.core.plan.MODELS` and `uqbench.core.profiles.HEADS` live in the core, which never imports
-    `baselines`: this ties them to the tables they name (a variant added to one and not the
-    other fails here)."""
+    """Every variant is registered once (`register_variant`: its preset and the core's model
+    entry, see tests/test_extending.py); the core's `HEADS` names the heads of `baselines`."""
     from baselines.dense import DENSE_KINDS
     from baselines.heads import ENCODER_MODES, HEAD_MODES
-    from baselines.moe import VARIANTS
     from uqbench.core.plan import MODELS
     from uqbench.core.profiles import ENCODER_HEADS, HEADS
 
-    assert set(VARIANTS) == {"moe-lora", *PRESETS}
-    listed = {name: e for name, e in MODELS.items() if name in VARIANTS}
-    assert set(listed) == set(VARIANTS)
-    assert all(e.spec.kind == (n if n in PRESETS else "moe") for n, e in listed.items())
-    assert all(e.router == (not VARIANTS[n].routerless) for n, e in listed.items())
-    assert {e.spec.kind for e in MODELS.values()} <= {"moe", *DENSE_KINDS, *PRESETS}
+    assert {MODELS.get(n).spec.kind for n in MODELS.names()} <= {"moe", *DENSE_KINDS, *PRESETS}
     assert HEADS == ("auto", *HEAD_MODES) and ENCODER_HEADS == ENCODER_MODES

@@ -2,7 +2,8 @@
 
     uqbench run --suite pooled [--profile cpu] [--backbone minilm] [--scorers a,b]
                 [--plugin MODULE] [--out DIR] [--cache-dir DIR] [--data-dir DIR] [--seeds N]
-                [--experiment NAME] [--models a,b] [--head cloze|letters]
+                [--experiment NAME] [--models a,b] [--gates a,b] [--head cloze|letters]
+                [--backend NAME] [--figures NAME]
     uqbench list WHAT             # scorers gates sources suites backbones backends figures
                                   # experiments profiles models
     uqbench score SOURCE --out DIR [--domain NAME=ID_TASK:SHIFT_TASK ...] [--members DIR ...]
@@ -14,8 +15,9 @@
     uqbench plot RUN_DIR          # redraw a finished run's figures
     uqbench reproduce RUN_DIR     # rerun it from its run.json, diff results.csv and scores.npz
     uqbench data build --suite pooled --profile PROFILE
-    (every command that resolves names takes --plugin MODULE: imported first, it may register
-    scorers, gates, sources, suites, backbones, backends or figure sets)
+    (every command that resolves names takes --plugin MODULE or --plugin FILE.py: imported
+    first, it may register scorers, gates, models, sources, suites, backbones, backends,
+    figure sets, experiments or profiles)
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="minilm | smollm2 | a Hugging Face model id or local path")
     run.add_argument("--scorers", type=_csv, default=(), help="comma-separated (default: all)")
     run.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                     help="import MODULE first (it may @register_scorer); repeatable")
+                     help="import MODULE (a module name, found also in the current folder, or "
+                     "a .py file) first: it may register scorers, gates, models...; repeatable")
     run.add_argument("--out", type=Path, help="results folder (default runs/SUITE-PROFILE-BACKBONE)")
     run.add_argument("--cache-dir", type=Path, help="cache folder (default $UQBENCH_CACHE or "
                      ".uqbench-cache)")
@@ -54,6 +57,14 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--models", type=_csv, default=(),
                      help="comma-separated models to train and score (uqbench list models; "
                      "default: the suite's models:, else lora,moe-lora)")
+    run.add_argument("--gates", type=_csv, default=(),
+                     help="comma-separated gates the router models run under besides their own: "
+                     "KIND or KIND:PARAM=VALUE[:...] (uqbench list gates; e.g. care,topk:k=2; "
+                     "budgeted kinds at --budget; default: the suite's gates:, else care)")
+    run.add_argument("--backend", default="torch",
+                     help="the model side (uqbench list backends; default torch)")
+    run.add_argument("--figures", dest="figure_set", default="figures", metavar="NAME",
+                     help="the figure set that draws the figures (uqbench list figures)")
     run.add_argument("--head", choices=list(HEADS),
                      help="how options are scored: encoders bi_encoder (cosine of question and "
                      "option embeddings) or cross_encoder[_cls]; decoders cloze (option "
@@ -127,6 +138,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
     plot = sub.add_parser("plot", help="redraw a finished run's figures")
     plot.add_argument("run_dir", type=Path)
+    plot.add_argument("--figures", dest="figure_set", default="figures", metavar="NAME",
+                      help="the figure set (uqbench list figures)")
 
     rp = sub.add_parser("reproduce", help="rerun a finished run from its run.json into a fresh "
                         "cache and diff every results.csv value and scores.npz array; exit 0 "
@@ -175,9 +188,8 @@ def _list(what: str) -> list[str]:
     obj = getattr(importlib.import_module(module), attr)
     if what == "backbones":
         return list(obj().backbones())
-    if hasattr(obj, "names"):  # a registry
-        return list(obj.names())
-    return [f"{n:<11} {e.doc}" if hasattr(e, "doc") else n for n, e in obj.items()]
+    items = [(n, obj.get(n)) for n in obj.names()] if hasattr(obj, "names") else obj.items()
+    return [f"{n:<11} {e.doc}" if hasattr(e, "doc") else n for n, e in items]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                 scorers=args.scorers, plugins=tuple(args.plugin), out=args.out,
                 cache_dir=args.cache_dir, data_dir=args.data_dir, seeds=args.seeds,
                 budget=args.budget, experiment=args.experiment, models=args.models,
+                gates=args.gates, backend=args.backend, figure_set=args.figure_set,
                 head=args.head, threads=args.threads,
                 figures=not args.no_figures,
                 progress=not args.no_progress, overwrite=args.overwrite,
@@ -238,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             print("wrote " + ", ".join(map(str, paths)))
         elif args.command == "plot":
             from uqbench.core.engine import get_drawer
-            for path in get_drawer()(args.run_dir):
+            for path in get_drawer(args.figure_set)(args.run_dir):
                 print(path)
         elif args.command == "reproduce":
             from uqbench.run.reproduce import reproduce

@@ -4,6 +4,9 @@
 table has the usual columns, and `uqbench.reporting.paper` writes ``paper_report.md`` with a verdict per
 claim of that experiment (``paper``: of all of them). All gates at a budget are calibrated by the thermostat on the unlabeled
 calibration split; the achieved budget is in ``run.json`` and in the ``avg_experts`` column.
+
+Experiments are a registry (`EXPERIMENTS`, `register_experiment`, the entry-point group
+``uqbench.experiments``): a plugin adds its own set of pairs and scorers under a new name.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from uqbench.core.plan import (
     default_pairs,
     methods,
 )
-from uqbench.core.registry import unknown_name
+from uqbench.core.registry import Registry
 from uqbench.core.scorer import Scorer
 
 TAUS = (0.4, 0.5, 0.6, 0.7, 0.8)
@@ -67,7 +70,7 @@ def _uq(b: float) -> list[Pair]:
     (FlyLoRA's is implicit: no router distribution, gate ``dense``)."""
     out = default_pairs(b)
     for name in UQ_BASELINES:
-        entry = MODELS[name]
+        entry = MODELS.get(name)
         out.append(Pair(entry.spec, NATIVE if entry.router else GateSpec("native", "dense"), DET))
     return out
 
@@ -76,7 +79,16 @@ def _uq(b: float) -> list[Pair]:
 #: ablation scores its concentration-only model (nucleus-only) with it
 CONCENTRATION = "care_concentration"
 _MSP_CARE: dict[str, tuple[str, dict[str, float]]] = {"msp": ("msp", {}), "care": ("care", {})}
-EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
+EXPERIMENTS: Registry[Experiment] = Registry("experiment",
+                                             entry_point_group="uqbench.experiments")
+
+
+def register_experiment(exp: Experiment) -> Experiment:
+    """Register ``exp`` under its name (a duplicate is a ValueError)."""
+    return EXPERIMENTS.add(exp.name, exp)
+
+
+for _exp in (
     Experiment("uq", "Table 'uq': dense LoRA + MSP; HydraLoRA, MixLoRA, DynMoLE, FlyLoRA (own "
                "routing) + MSP/entropy; MoE top-4 + MSP; MC-dropout; deep ensemble; CARE", _uq),
     Experiment("ablation", "Table 'ablation': fixed-k, random-k, entropy-k, nucleus-only, CARE at "
@@ -107,15 +119,15 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                scorers={"care": ("care", {})}),
     Experiment("paper", "every experiment above in one run; paper_report.md has a verdict per "
                "claim of all of them (a single experiment's run: its own claims)", default_pairs),
-)}
+):
+    register_experiment(_exp)
+#: what ``paper`` runs: the paper's experiments (a plugin's own ones run by their names)
+PAPER_EXPERIMENTS = tuple(n for n, _ in EXPERIMENTS.items() if n != "paper")
 
 
 def get_experiment(name: str) -> Experiment:
     """The experiment called ``name`` (unknown -> `UnknownNameError` listing the valid ones)."""
-    try:
-        return EXPERIMENTS[name]
-    except KeyError:
-        raise unknown_name("experiment", name, EXPERIMENTS) from None
+    return EXPERIMENTS.get(name)
 
 
 def experiment_scorers(exp: Experiment) -> list[Scorer] | None:
@@ -136,8 +148,7 @@ def experiment_methods(name: str, budget: float,
                        scorers_for: Callable[[Experiment], list[Scorer]]) -> list[Method]:
     """Methods of one experiment, or of all of them for ``paper`` (pairs of the same name are
     merged, their producible fields united, so each (model, gate) runs once)."""
-    exps = ([e for e in EXPERIMENTS.values() if e.name != "paper"] if name == "paper"
-            else [get_experiment(name)])
+    exps = [get_experiment(n) for n in (PAPER_EXPERIMENTS if name == "paper" else (name,))]
     ms = [m for e in exps for m in methods(e.pairs(budget), scorers_for(e))]
     merged: dict[str, Pair] = {}
     for m in ms:

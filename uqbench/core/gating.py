@@ -11,12 +11,15 @@ Two kinds are no gate class and are handled by the model side itself (`MODEL_KIN
 
 A `GateSpec` (`uqbench.core.plan`) names a kind; `check_spec` validates it against the registry
 (unknown kind, budget rules, parameter names) and is called for every pair before any model
-work, and again by the engine before it builds a gate.
+work, and again by the engine before it builds a gate. `parse_gate` reads one from the text of
+``uqbench run --gates`` or a suite's ``gates:`` (the gates router models run under besides their
+own), so a plugin's gate runs without an experiment of its own.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields, is_dataclass
+from typing import Any
 
 from uqbench.core.errors import ConfigError, UnknownNameError
 from uqbench.core.plan import GateSpec
@@ -134,3 +137,43 @@ def check_spec(spec: GateSpec) -> None:
     if missing:
         raise ConfigError(f"gate {spec.name!r}: kind {spec.kind!r} needs {', '.join(missing)} "
                           "(or a budget, for the thermostat to calibrate it)")
+
+
+def parse_gate(text: str, budget: float) -> GateSpec:
+    """A gate of ``--gates`` or a suite's ``gates:``: ``KIND`` or ``KIND:PARAM=VALUE[:...]``
+    (``care``, ``topk:k=2``, ``care:k_max=6``), named by the text with ``-`` for ``:`` and
+    without ``=`` (``topk-k2``). A kind whose knob the thermostat calibrates runs at ``budget``
+    unless the text fixes the knob itself; `check_spec` validates the result.
+
+    >>> parse_gate("topk:k=2", 4.0)            # doctest: +SKIP
+    GateSpec(name='topk-k2', kind='topk', budget=None, params=(('k', 2),))
+    """
+    kind, *parts = str(text).strip().split(":")
+    params: dict[str, Any] = {}
+    for part in parts:
+        key, eq, value = part.partition("=")
+        if not (key and eq and value):
+            raise ConfigError(f"gate {text!r}: {part!r} is not PARAM=VALUE; write KIND or "
+                              "KIND:PARAM=VALUE[:PARAM=VALUE], e.g. topk:k=2")
+        params[key.strip()] = _number(value.strip())
+    if kind in MODEL_KINDS:
+        raise ConfigError(f"gate {text!r}: kind {kind!r} is the model's own gating, evaluated "
+                          "for every model already; name a registered gate kind "
+                          f"({', '.join(GATES.names())})")
+    if kind not in GATES:
+        raise UnknownNameError(f"gate {text!r}: {GATES.unknown(kind)}")
+    entry = GATES.get(kind)
+    calibrated = entry.budgeted and not (entry.fixed and entry.knob in params)
+    name = "-".join([kind, *(f"{k}{v}" for k, v in params.items())])
+    spec = GateSpec(name, kind, budget=budget if calibrated else None, params=params)
+    check_spec(spec)
+    return spec
+
+
+def _number(v: str) -> int | float | str:
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v

@@ -14,6 +14,7 @@ from typing import Any
 
 from uqbench.core.errors import ConfigError
 from uqbench.core.outputs import REQUIRED_FIELDS, ROUTER_FIELDS
+from uqbench.core.registry import Registry
 from uqbench.core.scorer import Scorer
 
 DET = frozenset((*REQUIRED_FIELDS,))
@@ -64,8 +65,9 @@ class GateSpec:
 @dataclass(frozen=True)
 class ModelSpec:
     """A trained model family: ``kind`` moe (MoE-LoRA, trained with fixed top-k), lora/dora/
-    adalora (dense peft baselines) or a MoE-LoRA variant of `baselines.variants` (loramoe,
-    hydralora, mixlora, dynmole, hmora, flylora)."""
+    adalora (dense peft baselines) or the name of a registered MoE-LoRA variant
+    (`baselines.variants`: loramoe, hydralora, mixlora, dynmole, hmora, flylora, or a
+    plugin's)."""
 
     name: str
     kind: str
@@ -73,12 +75,15 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """A selectable model (``--models``): its spec, whether it has a router distribution (router
-    Outputs fields, CARE), and a one-line description for ``uqbench list models``."""
+    """A selectable model (``--models``, a suite's ``models:``): its spec, whether it has a
+    router distribution (router Outputs fields, CARE), a one-line description for ``uqbench
+    list models`` and, for a re-implementation of a published method, what it leaves out
+    (``paper_report.md`` marks every claim that rests on it)."""
 
     spec: ModelSpec
     router: bool
     doc: str
+    simplified: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,24 +117,22 @@ DENSE = GateSpec("dense", "dense")
 NATIVE = GateSpec("native", "native")  # the model's own training gate (baselines.moe.train_gate)
 
 
-def _variant(name: str, doc: str, router: bool = True) -> ModelEntry:
-    return ModelEntry(ModelSpec(name, name), router, doc)
+#: every selectable model, by name: ``lora`` and ``moe-lora`` here (the default run), the
+#: MoE-LoRA variants by `register_model` -- `baselines.variants.register_variant` registers a
+#: variant's preset on the torch side and its entry here, under one name; third-party ones
+#: through ``--plugin`` or the entry-point group ``uqbench.models``
+MODELS: Registry[ModelEntry] = Registry("model", builtins=("baselines.variants",),
+                                        entry_point_group="uqbench.models")
 
 
-#: every selectable model, by name; the default run uses ``lora`` and ``moe-lora``
-MODELS: dict[str, ModelEntry] = {e.spec.name: e for e in (
-    ModelEntry(LORA, False, "dense LoRA (peft), rank 8, all linears"),
-    ModelEntry(MOE, True, "MoE-LoRA: 16 experts r8, top-4 + Switch load balance (CARE paper)"),
-    _variant("loramoe", "LoRAMoE (Dou et al. 2023): FFN experts, soft router, localized "
-             "balancing"),
-    _variant("hydralora", "HydraLoRA (Tian et al. 2024): shared A, 8 B heads, soft router"),
-    _variant("mixlora", "MixLoRA (Li et al. 2024): FFN experts, top-2, Switch load balance"),
-    _variant("dynmole", "DynMoLE (2025): Tsallis-entropy hybrid routing (top-p / all) + "
-             "Tsallis loss"),
-    _variant("hmora", "HMoRA (Liao et al. 2025): token + task router mixed by depth, top-2"),
-    _variant("flylora", "FlyLoRA (Zou et al. 2025): rank-1 experts, frozen sparse A, implicit "
-             "top-8 (no router: no CARE)", router=False),
-)}
+def register_model(entry: ModelEntry) -> ModelEntry:
+    """Register a selectable model under ``entry.spec.name`` (a duplicate is a ValueError)."""
+    return MODELS.add(entry.spec.name, entry)
+
+
+register_model(ModelEntry(LORA, False, "dense LoRA (peft), rank 8, all linears"))
+register_model(ModelEntry(MOE, True, "MoE-LoRA: 16 experts r8, top-4 + Switch load balance "
+                          "(CARE paper)"))
 DEFAULT_MODELS = ("lora", "moe-lora")
 
 
@@ -137,35 +140,36 @@ def default_pairs(budget: float = 4.0) -> list[Pair]:
     """The pooled run: dense LoRA; MoE-LoRA under its training gate (fixed top-4, with MC-dropout
     and the deep ensemble of independently seeded MoE-LoRA models); MoE-LoRA under CARE
     calibrated to the same average budget."""
-    return [
-        Pair(LORA, DENSE, ENGINE),
-        Pair(MOE, TOP4, ROUTER | {"mc_logits", "member_logits"}),
-        Pair(MOE, GateSpec("care", "care", budget=budget), ROUTER),
-    ]
+    return model_pairs(DEFAULT_MODELS, budget)
 
 
-def model_pairs(names: Sequence[str], budget: float = 4.0) -> list[Pair]:
-    """The pairs of the chosen models (``--models``): ``lora`` and ``moe-lora`` as in
-    `default_pairs`; a router variant under its own gate (with MC-dropout and ensemble members
-    on demand) and under CARE at ``budget``; FlyLoRA under its implicit routing only.
+def model_pairs(names: Sequence[str], budget: float = 4.0,
+                gates: Sequence[GateSpec] = ()) -> list[Pair]:
+    """The pairs of the chosen models (``--models``): ``lora`` under no gate; a router model
+    under its own training gate (MoE-LoRA: top-4; with MC-dropout and ensemble members on
+    demand) and under each of ``gates`` (``--gates``; default: CARE at ``budget``); a model
+    without a router (FlyLoRA) under its implicit routing only.
 
-    Unknown names raise ConfigError listing the valid ones.
+    Unknown names raise `UnknownNameError` listing the valid ones.
     """
-    unknown = [n for n in names if n not in MODELS]
-    if unknown or not names:
-        what = f"unknown model(s) {', '.join(map(repr, unknown))}" if unknown else "no models"
-        raise ConfigError(f"{what}; valid: {', '.join(MODELS)} (see uqbench list models)")
+    if not names:
+        raise ConfigError(f"no models; valid: {', '.join(MODELS.names())} (see uqbench list "
+                          "models)")
+    if gates and not any(MODELS.get(n).router for n in names):
+        raise ConfigError(f"--gates {', '.join(g.name for g in gates)}: no chosen model has a "
+                          f"router ({', '.join(names)}); add a MoE-LoRA model to --models")
+    extra = tuple(gates) or (GateSpec("care", "care", budget=budget),)
+    multi = frozenset({"mc_logits", "member_logits"})
     out: list[Pair] = []
     for name in dict.fromkeys(names):
-        spec = MODELS[name].spec
-        if name in DEFAULT_MODELS:
-            out += [p for p in default_pairs(budget) if p.model == spec]
-        elif MODELS[name].router:
-            out += [Pair(spec, NATIVE, ROUTER | {"mc_logits", "member_logits"}),
-                    Pair(spec, GateSpec("care", "care", budget=budget), ROUTER)]
+        entry = MODELS.get(name)
+        if entry.spec == LORA:
+            out.append(Pair(LORA, DENSE, ENGINE))
+        elif entry.router:
+            out += [Pair(entry.spec, TOP4 if entry.spec == MOE else NATIVE, ROUTER | multi),
+                    *(Pair(entry.spec, g, ROUTER) for g in extra)]
         else:
-            out.append(Pair(spec, GateSpec("native", "dense"),
-                            ENGINE | {"mc_logits", "member_logits"}))
+            out.append(Pair(entry.spec, GateSpec("native", "dense"), ENGINE | multi))
     return out
 
 
@@ -177,7 +181,7 @@ def methods(pairs: Sequence[Pair], scorers: Sequence[Scorer]) -> list[Method]:
         if not any(m.scorer is s for m in out):
             need = sorted(s.requires - set().union(*(p.fields for p in pairs)))
             routerless = [n for n in dict.fromkeys(p.model.name for p in pairs)
-                          if n in MODELS and not MODELS[n].router]
+                          if n in MODELS and not MODELS.get(n).router]
             why = (f" Model(s) {', '.join(map(repr, routerless))} have no router distribution "
                    "(no routing statistics; CARE does not apply to them)."
                    if routerless and set(need) & set(ROUTER_FIELDS) else "")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from uqbench.core.errors import ConfigError
-from uqbench.core.registry import unknown_name
+from uqbench.core.registry import Registry
 
 #: scoring heads of encoder backbones (`baselines.heads`)
 ENCODER_HEADS = ("bi_encoder", "cross_encoder", "cross_encoder_cls")
@@ -61,7 +61,7 @@ class Profile:
 RECIPE = {"lr": 1e-3, "head_lr": 0.1, "encoder_head": "bi_encoder", "target_modules": "ffn",
           "top_layers": 2}
 
-PROFILES: dict[str, Profile] = {
+_BUILTIN_PROFILES = {
     p.name: p
     for p in (
         Profile("smoke", train_cap=32, calib_cap=16, id_cap=24, shift_cap=24, epochs=1,
@@ -79,9 +79,20 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+#: every profile by name: the built-ins above, a plugin's by `register_profile` or through the
+#: entry-point group ``uqbench.profiles``
+PROFILES: Registry[Profile] = Registry("profile", entry_point_group="uqbench.profiles")
+
+
+def register_profile(profile: Profile) -> Profile:
+    """Register ``profile`` under its name (a duplicate is a ValueError)."""
+    return PROFILES.add(profile.name, profile)
+
+
+for _p in _BUILTIN_PROFILES.values():
+    register_profile(_p)
+
+
 def get_profile(name: str) -> Profile:
     """The profile called ``name`` (unknown -> `UnknownNameError` listing the valid ones)."""
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise unknown_name("profile", name, PROFILES) from None
+    return PROFILES.get(name)

@@ -3,13 +3,19 @@
 
 Modelled on lm-evaluation-harness' ``api/registry.py``. Built-in members are imported lazily (so
 ``import uqbench`` stays light) and third-party members arrive through an entry-point group.
+Every extension point is one `Registry` with the same contract: ``register`` (a decorator) or
+``add``, ``get``, ``names``, ``in``; ``unregister`` and the ``scoped`` context for tests.
 """
 from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Iterable
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from uqbench.core.errors import PluginError, UnknownNameError
@@ -42,6 +48,11 @@ class Registry(Generic[T]):
         self._also = also
         self._items: dict[str, T] = {}
         self._loaded = False
+
+    @property
+    def entry_point_group(self) -> str | None:
+        """The entry-point group third-party members arrive through (``uqbench.<what>``)."""
+        return self._group
 
     def add(self, name: str, obj: T) -> T:
         if not isinstance(name, str) or not name:
@@ -76,8 +87,45 @@ class Registry(Generic[T]):
         return unknown_name(self.kind, name, sorted(self._items), self._also)
 
     def names(self) -> list[str]:
+        """The registered names, sorted."""
         self.load()
         return sorted(self._items)
+
+    def items(self) -> list[tuple[str, T]]:
+        """(name, member) in registration order (built-ins first, in their modules' order)."""
+        self.load()
+        return list(self._items.items())
+
+    def unregister(self, name: str) -> T:
+        """Remove ``name`` and return its member (`UnknownNameError` if absent). For tests and
+        interactive sessions; a run never unregisters."""
+        self.load()
+        try:
+            return self._items.pop(name)
+        except KeyError:
+            raise self.unknown(name) from None
+
+    @contextmanager
+    def scoped(self, items: Mapping[str, T] | None = None, *, replace: bool = False
+               ) -> Iterator[Registry[T]]:
+        """Context for tests: inside, the registry also holds ``items`` (with ``replace``: in
+        place of the members of those names); on exit it holds exactly what it held on entry,
+        whatever the block registered or removed.
+
+        >>> with SCORERS.scoped({"gini": Gini}):      # doctest: +SKIP
+        ...     run(...)
+        """
+        self.load()  # the built-ins are part of what is restored
+        saved = dict(self._items)
+        try:
+            for name, obj in (items or {}).items():
+                if replace:
+                    self.unregister(name)
+                self.add(name, obj)
+            yield self
+        finally:
+            self._items.clear()
+            self._items.update(saved)
 
     def __contains__(self, name: object) -> bool:
         self.load()
@@ -122,11 +170,45 @@ def unknown_name(kind: str, name: object, valid: Iterable[str], also: str = ""
 
 
 def import_plugin(module: str) -> None:
-    """Import a user module (``--plugin``) whose import registers things."""
+    """Import a user module (``--plugin``) whose import registers things.
+
+    ``module`` is a module name -- looked up as Python does, then in the current folder (as
+    ``python -m`` would: the ``uqbench`` console script starts with its own folder on the path,
+    not the current one) -- or the path of a ``.py`` file, imported under its stem.
+    """
     try:
-        importlib.import_module(module)
+        if module.endswith(".py") or "/" in module or "\\" in module:
+            _import_file(Path(module))
+        else:
+            here = str(Path.cwd())
+            if here not in sys.path and "" not in sys.path:
+                sys.path.append(here)  # last: an installed module of the same name wins
+            importlib.import_module(module)
     except Exception as exc:
         raise PluginError(
             f"plugin module {module!r} failed to import: {type(exc).__name__}: {exc}. "
-            "Check that it is importable (on PYTHONPATH or installed) and runs without error."
+            "Give a module name that is importable (in the current folder, on PYTHONPATH or "
+            "installed) or the path of a .py file, and check that it runs without error."
         ) from exc
+
+
+def _import_file(path: Path) -> None:
+    """Import the ``.py`` file at ``path`` as the module named by its stem (once)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file {str(path)!r}")
+    name = path.stem
+    old = sys.modules.get(name)
+    if old is not None and Path(getattr(old, "__file__", "") or "").resolve() == path.resolve():
+        return  # already imported (a second --plugin of the same file)
+    if old is not None:
+        raise ImportError(f"a module named {name!r} is already imported from "
+                          f"{getattr(old, '__file__', None)}; rename {path.name}")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # before exec: dataclasses and pickling look the module up
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[name]
+        raise

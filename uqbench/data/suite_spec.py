@@ -18,6 +18,8 @@ evaluation) and ``shift`` (harder, shifted evaluation). Built-in suites register
         # calib: optional, default = the train spec (a disjoint seeded slice of it)
     caps: {train: 200, id: 100, shift: 100}   # optional, overrides the profile's
     head: cloze                     # optional: auto | cloze | letters | cross_encoder
+    models: [moe-lora, mixlora]     # optional: uqbench list models (default lora, moe-lora)
+    gates: [care, "topk:k=2"]       # optional: router models' gates besides their own
 
 A role may also give ``subjects`` (MMLU subject names or the groups ``high_school``,
 ``college``, ``professional``), ``half`` (0 or 1: a seeded half of the source, per MMLU subject)
@@ -103,6 +105,8 @@ class SuiteSpec:
     description: str = ""
     origin: str = "built-in"
     models: tuple[str, ...] = ()  # `models:` (uqbench list models); empty: lora + moe-lora
+    #: `gates:` the gates router models run under besides their own (`--gates`); empty: CARE
+    gates: tuple[str, ...] = ()
     head: str = "auto"  # `head:` how options are scored (`baselines.heads`); --head overrides
 
     def domain(self, name: str) -> DomainSpec:
@@ -146,7 +150,7 @@ def list_suites() -> list[str]:
 
 # -- YAML -------------------------------------------------------------------------------------
 
-_SUITE_KEYS = {"name", "description", "domains", "caps", "choices", "models", "head"}
+_SUITE_KEYS = {"name", "description", "domains", "caps", "choices", "models", "gates", "head"}
 _ROLE_KEYS = {"source", "split", "subjects", "half", "choices"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -224,7 +228,8 @@ def parse_suite(data: Any, *, origin: str = "<suite>", default_name: str | None 
         domains.append(DomainSpec(dname, specs))
     return SuiteSpec(name, tuple(domains), parse_caps(data.get("caps"), origin),
                      str(data.get("description", "")), origin,
-                     _models(data.get("models"), origin),
+                     _names(data.get("models"), origin, "models"),
+                     _names(data.get("gates"), origin, "gates"),
                      check_head(data.get("head", "auto"), f"{origin}: 'head'"))
 
 
@@ -238,19 +243,15 @@ def check_head(v: Any, where: str = "--head") -> str:
     return str(v)
 
 
-def _models(v: Any, where: str) -> tuple[str, ...]:
-    """``models:`` -- a list (or comma-separated string) of model names to train and score."""
-    from uqbench.core.plan import MODELS
-
+def _names(v: Any, where: str, key: str) -> tuple[str, ...]:
+    """``models:`` or ``gates:`` -- a list (or comma-separated string) of names. Models and
+    gate kinds may come from a ``--plugin``, so they are looked up when the run starts."""
     if v is None:
         return ()
     names = [x.strip() for x in v.split(",")] if isinstance(v, str) else v
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise ConfigError(f"{where}: 'models' must be a non-empty list of model names, got {v!r}")
-    unknown = [n for n in names if n not in MODELS]
-    if unknown:
-        raise ConfigError(f"{where}: unknown model(s) {', '.join(map(repr, unknown))} in "
-                          f"'models'; valid: {', '.join(MODELS)}")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n
+                                                           for n in names):
+        raise ConfigError(f"{where}: {key!r} must be a non-empty list of names, got {v!r}")
     return tuple(names)
 
 

@@ -39,6 +39,7 @@ from scipy.stats import spearmanr
 
 from uqbench.core.errors import UserError, record_fallback
 from uqbench.core.experiments import CONCENTRATION, EXPERIMENTS
+from uqbench.core.plan import MODELS
 from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import PAPER_REPORT, read_meta, read_run, score_key
 from uqbench.results.columns import COLUMNS
@@ -59,20 +60,15 @@ N_BOOT = 1000
 AT_CHANCE = "not evidence: model at chance"
 #: The seed's MoE-LoRA baselines are uqbench's re-implementations (`baselines/variants.py`: one
 #: MoE-LoRA layer configured per method, trained with the run's recipe), not their authors'
-#: code; what each leaves out. The report says so next to every claim that rests on one.
-SIMPLIFIED = {
-    "loramoe": "LoRAMoE: localized balancing loss without its per-sample type weights "
-               "(the records carry no type)",
-    "hydralora": "HydraLoRA: 8 B heads fixed (the paper picks N by k-means on the data)",
-    "mixlora": "MixLoRA: one router per adapted linear (not one per FFN block), no plain LoRA "
-               "on attention",
-    "dynmole": "DynMoLE: weights renormalised over the admitted experts; both loss terms share "
-               "one coefficient",
-    "hmora": "HMoRA: the task router reads the masked mean of the layer input (not a separate "
-             "task representation)",
-    "flylora": "FlyLoRA: the published rank-wise design, trained with uqbench's recipe",
-}
+#: code; what each leaves out is registered with it (`uqbench.core.plan.ModelEntry.simplified`).
+#: The report says so next to every claim that rests on one.
 SIMPLIFIED_MARK = " ‡ (against uqbench's simplified re-implementations of these baselines)"
+
+
+def simplified_notes() -> dict[str, str]:
+    """Model name -> what uqbench's re-implementation of it leaves out, for every registered
+    model that has such a note."""
+    return {n: e.simplified for n, e in MODELS.items() if e.simplified}
 
 
 @dataclass(frozen=True)
@@ -504,7 +500,8 @@ def write_paper_report(run_dir: str | Path, experiment: str | None = None) -> Pa
     run_dir = Path(run_dir)
     experiment = experiment or run_experiment(run_dir)
     if experiment not in EXPERIMENTS:
-        raise UserError(f"unknown experiment {experiment!r}; valid: {', '.join(EXPERIMENTS)}")
+        raise UserError(f"unknown experiment {experiment!r}; valid: "
+                        f"{', '.join(EXPERIMENTS.names())}")
     run = _Run(run_dir)
     cs = claims(run)
     if experiment != "paper":
@@ -514,7 +511,8 @@ def write_paper_report(run_dir: str | Path, experiment: str | None = None) -> Pa
     lines = ["# CARE paper claims, measured by uqbench", "", f"Scope: {scope}.", "",
              __doc__.split("\n\n", 1)[1].split("`write_paper_report")[0].strip(), "",
              "| section | claim | paper | ours (95% CI) | verdict |", "|---|---|---|---|---|"]
-    models = [sorted({m.split("/")[0] for m, _ in c.rests_on} & SIMPLIFIED.keys()) for c in cs]
+    notes = simplified_notes()
+    models = [sorted({m.split("/")[0] for m, _ in c.rests_on} & notes.keys()) for c in cs]
     lines += [f"| {c.section} | {c.text}{SIMPLIFIED_MARK if ms else ''} | {c.paper} | {c.ours} "
               f"| {c.shown_verdict()} |" for c, ms in zip(cs, models)]
     if used := sorted({m for ms in models for m in ms}):
@@ -522,7 +520,7 @@ def write_paper_report(run_dir: str | Path, experiment: str | None = None) -> Pa
                   "layer configured per method, `baselines/variants.py`, trained with this "
                   "run's recipe), not their authors' code; a ranking against them is a ranking "
                   "against these versions. Simplifications: "
-                  + "; ".join(SIMPLIFIED[m] for m in used) + "."]
+                  + "; ".join(notes[m] for m in used) + "."]
     counts = {v: sum(c.verdict == v for c in cs) for v in (HOLDS, FAILS, INCONCLUSIVE)}
     n_chance = sum(bool(c.note) for c in cs)
     lines += ["", f"Totals: {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "

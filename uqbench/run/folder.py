@@ -23,10 +23,10 @@ log = logging.getLogger(__name__)
 
 
 def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.ndarray],
-              meta: dict[str, Any], *, t0: float, figures: bool, final: Path | None = None
-              ) -> None:
+              meta: dict[str, Any], *, t0: float, figures: bool, final: Path | None = None,
+              figure_set: str = "figures") -> None:
     """Write a run folder's tables, ``run.json`` (with ``at_chance`` and ``seconds``), scores,
-    figures and ``report.html``; ``t0``: when the run started (``perf_counter``), for
+    figures (drawn by the figure set ``figure_set``) and ``report.html``; ``t0``: when the run started (``perf_counter``), for
     ``seconds.total``; ``final``: where ``out`` will be renamed to (messages name it)."""
     meta["at_chance"] = warn_at_chance(rows)  # one WARNING listing every method at chance
     meta["seconds"]["total"] = time.perf_counter() - t0
@@ -34,7 +34,7 @@ def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.nda
     rundir.write_scores(out, arrays)
     if figures:
         t_fig = time.perf_counter()
-        _draw_figures(out, arrays, meta.get("training", {}))
+        _draw_figures(out, arrays, meta.get("training", {}), figure_set)
         meta["seconds"]["figures"] = time.perf_counter() - t_fig
         meta["seconds"]["total"] = time.perf_counter() - t0
         atomic_write_text(out / rundir.META, json.dumps(meta, indent=1, default=str))
@@ -67,10 +67,12 @@ def print_summary(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[st
     print(f"\nwrote {out}/results.{{md,csv,jsonl,tex}}", flush=True)
 
 
-def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray], training: Any) -> None:
-    """Draw the run's figures unless ``figures/STAMP`` shows they were drawn from these very
-    results by this very figures code and are all still there (a warm rerun then costs nothing)."""
-    draw = get_drawer()
+def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray], training: Any,
+                  figure_set: str = "figures") -> None:
+    """Draw the run's figures with the figure set ``figure_set`` unless ``figures/STAMP`` shows
+    they were drawn from these very results by this very figures code and are all still there
+    (a warm rerun then costs nothing)."""
+    draw = get_drawer(figure_set)
     h = hashlib.sha256((out / rundir.RESULTS).read_bytes())
     h.update(json.dumps(training, sort_keys=True).encode())  # the training figure's input
     for k in sorted(arrays):

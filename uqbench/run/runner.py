@@ -15,14 +15,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from uqbench.core.engine import Backend, RunStats, get_backend
+from uqbench.core.engine import Backend, RunStats, get_backend, get_drawer
 from uqbench.core.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.core.gating import check_spec
 from uqbench.core.outputs import Outputs, with_train
 from uqbench.core.plan import (
+    DEFAULT_MODELS,
     DET,
     Method,
-    default_pairs,
     drop_unusable,
     methods,
     model_pairs,
@@ -65,6 +65,11 @@ class RunConfig:
     budget: float = 4.0
     experiment: str | None = None
     models: tuple[str, ...] = ()  # empty: the suite's `models:`, else lora + moe-lora
+    #: gates of router models besides their own (`uqbench.core.gating.parse_gate`); empty: the
+    #: suite's `gates:`, else CARE at the budget
+    gates: tuple[str, ...] = ()
+    backend: str = "torch"  # the model side (`uqbench.core.engine.BACKENDS`)
+    figure_set: str = "figures"  # who draws the figures (`uqbench.core.engine.DRAWERS`)
     head: str | None = None  # one of uqbench.core.profiles.HEADS; None: the suite's `head:`
     figures: bool = True
     progress: bool = True
@@ -75,11 +80,12 @@ class RunConfig:
     def identity(self) -> dict[str, Any]:
         """What must match for an existing --out folder to be refreshed in place."""
         d = asdict(self)
-        for k in ("out", "cache_dir", "data_dir", "figures", "progress", "overwrite",
-                  "scorer_timeout", "threads"):
+        for k in ("out", "cache_dir", "data_dir", "figures", "figure_set", "progress",
+                  "overwrite", "scorer_timeout", "threads"):
             d.pop(k)
-        if not d["models"]:  # runs without --models keep the identity they always had
-            d.pop("models")
+        for k, default in (("models", ()), ("gates", ()), ("backend", "torch")):
+            if d[k] == default:  # runs without these options keep the identity they had
+                d.pop(k)
         if d["head"] is None:
             d.pop("head")
         return d
@@ -120,29 +126,34 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
             ) -> tuple[Profile, list[Method], Path, Path, Path | None]:
     """All validation that needs no data and no model. Raises UserError subclasses.
 
-    ``backend``: the model side (default: the registered ``"torch"`` backend)."""
+    ``backend``: the model side (default: the registered backend ``cfg.backend``)."""
     prof = get_profile(cfg.profile)
-    backend = backend or get_backend()
+    backend = backend or get_backend(cfg.backend)
     _check_numbers(cfg, backend.n_experts)
     for p in cfg.plugins:
         import_plugin(p)
     from uqbench.core.experiments import experiment_methods, experiment_scorers
 
     chosen = [get_scorer(n) for n in cfg.scorers or list_scorers()]  # UnknownNameError
-    if cfg.experiment and cfg.models:
-        raise ConfigError("--models and --experiment cannot be combined: an experiment fixes its "
-                          "own models (the CARE paper's MoE-LoRA); drop one of them")
+    if cfg.experiment and (cfg.models or cfg.gates):
+        raise ConfigError(f"--{'models' if cfg.models else 'gates'} and --experiment cannot be "
+                          "combined: an experiment fixes its own models and gates (the CARE "
+                          "paper's MoE-LoRA); drop one of them")
     if cfg.experiment:
         def scorers_for(exp: Any) -> list[Any]:
             return chosen if cfg.scorers else (experiment_scorers(exp) or chosen)
 
         ms = experiment_methods(cfg.experiment, cfg.budget, scorers_for)
     else:
+        from uqbench.core.gating import parse_gate
         from uqbench.data.suite_spec import get_suite_spec
 
-        models = cfg.models or get_suite_spec(cfg.suite).models
-        ms = methods(model_pairs(models, cfg.budget) if models else default_pairs(cfg.budget),
-                     chosen)
+        suite_spec = get_suite_spec(cfg.suite)
+        gates = [parse_gate(g, cfg.budget) for g in cfg.gates or suite_spec.gates]
+        ms = methods(model_pairs(cfg.models or suite_spec.models or DEFAULT_MODELS, cfg.budget,
+                                 gates), chosen)
+    if cfg.figures:
+        get_drawer(cfg.figure_set)  # an unknown figure set fails before any work
     for spec in dict.fromkeys(m.pair.gate for m in ms):
         check_spec(spec)  # unknown kind (never a fallback), budget rules, parameter names
     probe_scorers(dict.fromkeys(m.scorer for m in ms), timeout=cfg.scorer_timeout)
@@ -184,7 +195,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     engine (default: the ``"torch"`` backend), score them, write the report and figures."""
     t0 = time.perf_counter()
     fallbacks = reset_fallbacks()  # run.json `fallbacks`: what this run did instead of asked
-    backend = backend or get_backend()
+    backend = backend or get_backend(cfg.backend)
     prof, ms, out, cache, data = prepare(cfg, backend)
     if (n := sweep_orphans(cache)):
         log.info("removed %d temporary file(s) left in %s by killed runs", n, cache)
@@ -251,7 +262,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
                         {"suite": cfg.suite, "profile": prof.name, "backbone": cfg.backbone,
                          "gates": engine.gate_log, "training": engine.training_log})
     write_record_set(out / rundir.RECORDS, records)
-    write_run(out, rows, arrays, meta, t0=t0, figures=cfg.figures)
+    write_run(out, rows, arrays, meta, t0=t0, figures=cfg.figures, figure_set=cfg.figure_set)
     if cfg.experiment:  # paper_report.md: the claims of this experiment (paper: all)
         from uqbench.reporting.paper import write_paper_report
 
