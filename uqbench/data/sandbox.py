@@ -749,7 +749,7 @@ class SandboxSession:
         self._cgroup: str | None = None
         self._failed: tuple[str, ...] | None = None  # limits the server's set-up could not set
 
-    def __enter__(self) -> SandboxSession:
+    def __enter__(self) -> SandboxSession:  # noqa: PYI034 (typing.Self needs Python 3.11)
         return self
 
     def __exit__(self, *exc: object) -> None:
