@@ -8,6 +8,16 @@ hash seed can be pinned so that set/dict order, and therefore pass/fail, is repr
 standard library only), in a fresh temporary directory as its working directory, deleted
 afterwards. `Sandbox.run_many` runs several at once (2 by default).
 
+`Sandbox.session` runs many programs through one such process instead, a fork server
+(`SandboxSession`): each program runs in a child forked from the server's clean interpreter (no
+program ever runs in the server itself), in an empty folder of its own, with every protection
+below -- the process-wide ones inherited from the server, the time limit and process cap set in
+the child -- and a **CPU-time** limit measured inside the child (so the same whatever the
+machine's load) with a wall-clock backstop. Whatever a program leaves (threads, monkeypatched
+builtins or modules, its process group, orphaned processes: the server is their subreaper,
+files) is gone before the next one starts. A program then costs a fork, not an interpreter
+start-up.
+
 What protects what (honest list; `Sandbox.protections` reports what this machine actually got):
 
 OS-enforced (the kernel applies them whatever the code does):
@@ -767,6 +777,7 @@ class SandboxSession:
         self._fresh_work(os.path.join(d, "work"))
         with open(os.path.join(d, "solution.py"), "w", encoding="utf-8") as f:
             f.write(code)
+        open(os.path.join(d, "stderr"), "wb").close()  # never the last program's
         nonce = "uqbench-done-" + os.urandom(8).hex()
         wall = SESSION_WALL_FACTOR * budget + SESSION_WALL_SLACK_S
         limits = [(k, *v) for k, v in self.sandbox._limits(budget).items()
