@@ -48,8 +48,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from uqbench.errors import ConfigError
-from uqbench.registry import Registry
+from uqbench.core.errors import ConfigError
+from uqbench.core.registry import Registry
 
 #: the pip command that installs the smollm2 backbone's GGUF file (its own dependencies,
 #: llama-cpp-python and llm, are not needed: uqbench reads the file with transformers)
@@ -306,7 +306,7 @@ def gguf_folder(gguf: Path, cache_dir: str | os.PathLike[str] | None = None) -> 
     """A Hugging Face folder holding the dequantised (float32) weights and the tokenizer of a
     GGUF file, converted once and cached under ``<cache_dir>/backbones/`` (default
     ``$UQBENCH_CACHE`` or ``.uqbench-cache``), keyed by the file's size, mtime and name."""
-    from uqbench.cache import DirCache
+    from uqbench.files.cache import DirCache
 
     root = Path(cache_dir or os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
     st = gguf.stat()
@@ -473,7 +473,7 @@ def mpnet_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     `MPNET_SHA256`. Raises `ConfigError` for missing parts (which packages, which command) or a
     hash mismatch (the expected hash, reinstall the parts).
     """
-    from uqbench.cache import DirCache
+    from uqbench.files.cache import DirCache
 
     parts = mpnet_parts()
     root = Path(cache_dir or os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
@@ -558,7 +558,7 @@ def split_gguf_file(spec: SplitGGUF, cache_dir: str | os.PathLike[str] | None = 
     """``spec``'s GGUF file, joined once from its installed pieces into
     ``<cache_dir>/backbones/`` (default ``$UQBENCH_CACHE`` or ``.uqbench-cache``); its sha256 is
     checked against ``spec.sha256`` before it is published."""
-    from uqbench.cache import DirCache
+    from uqbench.files.cache import DirCache
 
     parts = split_gguf_parts(spec)
     material = {"split_gguf": spec.name, "sha256": spec.sha256,

@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 
 from baselines.backbones import Backbone, identity_mismatch, same_backbone
 from baselines.heads import MultipleChoiceModel, make_moe, make_plain
-from uqbench.cache import atomic_write, atomic_write_text, file_sha256
+from uqbench.files.cache import atomic_write, atomic_write_text, file_sha256
 
 FORMAT = "uqbench-adapter"
 VERSION = 1

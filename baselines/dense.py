@@ -21,7 +21,7 @@ from torch import Tensor
 
 from baselines.backbones import Backbone
 from baselines.heads import MultipleChoiceModel, _prepare
-from uqbench.errors import ConfigError
+from uqbench.core.errors import ConfigError
 
 DENSE_KINDS = ("lora", "dora", "adalora")
 ADAPTER_NAME = "default"

@@ -1,10 +1,10 @@
-"""The torch side of a run: the ``"torch"`` backend of `uqbench.engine` and its `TorchEngine`.
+"""The torch side of a run: the ``"torch"`` backend of `uqbench.core.engine` and its `TorchEngine`.
 
 `TorchEngine` trains or loads each model (checkpoints cached by their training material),
 builds and calibrates gates (`make_gate`; the thermostat's result cached by adapter hash,
 calibration splits and gate spec) and runs cached forward passes, assembling the `Outputs` the
 core scores. `TorchBackend` answers what the runner asks before and around a run (backbone
-check, threads, processes). Neither is imported by the core: `uqbench.engine.get_backend`
+check, threads, processes). Neither is imported by the core: `uqbench.core.engine.get_backend`
 imports this module when a run starts.
 """
 from __future__ import annotations
@@ -25,13 +25,13 @@ from baselines import checkpoint, dense, distributed, forward, heads, moe, therm
 from baselines import gates as G
 from baselines.backbones import check_architecture, list_backbones, load_backbone
 from baselines.variants import variant_config
-from uqbench.cache import PROTOCOL_VERSION, ArrayCache, DirCache
-from uqbench.engine import RunStats, register_backend
-from uqbench.errors import ConfigError, record_fallback
-from uqbench.gating import get_gate_kind
-from uqbench.outputs import ROUTER_FIELDS, Outputs
-from uqbench.plan import GateSpec, ModelSpec, Pair
-from uqbench.profiles import Profile
+from uqbench.files.cache import PROTOCOL_VERSION, ArrayCache, DirCache
+from uqbench.core.engine import RunStats, register_backend
+from uqbench.core.errors import ConfigError, record_fallback
+from uqbench.core.gating import get_gate_kind
+from uqbench.core.outputs import ROUTER_FIELDS, Outputs
+from uqbench.core.plan import GateSpec, ModelSpec, Pair
+from uqbench.core.profiles import Profile
 
 
 def train_config(prof: Profile, seed: int) -> train.TrainConfig:
@@ -42,7 +42,7 @@ def train_config(prof: Profile, seed: int) -> train.TrainConfig:
 
 @register_backend("torch")
 class TorchBackend:
-    """`uqbench.engine.Backend` on torch, transformers and peft (`baselines`)."""
+    """`uqbench.core.engine.Backend` on torch, transformers and peft (`baselines`)."""
 
     n_experts = moe.MoELoRAConfig().n_experts
 
@@ -249,7 +249,7 @@ def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any
               ) -> tuple[Any, dict[str, Any]]:
     """Turn a `GateSpec` into a gate for one trained model, calibrating it when it has a budget.
 
-    The kind is looked up in the gate registry (`uqbench.gating`) first: an unknown kind is a
+    The kind is looked up in the gate registry (`uqbench.core.gating`) first: an unknown kind is a
     ConfigError listing the valid ones, before any model work. Calibration (the thermostat) runs
     on the union of the suite's unlabeled ``calib`` splits and is cached by (adapter checkpoint
     hash, calibration split hashes, gate spec), so a warm run does no bisection. The returned

@@ -29,8 +29,8 @@ from baselines import distributed
 from baselines.heads import MultipleChoiceModel
 from baselines.train import length_key
 from uqbench.data.records import MCRecord
-from uqbench.errors import ConfigError
-from uqbench.outputs import PAD_LOGIT
+from uqbench.core.errors import ConfigError
+from uqbench.core.outputs import PAD_LOGIT
 
 #: completed forward passes over a split, by mode ("deterministic", "mc_dropout"); one per
 #: `collect` call

@@ -19,8 +19,8 @@ set's disagreement (T,). Only gates that need ``D`` call it (CARE with ``gamma >
 pays nothing for it unless the layer records statistics. ``validate(n_experts)`` is called by
 ``set_gate`` to check ``k`` against the layer's ``N``.
 
-Each gate class is registered for `uqbench.plan.GateSpec` kinds with ``@register_gate(kind,
-knob=...)`` (`uqbench.gating`): the kind a spec names -- also the gate's one ``name``, which
+Each gate class is registered for `uqbench.core.plan.GateSpec` kinds with ``@register_gate(kind,
+knob=...)`` (`uqbench.core.gating`): the kind a spec names -- also the gate's one ``name``, which
 run.json and the cache keys use --, the field the thermostat calibrates for a budget, and (from
 the dataclass fields) the parameters a spec may set. A new gate is one such
 class, in this module or in a plugin module.
@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import Tensor
 
-from uqbench.gating import GATES, register_gate
+from uqbench.core.gating import GATES, register_gate
 
 #: ``epsilon`` of the disagreement denominator (paper Eq. "disagree"). Absolute, on the unscaled
 #: expert outputs ``e_i = B_i A_i h``: ``D = 0`` (not NaN) when every admitted output is 0, e.g.
@@ -433,7 +433,7 @@ def gate_to_dict(gate: Gate) -> dict[str, Any]:
 
 def gate_from_dict(d: dict[str, Any]) -> Gate:
     """The gate of a `gate_to_dict` record: ``name`` is the class's ``name``, of any gate class
-    in the registry (`uqbench.gating.GATES`)."""
+    in the registry (`uqbench.core.gating.GATES`)."""
     classes = {e.cls.name: e.cls for e in map(GATES.get, GATES.names())}
     d = dict(d)
     name = d.pop("name", None)

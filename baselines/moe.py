@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from baselines.gates import EPS, DynMoLE, Gate, TopK, normalized_entropy, tsallis_entropy
-from uqbench.config import help_field
+from uqbench.core.config import help_field
 
 BERT_TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense",
                 "output.dense")
@@ -577,7 +577,7 @@ def resolve_targets(model: nn.Module, target_modules: tuple[str, ...] | str,
         n_blocks = int(getattr(getattr(model, "config", None), "num_hidden_layers", 0)
                        or max((_block_index(n) for n in names), default=0) + 1)
         if not 1 <= top_layers <= n_blocks:
-            from uqbench.errors import ConfigError
+            from uqbench.core.errors import ConfigError
             raise ConfigError(f"top_layers={top_layers} is out of range: this model has "
                               f"{n_blocks} transformer blocks; valid: 1..{n_blocks} (or None)")
         return tuple(n for n in names if _block_index(n) >= n_blocks - top_layers)
@@ -592,7 +592,7 @@ def resolve_targets(model: nn.Module, target_modules: tuple[str, ...] | str,
     for cand in (LLAMA_TARGETS, BERT_TARGETS):
         if any(_matches(n, cand[:1]) for n in names):
             return cand
-    from uqbench.errors import ConfigError  # a ValueError the CLI reports without traceback
+    from uqbench.core.errors import ConfigError  # a ValueError the CLI reports without traceback
 
     raise ConfigError(f"no known MoE-LoRA target modules for architecture model_type={mtype!r}; "
                       f"its Linear modules are: {_describe_linears(model)}. Pass "

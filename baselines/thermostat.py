@@ -31,7 +31,7 @@ from baselines.moe import (
     set_gate,
     set_token_mask,
 )
-from uqbench.gating import GATES, GateKind
+from uqbench.core.gating import GATES, GateKind
 
 Forward = Callable[[nn.Module, Any], Any]
 
@@ -235,7 +235,7 @@ def calibrate_entropy_k(model: nn.Module, batches: Iterable[Any], budget: float 
 def calibrate_kind(kind: GateKind, model: nn.Module, batches: Iterable[Any], budget: float,
                    params: Mapping[str, Any], *, forward: Forward | None = None
                    ) -> tuple[Gate, CalibrationResult]:
-    """Calibrate a registered gate kind (`uqbench.gating.GateKind`) for ``budget``: bisection on
+    """Calibrate a registered gate kind (`uqbench.core.gating.GateKind`) for ``budget``: bisection on
     its ``knob`` within its ``bounds`` (:func:`calibrate`), the other fields from ``params``.
 
     A kind with a ``proxy`` calibrates the proxy's knob instead, then is built from the proxy's

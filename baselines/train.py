@@ -29,9 +29,9 @@ from tqdm.auto import tqdm
 
 from baselines import distributed
 from baselines.heads import MultipleChoiceModel
-from uqbench.config import help_field
+from uqbench.core.config import help_field
 from uqbench.data.records import MCRecord
-from uqbench.errors import ConfigError
+from uqbench.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from baselines.moe import MoELoRAConfig
-from uqbench.errors import ConfigError
+from uqbench.core.errors import ConfigError
 
 
 def loramoe(seed: int = 0) -> MoELoRAConfig:

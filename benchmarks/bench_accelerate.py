@@ -46,7 +46,7 @@ def _timed(cmd: list[str], env: dict[str, str], out: Path) -> tuple[float, float
     t = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, env=env)
     wall = time.perf_counter() - t
-    from uqbench.rundir import read_meta
+    from uqbench.files.rundir import read_meta
 
     return wall, read_meta(out)["seconds"]["models+passes"]
 

@@ -16,12 +16,12 @@ def run() -> Iterator[dict[str, object]]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from baselines.backbones import load_backbone
     from baselines.heads import make_plain
+    from uqbench.core.profiles import get_profile
     from uqbench.data.suites import build_suite
-    from uqbench.profiles import get_profile
+    from uqbench.files.cache import resolve_cache_dir
 
     prof = get_profile("cpu")
-    suite = build_suite("pooled", prof, cache_dir=os.environ.get("UQBENCH_CACHE",
-                                                                 ".uqbench-cache") + "/splits",
+    suite = build_suite("pooled", prof, cache_dir=resolve_cache_dir() / "splits",
                         progress=False)
     bb = load_backbone("minilm")
     heads = {m: make_plain(bb, mode=m) for m in ("cross_encoder", "bi_encoder")}

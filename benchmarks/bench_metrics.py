@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from uqbench import metrics as M
+from uqbench.stats import metrics as M
 
 N = 1_000_000
 N_CLASSES = 4

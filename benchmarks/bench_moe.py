@@ -224,7 +224,7 @@ def bench_memory(T: int = 4096, N: int = 16, r: int = 8, d: int = 4096) -> dict[
 COST_BATCH = (64, 96)
 COST_REPS = 5
 #: what :func:`bench_cost` measures: the 36-linear default, the FFN-only layers, and the
-#: profiles' recipe (FFN linears of the last 2 blocks: `uqbench.profiles.RECIPE`)
+#: profiles' recipe (FFN linears of the last 2 blocks: `uqbench.core.profiles.RECIPE`)
 COST_CONFIGS = {"": dict(n_experts=16, rank=8, top_k=4, target_modules="auto"),
                 "_ffn": dict(n_experts=16, rank=8, top_k=4, target_modules="ffn"),
                 "_recipe": dict(n_experts=16, rank=8, top_k=4, target_modules="ffn",

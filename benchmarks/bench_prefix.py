@@ -8,7 +8,7 @@ the runner's evaluation batches of ``BATCH`` records, on one thread, from a cold
 not depend on the batch that first needed it), ``padded`` the way it was before (the missing
 texts of a batch in one call, right-padded to the longest). ``ratio`` = alone / padded.
 ``texts_not_bitwise`` counts the texts whose padded states differ from their states alone in
-any bit, ``max_abs_diff`` the largest difference: the cause of issue 30 (a model retrained
+any bit, ``max_abs_diff`` the largest difference: the cause of a past bug (a model retrained
 after a cache corruption was another model). Best of ``REPS``.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """End-to-end run time of `uqbench run --suite pooled`: cold (empty cache) and warm, per profile.
 
-Targets (issues "End to end", "Models that learn"): smoke cold <= 180 s, cpu cold <= 20 min, warm <= 10 s, on 2 cores.
+Targets: smoke cold <= 180 s, cpu cold <= 20 min, warm <= 10 s, on 2 cores.
 The smoke profile always runs; `cpu` runs when UQBENCH_BENCH_PROFILES includes it (it takes
 tens of minutes), e.g. ``UQBENCH_BENCH_PROFILES=smoke,cpu python -m benchmarks run``.
 """

@@ -38,7 +38,7 @@ def write_samples(folder: Path, task: str, n: int, seed: int) -> None:
 
 
 def run() -> list[dict[str, Any]]:
-    from uqbench.score import ScoreConfig, load_records, score
+    from uqbench.run.score_records import ScoreConfig, load_records, score
 
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:

@@ -68,7 +68,7 @@ def run() -> Iterator[dict[str, object]]:
                                   "met": finished and seconds <= TARGET,
                                   "cores": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]}
         if finished:
-            from uqbench.rundir import read_meta
+            from uqbench.files.rundir import read_meta
 
             row["phases"] = {k: round(v, 1) for k, v in read_meta(out)["seconds"].items()}
         else:   # how far it got: trained adapters and forward records on disk

@@ -61,7 +61,7 @@ def run() -> Iterator[dict[str, object]]:
     from baselines.heads import make_moe
     from baselines.moe import MoELoRAConfig
     from baselines.train import TrainConfig, train
-    from uqbench.profiles import RECIPE
+    from uqbench.core.profiles import RECIPE
 
     records, source = _records()
     model = make_moe(load_backbone("minilm"),

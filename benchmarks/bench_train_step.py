@@ -38,7 +38,7 @@ def _backbone() -> tuple[str, Any]:
     """``UQBENCH_BENCH_BACKBONE``, else SmolLM2 on a GPU where it is installed, else tiny-llama
     (the line names which)."""
     from baselines.backbones import check_backbone, load_backbone
-    from uqbench.errors import ConfigError
+    from uqbench.core.errors import ConfigError
 
     gpu = torch.cuda.is_available()
     name = os.environ.get("UQBENCH_BENCH_BACKBONE")

@@ -154,7 +154,7 @@ def _link_cache(src: Path, dst: Path, kinds: Sequence[str]) -> None:
 def _missing(backbone: str) -> str | None:
     """Why ``backbone`` cannot be loaded here (not installed: with the pip command), or None."""
     from baselines.backbones import check_backbone
-    from uqbench.errors import ConfigError
+    from uqbench.core.errors import ConfigError
 
     try:
         check_backbone(backbone)
@@ -372,8 +372,8 @@ def run_and_compare(conf: dict[str, Any]) -> dict[str, Any] | None:
     import torch
 
     from baselines import distributed
-    from uqbench.plan import MOE, TOP4
-    from uqbench.runner import RunConfig, run
+    from uqbench.core.plan import MOE, TOP4
+    from uqbench.run.runner import RunConfig, run
 
     cfg = RunConfig(suite=_suite(conf["caps"]), profile=conf["profile"],
                     backbone=conf["backbone"], models=tuple(conf["models"]),
@@ -420,11 +420,11 @@ def compare_cpu(cfg: Any) -> dict[str, Any]:
     from baselines.engine import TorchEngine
     from uqbench.data.suite_spec import get_suite_spec
     from uqbench.data.suites import build_suite
-    from uqbench.engine import RunStats
-    from uqbench.plan import MOE
-    from uqbench.probs import softmax
-    from uqbench.profiles import get_profile
-    from uqbench.runner import resolve_dirs
+    from uqbench.core.engine import RunStats
+    from uqbench.core.plan import MOE
+    from uqbench.core.probs import softmax
+    from uqbench.core.profiles import get_profile
+    from uqbench.run.runner import resolve_dirs
 
     _, cache, data = resolve_dirs(cfg)
     prof = get_profile(cfg.profile)
@@ -469,7 +469,7 @@ def compare_cpu(cfg: Any) -> dict[str, Any]:
 def same_report(two: Path, one: Path) -> dict[str, Any]:
     """The 2-process report against the 1-process one on the same adapters: every MoE-LoRA row's
     deterministic columns (on CPU and on one kind of GPU, the same numbers)."""
-    from uqbench.rundir import read_results
+    from uqbench.files.rundir import read_results
 
     def rows(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
         return {(r["method"], r["domain"]): r for r in read_results(out)}

@@ -3,7 +3,7 @@
 Each candidate trains one MoE-LoRA model (16 experts of rank 8, top-4 in training, the runner's
 model) on the pooled suite's train splits and reports, per domain, the ID-test accuracy with its
 95% percentile-bootstrap CI, the final train loss (mean of the last 10 steps) and the seconds of
-training and evaluation. The `cpu` profile's recipe (`uqbench.profiles`) is chosen from this table
+training and evaluation. The `cpu` profile's recipe (`uqbench.core.profiles`) is chosen from this table
 (docs/recipe.md); `smoke` keeps the same recipe at smaller caps.
 
     python -m benchmarks.recipe_search --candidates bi,cross --out recipe.jsonl
@@ -23,6 +23,8 @@ import time
 from typing import Any
 
 import numpy as np
+
+from uqbench.files.cache import resolve_cache_dir
 
 BASE: dict[str, Any] = {"head": "bi_encoder", "lr": 1e-3, "head_lr": 1e-2, "epochs": 1,
                         "train_cap": 150, "targets": "auto", "top": 0, "batch": 16,
@@ -72,8 +74,8 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
 
     from baselines import forward, heads, moe, train
     from baselines.backbones import load_backbone
+    from uqbench.core.profiles import get_profile
     from uqbench.data.suites import build_suite
-    from uqbench.profiles import get_profile
 
     prof = dataclasses.replace(get_profile(profile), train_cap=int(cand["train_cap"]))
     suite = build_suite("pooled", prof, data_dir=data_dir, cache_dir=f"{cache_dir}/splits",
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="';'-separated candidates (preset names or name:key=value,...)")
     ap.add_argument("--profile", default="cpu", help="caps and batch sizes (train_cap overridden)")
     ap.add_argument("--data-dir", default=os.environ.get("UQBENCH_DATA"))
-    ap.add_argument("--cache-dir", default=os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
+    ap.add_argument("--cache-dir", default=str(resolve_cache_dir()))
     ap.add_argument("--out", help="append JSON lines here too")
     ap.add_argument("--table", metavar="JSONL", help="print the markdown table of a finished "
                     "search's JSON lines and exit")

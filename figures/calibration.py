@@ -2,7 +2,7 @@
 
 Drawn with matplotlib rather than netcal: netcal bins on its own (left-closed bins, a bar for
 every bin, empty ones included), whereas a figure must show exactly the bins the table's ECE
-was computed from; the bars here are `uqbench.metrics.reliability_curve`'s, the ECE in the
+was computed from; the bars here are `uqbench.stats.metrics.reliability_curve`'s, the ECE in the
 title is `expected_calibration_error` with the same 12 bins, and empty bins draw nothing.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ from numpy.typing import ArrayLike
 
 from figures.data import ROLE_LABELS, RunData
 from figures.style import GREY, TEXT_WIDTH, new_figure, note, split_method
-from uqbench import metrics as M
-from uqbench.metrics import ECE_BINS
+from uqbench.stats import metrics as M
+from uqbench.stats.metrics import ECE_BINS
 
 # The gap is neutral (no method colour): dark hatch over a translucent white.
 GAP_FILL, GAP_EDGE = (1.0, 1.0, 1.0, 0.35), "#333333"

@@ -4,7 +4,7 @@ sweep, per-domain allocation, component ablation.
 Every number drawn is a table cell (accuracy with its bootstrap CI, ``avg_experts``): no metric
 is recomputed here. The one derived quantity, the CARE budget at which CARE's accuracy reaches
 fixed top-4's, is a linear interpolation between CARE's table points
-(`uqbench.paper.matched_budget`, the one the paper report's claim uses).
+(`uqbench.reporting.paper.matched_budget`, the one the paper report's claim uses).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from figures.style import (
     gate_color,
     new_figure,
 )
-from uqbench.paper import matched_budget
+from uqbench.reporting.paper import matched_budget
 
 log = logging.getLogger(__name__)
 

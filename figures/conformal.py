@@ -2,7 +2,7 @@
 
 The true-label conformity scores are the run's own (``scores.npz`` keys
 ``"{method}|{domain}|{calib,id,shift}|conformity_{score}"``, written by the runner through
-`uqbench.toolbox`); each curve is `uqbench.conformal.coverage_curve` (q̂ from the calib split,
+`uqbench.results.conformal_risk`); each curve is `uqbench.stats.conformal.coverage_curve` (q̂ from the calib split,
 coverage on the ID or the shifted split, seed 0). A calibrated method lies on the diagonal on
 ID; below it under shift, its sets lose their guarantee.
 """
@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from figures.data import RunData
 from figures.style import TEXT_WIDTH, new_figure
-from uqbench import conformal as C
+from uqbench.stats import conformal as C
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """A finished run folder as figures read it: `load_run` -> `RunData` (per-example `Scores`).
 
-A run folder (its layout: `uqbench.rundir`, which reads it) holds ``results.jsonl`` (one row
+A run folder (its layout: `uqbench.files.rundir`, which reads it) holds ``results.jsonl`` (one row
 per method x domain), ``scores.npz`` (per-example arrays of methods and of model/gate pairs,
-keyed by `uqbench.rundir.score_key`) and ``run.json`` (meta; its ``training`` logs feed the
+keyed by `uqbench.files.rundir.score_key`) and ``run.json`` (meta; its ``training`` logs feed the
 training figure).
 The reference rows of ``results.jsonl`` (``chance``, ``options-only``) are no method: `load_run`
 keeps them in ``RunData.references``, out of every method figure. Figures only *read* these
-records: every curve comes from a `uqbench.metrics` curve function, every table number from
+records: every curve comes from a `uqbench.stats.metrics` curve function, every table number from
 ``results.jsonl``.
 
 The panel modules (`figures.calibration`, `figures.selective`, ...) import this module;
@@ -25,8 +25,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from figures.style import MethodStyles
-from uqbench.report import is_reference
-from uqbench.rundir import SCORE_FIELDS, read_run, score_key
+from uqbench.results.tables import is_reference
+from uqbench.files.rundir import SCORE_FIELDS, read_run, score_key
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class RunData:
 
 def load_run(run_dir: str | Path) -> RunData:
     """Read ``results.jsonl``, ``scores.npz`` and (optional) ``run.json`` of a finished run
-    (`uqbench.rundir.read_run`).
+    (`uqbench.files.rundir.read_run`).
 
     Raises
     ------

@@ -28,7 +28,7 @@ from figures.style import (
     note,
     split_method,
 )
-from uqbench import metrics as M
+from uqbench.stats import metrics as M
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ binning and isotonic regression side by side, one row per method, on the ID spli
 
 The recalibrated confidences are the run's own (``scores.npz`` keys
 ``"{method}|{domain}|id|confidence_{ts,hb,iso}"``, written by the runner from
-`uqbench.recalibration`, fitted on the domain's calibration split); this module only reads and
+`uqbench.stats.recalibration`, fitted on the domain's calibration split); this module only reads and
 draws them, with the same bins as the raw diagram (`figures.calibration.ReliabilityDisplay`).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from figures.calibration import ReliabilityDisplay
 from figures.data import RunData, Scores
 from figures.style import TEXT_WIDTH, new_figure, note, split_method
-from uqbench.metrics import ECE_BINS
+from uqbench.stats.metrics import ECE_BINS
 
 log = logging.getLogger(__name__)
 

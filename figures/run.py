@@ -4,7 +4,7 @@ The run is read by `figures.data` (`load_run`); each figure comes from a panel m
 (`figures.calibration`, `figures.selective`, `figures.ood`, `figures.recalibrated`,
 `figures.conformal`, `figures.compute`, `figures.mechanism`, `figures.training`), which
 imports `figures.data` and never this module. Figures only *read* the run's records: every
-curve comes from a `uqbench.metrics` (or `uqbench.conformal`) curve function, every table
+curve comes from a `uqbench.stats.metrics` (or `uqbench.stats.conformal`) curve function, every table
 number from ``results.jsonl``.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from figures import (
 )
 from figures.data import POOLED, ROLES, RunData, Scores, load_run
 from figures.style import select_methods, theme
-from uqbench.errors import UserError
+from uqbench.core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from figures.data import ROLE_LABELS, RunData
 from figures.style import COLUMN_WIDTH, REFERENCE_COLOR, LineStyle, new_figure, note
-from uqbench import metrics as M
-from uqbench.metrics import SELECTIVE_COVERAGE
+from uqbench.stats import metrics as M
+from uqbench.stats.metrics import SELECTIVE_COVERAGE
 
 
 @dataclass(frozen=True)

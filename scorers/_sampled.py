@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from uqbench import Outputs, Scorer
-from uqbench.probs import entropy, softmax
+from uqbench.core.probs import entropy, softmax
 
 
 class SampledScorer(Scorer):

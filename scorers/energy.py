@@ -8,7 +8,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from uqbench import Outputs, Scorer, register_scorer
-from uqbench.probs import log_sum_exp
+from uqbench.core.probs import log_sum_exp
 
 
 @register_scorer("energy")

@@ -5,7 +5,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from uqbench import Outputs, Scorer, register_scorer
-from uqbench.probs import entropy
+from uqbench.core.probs import entropy
 
 
 @register_scorer("entropy")

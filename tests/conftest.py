@@ -1,3 +1,6 @@
+"""Shared fixtures: tiny backbones, the real data and weights, the shared smoke run and its
+splits, subprocesses with load-tolerant timeouts; the ``slow``/``e2e`` marks follow from the
+fixtures a test uses."""
 from __future__ import annotations
 
 import os
@@ -64,7 +67,7 @@ def _one_torch_thread():
 def _scorer_registry_per_module():
     """Scorers a test module registers (plugins, bad scorers for error tests) leave with it: the
     registry is per process, and later modules iterate over every registered scorer."""
-    from uqbench.scorer import SCORERS
+    from uqbench.core.scorer import SCORERS
 
     SCORERS.load()
     saved = dict(SCORERS._items)
@@ -76,7 +79,7 @@ def _scorer_registry_per_module():
 def builtin_scorers() -> tuple[str, ...]:
     """The built-in scorers' names: the registry is per process and some tests register plugin
     scorers, so runs that mean "every scorer" name these."""
-    from uqbench.scorer import SCORERS, list_scorers
+    from uqbench.core.scorer import SCORERS, list_scorers
 
     return tuple(n for n in list_scorers() if SCORERS.get(n).__module__.startswith("scorers."))
 
@@ -273,7 +276,7 @@ def smollm2_cold(tmp_path_factory: pytest.TempPathFactory, real_weights: None
     import time
 
     from baselines.backbones import load_backbone, smollm2_gguf
-    from uqbench.errors import ConfigError
+    from uqbench.core.errors import ConfigError
 
     try:
         smollm2_gguf()
@@ -359,7 +362,7 @@ def lmeval_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> lme
     import importlib.util
 
     from baselines.backbones import SMOLLM2_INSTALL, smollm2_gguf
-    from uqbench.errors import ConfigError
+    from uqbench.core.errors import ConfigError
 
     if importlib.util.find_spec("lm_eval") is None:
         pytest.skip(f"lm-eval is not installed: `{lmeval.LMEVAL_INSTALL}` (make test does)")

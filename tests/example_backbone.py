@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from baselines.backbones import Backbone, load_folder, register_backbone
-from uqbench.errors import ConfigError
+from uqbench.core.errors import ConfigError
 
 FOLDER = Path("models/my-bert")  # a Hugging Face folder: config.json, weights, tokenizer
 

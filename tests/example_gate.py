@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from baselines.gates import Selection, top_mask
-from uqbench.gating import register_gate
+from uqbench.core.gating import register_gate
 
 
 @register_gate("fractionk", knob="frac")  # the thermostat tunes `frac` to meet a budget

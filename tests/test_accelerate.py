@@ -20,7 +20,7 @@ import numpy as np
 
 from tests import dist_worker
 from tests.conftest import REPO, Procs
-from uqbench.report import is_reference
+from uqbench.results.tables import is_reference
 
 #: each launch's time on 2 quiet cores (the timeout is `timeout_for` of it: a multiple, so that
 #: a busy machine is not a failure, while a hung collective still is)
@@ -101,7 +101,7 @@ def test_accelerate_launch_run_matches_one_process(tmp_path, procs, real_data) -
     # one process, same splits and trained adapters, forward records and calibration redone
     for kind in ("splits", "models"):
         shutil.copytree(tmp_path / "c2" / kind, tmp_path / "c1" / kind)
-    from uqbench.runner import RunConfig, run
+    from uqbench.run.runner import RunConfig, run
 
     res = run(RunConfig(suite=str(tmp_path / "tiny.yaml"), profile="smoke",
                         backbone="tiny-llama", models=("moe-lora",), data_dir=data,

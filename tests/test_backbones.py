@@ -17,7 +17,7 @@ from baselines.backbones import (
     same_backbone,
     tiny_backbone,
 )
-from uqbench.errors import ConfigError
+from uqbench.core.errors import ConfigError
 
 
 def test_registry_lists_named_backbones() -> None:
@@ -241,7 +241,7 @@ def example_backbone():
 
 def test_a_registered_backbone_is_checked_listed_and_loaded(example_backbone, monkeypatch,
                                                              tmp_path) -> None:
-    from uqbench.engine import get_backend
+    from uqbench.core.engine import get_backend
 
     assert "my-bert" in list_backbones() and "my-bert" in get_backend().backbones()
     assert check_backbone("my-bert") == "registered"
@@ -255,7 +255,7 @@ def test_a_registered_backbone_is_checked_listed_and_loaded(example_backbone, mo
 
 def test_a_plugin_backbone_runs_through_the_cli_checks(example_backbone, tmp_path) -> None:
     """``--plugin MODULE --backbone NAME``: the runner's checks accept it before any data."""
-    from uqbench.runner import RunConfig, prepare
+    from uqbench.run.runner import RunConfig, prepare
 
     prepare(RunConfig(profile="smoke", backbone="my-bert", out=tmp_path / "o"))
     with pytest.raises(ConfigError, match="unknown backbone 'my-bert2'"):

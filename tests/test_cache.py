@@ -1,11 +1,14 @@
+"""The on-disk cache (`uqbench.files.cache`): atomic entries addressed by key material, stale
+and corrupt entries detected and rebuilt, orphans swept, the source hash of cache keys."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from uqbench.cache import ArrayCache, DirCache, StaleCacheWarning, key_hash
+from uqbench.files.cache import ArrayCache, DirCache, StaleCacheWarning, key_hash
 
 KEY = {"backbone": "minilm", "split": "abc", "protocol": "1"}
 
@@ -79,7 +82,7 @@ def test_sweep_removes_only_this_hosts_dead_writers_temporaries(tmp_path) -> Non
     import subprocess
     import sys
 
-    from uqbench.cache import sweep_orphans
+    from uqbench.files.cache import sweep_orphans
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # its pid now names no process (reuse within this test is negligible)
@@ -98,3 +101,36 @@ def test_sweep_removes_only_this_hosts_dead_writers_temporaries(tmp_path) -> Non
     assert not killed_file.exists() and not killed_dir.exists()
     assert live.exists() and other_host.exists() and foreign.exists()
     assert sweep_orphans(tmp_path) == 0
+
+
+def test_source_hash_covers_every_module_of_a_package(tmp_path, monkeypatch) -> None:
+    """A cache key built from a package's source changes when one of its submodules does
+    (``inspect.getsource`` of a package reads only its ``__init__``)."""
+    import importlib
+    import sys
+
+    from uqbench.files.cache import source_hash
+
+    pkg = tmp_path / "srchashpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from srchashpkg.part import f\n")
+    (pkg / "part.py").write_text("def f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = source_hash(importlib.import_module("srchashpkg"))
+    (pkg / "part.py").write_text("def f():\n    return 2 + 2\n")  # another size too
+    for name in ("srchashpkg", "srchashpkg.part"):
+        monkeypatch.delitem(sys.modules, name)
+    importlib.invalidate_caches()
+    assert source_hash(importlib.import_module("srchashpkg")) != before
+    assert source_hash(importlib.import_module("srchashpkg"), extra="x") != source_hash(
+        importlib.import_module("srchashpkg"))
+
+
+def test_the_cache_folder_is_chosen_in_one_place(monkeypatch, tmp_path) -> None:
+    from uqbench.files.cache import resolve_cache_dir
+
+    monkeypatch.delenv("UQBENCH_CACHE", raising=False)
+    assert resolve_cache_dir() == Path(".uqbench-cache")
+    monkeypatch.setenv("UQBENCH_CACHE", str(tmp_path))
+    assert resolve_cache_dir() == tmp_path
+    assert resolve_cache_dir(tmp_path / "given") == tmp_path / "given"

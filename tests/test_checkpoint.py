@@ -1,3 +1,5 @@
+"""Adapter checkpoints (`baselines.checkpoint`): round trips give identical logits, only trainable
+tensors are saved, a wrong backbone, a stale config or a corrupt file is refused."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
-"""The calibration and ranking columns of the results table (issue 27, item 3): each one is the
-`uqbench.metrics` function on the method's arrays, mean over seeds, with a bootstrap CI."""
+"""The calibration and ranking columns of the results table: each one is declared once
+(`uqbench.results.columns`), is the `uqbench.stats.metrics` function on the method's arrays,
+mean over seeds, with a bootstrap CI, and is what compare and the paper's verdicts compute."""
 from __future__ import annotations
 
 import math
@@ -8,10 +9,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_outputs
-from uqbench import metrics as M
-from uqbench.evaluate import CI_METRICS, COLUMNS, Scored, evaluate
-from uqbench.report import markdown_table
-from uqbench.scorer import get_scorer
+from uqbench.stats import metrics as M
+from uqbench.results.evaluate import CI_METRICS, ROW_COLUMNS, Scored, evaluate
+from uqbench.results.tables import markdown_table
+from uqbench.core.scorer import get_scorer
 
 NEW = ("brier", "nll", "mce", "ece_adaptive", "augrc")
 
@@ -30,7 +31,7 @@ def _scored() -> Scored:
 def test_new_columns_are_the_metrics_functions_mean_over_seeds_with_cis() -> None:
     s = _scored()
     row = evaluate(s, s, n_boot=50)
-    assert set(NEW) <= set(COLUMNS) and set(NEW) <= set(CI_METRICS)
+    assert set(NEW) <= set(ROW_COLUMNS) and set(NEW) <= set(CI_METRICS)
     # seed 0: AUGRC 0.1 by hand (metrics docstring); seed 1: ranks 0.1..0.5, errors at 0.3, 0.5:
     # points (.2,0) (.4,0) (.6,.2) (.8,.2) (1,.4): .2*.2/2 + .2*.4/2 + .2*.6/2 = 0.12
     assert row["augrc"] == pytest.approx((0.1 + 0.12) / 2)
@@ -64,3 +65,41 @@ def test_scored_of_keeps_the_predictive_and_labels_and_without_them_warns() -> N
         nan_row = evaluate(bare, bare, n_boot=20)
     assert math.isnan(nan_row["brier"]) and math.isnan(nan_row["nll_hi"])
     assert nan_row["augrc"] == row["augrc"]
+
+
+def test_each_column_is_declared_once_and_used_by_compare_and_the_paper() -> None:
+    from uqbench.reporting import compare, paper
+    from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE, RISK_AT
+
+    table = {**COLUMNS, **RISK_AT, **CONFORMAL_COVERAGE}
+    for name, col in table.items():
+        assert col.name == name and {s for s, _ in col.reads} <= {"id", "shift"}
+        # a column that reads a scorer's uncertainty is about the scorer, else about the model
+        assert (col.level == "scorer") == any(f == "uncertainty" for _, f in col.reads), name
+    assert all(compare.METRICS[n] is table[n] for n in compare.METRICS)
+    assert set(paper.PAIRED_METRICS) <= set(COLUMNS)
+    assert [n for n, c in COLUMNS.items() if c.two_sample] == ["ood_auroc", "aupr_out", "fpr95"]
+
+
+def test_a_column_is_its_metric_on_its_arrays() -> None:
+    from uqbench.results.columns import COLUMNS, RISK_AT
+
+    s = _scored()
+    arrays = {"uncertainty": s.uncertainty[:, 0], "confidence": s.confidence[:, 0],
+              "correct": s.correct[:, 0], "probs": s.probs[:, 0], "labels": s.labels[:, 0]}
+
+    def args(name, cols=COLUMNS):
+        return [arrays[f] for _, f in cols[name].reads]
+
+    ok = s.correct[:, 0].astype(bool)
+    assert COLUMNS["ece"](*args("ece")) == M.expected_calibration_error(
+        s.confidence[:, 0], ok, n_bins=M.ECE_BINS)
+    assert COLUMNS["ece"](*args("ece"), n_bins=3) == M.expected_calibration_error(
+        s.confidence[:, 0], ok, n_bins=3)
+    assert COLUMNS["aurc"](*args("aurc")) == M.aurc(s.uncertainty[:, 0], ok)
+    assert COLUMNS["accuracy"](*args("accuracy")) == 0.6
+    assert COLUMNS["nll"](*args("nll")) == M.negative_log_likelihood(s.probs[:, 0], s.labels[:, 0])
+    assert RISK_AT["risk_at_80"](*args("risk_at_80", RISK_AT)) == pytest.approx(
+        1 - M.selective_accuracy(s.uncertainty[:, 0], ok, coverage=0.8))
+    # the Resampled AUROC keeps its resampler for the bootstrap's fast path
+    assert COLUMNS["ood_auroc"].bound() is M.RESAMPLED_OOD_AUROC

@@ -1,4 +1,4 @@
-"""Split conformal sets (`uqbench.conformal`): hand-worked values, bad input, and the same q̂,
+"""Split conformal sets (`uqbench.stats.conformal`): hand-worked values, bad input, and the same q̂,
 sets, coverage, set size and size-stratified coverage as MAPIE on the same probabilities."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from uqbench import conformal as C
+from uqbench.stats import conformal as C
 
 P = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.25, 0.25, 0.5]])
 

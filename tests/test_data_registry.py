@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from uqbench.data import sources, suite_spec, suites
-from uqbench.errors import ConfigError, DataError
+from uqbench.core.errors import ConfigError, DataError
 
 #: The README example, verbatim.
 PLUGIN = '''

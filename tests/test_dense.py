@@ -1,3 +1,5 @@
+"""The dense peft baselines (`baselines.dense`: LoRA, DoRA, AdaLoRA): built, trained and reloaded
+on the MoE-LoRA's targets; bad kinds and values refused."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +13,7 @@ from baselines.heads import adapter_layers, make_moe
 from baselines.moe import moe_layers
 from baselines.train import TrainConfig, train
 from tests.test_heads import SMALL_MOE, toy_records
-from uqbench.errors import ConfigError
+from uqbench.core.errors import ConfigError
 
 #: trainable tensor names per kind (besides the head)
 ADAPTER_PARAMS = {

@@ -5,7 +5,7 @@ import json
 import sys
 
 from tests.conftest import REPO, uqbench_env
-from uqbench.report import is_reference
+from uqbench.results.tables import is_reference
 
 # every test here uses the session's shared `smoke_run` (tests/conftest.py), which puts it in
 # the slow and e2e tiers; the run itself is made once per session, cold, in a temporary folder

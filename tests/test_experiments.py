@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import builtin_scorers
-from uqbench.experiments import CONCENTRATION, EXPERIMENTS, experiment_methods, experiment_scorers
-from uqbench.plan import DET
-from uqbench.scorer import get_scorer
+from uqbench.core.experiments import CONCENTRATION, EXPERIMENTS, experiment_methods, experiment_scorers
+from uqbench.core.plan import DET
+from uqbench.core.scorer import get_scorer
 
 
 def _methods(name: str) -> dict[str, object]:
@@ -47,7 +47,7 @@ def test_ablation_scores_with_care_and_the_concentration_only_read_out() -> None
 def test_every_claim_belongs_to_an_experiment(tmp_path: Path) -> None:
     """A single experiment's report lists the claims of its section: every section must be an
     experiment's name, or its claims would be reported by ``paper`` only."""
-    from uqbench.paper import _Run, claims
+    from uqbench.reporting.paper import _Run, claims
 
     (tmp_path / "results.jsonl").write_text(json.dumps(
         {"method": "x/y/z", "model": "x", "gate": "y", "scorer": "z", "domain": "pooled"}) + "\n")
@@ -67,8 +67,8 @@ def tiny_env(tmp_path_factory, real_data):
 
 
 def test_a_single_experiment_run_writes_its_claims(tiny_env) -> None:
-    from uqbench.paper import HOLDS
-    from uqbench.runner import RunConfig, run
+    from uqbench.reporting.paper import HOLDS
+    from uqbench.run.runner import RunConfig, run
 
     root, data = tiny_env
     res = run(RunConfig(suite=str(root / "tiny.yaml"), profile="smoke", backbone="tiny-bert",
@@ -88,7 +88,7 @@ def test_a_single_experiment_run_writes_its_claims(tiny_env) -> None:
 # --- one budget: average experts per token, as the thermostat measures it ---------------------
 
 def test_avg_experts_is_the_per_token_mean_not_the_per_example_mean() -> None:
-    from uqbench.evaluate import Scored, evaluate
+    from uqbench.results.evaluate import Scored, evaluate
 
     # two examples: 30 tokens at 2 experts, 10 tokens at 6 experts; per token (60 + 60) / 40 =
     # 3.0, while the mean of the per-example means would be 4.0

@@ -15,10 +15,10 @@ from scorers.features import ledoit_wolf as lw_numpy
 from scorers.features import mahalanobis
 from tests.conftest import make_outputs
 from uqbench import Outputs, get_scorer
-from uqbench.errors import ConfigError, PluginError
-from uqbench.outputs import with_train
-from uqbench.probs import softmax
-from uqbench.scorer import run_scorer
+from uqbench.core.errors import ConfigError, PluginError
+from uqbench.core.outputs import with_train
+from uqbench.core.probs import softmax
+from uqbench.core.scorer import run_scorer
 
 
 def feature_outputs(x: np.ndarray, train: np.ndarray, train_domain=None) -> Outputs:
@@ -200,7 +200,7 @@ def test_forward_records_one_deterministic_feature_per_question(kind, mode):
 
 
 def test_scorers_say_up_front_when_they_cannot_score_a_training_set() -> None:
-    from uqbench.plan import MOE, TOP4, Method, Pair, drop_unusable
+    from uqbench.core.plan import MOE, TOP4, Method, Pair, drop_unusable
 
     rmd, knn, msp = get_scorer("rmd"), get_scorer("knn", k=5), get_scorer("msp")
     assert "at least 2 domains" in rmd.unusable(["science"] * 9, 9)

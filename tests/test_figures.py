@@ -1,5 +1,5 @@
 """Figures: a synthetic run folder in the layout `uqbench run` writes, drawn end to end; the
-drawn data checked against the `uqbench.metrics` curve functions."""
+drawn data checked against the `uqbench.stats.metrics` curve functions."""
 from __future__ import annotations
 
 import json
@@ -16,9 +16,9 @@ from matplotlib.figure import Figure
 from figures import calibration, compute, mechanism, ood, selective
 from figures.data import RunData, load_run
 from figures.run import draw_run
-from uqbench import metrics as M
-from uqbench.errors import UserError
-from uqbench.paper import matched_budget
+from uqbench.stats import metrics as M
+from uqbench.core.errors import UserError
+from uqbench.reporting.paper import matched_budget
 
 matplotlib.use("Agg")
 

@@ -12,8 +12,8 @@ from baselines.moe import MoELoRAConfig, set_gate
 from baselines.train import TrainConfig, train
 from tests.test_heads import SMALL_MOE, toy_records
 from uqbench.data.records import MCRecord
-from uqbench.errors import ConfigError
-from uqbench.outputs import PAD_LOGIT, Outputs
+from uqbench.core.errors import ConfigError
+from uqbench.core.outputs import PAD_LOGIT, Outputs
 
 
 @pytest.fixture(scope="module", params=[("encoder", "auto"), ("decoder", "letters")])

@@ -221,9 +221,9 @@ def test_care_k_validates() -> None:
 # --- gate specs: an unknown kind is an error, never CARE --------------------------------------
 
 def test_unknown_gate_kind_raises_listing_valid_kinds() -> None:
-    from uqbench.errors import ConfigError
-    from uqbench.gating import check_spec, gate_kinds
-    from uqbench.plan import GateSpec
+    from uqbench.core.errors import ConfigError
+    from uqbench.core.gating import check_spec, gate_kinds
+    from uqbench.core.plan import GateSpec
 
     valid = gate_kinds()
     assert valid[:2] == ["native", "dense"]
@@ -249,7 +249,7 @@ def test_unknown_gate_kind_raises_listing_valid_kinds() -> None:
 
 
 def test_the_registry_holds_each_gate_with_its_knob_and_parameters() -> None:
-    from uqbench.gating import GATES
+    from uqbench.core.gating import GATES
 
     care, entropyk, randomk, topk = (GATES.get(k) for k in ("care", "entropy", "random",
                                                                "topk"))
@@ -272,7 +272,7 @@ def test_a_gate_has_one_name_its_kind() -> None:
     class naming itself otherwise is refused."""
     from dataclasses import dataclass
 
-    from uqbench.gating import GATES, register_gate
+    from uqbench.core.gating import GATES, register_gate
 
     for k in GATES.names():
         assert GATES.get(k).cls.name == k
@@ -290,7 +290,7 @@ def test_a_gate_has_one_name_its_kind() -> None:
 @pytest.fixture
 def example_gate():
     """The README's gate plugin (`tests/example_gate.py`), registered for one test."""
-    from uqbench.gating import GATES
+    from uqbench.core.gating import GATES
 
     yield importlib.import_module("tests.example_gate")  # executed afresh: registers it
     GATES._items.pop("fractionk", None)
@@ -299,8 +299,8 @@ def example_gate():
 
 def test_a_gate_is_one_decorated_class(example_gate) -> None:
     """The README's "Adding a gate" example: registered, checked, built, serialised."""
-    from uqbench.gating import GATES, check_spec, gate_kinds
-    from uqbench.plan import GateSpec
+    from uqbench.core.gating import GATES, check_spec, gate_kinds
+    from uqbench.core.plan import GateSpec
 
     FractionK = example_gate.FractionK
     assert "fractionk" in gate_kinds() and GATES.get("fractionk").cls is FractionK
@@ -315,8 +315,8 @@ def test_make_gate_refuses_an_unknown_kind_even_past_gatespec() -> None:
     """make_gate checks the kind itself (for a spec changed after GateSpec checked it), before
     any model or calibration work."""
     from baselines.engine import make_gate
-    from uqbench.errors import ConfigError
-    from uqbench.plan import GateSpec
+    from uqbench.core.errors import ConfigError
+    from uqbench.core.plan import GateSpec
 
     spec = GateSpec("care", "care", budget=4.0)
     object.__setattr__(spec, "kind", "bogus")

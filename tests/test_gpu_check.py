@@ -13,7 +13,7 @@ import baselines.backbones as backbones
 from baselines.backbones import SPLIT_GGUFS, SplitGGUF, check_backbone, split_gguf_file
 from benchmarks import gpu_check
 from tests.conftest import REPO, Procs, uqbench_env
-from uqbench.errors import ConfigError
+from uqbench.core.errors import ConfigError
 
 
 def _no_qwen(monkeypatch) -> None:

@@ -6,8 +6,8 @@ import pytest
 
 from uqbench.cli import main
 from uqbench.data.suite_spec import parse_suite
-from uqbench.errors import ConfigError
-from uqbench.runner import RunConfig, prepare
+from uqbench.core.errors import ConfigError
+from uqbench.run.runner import RunConfig, prepare
 
 DOMAINS = {"science": {"train": {"source": "arc-easy", "split": "train"},
                        "id": {"source": "arc-easy", "split": "test"},

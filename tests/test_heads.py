@@ -1,3 +1,5 @@
+"""The multiple-choice heads (`baselines.heads`): shapes and padding, gradients, truncation
+reporting, decoder prompts, cloze scores and bi-encoder scores on tiny models."""
 from __future__ import annotations
 
 import random
@@ -10,8 +12,8 @@ from baselines.backbones import Backbone, tiny_backbone
 from baselines.heads import HEADS, MultipleChoiceModel, make_moe, make_plain
 from baselines.moe import MoELoRAConfig, moe_layers
 from uqbench.data.records import MCRecord
-from uqbench.errors import ConfigError
-from uqbench.outputs import PAD_LOGIT
+from uqbench.core.errors import ConfigError
+from uqbench.core.outputs import PAD_LOGIT
 
 WORDS = ["apple", "river", "stone", "cloud", "tiger", "music", "paper", "glass", "night", "sugar"]
 SMALL_MOE = MoELoRAConfig(n_experts=4, rank=2, top_k=2)

@@ -1,4 +1,4 @@
-"""``report.html`` (every run folder, `uqbench.html`) and ``uqbench compare`` (`uqbench.compare`)
+"""``report.html`` (every run folder, `uqbench.reporting.html`) and ``uqbench compare`` (`uqbench.reporting.compare`)
 on run folders scored from synthetic records (`tests.test_records.record_set`, seconds), and the
 report of the real smoke run in a real browser (headless Chromium, slow tier)."""
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 from tests.conftest import slow_fixture
 from tests.test_records import record_set
 from uqbench.cli import main
-from uqbench.compare import compare, write_compare
-from uqbench.errors import UserError
-from uqbench.html import render_report
-from uqbench.score import ScoreConfig, score
+from uqbench.reporting.compare import compare, write_compare
+from uqbench.core.errors import UserError
+from uqbench.reporting.html import render_report
+from uqbench.run.score_records import ScoreConfig, score
 
 SCORERS = ("msp", "entropy")
 
@@ -70,12 +70,12 @@ def test_a_broken_run_folder_names_each_missing_part_and_renders_the_rest(runs, 
 
 
 def test_a_failing_report_warns_records_and_keeps_the_results(tmp_path, monkeypatch, caplog):
-    import uqbench.html
+    import uqbench.reporting.html
 
     def boom(run_dir):
         raise RuntimeError("template exploded")
 
-    monkeypatch.setattr(uqbench.html, "write_report", boom)
+    monkeypatch.setattr(uqbench.reporting.html, "write_report", boom)
     score(record_set(1), ScoreConfig(out=tmp_path / "o", scorers=("msp",), figures=False))
     meta = json.loads((tmp_path / "o" / "run.json").read_text())
     assert meta["report_html_error"] == "RuntimeError: template exploded"

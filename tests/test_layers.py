@@ -30,8 +30,12 @@ FORBIDDEN = {
 }
 #: the core modules figures may read (metric curves -- conformal's too --, report readers,
 #: errors, the registry)
-FIGURES_MAY_USE = {"uqbench", "uqbench.metrics", "uqbench.conformal", "uqbench.report",
-                   "uqbench.paper", "uqbench.rundir", "uqbench.errors", "uqbench.engine"}
+FIGURES_MAY_USE = {"uqbench", "uqbench.stats.metrics", "uqbench.stats.conformal",
+                   "uqbench.results.tables", "uqbench.reporting.paper", "uqbench.files.rundir",
+                   "uqbench.core.errors", "uqbench.core.engine"}
+#: `uqbench`'s subpackages by stage, lowest first (README, "Layout"): a module imports only
+#: from its own stage and the stages before it; the top-level modules (cli) come last
+STAGES = ("core", "files", "stats", "data", "results", "io", "reporting", "run")
 
 
 def module_imports(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
@@ -66,6 +70,7 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
         bad = {d for d in deps if d.split(".")[0] in FORBIDDEN.get(pkg, ())}
         if pkg == "figures":
             bad |= {d for d in deps if d.split(".")[0] == "uqbench" and d not in FIGURES_MAY_USE
+                and d not in {f"uqbench.{s}" for s in STAGES}  # `from uqbench.stats import m`
                     and d.rpartition(".")[0] not in FIGURES_MAY_USE - {"uqbench"}}
         out += [f"{mod} imports {d}" for d in sorted(bad) if d.rpartition(".")[0] not in bad]
     return out
@@ -140,6 +145,26 @@ def test_packages_import_one_way() -> None:
     assert not cycles(edges)
 
 
+def stage_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a `uqbench` module from a later stage (`STAGES`) than its own."""
+    def rank(mod: str) -> int:
+        parts = mod.split(".")
+        return STAGES.index(parts[1]) if len(parts) > 1 and parts[1] in STAGES else len(STAGES)
+
+    return [f"{mod} imports {d}" for mod, deps in sorted(graph.items()) if mod.startswith("uqbench.")
+            for d in sorted(deps) if d in graph and d.startswith("uqbench.") and rank(d) > rank(mod)]
+
+
+def test_uqbench_stages_import_one_way() -> None:
+    assert {m.split(".")[1] for m in GRAPH if m.count(".") >= 2 and m.startswith("uqbench.")} \
+        == set(STAGES), "a subpackage of uqbench is missing from STAGES (or STAGES is stale)"
+    bad = stage_violations(GRAPH)
+    assert not bad, "imports from a later stage:\n" + "\n".join(bad)
+    late = {"uqbench.core.scorer": {"uqbench.run.runner"}, "uqbench.run.runner": {"uqbench.cli"}}
+    assert stage_violations(late | {"uqbench.run.runner": set(), "uqbench.cli": set()}) == [
+        "uqbench.core.scorer imports uqbench.run.runner"]
+
+
 def test_no_module_cycle() -> None:
     found = cycles(module_edges(GRAPH))
     assert not found, f"module import cycles: {found}"
@@ -150,23 +175,24 @@ def test_the_checker_fails_on_a_reverse_import(tmp_path: Path) -> None:
     for pkg in PACKAGES:
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("")
-    (tmp_path / "uqbench" / "runner.py").write_text(
+    (tmp_path / "uqbench" / "run").mkdir()
+    (tmp_path / "uqbench" / "run" / "runner.py").write_text(
         "import numpy\n\ndef run():\n    from baselines.moe import MoELoRAConfig\n")
-    (tmp_path / "baselines" / "moe.py").write_text("from uqbench.errors import ConfigError\n")
+    (tmp_path / "baselines" / "moe.py").write_text("from uqbench.core.errors import ConfigError\n")
     (tmp_path / "figures" / "run.py").write_text("from figures import calibration\n")
     (tmp_path / "figures" / "calibration.py").write_text(
-        "from figures.run import RunData\nfrom uqbench.evaluate import evaluate\n")
+        "from figures.run import RunData\nfrom uqbench.results.evaluate import evaluate\n")
     graph = module_imports(tmp_path)
-    assert violations(graph) == ["figures.calibration imports uqbench.evaluate",
-                                 "uqbench.runner imports baselines.moe"]
+    assert violations(graph) == ["figures.calibration imports uqbench.results.evaluate",
+                                 "uqbench.run.runner imports baselines.moe"]
     assert cycles(package_edges(graph)) == [["baselines", "uqbench"]]
     assert cycles(module_edges(graph)) == [["figures.calibration", "figures.run"]]
 
 
 _PROBE = """
 import importlib, json, pkgutil, sys
-names = ["scorers", "figures", "uqbench.metrics", "uqbench.scorer", "uqbench.outputs",
-         "uqbench.report", "uqbench.paper", "uqbench.experiments", "uqbench.evaluate"]
+names = ["scorers", "figures", "uqbench.stats.metrics", "uqbench.core.scorer", "uqbench.core.outputs",
+         "uqbench.results.tables", "uqbench.reporting.paper", "uqbench.core.experiments", "uqbench.results.evaluate"]
 for pkg in ("scorers", "figures"):
     path = importlib.import_module(pkg).__path__
     names += [f"{pkg}.{m.name}" for m in pkgutil.iter_modules(path)]
@@ -192,7 +218,7 @@ def test_scorers_figures_and_metrics_never_load_torch_or_models() -> None:
     assert not heavy, f"scorers/figures/metrics pull in {heavy}: import them lazily where used"
 
 
-@pytest.mark.parametrize("module", ["uqbench.runner", "uqbench.cli", "uqbench.gating"])
+@pytest.mark.parametrize("module", ["uqbench.run.runner", "uqbench.cli", "uqbench.core.gating"])
 def test_the_runner_and_cli_load_no_torch_models_or_plots(module: str) -> None:
     got = _loaded(f"import json, sys, {module}\n"
                   "print(json.dumps({'loaded': sorted({m.split('.')[0] for m in sys.modules})}))")

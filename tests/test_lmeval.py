@@ -136,7 +136,7 @@ def test_uqbench_score_of_a_real_lm_eval_run_equals_lm_evals_accuracy(lmeval_run
     is lm-eval's own metric (acc, acc_norm, acc_bytes), example for example on the ID part (20%
     held out for calibration) and as the reported aggregate on the shifted task; the run folder
     is complete, and the scorers lm-eval gives no fields for are listed as skipped."""
-    from uqbench.score import ScoreConfig, load_records, score
+    from uqbench.run.score_records import ScoreConfig, load_records, score
 
     folder = lmeval_run.results.parent
     reported = json.loads(lmeval_run.results.read_text())["results"]
@@ -184,7 +184,7 @@ def copy_part(part: Path, dest: Path, edit: dict[int, dict] | None = None) -> Pa
 def test_committed_mc_labels_are_the_targets_and_every_metric_is_verified() -> None:
     """The usual task: the label is lm-eval's `target` index, and all three of lm-eval's
     per-sample metrics were recomputed and found equal."""
-    from uqbench.lmeval import read_task
+    from uqbench.io.lmeval import read_task
 
     for task in lmeval.MC_TASKS:
         path = one(MC, f"samples_{task}_*.jsonl")
@@ -198,7 +198,7 @@ def test_committed_multiple_input_labels_come_from_acc_and_score_to_lm_evals_acc
     """WinoGrande as lm-eval runs it logs the shared continuation as `target`: the labels come
     from each sample's `acc` and equal the dataset's gold (the `doc`, which the reader never
     reads); reading the target as text gave every question label 0."""
-    from uqbench.lmeval import read_task
+    from uqbench.io.lmeval import read_task
 
     path = one(MI, f"samples_{lmeval.MI_TASK}_*.jsonl")
     rows = read_samples(path)
@@ -223,8 +223,8 @@ def test_a_label_lm_evals_own_metric_contradicts_is_an_error_before_any_output(
     """Line 3 of the committed ARC-Easy run (acc = acc_norm = acc_bytes = 0) with a metric
     flipped: `uqbench score` names the file and the line, and writes nothing."""
     from uqbench import cli
-    from uqbench.errors import UserError
-    from uqbench.lmeval import read_task
+    from uqbench.core.errors import UserError
+    from uqbench.io.lmeval import read_task
 
     (line3,) = [r for r in read_samples(one(MC, "samples_arc_easy_local_*.jsonl"))
                 if r["doc_id"] == 2]
@@ -243,8 +243,8 @@ def test_multiple_input_gold_left_open_is_refused(tmp_path: Path) -> None:
     """A multiple_input sample determines its gold only through `acc`: acc 1 (the argmax) among
     any number of choices, acc 0 among 2. Three choices with acc 0, or no acc, are refused
     with the reason and the fix."""
-    from uqbench.errors import UserError
-    from uqbench.lmeval import read_task
+    from uqbench.core.errors import UserError
+    from uqbench.io.lmeval import read_task
 
     rows = read_samples(one(MI, f"samples_{lmeval.MI_TASK}_*.jsonl"))
 
@@ -283,8 +283,8 @@ def test_multiple_input_gold_left_open_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_id_task_as_its_own_shift_is_refused() -> None:
-    from uqbench.errors import ConfigError
-    from uqbench.lmeval import DomainTasks
+    from uqbench.core.errors import ConfigError
+    from uqbench.io.lmeval import DomainTasks
 
     with pytest.raises(ConfigError, match="shifted task 'arc_easy' is also its ID task"):
         DomainTasks.parse("c=arc_easy:arc_easy")
@@ -296,7 +296,7 @@ def test_uqbench_score_of_a_real_multiple_input_run_equals_lm_evals_accuracy(lme
     """A real lm-eval run of the multiple_input `winogrande_local` as the shifted task: every
     label is the dataset's gold, and uqbench's shift accuracy is lm-eval's aggregated acc (also
     under --normalize chars, which warns that it ranks as acc)."""
-    from uqbench.score import ScoreConfig, load_records, score
+    from uqbench.run.score_records import ScoreConfig, load_records, score
 
     reported = json.loads(lmeval_run.results.read_text())["results"]
     rows = {r["doc_id"]: r for r in read_samples(lmeval_run.samples[lmeval.MI_TASK])}

@@ -16,7 +16,7 @@ from uqbench.data.sources.adapters import parse_adapters_choices
 from uqbench.data.sources.math import _equation_hints
 from uqbench.data.sources.mmlu import MMLU_GROUPS, mmlu_subjects
 from uqbench.data.suites import make_record
-from uqbench.errors import ConfigError, DataError
+from uqbench.core.errors import ConfigError, DataError
 
 
 def _records(name: str, split: str, **kw: object) -> list[MCRecord]:

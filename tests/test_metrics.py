@@ -1,4 +1,4 @@
-"""Tests for uqbench.metrics: hand-worked values, reference tools, properties, bad input."""
+"""Tests for uqbench.stats.metrics: hand-worked values, reference tools, properties, bad input."""
 from __future__ import annotations
 
 import doctest
@@ -14,8 +14,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
-from uqbench import metrics
-from uqbench.metrics import (
+from uqbench.stats import metrics
+from uqbench.stats.metrics import (
     NLL_EPS,
     UndefinedMetricWarning,
     augrc,
@@ -281,9 +281,16 @@ def test_scalar_metrics_return_python_floats():
 
 
 def test_docstring_examples():
-    result = doctest.testmod(metrics, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 15
-    assert result.failed == 0
+    import importlib
+    import pkgutil
+
+    attempted = 0
+    for info in pkgutil.iter_modules(metrics.__path__):
+        module = importlib.import_module(f"{metrics.__name__}.{info.name}")
+        result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert result.failed == 0, info.name
+        attempted += result.attempted
+    assert attempted >= 15
 
 
 # --------------------------------------------------------------------------------------------
@@ -822,7 +829,7 @@ def test_bootstrap_propagates_metric_errors():
 # paired differences (uqbench compare, by hand on 5 examples)
 # --------------------------------------------------------------------------------------------
 def test_paired_difference_resamples_the_same_examples_on_both_sides():
-    from uqbench.metrics import paired_difference
+    from uqbench.stats.metrics import paired_difference
 
     a = np.array([0.1, 0.5, 0.2, 0.9, 0.3])
     d, lo, hi = paired_difference(np.mean, [a], [a + 0.1], n_resamples=300)
@@ -835,7 +842,7 @@ def test_paired_difference_resamples_the_same_examples_on_both_sides():
 
 
 def test_paired_difference_two_sample_and_bad_input():
-    from uqbench.metrics import paired_difference
+    from uqbench.stats.metrics import paired_difference
 
     u_id = np.array([0.1, 0.4, 0.35, 0.8, 0.2])
     u_sh = np.array([0.3, 0.9, 0.5, 0.7, 0.6])

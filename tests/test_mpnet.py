@@ -27,8 +27,8 @@ from baselines.backbones import (
     mpnet_folder,
     mpnet_parts,
 )
-from uqbench.cache import StaleCacheWarning
-from uqbench.errors import ConfigError
+from uqbench.files.cache import StaleCacheWarning
+from uqbench.core.errors import ConfigError
 
 FAKE_WEIGHTS = b"not really safetensors " * 200
 

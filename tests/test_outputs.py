@@ -1,3 +1,4 @@
+"""The `Outputs` record: bad fields named, available fields listed, select/concat round trips."""
 from __future__ import annotations
 
 import numpy as np
@@ -5,7 +6,7 @@ import pytest
 
 from tests.conftest import make_outputs
 from uqbench import Outputs
-from uqbench.outputs import PAD_LOGIT
+from uqbench.core.outputs import PAD_LOGIT
 
 
 def base(**kw):
@@ -59,5 +60,5 @@ def test_concat_pads_choices_with_zero_probability():
     assert np.all(pooled.logits[:3, 2:] == PAD_LOGIT)
     # a field missing in one part is dropped from the pooled record
     assert pooled.route_entropy is None and pooled.mc_logits is None
-    from uqbench.probs import softmax
+    from uqbench.core.probs import softmax
     assert np.all(softmax(pooled.logits)[:3, 2:] == 0.0)

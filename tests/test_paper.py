@@ -1,4 +1,4 @@
-"""`uqbench.paper`: verdicts written from a finished run's numbers (synthetic run folder)."""
+"""`uqbench.reporting.paper`: verdicts written from a finished run's numbers (synthetic run folder)."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from uqbench import metrics as M
-from uqbench.errors import UserError
-from uqbench.paper import (
+from uqbench.stats import metrics as M
+from uqbench.core.errors import UserError
+from uqbench.reporting.paper import (
     FAILS,
     HOLDS,
     INCONCLUSIVE,
@@ -228,7 +228,7 @@ def test_matched_budget_interpolates_between_care_points() -> None:
 def test_claims_resting_on_a_model_at_chance_are_not_evidence(run_dir: Path) -> None:
     """A claim is marked when a method it compares has an ID accuracy CI that includes its
     domain's chance level (the ``chance`` row); its verdict is kept, the annotation beside it."""
-    from uqbench.paper import AT_CHANCE
+    from uqbench.reporting.paper import AT_CHANCE
 
     assert not any(c.note for c in claims(_Run(run_dir)))  # no chance rows: nothing to mark
     rows = _rows(run_dir)
@@ -280,7 +280,7 @@ def _add(run_dir: Path, per_method: dict[str, dict[str, np.ndarray]]) -> None:
 
 
 def test_care_beats_every_single_pass_moe_baseline(run_dir: Path) -> None:
-    from uqbench.paper import UQ_SINGLE_PASS
+    from uqbench.reporting.paper import UQ_SINGLE_PASS
 
     verdict, ours = _by_text(run_dir)[EVERY]
     assert verdict == INCONCLUSIVE and ours.startswith("not measured")
@@ -294,7 +294,7 @@ def test_care_beats_every_single_pass_moe_baseline(run_dir: Path) -> None:
     assert claim.verdict == HOLDS and claim.section == "uq"
     assert set(claim.rests_on) == {(m, "pooled") for m in (CARE, *UQ_SINGLE_PASS)}
     # the report says, next to that claim, that the baselines are simplified re-implementations
-    from uqbench.paper import SIMPLIFIED, SIMPLIFIED_MARK
+    from uqbench.reporting.paper import SIMPLIFIED, SIMPLIFIED_MARK
 
     report = write_paper_report(run_dir).read_text()
     marked = [ln for ln in report.splitlines() if SIMPLIFIED_MARK in ln]
@@ -315,7 +315,7 @@ def test_disagreement_claim_scores_nucleus_only_by_the_concentration_read_out(
         run_dir: Path) -> None:
     """CARE (w = 0.5) against nucleus-only under the w = 0 read-out; the nucleus-only row
     scored by CARE's own read-out (which holds D already) is not the comparison."""
-    from uqbench.experiments import CONCENTRATION
+    from uqbench.core.experiments import CONCENTRATION
 
     rng = np.random.default_rng(2)
     _add(run_dir, {"moe-lora/nucleus-only/care": _arrays(rng, 8.0),  # would make it fail
@@ -348,7 +348,7 @@ def test_paired_verdicts_pool_every_seed(run_dir: Path) -> None:
     """scores.npz holds (N, seeds) arrays; a paired difference resamples examples (the same for
     every seed) and pools the seeds. Seed 0 alone would say the τ=0.8 CARE is 10 points more
     accurate than τ=0.4; seed 1 reverses it exactly, so pooled Δ = 0 with a CI of width 0."""
-    from uqbench.paper import _paired
+    from uqbench.reporting.paper import _paired
 
     run = _Run(run_dir)
     hi, lo = "moe-lora/care-tau0.8/care", "moe-lora/care-tau0.4/care"
@@ -371,7 +371,7 @@ def test_gain_of_a_fifth_expert_against_disagreement(run_dir: Path, where: str |
     """Figure "mechanism" (c) as a claim: a 5th expert turns 30 wrong top-4 answers right, all
     among the examples of high (or low) top-4 disagreement: the gain above the median is
     30 / 100 = 30 pts and 0 below, a difference of ±30 pts."""
-    from uqbench.paper import _gain_with_disagreement
+    from uqbench.reporting.paper import _gain_with_disagreement
 
     run = _Run(run_dir)
     c4 = run.arrays[f"{MSP}|pooled|id|correct"].astype(bool)
@@ -394,8 +394,8 @@ def test_undefined_bootstrap_resamples_are_counted_warned_and_recorded(run_dir: 
     """One example alone has top-4 disagreement above the median: a resample without it has no
     "above" half and an undefined statistic. Those resamples (counted by hand, with the same
     draws) are left out of the CI, warned about, recorded and shown in the claim."""
-    from uqbench.errors import FallbackWarning, reset_fallbacks
-    from uqbench.paper import N_BOOT, _gain_with_disagreement
+    from uqbench.core.errors import FallbackWarning, reset_fallbacks
+    from uqbench.reporting.paper import N_BOOT, _gain_with_disagreement
 
     run = _Run(run_dir)
     dis = np.zeros(N)
@@ -415,8 +415,8 @@ def test_undefined_bootstrap_resamples_are_counted_warned_and_recorded(run_dir: 
 
 def _experiment_methods(section: str) -> set[str]:
     from tests.conftest import builtin_scorers
-    from uqbench.experiments import experiment_methods, experiment_scorers
-    from uqbench.scorer import get_scorer
+    from uqbench.core.experiments import experiment_methods, experiment_scorers
+    from uqbench.core.scorer import get_scorer
 
     chosen = [get_scorer(n) for n in builtin_scorers()]
     return {m.name for m in experiment_methods(section, 4.0,
@@ -436,7 +436,7 @@ def test_every_declared_claim_names_methods_of_its_experiment() -> None:
     holds its own section's claims)."""
     from dataclasses import replace
 
-    from uqbench.paper import CLAIMS
+    from uqbench.reporting.paper import CLAIMS
 
     names = {s: _experiment_methods(s) for s in {spec.section for spec in CLAIMS}}
     for spec in CLAIMS:

@@ -14,8 +14,8 @@ from baselines.heads import PREFIX_CACHE, PrefixCache, make_moe
 from baselines.moe import MoELoRAConfig, moe_layers, record_stats, resolve_targets
 from baselines.train import TrainConfig, train
 from tests.test_heads import toy_records
-from uqbench.errors import ConfigError
-from uqbench.profiles import Profile
+from uqbench.core.errors import ConfigError
+from uqbench.core.profiles import Profile
 
 SMALL = {"n_experts": 4, "rank": 2, "top_k": 2, "target_modules": "ffn"}
 
@@ -160,9 +160,9 @@ def test_config_dict_omits_top_layers_only_when_unset() -> None:
 
 def test_variants_train_on_the_profiles_blocks(tmp_path) -> None:
     from baselines.engine import TorchEngine
-    from uqbench.engine import RunStats
-    from uqbench.plan import ModelSpec
-    from uqbench.profiles import get_profile
+    from uqbench.core.engine import RunStats
+    from uqbench.core.plan import ModelSpec
+    from uqbench.core.profiles import get_profile
 
     engine = TorchEngine("tiny-bert", get_profile("cpu"), None, tmp_path, RunStats())
     cfg = engine._variant_config(ModelSpec("hydralora", "hydralora"), seed=0)
@@ -180,7 +180,7 @@ def _trained_bytes(encoder: Backbone, seed: int, recs: list) -> bytes:
 def test_trained_model_does_not_depend_on_the_prefix_cache_state(encoder: Backbone) -> None:
     """Byte-equal adapters whether the prefix cache was cold, filled by an inference pass in
     other batch compositions (other paddings), or warm from another model trained before in
-    the same process (issue 30: a retrained ensemble member was a different model)."""
+    the same process (a retrained ensemble member was once a different model)."""
     recs = toy_records(20, seed=5, n_choices=(2, 3, 4))
     PREFIX_CACHE.clear()
     cold = _trained_bytes(encoder, 0, recs)

@@ -1,4 +1,4 @@
-"""Recalibration (uqbench.recalibration, through netcal): temperatures with a known answer,
+"""Recalibration (uqbench.stats.recalibration, through netcal): temperatures with a known answer,
 predictions and accuracy unchanged, the binning calibrators, the cached columns, and the
 calibration split disjoint from the ID test split."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_outputs
-from uqbench import metrics as M
-from uqbench.cache import ArrayCache
-from uqbench.evaluate import Scored
-from uqbench.outputs import Outputs
-from uqbench.recalibration import (
+from uqbench.stats import metrics as M
+from uqbench.files.cache import ArrayCache
+from uqbench.results.evaluate import Scored
+from uqbench.core.outputs import Outputs
+from uqbench.stats.recalibration import (
     CALIBRATORS,
     T_MAX,
     columns,
@@ -24,7 +24,7 @@ from uqbench.recalibration import (
     temperature_scaling,
     top_label,
 )
-from uqbench.scorer import Scorer, get_scorer
+from uqbench.core.scorer import Scorer, get_scorer
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
@@ -84,7 +84,7 @@ def test_the_bound_is_applied_as_netcal_applies_a_temperature():
     netcal's own transform for a factor netcal fitted, and softmax(log p / T_MAX) by hand."""
     import netcal.scaling
 
-    from uqbench.recalibration import _rescale
+    from uqbench.stats.recalibration import _rescale
 
     z, y = _calibrated(500, seed=8)
     p = _softmax(2 * z)
@@ -103,8 +103,8 @@ def test_a_failed_temperature_fit_warns_and_is_recorded_every_run(tmp_path, monk
     domain and the seed -- on the first run and on a warm one that reads the cache."""
     import netcal.scaling
 
-    import uqbench.recalibration as R
-    from uqbench.errors import FallbackWarning, reset_fallbacks
+    import uqbench.stats.recalibration as R
+    from uqbench.core.errors import FallbackWarning, reset_fallbacks
 
     monkeypatch.setattr(netcal.scaling.TemperatureScaling, "temperature",
                         property(lambda self: np.array([np.nan])))
@@ -223,7 +223,7 @@ def test_a_scorer_with_its_own_confidence_gets_binary_temperature_scaling():
 
 
 def test_columns_and_cache(tmp_path, monkeypatch):
-    import uqbench.recalibration as R
+    import uqbench.stats.recalibration as R
 
     scorer = get_scorer("msp")
     cal, test = _seeds(60, 2, 0), _seeds(50, 2, 10)
@@ -256,7 +256,7 @@ def test_columns_and_cache(tmp_path, monkeypatch):
 
 
 def test_importing_recalibration_does_not_load_netcal_or_torch():
-    probe = ("import sys, json, uqbench.recalibration, uqbench.runner; "
+    probe = ("import sys, json, uqbench.stats.recalibration, uqbench.run.runner; "
              "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
     loaded = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True,
                                        text=True, check=True).stdout)

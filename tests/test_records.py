@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_outputs
-from uqbench.errors import ConfigError, UserError
-from uqbench.lmeval import DomainTasks, read_lmeval
-from uqbench.outputs import Outputs, with_train
-from uqbench.plan import DET, ROUTER, GateSpec, ModelSpec, Pair
-from uqbench.records import RecordSet, export_run, read_record_set, write_record_set
-from uqbench.references import ReferenceInputs
-from uqbench.score import ScoreConfig, load_records, score
+from uqbench.core.errors import ConfigError, UserError
+from uqbench.io.lmeval import DomainTasks, read_lmeval
+from uqbench.core.outputs import Outputs, with_train
+from uqbench.core.plan import DET, ROUTER, GateSpec, ModelSpec, Pair
+from uqbench.io.recordset import RecordSet, export_run, read_record_set, write_record_set
+from uqbench.results.references import ReferenceInputs
+from uqbench.run.score_records import ScoreConfig, load_records, score
 
 DOMAINS = ("science", "math")
 MOE = Pair(ModelSpec("moe-lora", "moe"), GateSpec("top4", "topk", params={"k": 4}),
@@ -144,7 +144,7 @@ def test_feature_scorers_are_skipped_on_records_without_features_or_train_record
 
 
 def test_an_interrupted_score_leaves_no_folder_and_a_finished_one_is_kept(tmp_path, monkeypatch):
-    import uqbench.score as S
+    import uqbench.run.score_records as S
 
     def boom(*a, **k):
         raise KeyboardInterrupt

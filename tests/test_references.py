@@ -12,15 +12,15 @@ import pytest
 from uqbench.data.artifacts import chance_interval, classifier_accuracy
 from uqbench.data.records import MCRecord, Split
 from uqbench.data.suite_spec import Suite
-from uqbench.evaluate import COLUMNS
-from uqbench.references import (
+from uqbench.results.evaluate import ROW_COLUMNS
+from uqbench.results.references import (
     at_chance,
     at_chance_message,
     reference_inputs,
     reference_rows,
     warn_at_chance,
 )
-from uqbench.report import is_reference, latex_table, markdown_table, summary, write_results
+from uqbench.results.tables import is_reference, latex_table, markdown_table, summary, write_results
 
 WORDS = ("apple", "river", "stone", "cloud", "tiger", "maple", "ocean", "piano", "lemon")
 
@@ -101,7 +101,7 @@ def test_reference_rows_have_the_accuracy_columns_only(refs) -> None:
     for row in refs.values():
         assert is_reference(row) and row["gate"] == row["scorer"] == "-"
         assert row["model"] == row["method"] and row["n_id"] > 0
-        for c in COLUMNS:
+        for c in ROW_COLUMNS:
             if c not in ("accuracy", "shift_accuracy"):
                 assert math.isnan(row[c]), c
         assert math.isnan(row["ece_lo"]) and math.isnan(row["forward_passes"])
@@ -110,7 +110,7 @@ def test_reference_rows_have_the_accuracy_columns_only(refs) -> None:
 def _model_row(method: str, domain: str, acc: float, lo: float, hi: float) -> dict:
     model, gate, scorer = method.split("/")
     row = {"method": method, "model": model, "gate": gate, "scorer": scorer, "domain": domain,
-           **{c: 0.5 for c in COLUMNS}, "accuracy": acc, "accuracy_lo": lo, "accuracy_hi": hi,
+           **{c: 0.5 for c in ROW_COLUMNS}, "accuracy": acc, "accuracy_lo": lo, "accuracy_hi": hi,
            "forward_passes": 1, "seeds": 1}
     return row
 
@@ -151,12 +151,12 @@ def test_warning_fires_for_a_model_at_chance_not_above_it(caplog) -> None:
     assert ("moe-lora/top4/msp on math: ID accuracy 0.27 [0.21, 0.33] includes chance 0.25 — "
             "its UQ numbers measure a model at chance") in msg
     assert "care/care on math" not in msg
-    with caplog.at_level(logging.WARNING, logger="uqbench.references"):
+    with caplog.at_level(logging.WARNING, logger="uqbench.results.references"):
         assert warn_at_chance(rows) == flags
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and warnings[0].getMessage() == msg  # once, listing them all
     caplog.clear()
     above = [r for r in rows if r["method"] == "chance" or r["accuracy_lo"] > 0.34]
-    with caplog.at_level(logging.WARNING, logger="uqbench.references"):
+    with caplog.at_level(logging.WARNING, logger="uqbench.results.references"):
         assert warn_at_chance(above) == []
     assert not caplog.records and at_chance_message([]) == ""

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from uqbench import Outputs, Scorer, get_scorer, list_scorers, register_scorer
-from uqbench.errors import ConfigError, PluginError, UnknownNameError
-from uqbench.registry import Registry, import_plugin
-from uqbench.scorer import SCORERS, run_scorer
+from uqbench.core.errors import ConfigError, PluginError, UnknownNameError
+from uqbench.core.registry import Registry, import_plugin
+from uqbench.core.scorer import SCORERS, run_scorer
 
 
 def test_builtins_are_registered():
@@ -34,11 +34,11 @@ def test_unknown_name_suggests_close_matches():
 
 #: every extension point: ``uqbench list`` name -> (module, registry)
 EXTENSION_POINTS = {
-    "scorers": ("uqbench.scorer", "SCORERS"), "gates": ("uqbench.gating", "GATES"),
+    "scorers": ("uqbench.core.scorer", "SCORERS"), "gates": ("uqbench.core.gating", "GATES"),
     "sources": ("uqbench.data.sources", "SOURCES"),
     "suites": ("uqbench.data.suite_spec", "SUITES"),
     "backbones": ("baselines.backbones", "BACKBONES"),
-    "backends": ("uqbench.engine", "BACKENDS"), "figures": ("uqbench.engine", "DRAWERS"),
+    "backends": ("uqbench.core.engine", "BACKENDS"), "figures": ("uqbench.core.engine", "DRAWERS"),
 }
 
 

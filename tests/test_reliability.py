@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import builtin_scorers
-from uqbench import metrics as M
-from uqbench.cache import StaleCacheWarning
+from uqbench.stats import metrics as M
+from uqbench.files.cache import StaleCacheWarning
 from uqbench.cli import main
-from uqbench.runner import RunConfig, run
+from uqbench.run.runner import RunConfig, run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -290,8 +290,8 @@ def cold(root):
 
 
 def test_stale_entries_are_recomputed_never_reused(root, cold, monkeypatch):
-    import uqbench.runner
-    from uqbench.profiles import get_profile
+    import uqbench.run.runner
+    from uqbench.core.profiles import get_profile
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", StaleCacheWarning)
@@ -300,7 +300,7 @@ def test_stale_entries_are_recomputed_never_reused(root, cold, monkeypatch):
     # a changed protocol version: every model retrained, every pass recomputed
     import baselines.engine
 
-    for module in (uqbench.runner, baselines.engine):  # rows and run.json; the cache keys
+    for module in (uqbench.run.runner, baselines.engine):  # rows and run.json; the cache keys
         monkeypatch.setattr(module, "PROTOCOL_VERSION", "test-bumped")
     bumped = run(_cfg(root, "cold", out=root / "out-bumped"))
     assert bumped.stats.cache_hits == 0 and bumped.stats.total() == cold.stats.total()
@@ -308,7 +308,7 @@ def test_stale_entries_are_recomputed_never_reused(root, cold, monkeypatch):
     monkeypatch.undo()
     # a changed training config (epochs) retrains the models and recomputes their passes
     prof = get_profile("smoke")
-    monkeypatch.setattr(uqbench.runner, "get_profile",
+    monkeypatch.setattr(uqbench.run.runner, "get_profile",
                         lambda name: prof.__class__(**{**prof.__dict__, "epochs": prof.epochs + 1}))
     more = run(_cfg(root, "cold", out=root / "out-epochs"))
     assert more.stats.trained == cold.stats.trained and more.stats.total() == cold.stats.total()
@@ -326,7 +326,7 @@ def test_stale_entries_are_recomputed_never_reused(root, cold, monkeypatch):
 
 
 def test_late_plugin_failure_names_it_and_keeps_finished_work(root, cold):
-    from uqbench.errors import PluginError
+    from uqbench.core.errors import PluginError
 
     with pytest.raises(PluginError, match="scorer 'rel_late' raised.*more than 8 examples"):
         run(_cfg(root, "cold", plugins=("rel_scorers",), scorers=("msp", "rel_late"),
@@ -395,7 +395,7 @@ def test_sigkill_mid_run_then_rerun_reuses_finished_entries(root, cold, procs):
 
 
 def test_every_row_records_protocol_and_split_hashes(cold):
-    from uqbench.cache import PROTOCOL_VERSION
+    from uqbench.files.cache import PROTOCOL_VERSION
 
     meta = json.loads((cold.out / "run.json").read_text())
     hashes = {v["hash"] for k, v in meta["splits"].items() if k.endswith(("/id", "/shift"))}

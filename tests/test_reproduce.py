@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from uqbench.cli import main
-from uqbench.environment import FORMAT, code_hash, environment, package_versions
-from uqbench.errors import DataError, UserError
-from uqbench.reproduce import ReproducibilityWarning, diff_runs, read_recorded, reproduce
-from uqbench.runner import RunConfig
+from uqbench.files.environment import FORMAT, code_hash, environment, package_versions
+from uqbench.core.errors import DataError, UserError
+from uqbench.run.reproduce import ReproducibilityWarning, diff_runs, read_recorded, reproduce
+from uqbench.run.runner import RunConfig
 
 ROWS = [{"method": "moe-lora/top4/msp", "domain": "pooled", "accuracy": "0.315", "ece": "nan",
          "split_hashes": "ab,cd"},
@@ -207,14 +207,14 @@ def test_rerun_that_differs_and_environment_warnings_are_reported(tmp_path: Path
 
 
 def test_cli_exit_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    import uqbench.reproduce
+    import uqbench.run.reproduce
 
     run_dir = write_run(tmp_path / "run")
-    monkeypatch.setattr(uqbench.reproduce, "run", fake_runner([]))
+    monkeypatch.setattr(uqbench.run.reproduce, "run", fake_runner([]))
     assert main(["reproduce", str(run_dir), "--data-dir", str(tmp_path)]) == 0
     assert "no differences (bitwise; results.csv: 10 compared, scores.npz: 3" in \
         capsys.readouterr().out
-    monkeypatch.setattr(uqbench.reproduce, "run", fake_runner([], [ROWS[0]]))
+    monkeypatch.setattr(uqbench.run.reproduce, "run", fake_runner([], [ROWS[0]]))
     assert main(["reproduce", str(run_dir), "--out", str(tmp_path / "b"),
                  "--data-dir", str(tmp_path)]) == 1
     assert "row only in the recorded run" in capsys.readouterr().out

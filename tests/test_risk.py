@@ -1,4 +1,4 @@
-"""Selective risk control (`uqbench.risk`): hand-worked values, bad input, and the same
+"""Selective risk control (`uqbench.stats.risk`): hand-worked values, bad input, and the same
 p-values and Learn-then-Test decisions as MAPIE's risk control where the definitions match
 (a binary loss, the precision risk of the accepted questions, fixed sequence testing)."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from uqbench import risk as R
-from uqbench.conformal import resample_counts
+from uqbench.stats import risk as R
+from uqbench.stats.conformal import resample_counts
 
 
 def test_bounds_and_fixed_sequence_by_hand() -> None:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import builtin_scorers
-from uqbench.errors import ConfigError, PluginError, UserError
-from uqbench.profiles import get_profile
-from uqbench.runner import RunConfig, prepare, run
+from uqbench.core.errors import ConfigError, PluginError, UserError
+from uqbench.core.profiles import get_profile
+from uqbench.run.runner import RunConfig, prepare, run
 
 SUITE = textwrap.dedent("""
     name: tiny
@@ -81,7 +81,7 @@ def test_cold_run_counts_exactly_the_passes_the_plan_needs(cold):
     prof = get_profile("smoke")
     passes = cold.stats.passes
     splits = {k[3] for k in passes if not k[3].endswith("/train")}
-    # calib too: every method's ECE is recalibrated on it (uqbench.recalibration)
+    # calib too: every method's ECE is recalibrated on it (uqbench.stats.recalibration)
     assert splits == {f"{d}/{r}" for d in ("science", "knowledge")
                       for r in ("id", "shift", "calib")}
     # train: one deterministic pass per (model, gate), the feature scorers' reference
@@ -118,8 +118,8 @@ def test_forward_passes_column_matches_the_plan(cold):
 
 
 def test_every_row_reports_recalibrated_ece_beside_the_raw_one(cold):
-    from uqbench.recalibration import CALIBRATORS
-    from uqbench.report import is_reference
+    from uqbench.stats.recalibration import CALIBRATORS
+    from uqbench.results.tables import is_reference
 
     rows = [r for r in cold.rows if not is_reference(r)]
     assert rows
@@ -169,8 +169,8 @@ def test_cold_run_json_holds_every_trained_models_training_log(cold):
 
 
 def test_reference_rows_and_at_chance_in_the_run(cold):
-    from uqbench.references import at_chance
-    from uqbench.report import is_reference
+    from uqbench.results.references import at_chance
+    from uqbench.results.tables import is_reference
 
     refs = {(r["method"], r["domain"]): r for r in cold.rows if is_reference(r)}
     assert set(refs) == {(m, d) for m in ("chance", "options-only")
@@ -184,13 +184,13 @@ def test_reference_rows_and_at_chance_in_the_run(cold):
 
 
 def test_warm_rerun_does_no_model_work_and_gives_identical_numbers(env, cold, monkeypatch):
-    import uqbench.evaluate
+    import uqbench.results.evaluate
 
     def no_evaluation(*a, **k):
         raise AssertionError("a warm rerun must read its rows from the evaluation cache")
 
     training = json.loads((cold.out / "run.json").read_text())["training"]
-    monkeypatch.setattr(uqbench.evaluate, "evaluate", no_evaluation)
+    monkeypatch.setattr(uqbench.results.evaluate, "evaluate", no_evaluation)
     warm = run(cfg(env))
     assert warm.stats.total() == 0 and warm.stats.trained == []
     assert json.dumps(warm.rows) == json.dumps(cold.rows)  # NaN-safe exact comparison
@@ -205,8 +205,8 @@ def test_fallbacks_go_to_run_json_on_every_run_and_are_reset_per_run(env, cold, 
     lists none (the collector is per run)."""
     import netcal.scaling
 
-    import uqbench.recalibration as R
-    from uqbench.errors import FallbackWarning
+    import uqbench.stats.recalibration as R
+    from uqbench.core.errors import FallbackWarning
 
     assert json.loads((cold.out / "run.json").read_text())["fallbacks"] == []
     monkeypatch.setattr(netcal.scaling.TemperatureScaling, "temperature",
@@ -230,7 +230,7 @@ def test_a_fallback_is_listed_once_per_run_however_often_it_happens():
     # e.g. a split's truncation, seen by every pass over the split
     import warnings
 
-    from uqbench.errors import FallbackWarning, record_fallback, reset_fallbacks
+    from uqbench.core.errors import FallbackWarning, record_fallback, reset_fallbacks
 
     got = reset_fallbacks()
     with pytest.warns(FallbackWarning) as seen:
@@ -247,8 +247,8 @@ def test_a_fallback_is_listed_once_per_run_however_often_it_happens():
 
 
 def test_evaluation_cache_is_keyed_by_content_and_options(tmp_path):
-    from uqbench.cache import ArrayCache
-    from uqbench.evaluate import Scored, evaluate, evaluate_cached
+    from uqbench.files.cache import ArrayCache
+    from uqbench.results.evaluate import Scored, evaluate, evaluate_cached
 
     rng = np.random.default_rng(0)
     a, b = (Scored(rng.random((50, 1)), rng.random((50, 1)), (rng.random((50, 1)) < .5) * 1.0,
@@ -317,14 +317,14 @@ def test_bad_input_fails_before_any_model_work(env, kw, match):
 
 def test_scorer_no_model_can_serve_is_rejected_up_front(env):
     from uqbench import get_scorer
-    from uqbench.plan import DENSE, DET, LORA, Pair, methods
+    from uqbench.core.plan import DENSE, DET, LORA, Pair, methods
 
     with pytest.raises(ConfigError, match="scorer 'care' needs field"):
         methods([Pair(LORA, DENSE, DET)], [get_scorer("care")])
 
 
 def test_every_seed_is_kept_per_example(env):
-    """scores.npz holds one column per seed; the CIs and verdicts pool them (uqbench.paper)."""
+    """scores.npz holds one column per seed; the CIs and verdicts pool them (uqbench.reporting.paper)."""
     root, _ = env
     res = run(cfg(env, seeds=2, scorers=("msp",), out=root / "out-seeds", models=("moe-lora",)))
     with np.load(res.out / "scores.npz") as z:
@@ -339,8 +339,8 @@ def test_every_seed_is_kept_per_example(env):
 def test_scoring_the_runs_own_records_gives_every_value_of_its_table(env, cold, tmp_path):
     """`uqbench score` on the records a run wrote: the same rows, value for value, and the same
     per-example scores; no model work."""
-    from uqbench.records import read_record_set
-    from uqbench.score import ScoreConfig, score
+    from uqbench.io.recordset import read_record_set
+    from uqbench.run.score_records import ScoreConfig, score
 
     again = score(read_record_set(cold.out / "records"),
                   ScoreConfig(out=tmp_path / "scored", figures=False))

@@ -289,7 +289,7 @@ def test_code_mc_build_records_runs_without_a_limit(monkeypatch) -> None:
     from uqbench.data.records import Split
     from uqbench.data.sources import get_source
     from uqbench.data.sources.code import mbpp_problem
-    from uqbench.errors import FallbackWarning, reset_fallbacks
+    from uqbench.core.errors import FallbackWarning, reset_fallbacks
 
     add = {"text": "Add.", "code": "def add(a, b):\n    return a + b", "task_id": 1,
            "test_list": ["assert add(1, 2) == 3", "assert add(5, 7) == 12"]}

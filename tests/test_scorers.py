@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import make_outputs
 from uqbench import Outputs, get_scorer, list_scorers
-from uqbench.scorer import run_scorer
+from uqbench.core.scorer import run_scorer
 
 
 @pytest.mark.parametrize("name", list_scorers())

@@ -10,7 +10,7 @@ import torch
 
 from baselines.backbones import SMOLLM2_INSTALL, check_backbone, load_backbone, smollm2_gguf
 from uqbench.data.records import MCRecord
-from uqbench.errors import ConfigError
+from uqbench.core.errors import ConfigError
 
 
 def _installed() -> bool:

@@ -149,7 +149,7 @@ def test_calibrate_kind_equals_the_per_gate_calibrations(model, batches) -> None
     """calibrate_kind (knob, bounds, proxy from the registry) gives the very gates the
     per-kind functions give: the runner's cached thermostat results stay valid."""
     from baselines.thermostat import calibrate_kind
-    from uqbench.gating import GATES
+    from uqbench.core.gating import GATES
 
     saved = get_gates(model)
     try:
@@ -174,7 +174,7 @@ def test_a_registered_plugin_gate_is_calibrated_by_its_knob(model, batches) -> N
     import sys
 
     from baselines.thermostat import calibrate_kind
-    from uqbench.gating import GATES
+    from uqbench.core.gating import GATES
 
     FractionK = importlib.import_module("tests.example_gate").FractionK  # registers it
     saved = get_gates(model)

@@ -30,10 +30,10 @@ from baselines.train import TrainConfig, train
 from baselines.variants import PRESETS, variant_config
 from tests.test_heads import toy_records
 from uqbench import Outputs
-from uqbench.errors import ConfigError
-from uqbench.outputs import ROUTER_FIELDS
-from uqbench.plan import DEFAULT_MODELS, MODELS, default_pairs, model_pairs
-from uqbench.scorer import get_scorer, list_scorers, run_scorer
+from uqbench.core.errors import ConfigError
+from uqbench.core.outputs import ROUTER_FIELDS
+from uqbench.core.plan import DEFAULT_MODELS, MODELS, default_pairs, model_pairs
+from uqbench.core.scorer import get_scorer, list_scorers, run_scorer
 
 FAST = TrainConfig(lr=5e-3, head_lr=1e-2, epochs=3, batch_size=8, max_length=48, warmup_ratio=0.1)
 ROUTED = [n for n in PRESETS if n != "flylora"]
@@ -135,8 +135,8 @@ def test_care_gate_and_thermostat_work_on_router_variants(trained, name) -> None
 
 def test_care_under_flylora_is_a_config_error_before_model_work(trained, tmp_path) -> None:
     from baselines.engine import make_gate
-    from uqbench.plan import CARE
-    from uqbench.runner import RunConfig, prepare
+    from uqbench.core.plan import CARE
+    from uqbench.run.runner import RunConfig, prepare
 
     with pytest.raises(ConfigError, match="'flylora' have no router distribution"):
         prepare(RunConfig(profile="smoke", models=("flylora",), scorers=("care",),
@@ -238,7 +238,7 @@ def test_dynmole_gate_rule_by_hand() -> None:
 # --- selection by name, defaults unchanged, bad input -----------------------------------------
 
 def test_default_run_is_unchanged() -> None:
-    from uqbench.runner import RunConfig
+    from uqbench.run.runner import RunConfig
 
     assert model_pairs(DEFAULT_MODELS) == default_pairs()
     assert "models" not in RunConfig().identity()
@@ -279,7 +279,7 @@ def test_unknown_names_list_the_valid_ones(tmp_path) -> None:
 def test_run_with_models_from_suite_yaml(tmp_path, real_data) -> None:
     """End to end on tiny-bert: the suite's ``models:`` picks the models; router variants get
     router fields and CARE rows, FlyLoRA only its own routing."""
-    from uqbench.runner import RunConfig, run
+    from uqbench.run.runner import RunConfig, run
 
     data = real_data
     (tmp_path / "v.yaml").write_text(textwrap.dedent("""
@@ -304,14 +304,14 @@ def test_run_with_models_from_suite_yaml(tmp_path, real_data) -> None:
 
 
 def test_the_cores_model_and_head_lists_agree_with_the_baselines_tables() -> None:
-    """`uqbench.plan.MODELS` and `uqbench.profiles.HEADS` live in the core, which never imports
+    """`uqbench.core.plan.MODELS` and `uqbench.core.profiles.HEADS` live in the core, which never imports
     `baselines`: this ties them to the tables they name (a variant added to one and not the
     other fails here)."""
     from baselines.dense import DENSE_KINDS
     from baselines.heads import ENCODER_MODES, HEAD_MODES
     from baselines.moe import VARIANTS
-    from uqbench.plan import MODELS
-    from uqbench.profiles import ENCODER_HEADS, HEADS
+    from uqbench.core.plan import MODELS
+    from uqbench.core.profiles import ENCODER_HEADS, HEADS
 
     assert set(VARIANTS) == {"moe-lora", *PRESETS}
     listed = {name: e for name, e in MODELS.items() if name in VARIANTS}

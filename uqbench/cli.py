@@ -23,8 +23,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from uqbench.errors import UserError
-from uqbench.profiles import HEADS
+from uqbench.core.errors import UserError
+from uqbench.core.profiles import HEADS
 
 
 def _csv(s: str) -> tuple[str, ...]:
@@ -158,13 +158,13 @@ def _build_parser() -> argparse.ArgumentParser:
 #: ``uqbench list WHAT`` -> the registry (or fixed table) that lists it, as (module, name):
 #: every extension point is a registry with an entry-point group ``uqbench.<what>``
 _LISTS = {
-    "scorers": ("uqbench.scorer", "SCORERS"), "gates": ("uqbench.gating", "GATES"),
+    "scorers": ("uqbench.core.scorer", "SCORERS"), "gates": ("uqbench.core.gating", "GATES"),
     "sources": ("uqbench.data.sources", "SOURCES"),
     "suites": ("uqbench.data.suite_spec", "SUITES"),
-    "backbones": ("uqbench.engine", "get_backend"),  # the model side's registry
-    "backends": ("uqbench.engine", "BACKENDS"), "figures": ("uqbench.engine", "DRAWERS"),
-    "experiments": ("uqbench.experiments", "EXPERIMENTS"),
-    "profiles": ("uqbench.profiles", "PROFILES"), "models": ("uqbench.plan", "MODELS"),
+    "backbones": ("uqbench.core.engine", "get_backend"),  # the model side's registry
+    "backends": ("uqbench.core.engine", "BACKENDS"), "figures": ("uqbench.core.engine", "DRAWERS"),
+    "experiments": ("uqbench.core.experiments", "EXPERIMENTS"),
+    "profiles": ("uqbench.core.profiles", "PROFILES"), "models": ("uqbench.core.plan", "MODELS"),
 }
 
 
@@ -189,14 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("fontTools").setLevel(logging.WARNING)
     try:
         if args.command not in ("run", "score"):  # those import their own plugins
-            from uqbench.registry import import_plugin
+            from uqbench.core.registry import import_plugin
 
             for module in getattr(args, "plugin", ()):
                 import_plugin(module)
         if args.command == "list":
             print("\n".join(_list(args.what)))
         elif args.command == "run":
-            from uqbench.runner import RunConfig, run
+            from uqbench.run.runner import RunConfig, run
             run(RunConfig(
                 suite=args.suite, profile=args.profile, backbone=args.backbone,
                 scorers=args.scorers, plugins=tuple(args.plugin), out=args.out,
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress=not args.no_progress, overwrite=args.overwrite,
                 scorer_timeout=args.scorer_timeout or None))
         elif args.command == "score":
-            from uqbench.score import ScoreConfig, check_out, load_records, score
+            from uqbench.run.score_records import ScoreConfig, check_out, load_records, score
             check_out(args.out, args.overwrite)  # before reading anything
             records = load_records(args.source, domains=args.domain, domains_file=args.domains,
                                    members=args.members, normalize=args.normalize,
@@ -218,42 +218,40 @@ def main(argv: list[str] | None = None) -> int:
                 bootstrap=args.bootstrap, cache_dir=args.cache_dir, figures=not args.no_figures,
                 overwrite=args.overwrite, scorer_timeout=args.scorer_timeout or None))
         elif args.command == "export":
-            from uqbench.records import export_run
+            from uqbench.io.recordset import export_run
             print(f"wrote {export_run(args.run_dir, args.dest)}")
         elif args.command == "report":
-            from uqbench.report import markdown_table, rows_for
-            from uqbench.rundir import read_results
+            from uqbench.files.rundir import read_results
+            from uqbench.results.tables import markdown_table, rows_for
             if args.paper:
-                from uqbench.paper import write_paper_report
+                from uqbench.reporting.paper import write_paper_report
                 print(write_paper_report(args.run_dir).read_text())
             elif args.html:
-                from uqbench.html import write_report
+                from uqbench.reporting.html import write_report
                 print(f"wrote {write_report(args.run_dir)}")
             else:
                 print(markdown_table(rows_for(read_results(args.run_dir), domain=args.domain)))
         elif args.command == "compare":
-            from uqbench.compare import markdown, write_compare
+            from uqbench.reporting.compare import markdown, write_compare
             comparison, paths = write_compare(args.run_dirs, args.out, n_boot=args.bootstrap)
             print(markdown(comparison))
             print("wrote " + ", ".join(map(str, paths)))
         elif args.command == "plot":
-            from uqbench.engine import get_drawer
+            from uqbench.core.engine import get_drawer
             for path in get_drawer()(args.run_dir):
                 print(path)
         elif args.command == "reproduce":
-            from uqbench.reproduce import reproduce
+            from uqbench.run.reproduce import reproduce
             diff = reproduce(args.run_dir, out=args.out, cache_dir=args.cache_dir,
                              data_dir=args.data_dir, threads=args.threads, atol=args.atol,
                              progress=not args.no_progress)
             print("\n".join([*diff.differences, f"reproduce {args.run_dir}: {diff.summary()}"]))
             return 0 if diff.equal else 1
         elif args.command == "data":
-            import os
-
             from uqbench.data.split_table import format_split_table, split_table
-            data_dir = args.data_dir or os.environ.get("UQBENCH_DATA")
-            cache = args.cache_dir or Path(os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
-            print(format_split_table(split_table(args.suite, args.profile, data_dir=data_dir,
+            from uqbench.files.cache import resolve_cache_dir
+            cache = resolve_cache_dir(args.cache_dir)
+            print(format_split_table(split_table(args.suite, args.profile, data_dir=args.data_dir,
                                                  cache_dir=cache / "splits", seed=0)))
     except UserError as exc:
         print(f"uqbench: error: {exc}", file=sys.stderr)

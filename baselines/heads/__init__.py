@@ -9,7 +9,7 @@ logits and per-question features), in the table `HEADS` by name (the ``mode`` of
 (`Letters`; decoders, the default). `MultipleChoiceModel.encode` then ``forward`` delegate to
 the model's head (``model.scoring``).
 
-Choice counts may differ within a batch: absent options get `uqbench.outputs.PAD_LOGIT` (finite,
+Choice counts may differ within a batch: absent options get `uqbench.core.outputs.PAD_LOGIT` (finite,
 probability exactly 0 in float64, zero gradient), so logits are always (B, C_max) and finite.
 
 When the backbone has MoE-LoRA layers, ``forward`` hands them the token mask (padding excluded

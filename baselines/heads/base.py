@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from uqbench.data.records import MCRecord
-from uqbench.outputs import PAD_LOGIT
+from uqbench.core.outputs import PAD_LOGIT
 
 
 class HeadedModel(Protocol):

@@ -18,8 +18,8 @@ from baselines.heads.base import (
     _scatter_choices,
 )
 from uqbench.data.records import MCRecord
-from uqbench.errors import ConfigError
-from uqbench.outputs import PAD_LOGIT
+from uqbench.core.errors import ConfigError
+from uqbench.core.outputs import PAD_LOGIT
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 

@@ -15,7 +15,7 @@ from baselines.backbones import Backbone
 from baselines.heads.prefix import PREFIX_CACHE, _run_blocks
 from baselines.heads.registry import DEFAULT_HEADS, HEAD_MODES, HEADS, modes_for
 from uqbench.data.records import MCRecord
-from uqbench.errors import ConfigError
+from uqbench.core.errors import ConfigError
 
 
 def adapter_layers(model: nn.Module) -> list[str]:

@@ -290,11 +290,13 @@ def classifier_accuracy(train: Sequence[MCRecord], records: Sequence[MCRecord] |
     NaN if the training data has a single class or is empty.
     """
     if records is None:
-        return _crossfit(train, folds, seed, lambda tr, te: _clf_correct(tr, te, seed))
-    return float(np.mean(_clf_correct(train, records, seed))) if records else float("nan")
+        return _crossfit(train, folds, seed, lambda tr, te: options_only_correct(tr, te, seed))
+    return float(np.mean(options_only_correct(train, records, seed))) if records else float("nan")
 
 
-def _fit(train: Sequence[MCRecord], seed: int) -> OptionsOnlyClassifier | None:
+def fit_options_only(train: Sequence[MCRecord], seed: int) -> OptionsOnlyClassifier | None:
+    """The options-only classifier fitted on ``train``; None when it cannot be fitted (no
+    records, or a single class)."""
     if not train:
         return None
     try:
@@ -303,10 +305,12 @@ def _fit(train: Sequence[MCRecord], seed: int) -> OptionsOnlyClassifier | None:
         return None
 
 
-def _clf_correct(train: Sequence[MCRecord] | OptionsOnlyClassifier | None,
-                 test: Sequence[MCRecord], seed: int) -> NDArray[np.float64]:
+def options_only_correct(train: Sequence[MCRecord] | OptionsOnlyClassifier | None,
+                         test: Sequence[MCRecord], seed: int) -> NDArray[np.float64]:
+    """1.0 where the options-only classifier (fitted on ``train``, or given) answers a ``test``
+    question right, else 0.0; NaN for every question when there is no classifier."""
     clf = train if isinstance(train, OptionsOnlyClassifier) or train is None \
-        else _fit(train, seed)
+        else fit_options_only(train, seed)
     if clf is None:
         return np.full(len(test), np.nan)
     return (clf.predict(test) == np.array([r.answer for r in test])).astype(float)
@@ -369,7 +373,7 @@ def artifact_check(train: Sequence[MCRecord], records: Sequence[MCRecord] | None
     if records is None:
         acc["classifier"] = classifier_accuracy(train, seed=seed)
     else:
-        correct = _clf_correct(classifier if classifier is not None else train, target, seed)
+        correct = options_only_correct(classifier if classifier is not None else train, target, seed)
         acc["classifier"] = float(np.mean(correct))
     level = alpha / len(BASELINES)
     pv = {k: chance_p_value(target, v) for k, v in acc.items()}
@@ -390,7 +394,7 @@ def check_suite(suite, *, seed: int = 0, alpha: float = 0.01
             out[dom, role] = artifact_check(train, None, seed=seed, alpha=alpha)
             continue
         if dom not in fitted:
-            fitted[dom] = _fit(train, seed)
+            fitted[dom] = fit_options_only(train, seed)
         out[dom, role] = artifact_check(train, split.records, seed=seed, alpha=alpha,
                                         classifier=fitted[dom])
     return out
@@ -399,5 +403,6 @@ def check_suite(suite, *, seed: int = 0, alpha: float = 0.01
 __all__ = [
     "BASELINES", "ArtifactCheck", "OptionsOnlyClassifier", "artifact_check", "centroid_accuracy",
     "centroid_scores", "chance_interval", "chance_level", "chance_p_value", "chance_threshold",
-    "check_suite", "classifier_accuracy", "longest_option_accuracy", "majority_position", "position_accuracy",
+    "check_suite", "classifier_accuracy", "fit_options_only", "longest_option_accuracy",
+    "majority_position", "options_only_correct", "position_accuracy",
 ]

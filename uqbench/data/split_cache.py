@@ -1,6 +1,6 @@
 """The split cache: each built split is a JSON file
 ``cache_dir/<suite>/<domain>-<role>-<key>.json`` whose ``<key>`` is the sha256 of its key
-material (`uqbench.cache.key_hash`).
+material (`uqbench.files.cache.key_hash`).
 
 **Key material** (`uqbench.data.suites`): the suite spec of the domain, caps, seed, the sha256
 of every source file of the domain (a changed source file never hits an old entry), and the
@@ -12,7 +12,7 @@ returns must bump its constant by hand; tests/test_fingerprints.py fails until i
 an edit that changes nothing (a comment, a refactoring) keeps every cached split -- notably the
 sandbox-verified code splits, which are slow to rebuild.
 
-Entries are written atomically (`uqbench.cache.atomic_write_text`); on read the stored key and
+Entries are written atomically (`uqbench.files.cache.atomic_write_text`); on read the stored key and
 the records' content hash are checked and a corrupt or stale entry is removed (with a
 `StaleCacheWarning`) and rebuilt.
 """
@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from uqbench.cache import StaleCacheWarning, atomic_write_text, key_hash
 from uqbench.data.records import MCRecord, Split, content_hash
+from uqbench.files.cache import StaleCacheWarning, atomic_write_text, key_hash
 
 #: Cache file format.
 CACHE_FORMAT = 1

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from uqbench.core.profiles import Profile
 from uqbench.data.artifacts import BASELINES, check_suite
 from uqbench.data.suites import build_suite
-from uqbench.profiles import Profile
 
 
 def split_table(suite_name: str, profile: Profile | str, *, data_dir: str | Path | None = None,

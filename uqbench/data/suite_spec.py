@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from uqbench.core.errors import ConfigError
+from uqbench.core.profiles import HEADS
+from uqbench.core.registry import Registry
 from uqbench.data.records import MCRecord, Split
 from uqbench.data.sources import get_source, list_sources
 from uqbench.data.sources.mmlu import MMLU_GROUPS, mmlu_subjects
-from uqbench.errors import ConfigError
-from uqbench.profiles import HEADS
-from uqbench.registry import Registry
 
 ROLES: tuple[str, ...] = ("train", "calib", "id", "shift")
 REQUIRED_ROLES: tuple[str, ...] = ("train", "id", "shift")
@@ -240,7 +240,7 @@ def check_head(v: Any, where: str = "--head") -> str:
 
 def _models(v: Any, where: str) -> tuple[str, ...]:
     """``models:`` -- a list (or comma-separated string) of model names to train and score."""
-    from uqbench.plan import MODELS
+    from uqbench.core.plan import MODELS
 
     if v is None:
         return ()

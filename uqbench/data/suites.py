@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 
+from uqbench.core.errors import ConfigError, DataError, record_fallback
+from uqbench.core.profiles import Profile, get_profile
 from uqbench.data import sources
 from uqbench.data.records import MCRecord, Split
 from uqbench.data.seeds import derive_seed
 from uqbench.data.sources import LOADER_VERSION, HubLoader, Item, Loaded, Source
 from uqbench.data.split_cache import SplitCache, canon
 from uqbench.data.suite_spec import ROLES, DomainSpec, RoleSpec, Suite, SuiteSpec, get_suite_spec
-from uqbench.errors import ConfigError, DataError, record_fallback
-from uqbench.profiles import Profile, get_profile
 
 #: Bump when selection or the split/recipe format changes.
 SUITE_VERSION = "1"

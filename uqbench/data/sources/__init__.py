@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from uqbench.core.errors import ConfigError
 from uqbench.data.sources.base import (
     LOADER_VERSION,
     SOURCES,
@@ -46,7 +47,6 @@ from uqbench.data.sources.files import (
 )
 from uqbench.data.sources.hub import HubLoader, hub_rows
 from uqbench.data.sources.mmlu import mmlu_subjects
-from uqbench.errors import ConfigError
 
 
 def _rel_files(source: Source, split: str, root: Path, rel: str, verify: bool,

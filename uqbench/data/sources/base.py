@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from uqbench.core.errors import ConfigError, DataError
+from uqbench.core.registry import Registry
 from uqbench.data.records import MCRecord
-from uqbench.errors import ConfigError, DataError
-from uqbench.registry import Registry
 
 #: Bump when the shared machinery (manifest checks, streaming, hub rows) changes what a loader
 #: returns for the same files. Each family has its own ``VERSION`` (`Source.version`).

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from uqbench import cache
+from uqbench.core.errors import DataError
 from uqbench.data.sources.base import SOURCES
-from uqbench.errors import DataError
+from uqbench.files import cache
 
 ENV_VAR = "UQBENCH_DATA"
 
@@ -55,7 +55,7 @@ _SHA_CACHE: dict[tuple[str, int, int, int, int], str] = {}
 
 
 def file_sha256(path: Path) -> str:
-    """`uqbench.cache.file_sha256`, memoised on (path, size, mtime) within the process."""
+    """`uqbench.files.cache.file_sha256`, memoised on (path, size, mtime) within the process."""
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     if key not in _SHA_CACHE:

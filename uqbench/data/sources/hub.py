@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from uqbench.core.errors import DataError
 from uqbench.data.sources.base import Bad, HubParser, Item, Source, need
 from uqbench.data.sources.files import ENV_VAR
-from uqbench.errors import DataError
 
 HubLoader = Callable[..., Any]
 HubRows = list[tuple[str, int, dict[str, Any]]]

@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from uqbench.core.errors import ConfigError, DataError
 from uqbench.data.sources.base import Bad, Item, Source, mc, need, register_source
 from uqbench.data.sources.files import missing, verified_file
 from uqbench.data.sources.hub import HubRows, hub_row
-from uqbench.errors import ConfigError, DataError
 
 #: Bump when parsing or selection changes what these sources return for the same files.
 VERSION = "1"

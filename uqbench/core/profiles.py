@@ -1,0 +1,87 @@
+"""Run profiles: how much data and compute one run uses.
+
+``smoke`` is for CI (minutes on 2 CPU cores), ``cpu`` is the default (the full protocol at capped
+sizes on a laptop), ``full`` uses all data and is meant for a GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uqbench.core.errors import ConfigError
+from uqbench.core.registry import unknown_name
+
+#: scoring heads of encoder backbones (`baselines.heads`)
+ENCODER_HEADS = ("bi_encoder", "cross_encoder", "cross_encoder_cls")
+#: ``--head`` / a suite's ``head:`` values; auto = the profile's ``encoder_head`` for encoders,
+#: letters for decoders
+HEADS = ("auto", *ENCODER_HEADS, "cloze", "letters")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    # data caps per domain (None = all); seeded subsampling
+    train_cap: int | None
+    calib_cap: int | None
+    id_cap: int | None
+    shift_cap: int | None
+    # training / inference
+    epochs: int
+    max_length: int
+    batch_size: int
+    eval_batch_size: int
+    mc_passes: int  # T
+    ensemble_members: int  # M
+    seeds: int  # independent repetitions for mean +- std
+    bootstrap: int  # bootstrap resamples for CIs
+    # the training recipe (chosen by `benchmarks/recipe_search.py`; see docs/recipe.md)
+    lr: float = 2e-4  # AdamW lr of adapters and routers
+    head_lr: float = 1e-2  # lr of the scoring head (bi-encoder: its log temperature)
+    encoder_head: str = "cross_encoder"  # head of encoder backbones ("auto" resolves to it)
+    target_modules: str = "auto"  # MoE-LoRA / LoRA targets: "auto" (attention + FFN) or "ffn"
+    top_layers: int | None = None  # adapt only the last N transformer blocks (None: all)
+
+    def __post_init__(self) -> None:
+        checks = [("lr", 0 < self.lr <= 1e-1, "(0, 0.1]"),
+                  ("head_lr", 0 < self.head_lr <= 1.0, "(0, 1]"),
+                  ("epochs", self.epochs >= 1, "an integer >= 1"),
+                  ("encoder_head", self.encoder_head in ENCODER_HEADS,
+                   " | ".join(ENCODER_HEADS)),
+                  ("target_modules", self.target_modules in ("auto", "ffn"), "auto | ffn"),
+                  ("top_layers", self.top_layers is None
+                   or (isinstance(self.top_layers, int) and self.top_layers >= 1),
+                   "None (every block) or an integer >= 1")]
+        for name, ok, valid in checks:
+            if not ok:
+                raise ConfigError(f"profile {self.name!r}: {name}={getattr(self, name)!r} is out "
+                                  f"of range; valid: {valid}")
+
+
+#: the training recipe of `smoke` and `cpu`, chosen by `benchmarks.recipe_search` (docs/recipe.md)
+RECIPE = {"lr": 1e-3, "head_lr": 0.1, "encoder_head": "bi_encoder", "target_modules": "ffn",
+          "top_layers": 2}
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile("smoke", train_cap=32, calib_cap=16, id_cap=24, shift_cap=24, epochs=1,
+                max_length=96, batch_size=16, eval_batch_size=64, mc_passes=2,
+                ensemble_members=2, seeds=1, bootstrap=200, **RECIPE),
+        # calib 200: split-conformal quantiles and risk-control bounds on >= 200 questions per
+        # domain (issue 27); calib is the head of the train pool, so code trains on what is left
+        Profile("cpu", train_cap=800, calib_cap=200, id_cap=120, shift_cap=120, epochs=1,
+                max_length=128, batch_size=16, eval_batch_size=64, mc_passes=4,
+                ensemble_members=3, seeds=1, bootstrap=1000, **RECIPE),
+        Profile("full", train_cap=None, calib_cap=256, id_cap=None, shift_cap=None, epochs=3,
+                max_length=256, batch_size=16, eval_batch_size=64, mc_passes=10,
+                ensemble_members=5, seeds=3, bootstrap=1000),
+    )
+}
+
+
+def get_profile(name: str) -> Profile:
+    """The profile called ``name`` (unknown -> `UnknownNameError` listing the valid ones)."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise unknown_name("profile", name, PROFILES) from None

@@ -1,0 +1,442 @@
+"""lm-evaluation-harness ``--log_samples`` files as uqbench forward records (`RecordSet`).
+
+A samples file ``samples_<task>_<date>.jsonl`` of a multiple-choice task holds one JSON object per
+question: ``doc_id``, ``target`` (the gold choice's index, or its text, as a string),
+``arguments`` (``{"gen_args_i": {"arg_0": context, "arg_1": delimiter + choice_i}}``, one per
+choice) and ``filtered_resps`` (``[[loglik_i, is_greedy_i], ...]``, numbers as strings). uqbench
+reads choice i's log-likelihood ``ll_i`` and turns it into the logit
+
+    ``none``  ll_i                              (lm-eval's ``acc``)
+    ``chars`` ll_i / len(choice_i)              (``acc_norm``: characters of the choice text)
+    ``bytes`` ll_i / len(choice_i.encode())     (``acc_bytes``: its UTF-8 bytes)
+
+so that the predictive distribution is the softmax over the choices and its argmax is lm-eval's
+prediction under that normalisation. (lm-eval's samples carry no token counts, so there is no
+per-token normalisation.) The label is ``target``; an example's id is ``<task>/<doc_id>``.
+
+Labels are verified, never guessed. Each per-sample metric lm-eval logged (``acc``,
+``acc_norm``, ``acc_bytes``) is recomputed from the log-likelihoods and the label exactly as
+lm-eval 0.4 does (``ConfigurableTask.process_results``: the first argmax of ``ll``,
+``ll / len(choice)``, ``ll / len(choice.encode())``) and must equal it on every line. A
+``multiple_input`` task (lm-eval's ``winogrande``: one context per choice, one shared
+continuation, the gold index from ``doc_to_text``) logs ``target`` = the continuation text, so
+its label is what the sample's ``acc`` determines: the argmax if ``acc`` is 1, the other choice
+if it is 0 among 2; any other sample is refused. (Its ``acc_norm``/``acc_bytes`` divide by the
+contexts' lengths, which the samples do not record: they are listed as not verifiable.)
+
+A *domain* pairs an ID task with a shifted task, and optionally a calibration task; without one,
+a seeded fraction of the ID questions is held out as the calib split (disjoint from the ID test
+part; their doc ids are recorded in ``run.json``). Files of the same tasks from other models or
+seeds (``members``) become ``member_logits`` (member 0 is the main source), for the ensemble
+scorers. Anything malformed is a `UserError` naming the file, the line and the fix, raised before
+any output is written.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from uqbench.core.errors import ConfigError, UserError
+from uqbench.core.outputs import Outputs
+from uqbench.core.plan import DET, GateSpec, ModelSpec, Pair
+from uqbench.io.recordset import RecordSet
+from uqbench.results.references import ReferenceInputs
+
+#: ``--normalize``: how a choice's log-likelihood becomes its logit (lm-eval's metric beside it)
+NORMALIZE = {"none": "acc", "chars": "acc_norm", "bytes": "acc_bytes"}
+GATES = {"none": "loglik", "chars": "loglik-per-char", "bytes": "loglik-per-byte"}
+
+
+@dataclass(frozen=True)
+class DomainTasks:
+    """One domain: the lm-eval task of its ID split, of its shifted split, and of its calib
+    split (None: hold out a fraction of the ID questions)."""
+
+    name: str
+    id: str
+    shift: str
+    calib: str | None = None
+
+    @staticmethod
+    def parse(text: str) -> DomainTasks:
+        """``NAME=ID_TASK:SHIFT_TASK[:CALIB_TASK]``, e.g. ``science=arc_easy:arc_challenge``."""
+        m = re.fullmatch(r"([^=:\s]+)=([^:\s]+):([^:\s]+)(?::([^:\s]+))?", text.strip())
+        if m is None:
+            raise ConfigError(f"--domain {text!r}: write NAME=ID_TASK:SHIFT_TASK[:CALIB_TASK], "
+                              "e.g. science=arc_easy:arc_challenge")
+        return DomainTasks(*m.groups())
+
+    def __post_init__(self) -> None:
+        if self.id == self.shift:
+            raise ConfigError(f"domain {self.name!r}: the shifted task {self.shift!r} is also its "
+                              "ID task, which would score OOD detection of a task against "
+                              "itself; give another task as the shift")
+        if self.calib is not None and self.calib in (self.id, self.shift):
+            raise ConfigError(f"domain {self.name!r}: the calib task {self.calib!r} is also its "
+                              f"{'ID' if self.calib == self.id else 'shifted'} task; give "
+                              "another task, or none to hold out a fraction of the ID questions")
+
+
+def domains_from_yaml(path: Path) -> list[DomainTasks]:
+    """A YAML ``domains: {NAME: {id: TASK, shift: TASK, calib: TASK (optional)}}``."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+        return [DomainTasks(name, d["id"], d["shift"], d.get("calib"))
+                for name, d in doc["domains"].items()]
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{path}: expected `domains: {{NAME: {{id: TASK, shift: TASK, calib: "
+                          f"TASK}}}}` ({type(exc).__name__}: {exc})") from None
+
+
+@dataclass(frozen=True)
+class TaskSamples:
+    """One task's samples, in file order."""
+
+    task: str
+    path: Path
+    doc_ids: list[int]
+    labels: np.ndarray  # (N,)
+    lls: np.ndarray  # (N, C) log-likelihoods
+    lengths: dict[str, np.ndarray]  # "chars"/"bytes" -> (N, C) choice lengths
+    lm_eval_metrics: dict[str, np.ndarray]  # lm-eval's own per-example acc/acc_norm/acc_bytes
+    content_hash: str
+    multiple_input: bool = False  # one context per choice, one shared continuation
+    verified: tuple[str, ...] = ()  # lm-eval's metrics recomputed and equal on every line
+    not_verifiable: tuple[str, ...] = ()  # logged, but their lengths are not in the file
+
+    def logits(self, normalize: str) -> np.ndarray:
+        return self.lls if normalize == "none" else self.lls / self.lengths[normalize]
+
+
+def _fail(path: Path, line: int | None, what: str, fix: str) -> UserError:
+    at = f"{path}" + (f", line {line}" if line is not None else "")
+    return UserError(f"{at}: {what}; {fix}")
+
+
+def _argmax(xs: Sequence[float]) -> int:
+    """The first index of the largest value (`numpy.argmax`, which lm-eval uses)."""
+    return max(range(len(xs)), key=xs.__getitem__)
+
+
+def _multiple_input_label(path: Path, line: int, lls: list[float], acc: float | None) -> int:
+    """The gold index of a multiple_input sample, from what its own ``acc`` determines."""
+    why = ("a multiple_input task (every choice its own context, one shared continuation), "
+           "whose samples log the continuation as `target`, not the gold index")
+    if acc is None:
+        raise _fail(path, line, f"{why}, and no per-sample `acc` to determine it",
+                    "add `- metric: acc` to the task's metric_list and rerun lm-eval")
+    pred = _argmax(lls)
+    if acc == 1:
+        return pred
+    if len(lls) == 2:
+        return 1 - pred
+    raise _fail(path, line, f"{why}; its acc is 0 among {len(lls)} choices, which leaves the "
+                "gold open", "score such a task with 2 choices per question, or write it as one "
+                "context with a continuation per choice (doc_to_choice the options, "
+                "doc_to_target the gold index) and rerun lm-eval")
+
+
+def _parse_line(path: Path, line: int, d: Mapping[str, Any], delim: str
+                ) -> tuple[int, int, list[float], list[str], str, bool, dict[str, float]]:
+    """(doc_id, label, log-likelihoods, choice texts, the doc's hash, multiple_input, lm-eval's
+    per-sample metrics) of one sample."""
+    for key in ("doc_id", "target", "filtered_resps", "arguments"):
+        if key not in d:
+            raise _fail(path, line, f"no `{key}` field", "give the samples file lm-eval wrote "
+                        "with --log_samples, unedited")
+    resps = d["filtered_resps"]
+    if not (isinstance(resps, list) and resps and all(
+            isinstance(r, list) and len(r) == 2 for r in resps)):
+        raise _fail(path, line, "`filtered_resps` holds generated text, not one (log-likelihood, "
+                    "is_greedy) pair per choice: this is a generate_until task",
+                    "uqbench score reads multiple-choice tasks (output_type: multiple_choice) "
+                    "only")
+    try:
+        lls = [float(r[0]) for r in resps]
+    except (TypeError, ValueError):
+        raise _fail(path, line, f"a log-likelihood in `filtered_resps` is not a number "
+                    f"({resps!r:.80})", "give the samples file lm-eval wrote") from None
+    if not all(math.isfinite(x) for x in lls):
+        raise _fail(path, line, f"non-finite log-likelihood(s) {lls} (doc_id {d['doc_id']})",
+                    "the model produced NaN/inf: check its dtype and weights, and rerun lm-eval")
+    args = d["arguments"]
+    pairs = [(args[f"gen_args_{i}"]["arg_0"], args[f"gen_args_{i}"]["arg_1"])
+             for i in range(len(args))] if isinstance(args, dict) else []
+    if len(pairs) != len(lls):
+        raise _fail(path, line, f"{len(pairs)} arguments for {len(lls)} responses",
+                    "give the samples file lm-eval wrote")
+    metrics: dict[str, float] = {}
+    for k in NORMALIZE.values():
+        if k in d:
+            if d[k] not in (0, 1):
+                raise _fail(path, line, f"`{k}` is {d[k]!r}, not 0 or 1",
+                            "give the samples file lm-eval wrote, unedited")
+            metrics[k] = float(d[k])
+    contexts, conts = zip(*pairs)
+    multiple_input = len(set(conts)) == 1 and len(set(contexts)) > 1
+    choices = [c.removeprefix(delim) for c in conts]
+    target = str(d["target"]).strip()
+    if multiple_input:
+        label = _multiple_input_label(path, line, lls, metrics.get("acc"))
+    elif target.lstrip("-").isdigit():
+        label = int(target)
+    elif target in choices:
+        label = choices.index(target)  # what lm-eval does with a text target
+    else:
+        raise _fail(path, line, f"target {target[:60]!r} is neither a choice index nor one of "
+                    "the choices (several gold answers are not supported)",
+                    "use a task whose doc_to_target gives one choice")
+    if not 0 <= label < len(lls):
+        raise _fail(path, line, f"target index {label} outside the {len(lls)} choices",
+                    "check the task's doc_to_target")
+    doc_hash = str(d.get("doc_hash") or hashlib.sha256(
+        json.dumps(d.get("doc"), sort_keys=True).encode()).hexdigest())
+    return int(d["doc_id"]), label, lls, choices, doc_hash, multiple_input, metrics
+
+
+def _verify(ts: TaskSamples, lines: np.ndarray, delim: str) -> None:
+    """Raise unless each metric lm-eval logged equals uqbench's correctness under that metric's
+    normalisation, on every sample (lm-eval 0.4 `ConfigurableTask.process_results`)."""
+    for normalize, metric in NORMALIZE.items():
+        theirs = ts.lm_eval_metrics.get(metric)
+        if theirs is None or metric in ts.not_verifiable:
+            continue
+        pred = ts.logits(normalize).argmax(axis=1)  # empty choices were refused before
+        bad = np.flatnonzero((pred == ts.labels) != (theirs == 1))
+        if not len(bad):
+            continue
+        i = int(bad[0])
+        cause = ("the `target` is not the gold index lm-eval scored: the file was edited, or "
+                 "the task's gold comes from elsewhere than doc_to_target (a custom "
+                 "process_results)") if metric == "acc" else (
+            f"the choice texts uqbench divides by (each continuation without the target "
+            f"delimiter {delim!r}) are not the doc_to_choice texts lm-eval divided by: a chat "
+            "template or gen_prefix changed the continuations, or the results file beside the "
+            "samples names another target_delimiter")
+        raise _fail(ts.path, int(lines[i]), f"lm-eval logged {metric}={theirs[i]:g} for doc_id "
+                    f"{ts.doc_ids[i]}, but uqbench's prediction under {metric}'s normalisation "
+                    f"(--normalize {normalize}) is choice {pred[i]} and its label is "
+                    f"{ts.labels[i]}, so {metric} would be {float(pred[i] == ts.labels[i]):g} "
+                    f"({len(bad)} of {len(ts.labels)} samples disagree)",
+                    f"uqbench refuses labels it cannot verify; likely cause: {cause}")
+
+
+def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
+    """Read and validate one samples file (every line before anything is returned), its labels
+    verified against lm-eval's own per-sample metrics (the module docstring)."""
+    rows, seen = [], {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise _fail(path, None, f"cannot be read ({exc})", "check the path") from None
+    for i, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            d = json.loads(raw)
+        except ValueError as exc:
+            raise _fail(path, i, f"not JSON ({exc})", "the file is truncated or not a samples "
+                        "file") from None
+        doc_id, label, lls, choices, h, multi, metrics = _parse_line(path, i, d, delim)
+        if doc_id in seen:
+            raise _fail(path, i, f"doc_id {doc_id} also on line {seen[doc_id]}",
+                        "give one samples file per task and run (lm-eval appends to an existing "
+                        "file when a run is repeated with the same output path and date)")
+        seen[doc_id] = i
+        if rows and len(lls) != len(rows[0][2]):
+            raise _fail(path, i, f"{len(lls)} choices where line {rows[0][5]} has "
+                        f"{len(rows[0][2])}", "uqbench needs the same number of choices for "
+                        "every question of a task; split the task by choice count")
+        if rows and multi != rows[0][7]:
+            raise _fail(path, i, f"{'one context per choice' if multi else 'one context'} where "
+                        f"line {rows[0][5]} has {'one context' if multi else 'one per choice'}",
+                        "give the samples file of one task as lm-eval wrote it")
+        rows.append((doc_id, label, lls, choices, h, i, metrics, multi))
+    if not rows:
+        raise _fail(path, None, "holds no samples", "rerun lm-eval with --log_samples")
+    lengths = {"chars": np.array([[len(c) for c in r[3]] for r in rows], dtype=np.float64),
+               "bytes": np.array([[len(c.encode()) for c in r[3]] for r in rows],
+                                 dtype=np.float64)}
+    if (lengths["chars"] == 0).any():
+        bad = rows[int(np.argwhere(lengths["chars"] == 0)[0, 0])][5]
+        raise _fail(path, bad, "an empty choice text", "length normalisation divides by it; "
+                    "use --normalize none")
+    metrics = {k: np.array([r[6].get(k, np.nan) for r in rows]) for k in NORMALIZE.values()}
+    logged = {k: v for k, v in metrics.items() if np.isfinite(v).all()}
+    multi = rows[0][7]
+    # a multiple_input task's acc_norm/acc_bytes divide by its contexts' lengths (doc_to_choice),
+    # which the samples do not hold: the contexts logged include the few-shot prefix
+    unverifiable = tuple(k for k in logged if multi and k != "acc")
+    h = hashlib.sha256(json.dumps([(r[0], r[1], r[4]) for r in rows]).encode()).hexdigest()
+    ts = TaskSamples(task, path, [r[0] for r in rows], np.array([r[1] for r in rows]),
+                     np.array([r[2] for r in rows], dtype=np.float64), lengths, logged, h[:16],
+                     multi, tuple(k for k in logged if k not in unverifiable
+                                  and not (multi and k == "acc")), unverifiable)
+    _verify(ts, np.array([r[5] for r in rows]), delim)
+    return ts
+
+
+@dataclass(frozen=True)
+class Source:
+    """One lm-eval output folder: its samples file per task and what its results file says."""
+
+    root: Path
+    samples: dict[str, Path]
+    model: str | None  # model name/args from the results JSON; None without one
+    delimiters: dict[str, str]
+
+
+def find_source(root: Path, tasks: Sequence[str]) -> Source:
+    """The samples file of each task under ``root`` (searched recursively) and the results JSON
+    beside them. Several runs' files for one task in one folder are an error (which one?)."""
+    if not root.exists():
+        raise UserError(f"{root} not found: give the --output_path folder of an lm-eval run "
+                        "(made with --log_samples)")
+    samples: dict[str, Path] = {}
+    for task in tasks:
+        name = re.compile(rf"samples_{re.escape(task)}_\d{{4}}-\d\d-\d\dT.*\.jsonl")
+        found = sorted(p for p in root.rglob(f"samples_{task}_*.jsonl") if name.fullmatch(p.name))
+        if not found:
+            raise UserError(f"no samples_{task}_*.jsonl under {root}: run lm-eval on task "
+                            f"{task!r} with --log_samples --output_path {root}")
+        if len(found) > 1:
+            raise UserError(f"{len(found)} samples files of task {task!r} under {root} "
+                            f"({', '.join(str(p.relative_to(root)) for p in found)}): keep one run's files per "
+                            "folder, or point at the model's subfolder")
+        samples[task] = found[0]
+    models: dict[str, str] = {}  # task -> the model its results file names
+    delims: dict[str, str] = {}
+    for task, path in samples.items():
+        for r in sorted(path.parent.glob("results_*.json")):
+            try:
+                doc = json.loads(r.read_text())
+            except (OSError, ValueError) as exc:
+                raise UserError(f"{r}: unreadable results file ({exc})") from None
+            conf = (doc.get("configs") or {}).get(task)
+            if conf is None:
+                continue
+            delims[task] = conf.get("target_delimiter", " ")
+            models[task] = str(doc.get("model_name") or doc.get("config", {}).get("model_args"))
+    if len(set(models.values())) > 1:
+        raise UserError("the samples files come from different models: " + "; ".join(
+            f"{samples[t]} from {m!r}" for t, m in models.items()) + "; a domain's ID and "
+            "shifted tasks must be scored from one model's run (give other models as members "
+            "or separate runs)")
+    return Source(root, samples, next(iter(models.values()), None), delims)
+
+
+def _slug(name: str) -> str:
+    """A method-name-safe model name: the last part of a path or hub id."""
+    base = name.split("pretrained=")[-1].split(",")[0].rstrip("/").split("/")[-1]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-") or "lm-eval-model"
+
+
+def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequence[Path] = (),
+                normalize: str = "chars", calib_fraction: float = 0.2, seed: int = 0,
+                model_name: str | None = None) -> RecordSet:
+    """The `RecordSet` of an lm-eval run's samples (see the module docstring)."""
+    if normalize not in NORMALIZE:
+        raise ConfigError(f"--normalize {normalize!r}; valid: {', '.join(NORMALIZE)}")
+    if not domains:
+        raise ConfigError("give at least one --domain NAME=ID_TASK:SHIFT_TASK (or --domains "
+                          "FILE.yaml)")
+    if len({d.name for d in domains}) < len(domains):
+        raise ConfigError("two --domain entries share a name")
+    if any(d.calib is None for d in domains) and not 0 < calib_fraction < 1:
+        raise ConfigError(f"--calib-fraction {calib_fraction}: give a fraction in (0, 1) of the "
+                          "ID questions to hold out for recalibration")
+    tasks = list(dict.fromkeys(t for d in domains for t in (d.id, d.shift, d.calib) if t))
+    srcs = [find_source(Path(p), tasks) for p in (source, *members)]
+    read = [{t: read_task(s.samples[t], t, s.delimiters.get(t, " ")) for t in tasks}
+            for s in srcs]
+    main = read[0]
+    for s, r in zip(srcs[1:], read[1:]):
+        for t in tasks:
+            if r[t].doc_ids != main[t].doc_ids or not np.array_equal(r[t].labels, main[t].labels):
+                raise UserError(f"member {s.samples[t]} has other questions than "
+                                f"{srcs[0].samples[t]} for task {t!r}: members must be runs of "
+                                "the same tasks with the same --limit")
+    model = model_name or _slug(srcs[0].model or srcs[0].root.name)
+    outputs: dict[tuple[str, str, int], Outputs] = {}
+    n_choices, hashes, held_out = {}, {}, {}
+    gate = GATES[normalize]
+    pair_name = f"{model}/{gate}"
+
+    def record(task: str, rows: np.ndarray, dom: str) -> Outputs:
+        ts = main[task]
+        members_ = np.stack([r[task].logits(normalize)[rows] for r in read]) \
+            if len(read) > 1 else None
+        return Outputs(ids=np.array([f"{task}/{ts.doc_ids[i]}" for i in rows]),
+                       labels=ts.labels[rows], logits=ts.logits(normalize)[rows],
+                       domain=np.array([dom] * len(rows)), member_logits=members_)
+
+    for d in domains:
+        for t in (d.id, d.shift, d.calib):
+            if t is not None and main[t].lls.shape[1] < 2:
+                raise UserError(f"{main[t].path}: task {t!r} has one choice per question")
+        n_id = len(main[d.id].doc_ids)
+        if d.calib is None:
+            perm = np.random.default_rng(seed).permutation(n_id)
+            n_cal = round(calib_fraction * n_id)
+            if not 1 <= n_cal < n_id:
+                raise UserError(f"task {d.id!r} has {n_id} questions: too few to hold out "
+                                f"{calib_fraction:g} of them for calibration; give a calib task "
+                                "(NAME=ID:SHIFT:CALIB) or more samples")
+            cal_rows, id_rows = np.sort(perm[:n_cal]), np.sort(perm[n_cal:])
+            held_out[d.name] = [main[d.id].doc_ids[i] for i in cal_rows]
+            cal_task = d.id
+        else:
+            id_rows, cal_rows, cal_task = np.arange(n_id), \
+                np.arange(len(main[d.calib].doc_ids)), d.calib
+        parts = {"id": (d.id, id_rows), "shift": (d.shift, np.arange(len(main[d.shift].doc_ids))),
+                 "calib": (cal_task, cal_rows)}
+        for role, (task, rows) in parts.items():
+            split = f"{d.name}/{role}"
+            outputs[pair_name, split, 0] = record(task, rows, d.name)
+            n_choices[split] = np.full(len(rows), main[task].lls.shape[1])
+            hashes[split] = hashlib.sha256(
+                f"{main[task].content_hash}:{','.join(map(str, rows))}".encode()).hexdigest()[:16]
+    fields = DET | ({"member_logits"} if members else set())
+    pair = Pair(ModelSpec(model, "lm-eval"), GateSpec(gate, "none"), frozenset(fields))
+    multi = [t for t in tasks if main[t].multiple_input]
+    if multi and normalize != "none":
+        warnings.warn(f"task(s) {', '.join(multi)} are multiple_input (one shared continuation): "
+                      f"--normalize {normalize} divides every choice by the same length, so "
+                      "the predictions are lm-eval's acc, not its acc_norm/acc_bytes (which "
+                      "divide by the contexts' lengths); recorded in run.json lmeval.labels",
+                      stacklevel=2)
+    meta = {
+        "source": "lm-evaluation-harness samples",
+        "lmeval": {
+            "files": {t: str(p) for t, p in srcs[0].samples.items()},
+            "members": [{t: str(p) for t, p in s.samples.items()} for s in srcs[1:]],
+            "model": srcs[0].model, "member_models": [s.model for s in srcs[1:]],
+            "normalize": normalize, "metric": NORMALIZE[normalize],
+            "domains": {d.name: {"id": d.id, "shift": d.shift, "calib": d.calib}
+                        for d in domains},
+            "calib_held_out": {"fraction": calib_fraction, "seed": seed, "doc_ids": held_out}
+            if held_out else None,
+            "labels": {t: {"from": "acc (multiple_input)" if main[t].multiple_input
+                           else "target", "multiple_input": main[t].multiple_input,
+                           "verified": list(main[t].verified),
+                           "not_verifiable": list(main[t].not_verifiable),
+                           "samples": len(main[t].doc_ids)} for t in tasks},
+        },
+    }
+    refs = ReferenceInputs(tuple(d.name for d in domains), n_choices, None, hashes)
+    return RecordSet([pair], outputs, 1, refs, 1000, None, meta)
+
+
+__all__ = ["NORMALIZE", "DomainTasks", "TaskSamples", "domains_from_yaml", "find_source",
+           "read_lmeval", "read_task"]

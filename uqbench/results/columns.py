@@ -1,0 +1,128 @@
+"""The per-column metrics of the results table, each declared once.
+
+A `Column` names its metric (a function of 1-D arrays from `uqbench.stats.metrics`), the arrays
+it reads (``(split, field)``: split ``id`` or ``shift``; field ``correct``, ``confidence``,
+``uncertainty``, ``probs`` or ``labels``), its direction, whether the table gives it a bootstrap
+CI and its level: ``model`` columns depend only on the model's predictive distribution
+(accuracy, calibration: equal on every scorer row of one model unless the scorer brings its own
+confidence), ``scorer`` columns on the ranking a scorer's uncertainty induces (OOD detection,
+selective prediction). The results table (`uqbench.results.evaluate`), ``uqbench compare`` and
+the paper's paired verdicts all compute a column through `COLUMNS`.
+
+The conformal and risk-control columns are computed apart (`uqbench.results.conformal_risk`:
+they fit on the calib split first); the expert budget columns (``avg_experts``) are token
+averages, not metrics of examples (`uqbench.results.evaluate.per_token_experts`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from uqbench.stats import metrics as M
+from uqbench.stats import risk as R
+
+Split = Literal["id", "shift"]
+#: a `uqbench.results.evaluate.Scored` field, or ``covered_<score>``: whether the gold option is
+#: in the conformal set (its conformity score <= the calib split's q̂), formed by the caller
+Field = str
+
+
+@dataclass(frozen=True)
+class Column:
+    """One per-column metric of the results table.
+
+    ``metric(*arrays)`` takes the arrays named by ``reads``, in that order (``correct`` as 0/1
+    or bool); ``binned`` metrics also take ``n_bins``. ``two_sample``: it reads the ID and the
+    shifted split (their examples are resampled independently)."""
+
+    name: str
+    metric: Callable[..., float]
+    reads: tuple[tuple[Split, Field], ...]
+    higher_is_better: bool
+    level: Literal["model", "scorer"]
+    ci: bool = True
+    binned: bool = False
+
+    @property
+    def two_sample(self) -> bool:
+        return {s for s, _ in self.reads} == {"id", "shift"}
+
+    def __call__(self, *arrays: NDArray[Any], n_bins: int = M.ECE_BINS) -> float:
+        arrays = tuple(a.astype(bool) if f == "correct" else a
+                       for a, (_, f) in zip(arrays, self.reads))
+        return self.metric(*arrays, n_bins=n_bins) if self.binned else self.metric(*arrays)
+
+    def bound(self, n_bins: int = M.ECE_BINS) -> Callable[..., float]:
+        """The metric as a function of its arrays alone; a `uqbench.stats.metrics.Resampled`
+        metric stays one, so that its bootstrap keeps the fast path."""
+        if isinstance(self.metric, M.Resampled) and not self.binned \
+                and all(f != "correct" for _, f in self.reads):
+            return self.metric
+        return lambda *arrays: self(*arrays, n_bins=n_bins)
+
+
+def _accuracy(correct: NDArray[Any]) -> float:
+    return float(np.mean(correct))
+
+
+def _ece_adaptive(confidence: NDArray[Any], correct: NDArray[Any], *, n_bins: int) -> float:
+    return M.expected_calibration_error(confidence, correct, n_bins=n_bins, strategy="quantile")
+
+
+def _selective_accuracy(uncertainty: NDArray[Any], correct: NDArray[Any]) -> float:
+    return M.selective_accuracy(uncertainty, correct, coverage=M.SELECTIVE_COVERAGE)
+
+
+def _risk_at(coverage: float) -> Callable[..., float]:
+    def risk_at(uncertainty: NDArray[Any], correct: NDArray[Any]) -> float:
+        return 1.0 - M.selective_accuracy(uncertainty, correct, coverage=coverage)
+
+    return risk_at
+
+
+def _coverage(covered: NDArray[Any]) -> float:
+    return float(np.mean(covered))
+
+
+_ID_CAL = (("id", "confidence"), ("id", "correct"))
+_ID_RANK = (("id", "uncertainty"), ("id", "correct"))
+_OOD = (("id", "uncertainty"), ("shift", "uncertainty"))
+_ID_PROBS = (("id", "probs"), ("id", "labels"))
+
+#: the results table's metric columns, in its order
+COLUMNS: dict[str, Column] = {c.name: c for c in (
+    Column("accuracy", _accuracy, (("id", "correct"),), True, "model"),
+    Column("ece", M.expected_calibration_error, _ID_CAL, False, "model", binned=True),
+    Column("brier", M.brier_score, _ID_PROBS, False, "model"),
+    Column("nll", M.negative_log_likelihood, _ID_PROBS, False, "model"),
+    Column("mce", M.max_calibration_error, _ID_CAL, False, "model", binned=True),
+    Column("ece_adaptive", _ece_adaptive, _ID_CAL, False, "model", binned=True),
+    # Resampled: bootstrapped from one sort (bitwise equal to sorting each resample, faster)
+    Column("ood_auroc", M.RESAMPLED_OOD_AUROC, _OOD, True, "scorer"),
+    Column("aupr_out", M.aupr_out, _OOD, True, "scorer", ci=False),
+    Column("fpr95", M.fpr_at_95_tpr, _OOD, False, "scorer", ci=False),
+    Column("aurc", M.aurc, _ID_RANK, False, "scorer"),
+    Column("e_aurc", M.e_aurc, _ID_RANK, False, "scorer", ci=False),
+    Column("augrc", M.augrc, _ID_RANK, False, "scorer"),
+    Column("sel_acc_80", _selective_accuracy, _ID_RANK, True, "scorer"),
+    Column("shift_accuracy", _accuracy, (("shift", "correct"),), True, "model", ci=False),
+    Column("shift_sel_acc_80", _selective_accuracy,
+           (("shift", "uncertainty"), ("shift", "correct")), True, "scorer", ci=False),
+)}
+
+#: ``risk_at_<c>``: the selective risk (error rate) of the c% least uncertain ID questions
+#: (mean +- std over seeds; computed with the risk-control columns)
+RISK_AT: dict[str, Column] = {c.name: c for c in (
+    Column(f"risk_at_{round(100 * k):02d}", _risk_at(k), _ID_RANK, False, "scorer", ci=False)
+    for k in R.RISK_AT)}
+
+#: ``cp_<score>_10_cov``: empirical coverage of the conformal sets at alpha = 0.1 on ID
+CONFORMAL_COVERAGE: dict[str, Column] = {c.name: c for c in (
+    Column(f"cp_{s}_10_cov", _coverage, (("id", f"covered_{s}"),), True, "model")
+    for s in ("lac", "aps_rand", "raps_rand"))}
+
+__all__ = ["COLUMNS", "CONFORMAL_COVERAGE", "RISK_AT", "Column"]

@@ -1,0 +1,177 @@
+"""Score one method on an ID split and its shifted split: metrics, bootstrap CIs, seed spread.
+
+A *method* is (model, gate, scorer). Every metric is computed per seed and reported as the mean
+over seeds with its standard deviation; 95% CIs are percentile-bootstrap intervals of that
+seed-mean, resampling examples (the same examples for every seed, since all seeds see the same
+split). ID metrics resample the ID split; OOD metrics resample ID and shifted splits independently.
+
+`evaluate_cached` memoises rows on disk by *content*: the key is a hash of the scored arrays, the
+options and the source of this module and `uqbench.stats.metrics`, so a changed score, option or metric
+definition can never be answered by an old row.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from uqbench.core.outputs import Outputs
+from uqbench.core.scorer import Scorer, run_scorer
+from uqbench.files.cache import ArrayCache, source_hash
+from uqbench.results import columns
+from uqbench.results.columns import COLUMNS as METRIC_COLUMNS
+from uqbench.stats import metrics as M
+
+#: Metrics that get a bootstrap CI (the others are reported as mean +- std over seeds).
+CI_METRICS = tuple(name for name, col in METRIC_COLUMNS.items() if col.ci)
+#: CI metrics bootstrapped together, from one sort per resample: their index in
+#: `uqbench.stats.metrics.selective_summary`.
+SELECTIVE = {"aurc": 0, "augrc": 1, "sel_acc_80": 2}
+#: the metric columns of a results row, and the expert budget
+ROW_COLUMNS = (*METRIC_COLUMNS, "avg_experts", "shift_avg_experts")
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One method's per-example arrays on one split, stacked over seeds: shape (N, S)."""
+
+    uncertainty: NDArray[np.float64]
+    confidence: NDArray[np.float64]
+    correct: NDArray[np.float64]
+    experts: NDArray[np.float64] | None
+    #: tokens each example's ``experts`` is a mean over (`Outputs.n_tokens`)
+    n_tokens: NDArray[np.float64] | None = None
+    #: (N, S, C) the scorer's predictive distribution (`Scorer.predictive`) and (N, S) the
+    #: labels: Brier, NLL and conformal sets need them (None: those columns are NaN, warned)
+    probs: NDArray[np.float64] | None = None
+    labels: NDArray[np.int64] | None = None
+
+    @staticmethod
+    def of(scorer: Scorer, per_seed: Sequence[Outputs], *, timeout: float | None = None) -> Scored:
+        u, conf, corr, exp, tok, probs = [], [], [], [], [], []
+        for out in per_seed:
+            ui, ci = run_scorer(scorer, out, timeout=timeout)
+            u.append(ui)
+            conf.append(ci)
+            probs.append(scorer.predictive(out))
+            corr.append((probs[-1].argmax(axis=1) == out.labels).astype(float))
+            exp.append(out.experts)
+            tok.append(out.n_tokens)
+        experts = None if any(e is None for e in exp) else np.stack(exp, axis=1)  # type: ignore[arg-type]
+        n_tokens = None if any(t is None for t in tok) else np.stack(tok, axis=1)  # type: ignore[arg-type]
+        labels = np.stack([o.labels for o in per_seed], 1).astype(np.int64)
+        return Scored(np.stack(u, 1), np.stack(conf, 1), np.stack(corr, 1), experts, n_tokens,
+                      np.stack(probs, 1), labels)
+
+
+#: bootstrap intervals of this process by content: methods of one model that share a
+#: predictive distribution (msp, entropy, energy, margin) share their accuracy and ECE intervals
+_INTERVALS: dict[str, tuple[Any, Any]] = {}
+
+
+def _ci(name: str, fn: Callable[..., Any], arrays: Sequence[NDArray[Any]], *,
+        two_sample: bool, **options: Any) -> tuple[Any, Any]:
+    """(low, high) of the percentile bootstrap of ``fn``'s seed mean on ``arrays``
+    (`uqbench.stats.metrics.bootstrap_ci`, or its two-sample form), memoised in this process by the
+    metric's name, the options and the arrays' bytes."""
+    h = hashlib.sha256(repr((name, two_sample, sorted(options.items()))).encode())
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes() + str(a.shape).encode())
+    key = h.hexdigest()
+    if key not in _INTERVALS:
+        if len(_INTERVALS) >= 4096:
+            _INTERVALS.clear()
+        boot = M.bootstrap_ci_two_sample if two_sample else M.bootstrap_ci
+        _, lo, hi = boot(M.seed_mean(fn), *arrays, n_resamples=options["n_boot"],
+                         seed=options["seed"])
+        _INTERVALS[key] = (lo, hi)
+    return _INTERVALS[key]
+
+
+def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: int = 1000,
+             seed: int = 0) -> dict[str, float]:
+    """All table metrics of one method. Keys: metric, ``metric_std`` and, for `CI_METRICS`,
+    ``metric_lo``/``metric_hi``.
+
+    Calibration on the ID split: ``ece`` (``n_bins`` equal-width bins), ``ece_adaptive`` (as
+    many equal-mass bins), ``mce`` (the largest gap of the equal-width bins), ``brier``
+    (multiclass) and ``nll`` of the predictive distribution; ranking: ``aurc``, ``e_aurc``,
+    ``augrc`` (`uqbench.stats.metrics`, one definition each)."""
+
+    splits = {"id": id_, "shift": shift}
+    if id_.probs is None or id_.labels is None:
+        warnings.warn("evaluate: the ID Scored has no predictive distribution (probs/labels); "
+                      "brier and nll are NaN (build it with Scored.of)", stacklevel=2)
+    row: dict[str, float] = {}
+    # one-sample columns first, then those of ID against shift (the row's column order)
+    for col in sorted(METRIC_COLUMNS.values(), key=lambda c: c.two_sample):
+        name, arrays = col.name, tuple(getattr(splits[s], f) for s, f in col.reads)
+        if any(a is None for a in arrays):  # brier/nll without a predictive distribution
+            row[name] = row[f"{name}_std"] = row[f"{name}_lo"] = row[f"{name}_hi"] = math.nan
+            continue
+        fn = col.bound(n_bins)
+        row[name], row[f"{name}_std"] = M.per_seed(fn, *arrays)
+        if name in SELECTIVE:  # the three from one bootstrap (memoised: drawn once)
+            lo, hi = _ci("selective", M.resampled_selective_summary(M.SELECTIVE_COVERAGE),
+                         arrays, two_sample=False, n_boot=n_boot, seed=seed)
+            row[f"{name}_lo"], row[f"{name}_hi"] = float(lo[SELECTIVE[name]]), float(
+                hi[SELECTIVE[name]])
+        elif col.ci:
+            row[f"{name}_lo"], row[f"{name}_hi"] = _ci(
+                name, fn, arrays, two_sample=col.two_sample, n_bins=n_bins, n_boot=n_boot,
+                seed=seed)
+    for name, scored in (("avg_experts", id_), ("shift_avg_experts", shift)):
+        if scored.experts is None:
+            row[name] = row[f"{name}_std"] = float("nan")
+        else:
+            row[name], row[f"{name}_std"] = M.mean_std(per_token_experts(scored))
+    return row
+
+
+def per_token_experts(scored: Scored) -> list[float]:
+    """Average experts per token, per seed: the paper's budget and the thermostat's target,
+    ``sum_i experts_i * n_tokens_i / sum_i n_tokens_i`` (not the mean over examples of their
+    per-token means). ``[nan]`` without router statistics; experts without token counts are an
+    error, not silently weighted by example."""
+    if scored.experts is None:
+        return [float("nan")]
+    if scored.n_tokens is None:
+        raise ValueError("avg_experts: per-example expert means without their token counts "
+                         "(Outputs.n_tokens); the per-token average cannot be formed")
+    w = scored.n_tokens
+    return list((scored.experts * w).sum(axis=0) / np.maximum(w.sum(axis=0), 1.0))
+
+
+@cache
+def _code_hash() -> str:
+    return source_hash(M, columns, sys.modules[__name__])
+
+
+def _content_hash(*scored: Scored) -> str:
+    h = hashlib.sha256()
+    for s in scored:
+        for f in fields(s):
+            a = getattr(s, f.name)
+            h.update(f.name.encode() + (b"-" if a is None else np.ascontiguousarray(a).tobytes()))
+            h.update(b"" if a is None else str(a.shape).encode())
+    return h.hexdigest()
+
+
+def evaluate_cached(cache: ArrayCache | None, id_: Scored, shift: Scored, **options: Any
+                    ) -> dict[str, float]:
+    """`evaluate`, memoised in ``cache`` (kind ``evaluate``) by content; no cache -> compute."""
+    if cache is None:
+        return evaluate(id_, shift, **options)
+    material = {"scores": _content_hash(id_, shift), "options": options, "code": _code_hash()}
+    arrays, _ = cache.get_or_compute(
+        "evaluate", material,
+        lambda: {k: np.float64(v) for k, v in evaluate(id_, shift, **options).items()})
+    return {k: float(v) for k, v in arrays.items()}

@@ -1,0 +1,180 @@
+"""Reference rows (what a model must beat to show it reads the question) and the at-chance check.
+
+Per domain and ``pooled`` the results gain two rows, with the accuracy columns only (every other
+metric column NaN; model = method name, gate and scorer ``-``):
+
+``chance``
+    the expected accuracy of a uniform guess on the ID test split, mean of 1/k_i over its
+    questions (k_i options). Its ``accuracy_lo``/``accuracy_hi`` are not a bootstrap (the level
+    is a known constant of the split) but the central 95% interval of a uniform *guesser's*
+    accuracy on this split: the 2.5% and 97.5% quantiles of the Poisson-binomial number correct
+    (`uqbench.data.artifacts.chance_interval`), i.e. where a model answering at random lands.
+``options-only``
+    the accuracy of the options-only artifact classifier (`uqbench.data.artifacts`: logistic
+    regression on option text and option-set features, the question hidden), trained on the
+    domain's train split and evaluated on the ID test split; pooled concatenates the domains'
+    predictions. CI: percentile bootstrap over examples with the profile's resamples and seed 0,
+    as every model row.
+
+``shift_accuracy`` is the same reference on the shifted split. `at_chance` lists every model
+row whose ID accuracy CI includes its domain's chance level: its UQ numbers describe a model
+that cannot be told from guessing.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from uqbench.files.cache import PROTOCOL_VERSION
+from uqbench.results.evaluate import CI_METRICS, ROW_COLUMNS
+from uqbench.results.tables import CHANCE, OPTIONS_ONLY, is_reference
+from uqbench.stats import metrics as M
+
+log = logging.getLogger(__name__)
+
+
+def _template(method: str, domain: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"method": method, "model": method, "gate": "-", "scorer": "-",
+                           "domain": domain}
+    for c in ROW_COLUMNS:
+        row[c] = row[f"{c}_std"] = float("nan")
+        if c in CI_METRICS:
+            row[f"{c}_lo"] = row[f"{c}_hi"] = float("nan")
+    return row
+
+
+def _mean_ci(correct: np.ndarray, n_boot: int, seed: int) -> tuple[float, float, float]:
+    if correct.size == 0 or not np.isfinite(correct).all():
+        return float("nan"), float("nan"), float("nan")
+    _, lo, hi = M.bootstrap_ci(np.mean, correct, n_resamples=n_boot, seed=seed)
+    return float(np.mean(correct)), float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class ReferenceInputs:
+    """What the reference rows need, keyed by split name ``"domain/role"`` (role ``id`` or
+    ``shift``): each question's option count k_i, and the options-only classifier's 0/1
+    correctness per question — ``None`` when there is no train split to fit it on (predictions
+    made elsewhere: `uqbench.io.recordset`), in which case the ``options-only`` rows are left out;
+    ``hashes`` has every split's content hash, ``calib`` included."""
+
+    domains: tuple[str, ...]
+    n_choices: Mapping[str, NDArray[np.int64]]
+    options_only: Mapping[str, NDArray[np.float64]] | None
+    hashes: Mapping[str, str]
+
+
+def reference_inputs(suite: Any, *, seed: int = 0) -> ReferenceInputs:
+    """`ReferenceInputs` of a built suite (``domains`` and ``split(domain, role)`` with
+    ``records``/``hash``, a `uqbench.data.suite_spec.Suite`): the classifier is fitted on each
+    domain's train split with ``seed``."""
+    from uqbench.data.artifacts import fit_options_only, options_only_correct
+
+    domains = tuple(suite.domains)
+    n_choices, correct, hashes = {}, {}, {}
+    for d in domains:
+        clf = fit_options_only(list(suite.split(d, "train").records), seed)
+        for r in ("id", "shift"):
+            split = suite.split(d, r)
+            n_choices[f"{d}/{r}"] = np.array([len(x.choices) for x in split.records])
+            correct[f"{d}/{r}"] = options_only_correct(clf, list(split.records), seed)
+            hashes[f"{d}/{r}"] = split.hash
+        hashes[f"{d}/calib"] = suite.split(d, "calib").hash
+    return ReferenceInputs(domains, n_choices, correct, hashes)
+
+
+def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
+                   protocol: str = PROTOCOL_VERSION) -> list[dict[str, Any]]:
+    """The ``chance`` and ``options-only`` rows of every domain of ``refs`` and ``pooled``."""
+    from uqbench.data.artifacts import chance_interval, chance_level
+
+    domains = list(refs.domains)
+    rows: list[dict[str, Any]] = []
+    for method in (CHANCE, OPTIONS_ONLY)[:1 if refs.options_only is None else 2]:
+        for dom in [*domains, "pooled"]:
+            parts = domains if dom == "pooled" else [dom]
+
+            def cat(table: Mapping[str, NDArray[Any]], role: str,
+                    parts: list[str] = parts) -> NDArray[Any]:
+                return np.concatenate([table[f"{d}/{role}"] for d in parts])
+
+            row = _template(method, dom)
+            ks_id, ks_sh = (cat(refs.n_choices, r).tolist() for r in ("id", "shift"))
+            if method == CHANCE:
+                row["accuracy"] = chance_level(ks_id)
+                row["accuracy_lo"], row["accuracy_hi"] = chance_interval(ks_id)
+                row["shift_accuracy"] = chance_level(ks_sh)
+            else:
+                assert refs.options_only is not None
+                c_id, c_sh = cat(refs.options_only, "id"), cat(refs.options_only, "shift")
+                row["accuracy"], row["accuracy_lo"], row["accuracy_hi"] = _mean_ci(c_id, n_boot,
+                                                                                   seed)
+                row["shift_accuracy"] = float(np.mean(c_sh)) if c_sh.size else float("nan")
+            row["accuracy_std"] = row["shift_accuracy_std"] = 0.0
+            row.update({
+                "forward_passes": float("nan"), "n_id": len(ks_id), "n_shift": len(ks_sh),
+                "seeds": 1, "protocol": protocol,
+                "split_hashes": ",".join(refs.hashes[f"{d}/{r}"] for d in parts
+                                         for r in ("id", "shift")),
+            })
+            rows.append(row)
+    return rows
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def at_chance(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Model rows whose ID accuracy CI ``[accuracy_lo, accuracy_hi]`` includes their domain's
+    chance level (from the ``chance`` rows; domains without one are not checked)."""
+    chance = {r["domain"]: _num(r.get("accuracy")) for r in rows if r.get("method") == CHANCE}
+    out = []
+    for r in rows:
+        if is_reference(r):
+            continue
+        c = chance.get(r["domain"])
+        lo, hi = _num(r.get("accuracy_lo")), _num(r.get("accuracy_hi"))
+        if c is None or lo is None or hi is None:
+            continue
+        if lo <= c <= hi:
+            out.append({"method": r["method"], "domain": r["domain"],
+                        "accuracy": _num(r.get("accuracy")), "accuracy_lo": lo,
+                        "accuracy_hi": hi, "chance": c})
+    return out
+
+
+def at_chance_message(flags: Sequence[Mapping[str, Any]]) -> str:
+    """One warning listing every flagged method and domain ('' when none)."""
+    if not flags:
+        return ""
+    lines = [f"WARNING: {len(flags)} method/domain result(s) cannot be told from guessing:"]
+    for f in flags:
+        acc = f["accuracy"]
+        lines.append(f"  {f['method']} on {f['domain']}: ID accuracy "
+                     f"{'nan' if acc is None else format(acc, '.2f')} "
+                     f"[{f['accuracy_lo']:.2f}, {f['accuracy_hi']:.2f}] includes chance "
+                     f"{f['chance']:.2f} — its UQ numbers measure a model at chance")
+    return "\n".join(lines)
+
+
+def warn_at_chance(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`at_chance` of the rows, logged as one WARNING (stderr) when any; returns the list."""
+    flags = at_chance(rows)
+    if flags:
+        log.warning(at_chance_message(flags))
+    return flags
+
+
+__all__ = ["ReferenceInputs", "at_chance", "at_chance_message", "reference_inputs",
+           "reference_rows", "warn_at_chance"]

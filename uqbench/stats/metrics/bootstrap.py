@@ -1,0 +1,519 @@
+"""Uncertainty of the estimates: bootstrap intervals, paired differences, seed means."""
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from uqbench.stats.metrics._ties import TieGroups
+from uqbench.stats.metrics._validation import (
+    MAX_DROPPED_FRACTION,
+    SELECTIVE_COVERAGE,
+    BoolArray,
+    FloatArray,
+    IntArray,
+    UndefinedMetricWarning,
+    check_finite,
+    check_fraction,
+    check_shape,
+    numeric,
+    ood_inputs,
+)
+from uqbench.stats.metrics.ranking import auroc_of_groups, ood_auroc
+from uqbench.stats.metrics.selective import (
+    augrc_of_groups,
+    aurc_of_groups,
+    selective_accuracy_of_groups,
+    selective_inputs,
+    selective_summary,
+)
+
+
+@dataclass(frozen=True)
+class Resampled:
+    """A metric with a faster, equal way to evaluate it on bootstrap resamples.
+
+    ``resampler(*arrays)`` does the per-dataset work once (for the ranking metrics: one sort of
+    the keys into tie groups) and returns ``f(*indices)``, equal to
+    ``fn(*(a[i] for a, i in zip(arrays, indices)))``: :func:`bootstrap_ci` and
+    :func:`bootstrap_ci_two_sample` call it with the indices they draw. A resample's tie groups
+    are the full data's groups that it holds, counted by ``np.bincount``: the same integer
+    counts as sorting the resample, hence bitwise the same statistic, without a sort per
+    resample (a sort of 50,000 keys and its grouping cost milliseconds, the counting a tenth).
+    """
+
+    fn: Callable[..., Any]
+    resampler: Callable[..., Callable[..., Any]]
+
+    def __call__(self, *arrays: Any) -> Any:
+        return self.fn(*arrays)
+
+
+def _counted_groups(values: FloatArray, group: IntArray, hit: BoolArray
+                    ) -> Callable[[IntArray], TieGroups]:
+    """``idx -> tie_groups`` of the resample ``idx`` of examples whose keys are
+    ``values[group]``: the groups the resample holds, with their counts."""
+    code = 2 * group + hit  # one bincount counts examples and hits of every group
+    n_groups = values.size
+
+    def groups(idx: IntArray) -> TieGroups:
+        counts = np.bincount(code[idx], minlength=2 * n_groups).reshape(n_groups, 2)
+        hits = counts[:, 1]
+        n_g = counts[:, 0] + hits  # not counts.sum(1): a reduction over 2 is slow
+        held = np.flatnonzero(n_g)  # (integer takes beat boolean masks here)
+        return TieGroups(values[held], np.cumsum(n_g[held]), np.cumsum(hits[held]))
+
+    return groups
+
+
+def _selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *, coverage: float
+                         ) -> Callable[[IntArray], FloatArray]:
+    cov = check_fraction(coverage, "coverage", open_right=False)
+    u, corr = selective_inputs(uncertainty, correct)
+    values, group = np.unique(u, return_inverse=True)
+    groups = _counted_groups(values, group, ~corr)  # hits: the errors
+
+    def stat(idx: IntArray) -> FloatArray:
+        g = groups(idx)
+        return np.array([aurc_of_groups(g), augrc_of_groups(g), selective_accuracy_of_groups(g, cov)])
+
+    return stat
+
+
+def _auroc_resampler(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike
+                     ) -> Callable[[IntArray, IntArray], float]:
+    u_id, u_ood = ood_inputs(uncertainty_id, uncertainty_ood)
+    values, group = np.unique(np.concatenate([-u_ood, -u_id]), return_inverse=True)
+    ood = np.arange(group.size) < u_ood.size
+    groups = _counted_groups(values, group, ood)
+    n_ood = u_ood.size
+
+    def stat(idx_id: IntArray, idx_ood: IntArray) -> float:
+        return auroc_of_groups(groups(np.concatenate([idx_ood, n_ood + idx_id])))
+
+    return stat
+
+
+def resampled_selective_summary(coverage: float = SELECTIVE_COVERAGE) -> Resampled:
+    """:func:`selective_summary` at ``coverage`` as a `Resampled` metric."""
+    return Resampled(partial(selective_summary, coverage=coverage),
+                     partial(_selective_resampler, coverage=coverage))
+
+
+#: :func:`ood_auroc` as a `Resampled` metric
+RESAMPLED_OOD_AUROC = Resampled(ood_auroc, _auroc_resampler)
+
+
+def _check_bootstrap_options(n_resamples: int, level: float) -> None:
+    if (
+        isinstance(n_resamples, bool)
+        or not isinstance(n_resamples, (int, np.integer))
+        or n_resamples < 1
+    ):
+        raise ValueError(f"n_resamples must be a positive integer; got {n_resamples!r}")
+    check_fraction(level, "level", open_right=True)
+
+
+def _resampleable(arrays: tuple[ArrayLike, ...], names: list[str]) -> list[NDArray[Any]]:
+    out = []
+    for name, a in zip(names, arrays):
+        arr = np.asarray(a)
+        if arr.ndim == 0:
+            raise ValueError(
+                f"{name} must be an array with examples along axis 0; got a scalar {arr!r}"
+            )
+        if len(arr) == 0:
+            raise ValueError(f"{name} must not be empty; got shape {arr.shape}")
+        out.append(arr)
+    return out
+
+
+def _statistic(value: Any) -> Any:
+    """A metric's value: a float, or a (K,) float array for a metric of K statistics."""
+    return float(value) if np.ndim(value) == 0 else np.asarray(value, dtype=np.float64)
+
+
+def _percentile_interval(
+    point: Any, draw: Callable[[], Any], n_resamples: int, level: float
+) -> tuple[Any, Any, Any]:
+    """(point, low, high) from ``n_resamples`` calls of ``draw``; for a metric of K statistics
+    (``point`` a (K,) array) each bound is a (K,) array, every statistic treated as alone."""
+    points = np.atleast_1d(point)
+    stats = np.full((n_resamples, points.size), np.nan)
+    if not np.isnan(points).all():  # else undefined: nothing to draw
+        with warnings.catch_warnings():
+            # Undefined resamples are counted below and reported once, not once per resample.
+            warnings.simplefilter("ignore", UndefinedMetricWarning)
+            for i in range(n_resamples):
+                stats[i] = draw()
+    bounds = np.empty((points.size, 2))
+    for k, p in enumerate(points):  # a loop, not a comprehension: warnings' stacklevel
+        bounds[k] = _column_interval(p, stats[:, k], level)
+    if np.ndim(point) == 0:
+        return point, float(bounds[0, 0]), float(bounds[0, 1])
+    return point, bounds[:, 0], bounds[:, 1]
+
+
+def _column_interval(point: float, stats: FloatArray, level: float) -> tuple[float, float]:
+    if math.isnan(point):
+        warnings.warn(
+            "the metric is NaN (undefined) on the full data; returning NaN for the interval",
+            UndefinedMetricWarning,
+            stacklevel=4,
+        )
+        return math.nan, math.nan
+    n_resamples = stats.size
+    defined = stats[~np.isnan(stats)]
+    n_dropped = n_resamples - defined.size
+    if defined.size == 0:
+        warnings.warn(
+            f"the metric was NaN (undefined) on all {n_resamples} bootstrap resamples; "
+            "returning NaN bounds",
+            UndefinedMetricWarning,
+            stacklevel=4,
+        )
+        return math.nan, math.nan
+    if n_dropped > MAX_DROPPED_FRACTION * n_resamples:
+        warnings.warn(
+            f"{n_dropped} of {n_resamples} bootstrap resamples gave NaN (metric undefined, e.g. "
+            "a single class) and were dropped; the interval describes the other resamples only",
+            UndefinedMetricWarning,
+            stacklevel=4,
+        )
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(defined, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def bootstrap_ci(
+    metric: Callable[..., float],
+    *arrays: ArrayLike,
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Percentile bootstrap confidence interval, resampling examples jointly across arrays.
+
+    Each resample draws N example indices with replacement (``np.random.default_rng(seed)``) and
+    applies them to every array, so per-example pairs such as ``(confidence, correct)`` stay
+    together. For two independent samples of different lengths (ID vs OOD uncertainties) use
+    :func:`bootstrap_ci_two_sample`.
+
+    Parameters
+    ----------
+    metric : callable
+        ``metric(*arrays) -> float``, e.g. :func:`expected_calibration_error`. Extra options
+        go in a ``functools.partial`` or a lambda. A metric may return a (K,) array of K
+        statistics of the same examples (e.g. :func:`selective_summary`): each gets its own
+        interval from the same resamples, and ``point``, ``low``, ``high`` are (K,) arrays.
+    *arrays : array-like, each with N examples along axis 0
+        The metric's arguments (1-D, or e.g. ``probs`` of shape (N, C)).
+    n_resamples : int, default 1000
+        Number of bootstrap resamples.
+    level : float, default 0.95
+        Confidence level, in (0, 1); the bounds are the ``(1 - level) / 2`` and
+        ``(1 + level) / 2`` quantiles of the resampled values.
+    seed : int, default 0
+        Seed of the resampling generator; equal seeds give equal intervals.
+
+    Returns
+    -------
+    point, low, high : float
+        ``metric(*arrays)`` and the percentile interval.
+
+    Notes
+    -----
+    Resamples on which the metric is NaN (undefined, e.g. a single class) are dropped, with an
+    :class:`UndefinedMetricWarning` when more than 5% of them were; errors raised by the metric
+    propagate. The percentile interval need not contain the point estimate for a biased metric
+    such as ECE, whose resamples are biased upwards.
+
+    Examples
+    --------
+    >>> from uqbench.stats.metrics import brier_score
+    >>> probs = [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7], [0.5, 0.5]]
+    >>> point, low, high = bootstrap_ci(brier_score, probs, [0, 1, 1, 1, 0], n_resamples=200)
+    >>> low <= point <= high
+    True
+    """
+    if not arrays:
+        raise ValueError("bootstrap_ci needs at least one array to resample after the metric")
+    arrs = _resampleable(arrays, [f"arrays[{i}]" for i in range(len(arrays))])
+    lengths = [len(a) for a in arrs]
+    if len(set(lengths)) > 1:
+        raise ValueError(
+            f"arrays must all have the same length (axis 0) to be resampled jointly; got "
+            f"lengths {lengths}; for two independent samples (e.g. ID and OOD uncertainties) "
+            "use bootstrap_ci_two_sample"
+        )
+    _check_bootstrap_options(n_resamples, level)
+    n = lengths[0]
+    rng = np.random.default_rng(seed)
+
+    resample = (metric.resampler(*arrs) if isinstance(metric, Resampled)
+                else lambda idx: metric(*(a[idx] for a in arrs)))
+
+    def draw() -> float:
+        return _statistic(resample(rng.integers(0, n, size=n)))
+
+    return _percentile_interval(_statistic(metric(*arrs)), draw, n_resamples, level)
+
+
+def bootstrap_ci_two_sample(
+    metric: Callable[[Any, Any], float],
+    a: ArrayLike,
+    b: ArrayLike,
+    *,
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Percentile bootstrap confidence interval for a metric of two independent samples.
+
+    For the OOD metrics (``metric(uncertainty_id, uncertainty_ood)``), whose two arguments are
+    separate splits of possibly different lengths: each resample draws ``len(a)`` indices into
+    ``a`` and, independently, ``len(b)`` indices into ``b`` (one generator,
+    ``np.random.default_rng(seed)``). Resampling each split keeps both classes present in every
+    resample.
+
+    Parameters
+    ----------
+    metric : callable
+        ``metric(a, b) -> float``, e.g. :func:`ood_auroc`, or a (K,) array as in
+        :func:`bootstrap_ci`.
+    a, b : array-like, examples along axis 0
+        The two samples, e.g. ID and OOD uncertainties.
+    n_resamples : int, default 1000
+        Number of bootstrap resamples.
+    level : float, default 0.95
+        Confidence level, in (0, 1).
+    seed : int, default 0
+        Seed of the resampling generator.
+
+    Returns
+    -------
+    point, low, high : float
+        ``metric(a, b)`` and the percentile interval; NaN resamples are handled as in
+        :func:`bootstrap_ci`.
+
+    Examples
+    --------
+    >>> from uqbench.stats.metrics import ood_auroc
+    >>> point, low, high = bootstrap_ci_two_sample(
+    ...     ood_auroc, [0.1, 0.2, 0.6, 0.3], [0.5, 0.9, 0.7], n_resamples=200)
+    >>> point, low <= point <= high
+    (0.9166666666666666, True)
+    """
+    arr_a, arr_b = _resampleable((a, b), ["a", "b"])
+    _check_bootstrap_options(n_resamples, level)
+    rng = np.random.default_rng(seed)
+
+    resample = (metric.resampler(arr_a, arr_b) if isinstance(metric, Resampled)
+                else lambda ia, ib: metric(arr_a[ia], arr_b[ib]))
+
+    def draw() -> float:
+        idx_a = rng.integers(0, len(arr_a), size=len(arr_a))
+        idx_b = rng.integers(0, len(arr_b), size=len(arr_b))
+        return _statistic(resample(idx_a, idx_b))
+
+    return _percentile_interval(_statistic(metric(arr_a, arr_b)), draw, n_resamples, level)
+
+
+def paired_difference(
+    metric: Callable[..., float],
+    a: Sequence[ArrayLike],
+    b: Sequence[ArrayLike],
+    *,
+    two_sample: bool = False,
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``metric(*b) - metric(*a)`` with a percentile bootstrap interval of the difference itself,
+    the examples resampled *paired*: each resample draws one set of example indices and applies
+    it to both sides (the same questions scored by two methods, or by two runs over the same
+    splits), so what the two sides share cancels out of the interval.
+
+    Parameters
+    ----------
+    metric : callable
+        ``metric(*arrays) -> float``, applied to ``a`` and to ``b``.
+    a, b : sequences of array-likes, examples along axis 0
+        The metric's arguments for each side, with equal lengths side to side (``a[i]`` and
+        ``b[i]`` hold the same examples; trailing axes, e.g. seeds, may differ).
+    two_sample : bool, default False
+        ``metric`` takes two independent samples (e.g. ID and shifted uncertainties, for
+        :func:`ood_auroc`): each is resampled on its own, as in :func:`bootstrap_ci_two_sample`,
+        and each draw is shared by both sides. Else every argument holds the same examples and
+        is resampled jointly, as in :func:`bootstrap_ci`.
+    n_resamples, level, seed
+        As in :func:`bootstrap_ci`.
+
+    Returns
+    -------
+    point, low, high : float
+
+    Examples
+    --------
+    >>> d, low, high = paired_difference(np.mean, [[1, 0, 1, 0, 1]], [[1, 1, 1, 0, 1]])
+    >>> round(d, 3), low >= 0  # b is never worse on any example: no resample favours a
+    (0.2, True)
+    """
+    sides = [_resampleable(tuple(s), [f"{n}[{i}]" for i in range(len(s))])
+             for n, s in (("a", a), ("b", b))]
+    if len(sides[0]) != len(sides[1]) or not sides[0]:
+        raise ValueError(f"a and b must give the metric the same number (>= 1) of arrays; got "
+                         f"{len(sides[0])} and {len(sides[1])}")
+    lengths = [len(x) for x in sides[0]]
+    if lengths != [len(x) for x in sides[1]]:
+        raise ValueError(f"paired sides must hold the same examples: a's lengths {lengths}, b's "
+                         f"{[len(x) for x in sides[1]]}")
+    if two_sample and len(lengths) != 2:
+        raise ValueError(f"two_sample needs two arrays per side (e.g. ID and shifted); got "
+                         f"{len(lengths)}")
+
+    def diff(*idx: NDArray[np.intp]) -> float:
+        pick = idx if two_sample else idx * len(lengths)
+        va, vb = (metric(*(x[i] for x, i in zip(side, pick))) for side in sides)
+        return float(vb - va)
+
+    if not two_sample and len(set(lengths)) > 1:
+        raise ValueError(f"the arrays of one side must hold the same examples to be resampled "
+                         f"jointly; got lengths {lengths} (two_sample=True for ID vs shifted)")
+    point, low, high, _ = paired_bootstrap(diff, lengths if two_sample else lengths[:1],
+                                           n_resamples=n_resamples, level=level, seed=seed)
+    return point, low, high
+
+
+class PairedInterval(NamedTuple):
+    """A bootstrap statistic: its value on all examples, the percentile interval, and how many
+    resamples were undefined (NaN) and dropped from the interval."""
+
+    point: float
+    low: float
+    high: float
+    dropped: int = 0
+
+
+def paired_bootstrap(
+    stat: Callable[..., float],
+    sizes: Sequence[int],
+    *,
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> PairedInterval:
+    """``stat(*indices)`` on every example and its percentile bootstrap interval, for statistics
+    that read their arrays themselves: each resample draws, for every set of examples (e.g. ID
+    and, independently, shifted), ``size`` indices with replacement, and ``stat`` applies the
+    same draw to everything it compares (two methods, every seed). :func:`paired_difference`
+    is this with the arrays given; `uqbench.reporting.paper` judges its claims with it.
+
+    Parameters
+    ----------
+    stat : callable
+        ``stat(*indices) -> float``, one index array per entry of ``sizes``.
+    sizes : sequence of int
+        The number of examples of each independent set (drawn in this order, one generator).
+    n_resamples, level, seed
+        As in :func:`bootstrap_ci`.
+
+    Returns
+    -------
+    PairedInterval
+        ``stat`` on all examples (``np.arange`` of each size), the interval, and ``dropped``:
+        the resamples on which ``stat`` was NaN, left out of the interval as in
+        :func:`bootstrap_ci` (which warns when more than 5% were).
+
+    Examples
+    --------
+    >>> a, b = np.array([1, 0, 1, 0, 1]), np.array([1, 1, 1, 0, 1])
+    >>> d = paired_bootstrap(lambda i: b[i].mean() - a[i].mean(), [5], n_resamples=200)
+    >>> round(d.point, 3), d.low >= 0, d.dropped
+    (0.2, True, 0)
+    """
+    if len(sizes) == 0 or any(isinstance(n, bool) or not isinstance(n, (int, np.integer))
+                              or n < 1 for n in sizes):
+        raise ValueError(f"sizes must be one or more positive integers; got {list(sizes)!r}")
+    _check_bootstrap_options(n_resamples, level)
+    rng = np.random.default_rng(seed)
+    dropped = 0
+
+    def draw() -> float:
+        nonlocal dropped
+        value = float(stat(*(rng.integers(0, n, size=n) for n in sizes)))
+        dropped += math.isnan(value)
+        return value
+
+    point = float(stat(*(np.arange(n) for n in sizes)))
+    return PairedInterval(*_percentile_interval(point, draw, n_resamples, level), dropped)
+
+
+def mean_std(values: ArrayLike) -> tuple[float, float]:
+    r"""Mean and sample standard deviation of a metric over seeds.
+
+    .. math:: \bar v = \frac1S \sum_s v_s, \qquad
+              s = \sqrt{\frac{1}{S-1}\sum_s (v_s - \bar v)^2}
+
+    (``ddof=1``); the standard deviation of a single value is reported as 0.
+
+    Parameters
+    ----------
+    values : array-like of shape (S,)
+        One value per seed.
+
+    Returns
+    -------
+    mean, std : float
+        NaN for both, with an :class:`UndefinedMetricWarning`, if any value is NaN (a metric
+        undefined on some seed).
+
+    Examples
+    --------
+    >>> mean_std([1.0, 2.0, 3.0])
+    (2.0, 1.0)
+    """
+    v = numeric(values, "values")
+    check_shape(v, "values", 1, "(S,)")
+    v = v.astype(np.float64, copy=False)
+    if np.isnan(v).any():
+        warnings.warn(
+            f"{int(np.isnan(v).sum())} of {v.size} values are NaN (undefined metric); "
+            "returning NaN mean and std",
+            UndefinedMetricWarning,
+            stacklevel=2,
+        )
+        return math.nan, math.nan
+    check_finite(v, "values")
+    std = float(np.std(v, ddof=1)) if v.size > 1 else 0.0
+    return float(np.mean(v)), std
+
+
+def seed_mean(metric: Callable[..., float]) -> Callable[..., float]:
+    """Lift a 1-D metric to (n, S) arrays: the mean over the S seed columns (a
+    `uqbench.stats.metrics.Resampled` metric stays one: its resampler is lifted too)."""
+
+    def lifted(*arrays: NDArray[Any]) -> Any:  # a float, or (K,) for a metric of K statistics
+        return np.mean([metric(*(a[:, s] for a in arrays)) for s in range(arrays[0].shape[1])],
+                       axis=0)
+
+    if not isinstance(metric, Resampled):
+        return lifted
+
+    def resampler(*arrays: NDArray[Any]) -> Callable[..., Any]:
+        per_seed = [metric.resampler(*(a[:, s] for a in arrays))
+                    for s in range(arrays[0].shape[1])]
+        return lambda *idx: np.mean([f(*idx) for f in per_seed], axis=0)
+
+    return Resampled(lifted, resampler)
+
+
+def per_seed(metric: Callable[..., float], *arrays: NDArray[Any]) -> tuple[float, float]:
+    """`mean_std` of ``metric`` computed on each of the S seed columns of (n, S) arrays."""
+    return mean_std([metric(*(a[:, s] for a in arrays)) for s in range(arrays[0].shape[1])])

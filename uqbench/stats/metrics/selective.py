@@ -1,0 +1,304 @@
+"""Selective prediction on (uncertainty, correct): risk-coverage, AURC, E-AURC, AUGRC, selective accuracy."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from uqbench.stats.metrics._ties import TieGroups, tie_groups
+from uqbench.stats.metrics._validation import (
+    CEIL_RTOL,
+    SELECTIVE_COVERAGE,
+    BoolArray,
+    FloatArray,
+    bool_vector,
+    check_fraction,
+    check_same_length,
+    float_vector,
+)
+
+
+def selective_inputs(uncertainty: ArrayLike, correct: ArrayLike) -> tuple[FloatArray, BoolArray]:
+    u = float_vector(uncertainty, "uncertainty")
+    corr = bool_vector(correct, "correct")
+    check_same_length(("uncertainty", u), ("correct", corr))
+    return u, corr
+
+
+def _selective_groups(uncertainty: ArrayLike, correct: ArrayLike) -> TieGroups:
+    u, corr = selective_inputs(uncertainty, correct)
+    return tie_groups(u[~corr], u[corr])
+
+
+def aurc_of_groups(groups: TieGroups) -> float:
+    """Expected trapezoid AURC over random orderings inside tie groups (see :func:`aurc`)."""
+    n_upto, errors_upto = groups.n_upto, groups.hits_upto
+    n = int(n_upto[-1])
+    size = np.diff(n_upto, prepend=0)  # (G,) examples per tie group
+    group_errors = np.diff(errors_upto, prepend=0)
+    group = np.repeat(np.arange(size.size), size)  # (N,) tie group of each accepted position
+    accepted = np.arange(1, n + 1)  # (N,) i = 1..N
+    into_group = accepted - (n_upto - size)[group]  # (N,) j = 1..n_g
+    # Expected errors among the first j of a group of n_g holding e_g errors: j * e_g / n_g.
+    errors_before = (errors_upto - group_errors)[group]
+    expected_errors = errors_before + into_group * (group_errors / size)[group]
+    risk = expected_errors / accepted  # (N,) E[r_i]
+    # Trapezoids between consecutive positions plus the rectangle from coverage 0 to 1/N:
+    # (1/N) (r_1 + sum_i (r_i + r_{i+1}) / 2) = (1/N) (sum_i r_i + (r_1 - r_N) / 2).
+    return float((np.sum(risk) + (risk[0] - risk[-1]) / 2) / n)
+
+
+def risk_coverage_curve(
+    uncertainty: ArrayLike, correct: ArrayLike
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Selective risk against coverage when accepting examples with uncertainty <= threshold.
+
+    Parameters
+    ----------
+    uncertainty : array-like of shape (N,)
+        Uncertainty of each prediction (higher = more uncertain, rejected first).
+    correct : array-like of shape (N,)
+        Boolean or 0/1: whether each prediction was right.
+
+    Returns
+    -------
+    coverage : ndarray of shape (G,)
+        Fraction accepted, ascending, ending at 1.
+    risk : ndarray of shape (G,)
+        Selective risk: error rate among the accepted examples.
+    thresholds : ndarray of shape (G,)
+        The G distinct uncertainty values, ascending; point g accepts ``uncertainty <=
+        thresholds[g]``.
+
+    Notes
+    -----
+    One point per distinct uncertainty value: tied examples are accepted or rejected together
+    (there is no point inside a tie group).
+
+    Examples
+    --------
+    The two examples tied at 0.5 enter together.
+
+    >>> cov, risk, thr = risk_coverage_curve([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0])
+    >>> cov, risk, thr
+    (array([0.2, 0.4, 0.8, 1. ]), array([0.  , 0.  , 0.25, 0.4 ]), array([0.1, 0.2, 0.5, 0.9]))
+    """
+    groups = _selective_groups(uncertainty, correct)
+    return groups.n_upto / groups.n_upto[-1], groups.hits_upto / groups.n_upto, groups.values
+
+
+def aurc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
+    r"""Area under the risk-coverage curve (AURC), as a fraction; lower is better, in [0, 1].
+
+    Reported as a fraction in [0, 1], **not** multiplied by 1000 as in some papers.
+
+    With distinct uncertainties, accepting the i least uncertain examples gives coverage
+    :math:`i/N` and selective risk :math:`r_i = E_i / i` (:math:`E_i` errors among them), and
+
+    .. math:: \mathrm{AURC} = \frac1N \Bigl(r_1 + \sum_{i=1}^{N-1} \frac{r_i + r_{i+1}}{2}\Bigr)
+              = \frac1N \Bigl(\sum_{i=1}^{N} r_i + \frac{r_1 - r_N}{2}\Bigr),
+
+    the trapezoid rule over every point plus the rectangle from coverage 0 to the first point at
+    its risk (fd-shifts' "linear" AURC). A constant uncertainty gives the error rate.
+
+    **Ties**: the value is the expectation of the above over uniformly random orderings inside
+    each tie group, in closed form. AURC is linear in the :math:`r_i`, so it suffices to replace
+    each :math:`r_i` by its expectation. For position :math:`i = n_< + j` inside a group of
+    :math:`n_g` examples holding :math:`e_g` errors, with :math:`n_<` examples and :math:`E_<`
+    errors in the groups before it, the first :math:`j` of a random ordering of the group hold
+    :math:`j\,e_g/n_g` errors on average (hypergeometric mean), so
+
+    .. math:: \mathbb{E}[r_i] = \frac{E_< + j\,e_g / n_g}{n_< + j},
+
+    i.e. the group's errors are spread uniformly over its positions: cumulative errors grow
+    linearly inside the group, the risk does not. (Joining the group's end points of
+    :func:`risk_coverage_curve` by a straight line instead, as a plain trapezoid over the curve
+    does, underestimates this and can even beat a perfect ranking.) The curve itself keeps one
+    point per distinct value, so on tied data AURC is not the trapezoid area under those points.
+
+    Parameters
+    ----------
+    uncertainty : array-like of shape (N,)
+        Uncertainty of each prediction (higher = more uncertain).
+    correct : array-like of shape (N,)
+        Boolean or 0/1: whether each prediction was right.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    Order .1, .2, then the two tied at .5 (one wrong) in random order, then .9 (wrong):
+    :math:`\mathbb{E}[r] = (0, 0, \tfrac12/3, 1/4, 2/5)`, so
+    AURC = (0 + 0 + 1/6 + 1/4 + 2/5 + (0 - 2/5)/2) / 5 = 37/300: the mean of the two orderings'
+    AURCs 0.09 and 0.15667.
+
+    >>> round(aurc([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0]), 6)
+    0.123333
+    """
+    return aurc_of_groups(_selective_groups(uncertainty, correct))
+
+
+def e_aurc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
+    r"""Excess AURC: :func:`aurc` minus the AURC of a perfect ranking; lower is better.
+
+    .. math:: \mathrm{E\text{-}AURC} = \mathrm{AURC} - \bigl(e + (1-e)\ln(1-e)\bigr)
+
+    with :math:`e` the overall error rate (Geifman et al. 2019). The subtracted term is the area
+    under the risk-coverage curve of an oracle that accepts all correct predictions first, in
+    the limit of many examples; it is 0 for :math:`e = 0` and 1 for :math:`e = 1`
+    (:math:`(1-e)\ln(1-e) \to 0`). A fraction, not x1000.
+
+    Parameters
+    ----------
+    uncertainty : array-like of shape (N,)
+        Uncertainty of each prediction (higher = more uncertain).
+    correct : array-like of shape (N,)
+        Boolean or 0/1: whether each prediction was right.
+
+    Returns
+    -------
+    float
+
+    Notes
+    -----
+    The value can be slightly negative: on N examples the oracle's own trapezoid AURC lies
+    below the closed form by less than 0.08 / N (the oracle curve is concave above its kink).
+    Ties cannot push it lower: AURC is the expectation over tie-breaks (see :func:`aurc`), and
+    every tie-break is a strict ranking, at least the oracle's.
+
+    Examples
+    --------
+    AURC 37/300 and e = 0.4: 0.123333 - (0.4 + 0.6 ln 0.6) = 0.123333 - 0.0935046.
+
+    >>> round(e_aurc([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0]), 6)
+    0.029829
+    """
+    groups = _selective_groups(uncertainty, correct)
+    err = float(groups.hits_upto[-1] / groups.n_upto[-1])
+    optimal = 1.0 if err == 1.0 else err + (1.0 - err) * math.log1p(-err)
+    return aurc_of_groups(groups) - optimal
+
+
+def augrc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
+    r"""Area under the generalized risk-coverage curve (AUGRC); lower is better, in [0, 1].
+
+    The generalized risk at a threshold is the number of accepted errors divided by N (not by
+    the number accepted). At the thresholds of :func:`risk_coverage_curve`, with coverage
+    :math:`c_g` and generalized risk :math:`\rho_g`, and closed at :math:`(c_0, \rho_0) = (0, 0)`:
+
+    .. math:: \mathrm{AUGRC} = \sum_{g=1}^{G} (c_g - c_{g-1})\,\frac{\rho_{g-1} + \rho_g}{2}
+
+    (Traub et al. 2024). A constant uncertainty gives :math:`e/2`, a perfect ranking
+    :math:`e^2/2`, for error rate e. A fraction, not x1000.
+
+    Parameters
+    ----------
+    uncertainty : array-like of shape (N,)
+        Uncertainty of each prediction (higher = more uncertain).
+    correct : array-like of shape (N,)
+        Boolean or 0/1: whether each prediction was right.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    Points (0, 0), (.2, 0), (.4, 0), (.8, .2), (1, .4): .4*(0+.2)/2 + .2*(.2+.4)/2.
+
+    >>> round(augrc([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0]), 6)
+    0.1
+    """
+    return augrc_of_groups(_selective_groups(uncertainty, correct))
+
+
+def augrc_of_groups(groups: TieGroups) -> float:
+    n_acc = np.r_[0, groups.n_upto]
+    errors = np.r_[0, groups.hits_upto]
+    n = int(n_acc[-1])
+    # In integer counts: sum (dn) * (e_prev + e_next) / (2 N^2), exact before the division.
+    twice_area = np.sum(np.diff(n_acc) * (errors[1:] + errors[:-1]))
+    return float(twice_area / (2.0 * n * n))
+
+
+def _n_accepted(coverage: float, n: int) -> int:
+    """ceil(coverage * n), forgiving float rounding: 0.7 * 10 = 7.000000000000001 gives 7."""
+    exact = coverage * n
+    nearest = round(exact)
+    if abs(exact - nearest) <= CEIL_RTOL * max(1.0, exact):
+        return max(1, nearest)
+    return math.ceil(exact)
+
+
+def selective_accuracy(
+    uncertainty: ArrayLike, correct: ArrayLike, *, coverage: float = SELECTIVE_COVERAGE
+) -> float:
+    r"""Accuracy on the ``ceil(coverage * N)`` least uncertain examples; higher is better.
+
+    Parameters
+    ----------
+    uncertainty : array-like of shape (N,)
+        Uncertainty of each prediction (higher = more uncertain).
+    correct : array-like of shape (N,)
+        Boolean or 0/1: whether each prediction was right.
+    coverage : float, default `SELECTIVE_COVERAGE` (0.8)
+        Fraction to accept, in (0, 1].
+
+    Returns
+    -------
+    float
+
+    Notes
+    -----
+    With k = ceil(coverage * N), where a product within a relative 1e-9 of an integer counts as
+    that integer (so that 0.7 * 10, which is 7.000000000000001 in floating point, gives 7, and
+    so does a coverage read off :func:`risk_coverage_curve`). If a tie group straddles the
+    cut, only part of it fits: it is counted pro rata at its mean accuracy (the expected value
+    under random tie-breaking),
+
+    .. math:: \mathrm{acc} = \frac{C_{<} + (k - n_{<})\,C_t / n_t}{k}
+
+    with :math:`n_<, C_<` the examples and correct ones strictly before the group and
+    :math:`n_t, C_t` those of the group.
+
+    Examples
+    --------
+    k = 3: 0.1 and 0.2 (both correct), then one of the two tied at 0.5 (half correct):
+    (2 + 1 * 1/2) / 3.
+
+    >>> round(selective_accuracy([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0], coverage=0.6), 6)
+    0.833333
+    """
+    cov = check_fraction(coverage, "coverage", open_right=False)
+    return selective_accuracy_of_groups(_selective_groups(uncertainty, correct), cov)
+
+
+def selective_accuracy_of_groups(groups: TieGroups, cov: float) -> float:
+    n = int(groups.n_upto[-1])
+    k = _n_accepted(cov, n)
+    g = int(np.searchsorted(groups.n_upto, k, side="left"))  # the group holding the k-th example
+    n_before = int(groups.n_upto[g - 1]) if g else 0
+    err_before = int(groups.hits_upto[g - 1]) if g else 0
+    group_n = int(groups.n_upto[g]) - n_before
+    group_err = int(groups.hits_upto[g]) - err_before
+    errors = err_before + (k - n_before) * group_err / group_n
+    return float((k - errors) / k)
+
+
+def selective_summary(
+    uncertainty: ArrayLike, correct: ArrayLike, *, coverage: float = 0.8
+) -> FloatArray:
+    """(:func:`aurc`, :func:`augrc`, :func:`selective_accuracy` at ``coverage``) from one sort
+    of the examples: the three of the table, e.g. as one :func:`bootstrap_ci` metric.
+
+    >>> selective_summary([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0], coverage=0.6).round(6)
+    array([0.123333, 0.1     , 0.833333])
+    """
+    cov = check_fraction(coverage, "coverage", open_right=False)
+    groups = _selective_groups(uncertainty, correct)
+    return np.array([aurc_of_groups(groups), augrc_of_groups(groups), selective_accuracy_of_groups(groups, cov)])
+
+
