@@ -349,3 +349,56 @@ def test_rare_direction_of_a_swap_is_tried_late_in_proportion() -> None:
         kept += order.index(down) < order.index(ins)
     expected = (SWAP_PRIOR["NotEq"] + 1) / (SWAP_PRIOR["Eq"] + 1)
     assert abs(kept / 4000 - expected) < 0.03
+
+
+LOOP = {"text": "Write a function to sum the integers below n.",
+        "code": ("def sum_below(n):\r\n    i = 0\r\n    total = 0\r\n    while i < n:\r\n"
+                 "        total += i\r\n        i += 1\r\n    return total"),
+        "task_id": 9004, "test_setup_code": "",
+        "test_list": ["assert sum_below(5) == 10", "assert sum_below(0) == 0",
+                      "assert sum_below(1) == 0"],
+        "challenge_test_list": []}
+
+
+def _same_both_ways(problems: list, seed: int = 0) -> dict:
+    """Build ``problems`` by one sandboxed process per candidate (the reference path) and by one
+    session per problem: the same candidates run, with the same verdicts and stop reasons, and
+    the same records and build statistics."""
+    from benchmarks.bench_codemc import build_both
+
+    both = build_both(problems, seed=seed)
+    old, new = both["process"], both["session"]
+    for la, lb in zip(old["logs"], new["logs"]):
+        assert [(c, r.passed, r.killed_reason) for c, r, _ in la] == \
+            [(c, r.passed, r.killed_reason) for c, r, _ in lb]
+    assert [(r and r.to_json(), st) for r, st in old["built"]] == \
+        [(r and r.to_json(), st) for r, st in new["built"]]
+    return both
+
+
+def test_session_path_builds_what_the_process_path_builds(sandbox_ok) -> None:
+    """The fingerprint problems (tests/test_fingerprints.py), the ones above, and one whose
+    mutants loop forever (``i += 1`` -> ``i += 0``...): stopped in both paths, as "timeout"."""
+    from tests.test_fingerprints import ADD as FP_ADD
+    from tests.test_fingerprints import DOUBLE
+
+    problems = [mbpp_problem(FP_ADD), humaneval_problem(DOUBLE), mbpp_problem(ADD),
+                mbpp_problem(COUNT), humaneval_problem(HUMANEVAL_LIKE), mbpp_problem(LOOP)]
+    both = _same_both_ways(problems)
+    loop_runs = both["session"]["logs"][-1]
+    assert any(r.killed_reason == "timeout" for _, r, _ in loop_runs)
+    assert all(st["verified"] for _, st in both["session"]["built"])
+
+
+def test_session_path_on_real_mbpp_with_looping_mutants(real_data: Path, sandbox_ok) -> None:
+    """MBPP 36, whose mutants include some stopped by their time budget (``python -m
+    benchmarks codemc`` compares the paths on the first 30 problems)."""
+    _data_file(real_data, "mbpp/mbpp.jsonl")
+    items = {it.id: it for it in load_source("mbpp", "test", data_dir=real_data).items}
+    both = _same_both_ways([mbpp_problem(items["mbpp/36"].raw)])
+    assert any(r.killed for _, r, _ in both["session"]["logs"][0])
+
+
+def test_both_paths_reject_a_bad_scheme_before_running_anything() -> None:
+    with pytest.raises(ValueError, match="scheme"):
+        code_mc(mbpp_problem(ADD), seed=0, scheme="triangle")

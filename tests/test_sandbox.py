@@ -326,3 +326,183 @@ def test_picklable_for_process_pools() -> None:
     clone = pickle.loads(pickle.dumps(Sandbox(timeout_s=3.0, memory_mb=256)))
     assert clone.timeout_s == 3.0 and clone.memory_mb == 256
     assert clone.run("assert True\n").passed
+
+
+# -- SandboxSession: one fork server, a forked child per program --------------------------------
+
+@pytest.fixture(scope="module")
+def session(sb: Sandbox):
+    with sb.session() as s:
+        yield s
+
+
+_RECURSION = ("import sys\nn = 0\ndef r():\n    global n\n    n += 1\n    r()\n"
+              "try:\n    r()\nexcept RecursionError:\n    pass\n"
+              "sys.stderr.write('DEPTH %d\\n' % n)\n")
+#: (program, CPU/wall limit or None for the sandbox's): what the sandbox must stop or pass; each
+#: must get the same verdict, and be stopped for the same reason, in both paths
+ADVERSARIAL = {
+    "passes": ("def add(a, b):\n    return a + b\nassert add(1, 2) == 3\n", None),
+    "assertion": ("assert 1 + 1 == 3\n", None),
+    "error": ("1 / 0\n", None),
+    "sys_exit_0": ("import sys\nsys.exit(0)\nassert False\n", None),
+    "os_exit_0": ("import os\nos._exit(0)\nassert False\n", None),
+    "raise_system_exit_in_finally": ("try:\n    assert False\nfinally:\n    raise SystemExit(0)\n",
+                                     None),
+    "infinite_loop": ("while True:\n    pass\n", 1.0),
+    "memory_bomb": ("x = bytearray(4 * 1024 ** 3)\n", None),
+    "fork": ("import os\nwhile True:\n    os.fork()\n", 2.0),
+    "subprocess": ("import subprocess\nsubprocess.run(['true'])\n", None),
+    "os_system": ("import os\nos.system('true')\n", None),
+    "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", None),
+    "ctypes": ("import ctypes\n", None),
+    "write_outside": ("open('/tmp/uqbench-escape-test.txt', 'w').write('x')\n", None),
+    "socket": ("import socket\nsocket.socket().connect(('127.0.0.1', 9))\n", None),
+    "recursion_depth": (_RECURSION, None),
+    "hash_seed": ("import sys\nsys.stderr.write('HASH %d\\n' % hash('uqbench'))\n", None),
+}
+
+
+def _reported(res: SandboxResult) -> list[str]:
+    """The lines a program wrote about itself (DEPTH, HASH), to compare between paths."""
+    return [ln for ln in res.stderr_tail.splitlines() if ln.startswith(("DEPTH", "HASH"))]
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_session_verdict_equals_a_process_per_program(name: str, sb: Sandbox, session) -> None:
+    code, limit = ADVERSARIAL[name]
+    ref, new = sb.run(code, timeout_s=limit), session.run(code, timeout_s=limit)
+    assert (new.passed, new.killed_reason) == (ref.passed, ref.killed_reason), \
+        (ref.stderr_tail, new.stderr_tail)
+    assert _reported(new) == _reported(ref)
+    assert new.passed == (name in ("passes", "recursion_depth", "hash_seed"))
+    if "not allowed" in ref.stderr_tail:
+        assert "not allowed" in new.stderr_tail
+    assert not os.path.exists("/tmp/uqbench-escape-test.txt")
+    assert session.run("pass\n").passed  # the session survives every one of them
+
+
+def test_session_programs_do_not_see_each_other(session) -> None:
+    """Whatever a program does to the interpreter (builtins, modules, recursion limit, threads
+    left running, signal handlers) or to its folder is gone for the next one."""
+    dirty = ("import builtins, os, sys, threading, time, signal\n"
+             "threading.Thread(target=time.sleep, args=(60,)).start()\n"
+             "open('left.txt', 'w').write('x')\n"
+             "os.mkdir('sub')\n"
+             "os.chmod('.', 0o500)\n"
+             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "sys.modules['json'] = None\n"
+             "sys.setrecursionlimit(60)\n"
+             "os.getcwd = None\n"
+             "builtins.len = lambda x: 0\n")
+    assert session.run(dirty).passed
+    clean = ("import json, os, signal, sys, threading\n"
+             "assert len([1, 2]) == 2 and callable(os.getcwd)\n"
+             "assert sys.getrecursionlimit() == 1000 and threading.active_count() == 1\n"
+             "assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL\n"
+             "assert os.listdir('.') == [] and os.stat('.').st_mode & 0o777 == 0o700\n"
+             "open('mine.txt', 'w').write('ok')\n")
+    res = session.run(clean)
+    assert res.passed, res.stderr_tail
+
+
+def test_session_protocol_survives_a_program_writing_to_its_stdout(session) -> None:
+    """A program's stdout (fd 1) is /dev/null, not the answer pipe: bytes it writes, or the
+    descriptors it closes, cannot be taken for the server's answer."""
+    res = session.run("import os\nos.write(1, (5).to_bytes(4, 'big') + b'hello')\n"
+                      "os.close(0)\nos.close(1)\nassert False\n")
+    assert not res.passed and "AssertionError" in res.stderr_tail
+    assert session.run("pass\n").passed
+
+
+def test_session_budget_is_cpu_time_not_wall_time(sb: Sandbox, session) -> None:
+    """A program that waits (no CPU) longer than its budget passes in a session (its budget is
+    CPU time, measured in the child, whatever the machine's load) and times out under a
+    wall-clock limit; one that spins is stopped either way."""
+    sleeper = "import time\ntime.sleep(1.0)\n"
+    assert not sb.run(sleeper, timeout_s=0.5).passed
+    res = session.run(sleeper, timeout_s=0.5)
+    assert res.passed and res.spent_s < 0.5 <= res.elapsed_s
+    spin = session.run("while True:\n    pass\n", timeout_s=0.5)
+    assert spin.timed_out and spin.killed_reason == "timeout" and spin.spent_s >= 0.4
+
+
+def test_session_wall_backstop_and_ignored_cpu_signal(session, monkeypatch) -> None:
+    from uqbench.data import sandbox as S
+
+    monkeypatch.setattr(S, "SESSION_WALL_SLACK_S", 0.5)
+    t0 = time.monotonic()
+    res = session.run("import time\ntime.sleep(60)\n", timeout_s=0.2)  # backstop: 1.5 s
+    assert res.killed_reason == "timeout" and not res.passed and time.monotonic() - t0 < 45
+    # a program that ignores the budget's SIGPROF still meets RLIMIT_CPU (ceil(0.2) + 1 s)
+    res = session.run("import signal\nsignal.signal(signal.SIGPROF, signal.SIG_IGN)\n"
+                      "while True:\n    pass\n", timeout_s=0.2)
+    assert not res.passed and res.killed_reason in ("cpu_time", "timeout")
+
+
+def test_session_child_gets_every_limit(sb: Sandbox, session) -> None:
+    """The probe run as a session's child finds every OS limit of a `Sandbox.run` with the same
+    time limit, its own network namespace, its pids cgroup (as root) and NoNewPrivs."""
+    import json
+
+    from uqbench.data.sandbox import _PROBE, _PROBE_MARK
+
+    res = session.run(_PROBE, timeout_s=30.0)
+    line = next(ln for ln in res.stderr_tail.splitlines() if ln.startswith(_PROBE_MARK))
+    got = json.loads(line[len(_PROBE_MARK):])
+    assert {k: tuple(v) for k, v in got["limits"].items()} == sb._limits(30.0)
+    assert got["no_new_privs"] and got["sockets_refused"]
+    assert got["net_ns"] != os.readlink("/proc/self/ns/net")
+    if sb.protections()["process_limit"] == "pids_cgroup":
+        assert got["cgroup"]
+
+
+def test_session_reaps_what_a_program_leaves_behind() -> None:
+    """Without the Python guards a program can fork: a grandchild that leaves the process group
+    (setsid) is killed by the server (its subreaper) before the next program, and the process
+    cap holds per program."""
+    raw = Sandbox(timeout_s=60.0, max_processes=8, python_guards=False)
+    code = ("import os, sys, time\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os.setsid()\n"
+            "    time.sleep(60)\n"
+            "    os._exit(0)\n"
+            "sys.stderr.write('PID %d\\n' % pid)\n")
+    with raw.session() as s:
+        res = s.run(code)
+        assert res.passed, res.stderr_tail
+        pid = int(next(ln for ln in res.stderr_tail.splitlines() if ln.startswith("PID"))[4:])
+        assert not _alive(pid)  # gone before run() returned
+        if raw.protections()["process_limit"] != "python_only":
+            bomb = ("import os, time\nn = 0\nfor _ in range(50):\n    try:\n"
+                    "        if os.fork() == 0:\n            time.sleep(60)\n"
+                    "            os._exit(0)\n        n += 1\n    except OSError:\n"
+                    "        break\nassert n < 8, n\n")
+            for _ in range(2):  # and again: the first program's processes were freed
+                res = s.run(bomb)
+                assert res.passed, res.stderr_tail
+
+
+def test_session_leaves_nothing_and_reports_failed_limits(monkeypatch) -> None:
+    _refuse_nofile(monkeypatch)  # in the server's set-up (forked from this process)
+    box = Sandbox(timeout_s=60.0, max_open_files=37)
+    with box.session() as s:
+        assert s.run("pass\n").limits_failed == ("RLIMIT_NOFILE",)
+        assert s.run("assert False\n").limits_failed == ("RLIMIT_NOFILE",)
+        made = [s._root] + ([s._cgroup] if s._cgroup else [])
+        assert all(os.path.isdir(p) for p in made)
+    assert not any(os.path.exists(p) for p in made)  # its folder and its cgroup
+    monkeypatch.undo()
+    with Sandbox(timeout_s=60.0).session() as s:
+        assert s.run("pass\n").limits_failed == ()
+
+
+def test_session_server_death_is_an_error_not_a_verdict() -> None:
+    with Sandbox(timeout_s=60.0).session() as s:
+        assert s.run("pass\n").passed
+        s._proc.kill()
+        with pytest.raises(RuntimeError, match="sandbox session server failed"):
+            s.run("pass\n")
+    with pytest.raises(ValueError, match="positive"):
+        Sandbox().session().run("pass\n", timeout_s=0)

@@ -46,10 +46,19 @@ have no two unrelated edit sites.
 Everything is deterministic under (seed, record id): candidates are shuffled by a per-record RNG,
 runs are pinned to one hash seed, and a mutant's budget is a multiple of the reference's run time
 (a mutant that times out counts as failing; the count is reported as ``killed``).
+
+Running the candidates: by default one `uqbench.data.sandbox.SandboxSession` per problem -- one
+sandboxed fork server that runs the reference and then each mutant in its own forked child with
+its own limits -- and the times are **CPU** seconds measured inside the child, so a mutant's
+budget, and its verdict, do not depend on the machine's load (a wall-clock backstop stays).
+``per_candidate_process=True`` runs each candidate in its own fresh interpreter under wall-clock
+time (`Sandbox.run`): the reference path the session path is tested against (same records and
+statistics on the fingerprint problems, real MBPP and adversarial mutants).
 """
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import sys
 from collections import Counter
@@ -71,7 +80,7 @@ from uqbench.data.mutations import (
     opname,
 )
 from uqbench.data.records import MCRecord
-from uqbench.data.sandbox import Sandbox, SandboxResult
+from uqbench.data.sandbox import Sandbox, SandboxResult, SandboxSession
 
 CODE_MC_VERSION = "5"  # 4: swap directions balanced; 5: a target rank for commonness
 N_CHOICES = 4
@@ -130,6 +139,7 @@ SWAP_PRIOR: dict[str, int] = {
 _PRIOR_TOTAL = sum(SWAP_PRIOR.values()) + len(SWAP_PRIOR)
 
 
+@functools.lru_cache(maxsize=1 << 14)  # a build asks again for the same options
 def commonness(source: str) -> float:
     """Log-probability of the program's `reference_token_counts` tokens under a unigram model
     of the real references (`SWAP_PRIOR`, add-one smoothed): lower for each rarer token swapped
@@ -245,11 +255,8 @@ def _stats(**kw: Any) -> dict[str, Any]:
     return base
 
 
-def _build(p: CodeProblem, *, seed: int, sandbox: Sandbox | None, scheme: str,
+def _build(p: CodeProblem, *, seed: int, sb: Sandbox | SandboxSession, scheme: str,
            max_tries: int, fallback: bool = True) -> tuple[MCRecord | None, dict[str, Any]]:
-    if scheme not in SCHEMES:
-        raise ValueError(f"code MC scheme {scheme!r}: expected one of {SCHEMES}")
-    sb = sandbox if sandbox is not None else _default_sandbox()
     unlimited: Counter[str] = Counter()  # runs that went without an OS limit, by limit
 
     def run(code: str, timeout_s: float) -> SandboxResult:
@@ -268,20 +275,28 @@ def _build(p: CodeProblem, *, seed: int, sandbox: Sandbox | None, scheme: str,
         return None, _stats(reason=f"reference does not parse: {e.msg} (line {e.lineno})")
     ref_text = apply_mutations(tree, [])
     # Some references are slow (MBPP 123 runs ~5 s): give them REFERENCE_TIMEOUT_FACTOR times
-    # the sandbox's timeout, and each mutant 5x the reference's time (at least 0.5 s).
+    # the sandbox's timeout, and each mutant 5x the reference's time (at least 0.5 s), on the
+    # clock the runs are limited by (`SandboxResult.spent_s`: CPU in a session, else wall).
     ref_timeout = REFERENCE_TIMEOUT_FACTOR * sb.timeout_s
     ref = run(ref_text + "\n\n" + p.tests + "\n", timeout_s=ref_timeout)
     if not ref.passed:
         why = ref.killed_reason or _outcome(ref)
         return done(None, _stats(reason=f"reference fails its tests ({why})",
                                  killed=int(ref.killed)))
-    budget = min(ref_timeout, max(0.5, 5.0 * ref.elapsed_s))
+    budget = min(ref_timeout, max(0.5, 5.0 * ref.spent_s))
     rng = record_rng(seed, p.rid, "code_mc")
     length_target, central_target, common_target = (rng.randrange(N_CHOICES) for _ in range(3))
     muts = order_mutations(enumerate_mutations(tree, p.entry_point), rng)
     ref_grams, ref_common = len(_grams(ref_text)), commonness(ref_text)
-    muts = _alternate_signs(muts, {m: len(_grams(apply_mutations(tree, [m]))) - ref_grams
-                                   for m in muts})
+    texts: dict[tuple[Mutation, ...], str] = {}  # each mutant unparsed once
+
+    def text_of(ms: Sequence[Mutation]) -> str:
+        key = tuple(ms)
+        if key not in texts:
+            texts[key] = apply_mutations(tree, ms)
+        return texts[key]
+
+    muts = _alternate_signs(muts, {m: len(_grams(text_of([m]))) - ref_grams for m in muts})
     muts = balance_directions(muts, rng)
     anc = ancestry(tree)
     seen = {ref_text}
@@ -291,7 +306,7 @@ def _build(p: CodeProblem, *, seed: int, sandbox: Sandbox | None, scheme: str,
     def test(ms: Sequence[Mutation]) -> tuple[str, str] | None:
         """Run a mutant; (text, outcome) if it fails the tests, None if it passes or is a
         duplicate (duplicates are not run)."""
-        text = apply_mutations(tree, ms)
+        text = text_of(ms)
         if text in seen:
             return None
         seen.add(text)
@@ -331,7 +346,7 @@ def _build(p: CodeProblem, *, seed: int, sandbox: Sandbox | None, scheme: str,
         # partners at unrelated sites, those that put the reference nearest its target ranks
         # first, then of a kind other than m's; a square that misses them is kept while
         # candidates last, in case a better one verifies
-        partners = [(miss([f[1], r[0], apply_mutations(tree, pair(f[0], m))]), f)
+        partners = [(miss([f[1], r[0], text_of(pair(f[0], m))]), f)
                     for f in failing
                     if m.site not in anc[f[0].site] and f[0].site not in anc[m.site]]
         partners.sort(key=lambda x: (x[0], x[1][0].kind == m.kind))
@@ -384,13 +399,21 @@ def _build(p: CodeProblem, *, seed: int, sandbox: Sandbox | None, scheme: str,
 
 
 def code_mc(problem: CodeProblem, *, seed: int, sandbox: Sandbox | None = None,
-            scheme: str = "square", max_tries: int = DEFAULT_MAX_TRIES
-            ) -> tuple[MCRecord | None, dict[str, Any]]:
+            scheme: str = "square", max_tries: int = DEFAULT_MAX_TRIES,
+            per_candidate_process: bool = False) -> tuple[MCRecord | None, dict[str, Any]]:
     """The code MC record of ``problem`` (None when it has no tests, its reference fails them
-    or too few failing mutants are found) and the build statistics."""
+    or too few failing mutants are found) and the build statistics. The candidates run in one
+    `SandboxSession` of ``sandbox`` (CPU-time budgets), or each in its own process with
+    ``per_candidate_process`` (wall-clock budgets; the reference path)."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"code MC scheme {scheme!r}: expected one of {SCHEMES}")
     if not problem.tests.strip():
         return None, _stats(reason="no tests")
-    return _build(problem, seed=seed, sandbox=sandbox, scheme=scheme, max_tries=max_tries)
+    sb = sandbox if sandbox is not None else _default_sandbox()
+    if per_candidate_process:
+        return _build(problem, seed=seed, sb=sb, scheme=scheme, max_tries=max_tries)
+    with sb.session() as session:  # its server starts at the first run
+        return _build(problem, seed=seed, sb=session, scheme=scheme, max_tries=max_tries)
 
 
 __all__ = ["CODE_MC_VERSION", "CodeProblem", "code_mc"]

@@ -8,6 +8,16 @@ hash seed can be pinned so that set/dict order, and therefore pass/fail, is repr
 standard library only), in a fresh temporary directory as its working directory, deleted
 afterwards. `Sandbox.run_many` runs several at once (2 by default).
 
+`Sandbox.session` runs many programs through one such process instead, a fork server
+(`SandboxSession`): each program runs in a child forked from the server's clean interpreter (no
+program ever runs in the server itself), in an empty folder of its own, with every protection
+below -- the process-wide ones inherited from the server, the time limit and process cap set in
+the child -- and a **CPU-time** limit measured inside the child (so the same whatever the
+machine's load) with a wall-clock backstop. Whatever a program leaves (threads, monkeypatched
+builtins or modules, its process group, orphaned processes: the server is their subreaper,
+files) is gone before the next one starts. A program then costs a fork, not an interpreter
+start-up.
+
 What protects what (honest list; `Sandbox.protections` reports what this machine actually got):
 
 OS-enforced (the kernel applies them whatever the code does):
@@ -42,12 +52,14 @@ from __future__ import annotations
 import ctypes
 import itertools
 import json
+import marshal
 import math
 import os
 import resource
 import select
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -60,6 +72,7 @@ SANDBOX_VERSION = "1"
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_CHILD_SUBREAPER = 36
 _MEMORY_MARK = "uqbench-sandbox: MemoryError"
 #: written to the child's stderr by the set-up code when a ``setrlimit`` fails (then parsed into
 #: `SandboxResult.limits_failed` and removed from ``stderr_tail``)
@@ -100,11 +113,16 @@ except OSError:
 sys.stderr.write("\n%s" + json.dumps(got) + "\n")
 ''' % (_RLIMITS, _PROBE_MARK)
 _STDERR_TAIL = 2000
+#: numbers the temporary folders and cgroups ``uqbench-<pid>-<n>`` of every sandbox in this
+#: process (one counter for all: two sandboxes' sessions are open at once)
+_TAGS = itertools.count()
 
-# The program the child runs: it reads the solution, installs the guards, runs it, and on normal
-# completion writes a per-run nonce to stderr (so an early ``os._exit(0)`` or ``sys.exit(0)``
-# cannot pass for "all tests ran").
-_RUNNER = r'''
+# What every sandboxed program runs first: the guards and `_uqb_exec`, which reads the solution,
+# installs the guards, runs it, and on normal completion writes a per-run nonce to stderr (so an
+# early ``os._exit(0)`` or ``sys.exit(0)`` cannot pass for "all tests ran"). Both programs below
+# call `_uqb_exec` from module level, so the solution runs at the same stack depth in both (a
+# recursion near the limit fails, or not, alike).
+_PRELUDE = r'''
 import os, sys
 
 def _uqb_guards(work):
@@ -160,11 +178,9 @@ def _uqb_guards(work):
     sys.addaudithook(hook)
 
 
-def _uqb_main():
-    path, nonce, guards = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+def _uqb_exec(path, nonce, guards):
     with open(path, encoding="utf-8") as f:
         src = f.read()
-    del sys.argv[1:]
     code = compile(src, "<solution>", "exec")
     import linecache
     linecache.cache["<solution>"] = (len(src), None, src.splitlines(True), "<solution>")
@@ -186,9 +202,142 @@ def _uqb_main():
         pass
     os.write(2, ("\n" + nonce + "\n").encode())
     os._exit(0)
+'''
+
+# One run per process (`Sandbox.run`): argv = solution path, nonce, guards on ("1") or off.
+_RUNNER = _PRELUDE + r'''
+_uqb_argv = sys.argv[1:]
+del sys.argv[1:]
+_uqb_exec(_uqb_argv[0], _uqb_argv[1], _uqb_argv[2] == "1")
+'''
+
+# The fork server of a `SandboxSession`: argv = its folder, guards on ("1") or off. It reads
+# requests (4-byte length + marshal of (nonce, cpu_s, wall_s, [(rlimit, soft, hard), ...])) on
+# fd 0 and forks one child per request. The child takes its own process group, descriptors,
+# folder and limits (CPU time: an ITIMER_PROF at cpu_s, whose SIGPROF kills it, and RLIMIT_CPU
+# behind it; the process cap) and runs ``<folder>/run/solution.py`` in ``run/work`` with stderr
+# to ``run/stderr``. The server never runs candidate code itself, so each child starts
+# from the same clean state. It waits up to wall_s, kills the child's process group and every
+# process left below it (it is their subreaper), and answers (4-byte length + marshal of (wait
+# status, wall backstop hit, wall s, CPU s of the child)) on fd 1. It imports no module that
+# seeds state a child could share (random, tempfile) or that the guards refuse (ctypes).
+_SERVER = _PRELUDE + r'''
+import marshal, resource, select, signal, time
+import linecache  # as every `_uqb_exec` imports it: once here, not per child
+
+_uqb_root, _uqb_guarded = sys.argv[1], sys.argv[2] == "1"
+del sys.argv[1:]
 
 
-_uqb_main()
+def _uqb_read(n):
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(0, n - len(buf))
+        if not chunk:
+            return b""
+        buf += chunk
+    return buf
+
+
+def _uqb_child(limits):
+    os.setpgid(0, 0)
+    d = os.path.join(_uqb_root, "run")
+    null = os.open(os.devnull, os.O_RDWR)
+    err = os.open(os.path.join(d, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(null, 0)  # the request and answer pipes: closed in the child
+    os.dup2(null, 1)
+    os.dup2(err, 2)
+    os.closerange(3, 65536)
+    os.chdir(os.path.join(d, "work"))
+    for name, soft, hard in limits:
+        try:
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        except (ValueError, OSError):
+            os.write(2, ("''' + _LIMIT_MARK + r'''" + name + "\n").encode())
+    signal.signal(signal.SIGPROF, signal.SIG_DFL)
+    return os.path.join(d, "solution.py")
+
+
+def _uqb_exited(pid):
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _uqb_reap():
+    kids_of = "/proc/self/task/%d/children" % os.getpid()
+    while True:
+        try:
+            with open(kids_of) as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            kids = []
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return
+        if not kids:
+            return
+
+
+while True:
+    _uqb_head = _uqb_read(4)
+    if not _uqb_head:
+        break
+    _uqb_nonce, _uqb_cpu, _uqb_wall, _uqb_limits = marshal.loads(
+        _uqb_read(int.from_bytes(_uqb_head, "big")))
+    _uqb_t0 = time.monotonic()
+    _uqb_pid = os.fork()
+    if _uqb_pid == 0:
+        try:
+            _uqb_path = _uqb_child(_uqb_limits)
+            signal.setitimer(signal.ITIMER_PROF, _uqb_cpu)
+            _uqb_exec(_uqb_path, _uqb_nonce, _uqb_guarded)
+        except BaseException:
+            sys.excepthook(*sys.exc_info())  # as the interpreter reports an uncaught error
+            try:
+                sys.stderr.flush()
+            except BaseException:
+                pass
+        os._exit(1)
+    try:
+        os.setpgid(_uqb_pid, _uqb_pid)
+    except OSError:
+        pass
+    try:
+        _uqb_fd = os.pidfd_open(_uqb_pid)
+    except (AttributeError, OSError):
+        _uqb_fd = None
+    while not _uqb_exited(_uqb_pid):
+        _uqb_left = _uqb_t0 + _uqb_wall - time.monotonic()
+        if _uqb_left <= 0:
+            break
+        if _uqb_fd is not None:
+            select.select([_uqb_fd], [], [], _uqb_left)
+        else:
+            time.sleep(min(_uqb_left, 0.002))
+    _uqb_elapsed = time.monotonic() - _uqb_t0
+    _uqb_late = not _uqb_exited(_uqb_pid)
+    if _uqb_fd is not None:
+        os.close(_uqb_fd)
+    try:
+        os.killpg(_uqb_pid, signal.SIGKILL)
+    except OSError:
+        pass
+    _uqb_status, _uqb_ru = os.wait4(_uqb_pid, 0)[1:]
+    _uqb_reap()
+    _uqb_msg = marshal.dumps((_uqb_status, _uqb_late, _uqb_elapsed,
+                              _uqb_ru.ru_utime + _uqb_ru.ru_stime))
+    _uqb_msg = len(_uqb_msg).to_bytes(4, "big") + _uqb_msg
+    while _uqb_msg:
+        _uqb_msg = _uqb_msg[os.write(1, _uqb_msg):]
 '''
 
 
@@ -197,9 +346,13 @@ class SandboxResult:
     """Outcome of one run.
 
     ``passed``: exit status 0 *and* the program ran to its end. ``killed_reason``: why the run was
-    stopped from outside or by a limit: "timeout" (wall clock), "cpu_time", "memory" (allocation
-    refused under the address-space limit), "signal:NAME"; None for an ordinary exit (pass or
-    failing assertion/exception). ``limits_failed``: OS limits that could not be set.
+    stopped from outside or by a limit: "timeout" (past its time limit: the wall clock for
+    `Sandbox.run`; the CPU-time budget, or the wall-clock backstop, for a `SandboxSession` run),
+    "cpu_time" (RLIMIT_CPU), "memory" (allocation refused under the address-space limit),
+    "signal:NAME"; None for an ordinary exit (pass or failing assertion/exception).
+    ``limits_failed``: OS limits that could not be set. ``spent_s``: the run's time on the clock
+    its limit counts: wall seconds (``elapsed_s``) for `Sandbox.run`, CPU seconds of the program
+    for a `SandboxSession` run.
     """
 
     passed: bool
@@ -208,6 +361,7 @@ class SandboxResult:
     killed_reason: str | None
     stderr_tail: str
     elapsed_s: float = 0.0
+    spent_s: float = 0.0
     #: OS limits whose ``setrlimit`` failed in this run's set-up (e.g. ``("RLIMIT_AS",)``), and
     #: ``"pids_cgroup"`` when a run as root could not be put in its pids cgroup: the run went on
     #: without them
@@ -295,18 +449,15 @@ class Sandbox:
         self.site_packages = bool(site_packages)
         self._is_root = os.geteuid() == 0
         self._cg_root = _pids_cgroup_root()
-        self._counter = itertools.count()
         self._probe: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # picklable, e.g. into a process pool
         state = dict(self.__dict__)
-        state["_counter"] = None
         state["_probe"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._counter = itertools.count()
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -335,6 +486,11 @@ class Sandbox:
                 self._kill(job)
                 self._cleanup(job)
         return [r for r in results if r is not None]
+
+    def session(self) -> SandboxSession:
+        """A `SandboxSession`: one sandboxed process that runs many programs, each in its own
+        forked child with its own limits (use it as a context manager, or `close` it)."""
+        return SandboxSession(self)
 
     def protections(self) -> dict[str, Any]:
         """What this machine actually enforces, probed once with a tiny run: the probe reads
@@ -403,7 +559,8 @@ class Sandbox:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _cmd(self, root: str, nonce: str) -> list[str]:
+    def _cmd(self, *args: str) -> list[str]:
+        """The child's command line: the interpreter and its flags, then ``args``."""
         cmd = [sys.executable, "-s", "-B"]
         if not self.site_packages:
             cmd.append("-S")
@@ -411,8 +568,7 @@ class Sandbox:
             cmd.append("-P")
         if self.hash_seed is None:
             cmd.append("-E")
-        return cmd + [os.path.join(root, "runner.py"), os.path.join(root, "solution.py"), nonce,
-                      "1" if self.python_guards else "0"]
+        return cmd + list(args)
 
     def _env(self) -> dict[str, str]:
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -432,10 +588,11 @@ class Sandbox:
                 "RLIMIT_NOFILE": (self.max_open_files, self.max_open_files),
                 "RLIMIT_NPROC": (self.max_processes, self.max_processes), "RLIMIT_CORE": (0, 0)}
 
-    def _preexec(self, cgroup: str | None, timeout: float) -> Any:
+    def _preexec(self, cgroup: str | None, limits_s: dict[str, tuple[int, int]], *,
+                 subreaper: bool = False) -> Any:
         # resolved now, in the parent: the child only calls setrlimit and writes bytes
         limits = [(getattr(resource, name), val, (_LIMIT_MARK + name + "\n").encode())
-                  for name, val in self._limits(timeout).items()]
+                  for name, val in limits_s.items()]
         # a pids cgroup was wanted (root with a writable one): not getting into it is a failed
         # limit too, whether it could not be made (`_make_cgroup`) or joined
         cg_mark = (_LIMIT_MARK + _CGROUP_LIMIT + "\n").encode() if self._cg_root else None
@@ -466,17 +623,20 @@ class Sandbox:
                     os.write(2, mark)  # reported in SandboxResult.limits_failed
             if libc:
                 libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+                if subreaper:  # kept across exec: orphans of its children come back to it
+                    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
         return fn
 
-    def _make_cgroup(self, tag: str) -> str | None:
+    def _make_cgroup(self, tag: str, extra: int = 0) -> str | None:
+        """A pids cgroup for ``max_processes`` (+ ``extra``: a session's server) processes."""
         if self._cg_root is None:
             return None
         path = os.path.join(self._cg_root, tag)
         try:
             os.mkdir(path)
             with open(os.path.join(path, "pids.max"), "w") as f:
-                f.write(str(self.max_processes))
+                f.write(str(self.max_processes + extra))
             return path
         except OSError:
             try:
@@ -488,7 +648,7 @@ class Sandbox:
     def _start(self, code: str, timeout: float) -> _Job:
         import subprocess
 
-        n = next(self._counter)
+        n = next(_TAGS)
         tag = f"uqbench-{os.getpid()}-{n}"
         root = tempfile.mkdtemp(prefix=tag + "-")
         work = os.path.join(root, "work")
@@ -502,12 +662,13 @@ class Sandbox:
         with open(os.path.join(root, "stderr"), "wb") as err:
             start = time.monotonic()
             proc = subprocess.Popen(
-                self._cmd(root, nonce), cwd=work, env=self._env(), stdin=subprocess.DEVNULL,
+                self._cmd(os.path.join(root, "runner.py"), os.path.join(root, "solution.py"),
+                          nonce, "1" if self.python_guards else "0"), cwd=work, env=self._env(), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=err, close_fds=True, start_new_session=True,
                 # preexec_fn: only async-signal-safe-ish syscalls (setrlimit, unshare, prctl,
                 # one write); the sandbox's own callers are single-threaded (run_many needs no
                 # threads), see the class docstring.
-                preexec_fn=self._preexec(cgroup, timeout))  # noqa: PLW1509
+                preexec_fn=self._preexec(cgroup, self._limits(timeout)))  # noqa: PLW1509
         pidfd = None
         if hasattr(os, "pidfd_open"):
             try:
@@ -547,31 +708,7 @@ class Sandbox:
         rc = job.proc.wait()
         err = _tail(os.path.join(job.root, "stderr"))
         self._cleanup(job)
-        finished = job.nonce in err
-        err = err.replace("\n" + job.nonce + "\n", "").replace(job.nonce, "")
-        failed = tuple(ln[len(_LIMIT_MARK):].strip() for ln in err.splitlines()
-                       if ln.startswith(_LIMIT_MARK))
-        if failed:
-            err = "".join(ln for ln in err.splitlines(keepends=True)
-                          if not ln.startswith(_LIMIT_MARK))
-        killed: str | None = None
-        if timed_out:
-            killed = "timeout"
-        elif rc < 0:
-            sig = -rc
-            if sig in (signal.SIGXCPU, signal.SIGKILL):
-                killed = "cpu_time"
-            else:
-                try:
-                    killed = "signal:" + signal.Signals(sig).name
-                except ValueError:
-                    killed = f"signal:{sig}"
-        elif _MEMORY_MARK in err:
-            killed = "memory"
-        passed = rc == 0 and finished and not timed_out
-        return SandboxResult(passed=passed, returncode=rc, timed_out=timed_out,
-                             killed_reason=killed, stderr_tail=err[-_STDERR_TAIL:],
-                             elapsed_s=elapsed, limits_failed=failed)
+        return _verdict(rc, timed_out, err, job.nonce, elapsed, elapsed)
 
     def _cleanup(self, job: _Job) -> None:
         if job.pidfd is not None:
@@ -584,6 +721,190 @@ class Sandbox:
             _remove_cgroup(job.cgroup)
             job.cgroup = None
         _rmtree(job.root)
+
+
+#: the wall-clock backstop of a session run with CPU budget t: SESSION_WALL_FACTOR * t +
+#: SESSION_WALL_SLACK_S (a program that waits, sleeps or is starved of CPU past any plausible load)
+SESSION_WALL_FACTOR = 5.0
+SESSION_WALL_SLACK_S = 5.0
+#: limits a session's server sets on each child (the rest it sets on itself, and they are
+#: inherited): as a normal user RLIMIT_NPROC counts all the user's processes, so the server
+#: itself could not fork under it
+_CHILD_RLIMITS = ("RLIMIT_CPU", "RLIMIT_NPROC")
+#: how long past a run's wall backstop the server may take to answer before it counts as broken
+_SERVER_GRACE_S = 60.0
+
+
+class SandboxSession:
+    """Runs many programs under one `Sandbox` configuration through one sandboxed process: a
+    fork server that starts as a `Sandbox.run` process would (pids cgroup, network namespace,
+    address-space/file-size/open-file limits, no new privileges) and forks one child per
+    program. The child starts from the server's clean interpreter state (no program ever runs
+    in the server) and sets its own limits: a **CPU-time** budget (``ITIMER_PROF``: measured
+    inside the process, so the same whatever the machine's load; RLIMIT_CPU behind it) with a
+    wall-clock backstop of ``SESSION_WALL_FACTOR * t + SESSION_WALL_SLACK_S``, and the process
+    cap. It runs in its own folder with the same Python guards, and everything it leaves --
+    threads, its process group, orphans (the server is their subreaper), files -- is gone
+    before the next program starts. A program costs a fork instead of an interpreter start-up.
+
+    ``run(code, timeout_s=t)``: ``t`` is the CPU-time budget (default: the sandbox's
+    ``timeout_s``); the result's ``spent_s`` is the program's CPU time. Not thread-safe.
+    """
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self.timeout_s = sandbox.timeout_s
+        self._proc: Any = None
+        self._root = ""
+        self._cgroup: str | None = None
+        self._failed: tuple[str, ...] | None = None  # limits the server's set-up could not set
+
+    def __enter__(self) -> SandboxSession:  # noqa: PYI034 (typing.Self needs Python 3.11)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, code: str, *, timeout_s: float | None = None) -> SandboxResult:
+        """Run one program in a fresh child; it passes when it exits 0 after running to its
+        end within its CPU-time budget."""
+        budget = self.timeout_s if timeout_s is None else float(timeout_s)
+        if budget <= 0:
+            raise ValueError(f"SandboxSession.run: timeout_s must be positive, got {budget}")
+        if self._proc is None:
+            self._open()
+        d = os.path.join(self._root, "run")
+        self._fresh_work(os.path.join(d, "work"))
+        with open(os.path.join(d, "solution.py"), "w", encoding="utf-8") as f:
+            f.write(code)
+        open(os.path.join(d, "stderr"), "wb").close()  # never the last program's
+        nonce = "uqbench-done-" + os.urandom(8).hex()
+        wall = SESSION_WALL_FACTOR * budget + SESSION_WALL_SLACK_S
+        limits = [(k, *v) for k, v in self.sandbox._limits(budget).items()
+                  if k in _CHILD_RLIMITS]
+        status, late, elapsed, cpu = self._ask((nonce, budget, wall, limits),
+                                               wall + _SERVER_GRACE_S)
+        err = _tail(os.path.join(d, "stderr"))
+        if self._failed is None:  # the server's set-up marks: written before it ran anything
+            self._failed = _verdict(0, False, _tail(os.path.join(self._root, "stderr")), "",
+                                    0.0, 0.0).limits_failed
+        rc = os.waitstatus_to_exitcode(status)
+        return _verdict(rc, late or rc == -signal.SIGPROF, err, nonce, elapsed, cpu,
+                        self._failed)
+
+    def close(self) -> None:
+        """Stop the server and remove everything the session made (idempotent)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            for pipe in (proc.stdin, proc.stdout):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+        if self._cgroup is not None:
+            _remove_cgroup(self._cgroup)  # kills whatever is still in it
+            self._cgroup = None
+        if self._root:
+            _rmtree(self._root)
+            self._root = ""
+
+    @staticmethod
+    def _fresh_work(work: str) -> None:
+        """Make ``work`` an empty folder of mode 0700, as a new one: the last program's folder
+        is kept when it left it so (no files, mode unchanged), else made anew. (Making and
+        removing folders costs milliseconds on some file systems: more than a fork.)"""
+        try:
+            st = os.stat(work, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            with os.scandir(work) as it:
+                if st.st_mode == 0o40700 and st.st_uid == os.geteuid() and next(it, None) is None:
+                    return
+            _rmtree(work)
+        elif st is not None:  # a link or file put in its place: removed, never followed
+            os.unlink(work)
+        os.mkdir(work, 0o700)
+
+    def _open(self) -> None:
+        import subprocess
+
+        sb = self.sandbox
+        tag = f"uqbench-{os.getpid()}-s{next(_TAGS)}"
+        self._root = tempfile.mkdtemp(prefix=tag + "-")
+        with open(os.path.join(self._root, "server.py"), "w", encoding="utf-8") as f:
+            f.write(_SERVER)
+        os.mkdir(os.path.join(self._root, "run"), 0o700)
+        self._cgroup = sb._make_cgroup(tag, extra=1)  # + the server
+        limits = {k: v for k, v in sb._limits(sb.timeout_s).items() if k not in _CHILD_RLIMITS}
+        cmd = sb._cmd(os.path.join(self._root, "server.py"), self._root,
+                      "1" if sb.python_guards else "0")
+        with open(os.path.join(self._root, "stderr"), "wb") as err:
+            self._proc = subprocess.Popen(
+                cmd, cwd=self._root, env=sb._env(), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=err, close_fds=True, start_new_session=True,
+                preexec_fn=sb._preexec(self._cgroup, limits, subreaper=True))  # noqa: PLW1509
+
+    def _ask(self, request: tuple[Any, ...], limit_s: float) -> tuple[int, bool, float, float]:
+        """Send one request to the server and wait for its answer."""
+        msg = marshal.dumps(request)
+        try:
+            self._proc.stdin.write(len(msg).to_bytes(4, "big") + msg)
+            self._proc.stdin.flush()
+            fd = self._proc.stdout.fileno()
+            end = time.monotonic() + limit_s
+            buf = b""
+            while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
+                left = end - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise TimeoutError(f"no answer within {limit_s:.0f} s")
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise EOFError("the server exited")
+                buf += chunk
+        except (OSError, EOFError) as e:  # TimeoutError is an OSError
+            err = _tail(os.path.join(self._root, "stderr"))
+            self.close()
+            raise RuntimeError(f"sandbox session server failed ({e}); its stderr: "
+                               f"{err[-500:]!r}") from e
+        return marshal.loads(buf[4:])
+
+
+def _verdict(rc: int, timed_out: bool, err: str, nonce: str, elapsed: float, spent: float,
+             failed: tuple[str, ...] = ()) -> SandboxResult:
+    """The `SandboxResult` of a run that ended with exit status ``rc`` (``-signal`` if killed),
+    after ``timed_out`` or not, with stderr ending in ``err``; ``failed``: limits not set in a
+    set-up whose marks are not in ``err`` (a session's server)."""
+    finished = nonce in err
+    err = err.replace("\n" + nonce + "\n", "").replace(nonce, "")
+    marks = [ln for ln in err.splitlines() if ln.startswith(_LIMIT_MARK)]
+    failed += tuple(ln[len(_LIMIT_MARK):].strip() for ln in marks)
+    if marks:
+        err = "".join(ln for ln in err.splitlines(keepends=True)
+                      if not ln.startswith(_LIMIT_MARK))
+    killed: str | None = None
+    if timed_out:
+        killed = "timeout"
+    elif rc < 0:
+        sig = -rc
+        if sig in (signal.SIGXCPU, signal.SIGKILL):
+            killed = "cpu_time"
+        else:
+            try:
+                killed = "signal:" + signal.Signals(sig).name
+            except ValueError:
+                killed = f"signal:{sig}"
+    elif _MEMORY_MARK in err:
+        killed = "memory"
+    passed = rc == 0 and finished and not timed_out
+    return SandboxResult(passed=passed, returncode=rc, timed_out=timed_out,
+                         killed_reason=killed, stderr_tail=err[-_STDERR_TAIL:],
+                         elapsed_s=elapsed, spent_s=spent, limits_failed=failed)
 
 
 def _exited(pid: int) -> bool:
