@@ -174,7 +174,8 @@ def _as_number(s: str) -> float | None:
         return None
 
 
-def _grams(s: str, n: int = 3) -> frozenset[str]:
+def char_ngrams(s: str, n: int = 3) -> frozenset[str]:
+    """The set of character n-grams of ``s`` (whitespace runs collapsed to one space)."""
     s = " ".join(s.split())
     return frozenset(s[i:i + n] for i in range(max(1, len(s) - n + 1)))
 
@@ -192,7 +193,7 @@ def centroid_scores(choices: tuple[str, ...]) -> tuple[float, ...]:
     if all(x is not None for x in nums):
         xs = [float(x) for x in nums if x is not None]
         return tuple(-sum((xs[i] - xs[j]) ** 2 for j in range(k) if j != i) for i in range(k))
-    g = [_grams(c) for c in choices]
+    g = [char_ngrams(c) for c in choices]
     sim = np.zeros((k, k))
     for i in range(k):
         for j in range(i + 1, k):

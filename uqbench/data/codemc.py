@@ -66,7 +66,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from uqbench.data.artifacts import _grams, centroid_scores
+from uqbench.data.artifacts import char_ngrams, centroid_scores
 from uqbench.data.mathmc import record_rng
 from uqbench.data.mutations import (
     BOOLISH,
@@ -287,7 +287,7 @@ def _build(p: CodeProblem, *, seed: int, sb: Sandbox | SandboxSession, scheme: s
     rng = record_rng(seed, p.rid, "code_mc")
     length_target, central_target, common_target = (rng.randrange(N_CHOICES) for _ in range(3))
     muts = order_mutations(enumerate_mutations(tree, p.entry_point), rng)
-    ref_grams, ref_common = len(_grams(ref_text)), commonness(ref_text)
+    ref_grams, ref_common = len(char_ngrams(ref_text)), commonness(ref_text)
     texts: dict[tuple[Mutation, ...], str] = {}  # each mutant unparsed once
 
     def text_of(ms: Sequence[Mutation]) -> str:
@@ -296,7 +296,7 @@ def _build(p: CodeProblem, *, seed: int, sb: Sandbox | SandboxSession, scheme: s
             texts[key] = apply_mutations(tree, ms)
         return texts[key]
 
-    muts = _alternate_signs(muts, {m: len(_grams(text_of([m]))) - ref_grams for m in muts})
+    muts = _alternate_signs(muts, {m: len(char_ngrams(text_of([m]))) - ref_grams for m in muts})
     muts = balance_directions(muts, rng)
     anc = ancestry(tree)
     seen = {ref_text}
