@@ -396,16 +396,21 @@ def _compiled(model: MultipleChoiceModel, on: bool) -> Iterator[_CompileLog | No
                           "--compile off")
     import torch._dynamo
 
+    # a forward set on the instance (e.g. accelerate's device-map hooks) is put back after
+    before = [b.__dict__.get("forward") for b in blocks]
     for b in blocks:
         b.forward = torch.compile(b.forward, dynamic=False)
     try:
-        # one graph per length bucket, row count and input kind (the first block's input
-        # needs no gradient, the others' do): more than dynamo's default limit of 8
+        # graphs per length bucket: row counts, the first block's input needing no gradient,
+        # batches with and without padding (no attention mask): more than dynamo's default 8
         with torch._dynamo.config.patch(recompile_limit=64):
             yield _CompileLog(len(blocks))
     finally:
-        for b in blocks:
-            del b.forward
+        for b, f in zip(blocks, before):
+            if f is None:
+                del b.forward
+            else:
+                b.forward = f
 
 
 def static_shapes(batch: dict[str, Tensor], n_real: int, cap: int, pad_id: int

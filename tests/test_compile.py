@@ -58,6 +58,17 @@ def test_transformer_blocks_found() -> None:
             [{"encoder": "BertLayer", "decoder": "LlamaDecoderLayer"}[kind]] * 2
 
 
+def test_compiled_blocks_restored_after_training() -> None:
+    """Inference runs eagerly: the blocks' forwards are put back, an instance's own too."""
+    model = make_moe(tiny_backbone("decoder", layers=2), MOE, mode="letters")
+    blocks = transformer_blocks(model.backbone)
+    hooked = blocks[1].forward
+    blocks[1].forward = hooked                     # as accelerate's hooks set it
+    with _compiled(model, True):
+        assert all(type(b.forward).__name__ != "method" for b in blocks)
+    assert "forward" not in blocks[0].__dict__ and blocks[1].__dict__["forward"] is hooked
+
+
 def test_compile_option_validated() -> None:
     from uqbench.core.errors import ConfigError
 
