@@ -34,7 +34,6 @@ from uqbench.core.config import help_field
 from uqbench.data.records import MCRecord
 from uqbench.core.errors import ConfigError
 
-
 #: `TrainConfig.compile` values
 COMPILE_MODES = ("off", "on", "auto")
 #: compiled path: sequence lengths are padded up to a multiple of this (one graph per bucket)
@@ -176,6 +175,14 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     Loss per step ``CE(logits, answer) + aux`` with ``aux = lb_coef * load_balance_loss`` for
     MoE-LoRA (gate ``TopK(top_k)`` during training) and AdaLoRA's orthogonality term. The global
     RNG state is saved and restored; deterministic algorithms are requested for the run.
+
+    No step waits for the device: the logged values are read every `LOG_EVERY` steps (a
+    non-finite loss raises there, naming its step). On CUDA, AdamW is fused and batches are
+    copied from pinned memory without blocking. With ``config.compile`` on (`compile_enabled`)
+    each transformer block runs ``torch.compile``d: lengths padded to multiples of
+    `LENGTH_BUCKET` and the last batch to ``batch_size`` (`static_shapes`), so an epoch after
+    the first compiles nothing; its log is `TrainResult.compile`. Losses and gradients equal
+    the eager ones within float tolerance (tests/test_compile.py); off, nothing changes.
     """
     from baselines import dense
 
@@ -456,7 +463,7 @@ def _to_device(batch: dict[str, Tensor], labels: Tensor, device: torch.device
     model's own ``.to(device)`` calls are then no-ops); elsewhere labels moved as before."""
     if device.type != "cuda":
         return batch, labels.to(device)
-    move = lambda t: t.pin_memory().to(device, non_blocking=True)  # noqa: E731
+    move = lambda t: t.pin_memory().to(device, non_blocking=True)
     return {k: move(v) for k, v in batch.items()}, move(labels)
 
 
