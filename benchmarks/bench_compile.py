@@ -1,4 +1,4 @@
-"""The compiled training path (``TrainConfig.compile``, issue 35 item 3) against eager, through
+"""The compiled training path (``TrainConfig.compile``) against eager, through
 the real training loop in one run on one device: compile time (the wall time of the steps that
 compiled) apart from the step time, the compiled steps' seconds against eager ones, compiles
 per epoch (the second epoch must compile nothing), graph breaks, and how far the compiled
