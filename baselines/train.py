@@ -31,8 +31,8 @@ from tqdm.auto import tqdm
 from baselines import distributed
 from baselines.heads import MultipleChoiceModel
 from uqbench.core.config import help_field
-from uqbench.data.records import MCRecord
 from uqbench.core.errors import ConfigError
+from uqbench.data.records import MCRecord
 
 #: `TrainConfig.compile` values
 COMPILE_MODES = ("off", "on", "auto")
