@@ -37,7 +37,8 @@ from uqbench.core.profiles import Profile
 def train_config(prof: Profile, seed: int) -> train.TrainConfig:
     """The training settings of every model of a run: the profile's, with this seed."""
     return train.TrainConfig(epochs=prof.epochs, batch_size=prof.batch_size, lr=prof.lr,
-                             head_lr=prof.head_lr, max_length=prof.max_length, seed=seed)
+                             head_lr=prof.head_lr, max_length=prof.max_length, seed=seed,
+                             compile=prof.compile)
 
 
 @register_backend("torch")
@@ -122,9 +123,15 @@ class TorchEngine:
         p = self.prof
         train_cfg = train_config(p, seed)
         train_splits = self.suite.role("train")
+        train_key = asdict(train_cfg)
+        # eager training keeps its keys; compiled training (equal within float tolerance) its own
+        if train.compile_enabled(train_cfg, self.backbone().model.device):
+            train_key["compile"] = "on"
+        else:
+            del train_key["compile"]
         material = {
             "protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
-            "model": spec.kind, "train": asdict(train_cfg),
+            "model": spec.kind, "train": train_key,
             "data": sorted(s.hash for s in train_splits), "seed": seed,
         }
         if spec.kind not in ("moe", "lora", "dora", "adalora"):  # a variant: key by its preset

@@ -25,13 +25,21 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from baselines import distributed
 from baselines.heads import MultipleChoiceModel
 from uqbench.core.config import help_field
-from uqbench.data.records import MCRecord
 from uqbench.core.errors import ConfigError
+from uqbench.data.records import MCRecord
+
+#: `TrainConfig.compile` values
+COMPILE_MODES = ("off", "on", "auto")
+#: compiled path: sequence lengths are padded up to a multiple of this (one graph per bucket)
+LENGTH_BUCKET = 64
+#: the logged loss is read from the device (one host sync) once every this many steps
+LOG_EVERY = 16
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,11 @@ class TrainConfig:
     seed: int = help_field("seed of shuffling and dropout", 0)
     grad_clip: float | None = help_field("max global grad norm (None: no clipping)", 1.0)
     bucket: bool = help_field("group similar lengths inside a seeded shuffle (less padding)", True)
+    compile: str = help_field(
+        "torch.compile each transformer block (regional compilation) with static shapes: "
+        "sequence lengths padded up to a multiple of 64 (at most max_length), the last batch "
+        "padded to batch_size with masked rows. off | on | auto (on where the model is on "
+        "CUDA); off trains exactly as without the option", "off")
 
     def __post_init__(self) -> None:
         checks = [
@@ -63,6 +76,7 @@ class TrainConfig:
             ("batch_size", self.batch_size >= 1), ("max_length", self.max_length >= 8),
             ("warmup_ratio", 0 <= self.warmup_ratio < 1),
             ("grad_clip", self.grad_clip is None or self.grad_clip > 0),
+            ("compile", self.compile in COMPILE_MODES),
         ]
         for name, ok in checks:
             if not ok:
@@ -86,6 +100,9 @@ class TrainResult:
     train_accuracy: tuple[float, ...] = ()
     chance_loss: float = float("nan")
     chance_accuracy: float = float("nan")
+    #: the compiled path's log (`TrainConfig.compile`): compiles per epoch, graph breaks,
+    #: seconds of the steps that compiled; None when training ran eagerly
+    compile: dict[str, object] | None = None
 
     def summary(self, window: int = 10) -> dict[str, float]:
         """Mean loss and train accuracy of the first and of the last ``window`` steps."""
@@ -100,9 +117,12 @@ class TrainResult:
 
     def to_json(self) -> dict[str, object]:
         """The training log stored with a checkpoint and shown in ``run.json``."""
-        return {"steps": self.steps, "seconds": self.seconds, "losses": list(self.losses),
-                "aux_losses": list(self.aux_losses),
-                "train_accuracy": list(self.train_accuracy), "summary": self.summary()}
+        out = {"steps": self.steps, "seconds": self.seconds, "losses": list(self.losses),
+               "aux_losses": list(self.aux_losses),
+               "train_accuracy": list(self.train_accuracy), "summary": self.summary()}
+        if self.compile is not None:
+            out["compile"] = self.compile
+        return out
 
 
 def length_key(record: MCRecord) -> int:
@@ -155,6 +175,14 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     Loss per step ``CE(logits, answer) + aux`` with ``aux = lb_coef * load_balance_loss`` for
     MoE-LoRA (gate ``TopK(top_k)`` during training) and AdaLoRA's orthogonality term. The global
     RNG state is saved and restored; deterministic algorithms are requested for the run.
+
+    No step waits for the device: the logged values are read every `LOG_EVERY` steps (a
+    non-finite loss raises there, naming its step). On CUDA, AdamW is fused and batches are
+    copied from pinned memory without blocking. With ``config.compile`` on (`compile_enabled`)
+    each transformer block runs ``torch.compile``d: lengths padded to multiples of
+    `LENGTH_BUCKET` and the last batch to ``batch_size`` (`static_shapes`), so an epoch after
+    the first compiles nothing; its log is `TrainResult.compile`. Losses and gradients equal
+    the eager ones within float tolerance (tests/test_compile.py); off, nothing changes.
     """
     from baselines import dense
 
@@ -180,34 +208,49 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
         moe_gates, lb_coef = get_gates(model.backbone), float(cfg["lb_coef"])
         set_gate(model.backbone, train_gate(MoELoRAConfig.from_dict(cfg)))
 
-    losses: list[float] = []
-    aux_losses: list[float] = []
-    accuracy: list[float] = []
+    log = _StepLog()
     t0 = time.perf_counter()
     bar = tqdm(total=total, desc="train", disable=not progress or not distributed.is_main(),
                leave=False)
     world = distributed.world()
     net = model if world == 1 else _ddp(model)
+    compiled = compile_enabled(config, model.device)
+    # compiled path: every process's share padded to one row count (static shapes)
+    rows = math.ceil(config.batch_size / world)
+    compile_log = None
     try:
-        with torch.random.fork_rng(devices=_devices(model)), deterministic_training():
+        with torch.random.fork_rng(devices=_devices(model)), deterministic_training(), \
+                _compiled(model, compiled) as compile_log:
             torch.manual_seed(config.seed)
             gen = torch.Generator().manual_seed(config.seed)
             from transformers import get_cosine_schedule_with_warmup
-            opt = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
+            # fused: one kernel per step for all parameters, and its step counters on the GPU
+            fused = {"fused": True} if all(p.is_cuda for p in params) else {}
+            opt = torch.optim.AdamW(groups, weight_decay=config.weight_decay, **fused)
             sched = get_cosine_schedule_with_warmup(
                 opt, num_warmup_steps=math.ceil(config.warmup_ratio * total),
                 num_training_steps=total)
             model.train()
             step = 0
-            for _ in range(config.epochs):
+            for epoch in range(config.epochs):
                 for batch_records in _records(records, config, gen):
+                    t_step = time.perf_counter()
                     # this process's share of the batch; a process left without one runs an
                     # example at weight 0, so that it still joins the gradient all-reduce
                     mine = batch_records[distributed.rank()::world] or batch_records[:1]
                     weight = 1.0 if distributed.rank() < len(batch_records) else 0.0
+                    n = len(mine)
+                    if compiled:   # rows past n repeat real ones, masked out below
+                        mine = mine + [mine[i % n] for i in range(rows - n)]
                     enc = model.encode(mine, config.max_length)
-                    labels = torch.tensor([r.answer for r in mine], device=model.device)
+                    labels = torch.tensor([r.answer for r in mine])
+                    if compiled:
+                        enc = static_shapes(enc, n, _length_cap(model, config.max_length),
+                                            _pad_id(model))
+                    enc, labels = _to_device(enc, labels, model.device)
                     logits = net(enc)                                     # (B, C)
+                    if len(logits) > n:   # padding rows: no loss, no gradient
+                        logits, labels = logits[:n], labels[:n]
                     aux = torch.zeros((), device=model.device)
                     if model.has_moe and lb_coef > 0:
                         from baselines.moe import load_balance_loss
@@ -224,10 +267,6 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                         ce = distributed.all_sum(ce_sum) / len(batch_records)
                         aux = distributed.all_sum(weight * aux) / world
                         right = distributed.all_sum(right)
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError(
-                            f"train: loss is {loss.item()} at step {step}; lower lr/head_lr or "
-                            "check the inputs")
                     loss.backward()
                     if config.grad_clip is not None:
                         torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
@@ -236,12 +275,16 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                     if dense.is_adalora(model):
                         dense.adalora_update(model, step)
                     opt.zero_grad(set_to_none=True)
-                    losses.append(float(ce.detach()))
-                    aux_losses.append(float(aux.detach()))
-                    accuracy.append(float(right) / len(batch_records))
+                    log.add(ce, aux, right, loss, len(batch_records))
                     step += 1
+                    if step % LOG_EVERY == 0 or step == total:
+                        log.read()
+                        bar.set_postfix(loss=f"{log.losses[-1]:.4f}",
+                                        acc=f"{log.accuracy[-1]:.2f}")
+                    if compile_log is not None:
+                        compile_log.step(epoch, time.perf_counter() - t_step)
                     bar.update(1)
-                    bar.set_postfix(loss=f"{losses[-1]:.4f}", acc=f"{accuracy[-1]:.2f}")
+            log.read()
     finally:
         bar.close()
         model.eval()
@@ -249,11 +292,179 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
             from baselines.moe import set_gate
             set_gate(model.backbone, moe_gates)
     ks = [len(r.choices) for r in records]
-    return TrainResult(losses=tuple(losses), aux_losses=tuple(aux_losses),
-                       seconds=time.perf_counter() - t0, steps=len(losses),
-                       train_accuracy=tuple(accuracy),
+    return TrainResult(losses=tuple(log.losses), aux_losses=tuple(log.aux_losses),
+                       seconds=time.perf_counter() - t0, steps=len(log.losses),
+                       train_accuracy=tuple(log.accuracy),
+                       compile=compile_log.to_json() if compile_log is not None else None,
                        chance_loss=sum(math.log(k) for k in ks) / len(ks),
                        chance_accuracy=sum(1.0 / k for k in ks) / len(ks))
+
+
+class _StepLog:
+    """Per-step cross-entropy, auxiliary loss and train accuracy, kept on the device and read
+    in one go every `LOG_EVERY` steps: reading a device scalar is a host sync, which stalls
+    the GPU's queue of kernels once per step. A non-finite loss raises at the read after it."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.aux_losses: list[float] = []
+        self.accuracy: list[float] = []
+        self._pending: list[Tensor] = []
+        self._sizes: list[int] = []
+
+    def add(self, ce: Tensor, aux: Tensor, right: Tensor, loss: Tensor, size: int) -> None:
+        """One step: its CE, aux loss, number of right answers, total loss and batch size."""
+        # float64 holds each float32 value exactly: the floats read equal float(value)
+        self._pending.append(torch.stack([t.detach().double() for t in (ce, aux, right, loss)]))
+        self._sizes.append(size)
+
+    def read(self) -> None:
+        if not self._pending:
+            return
+        rows = torch.stack(self._pending).tolist()                        # (n, 4), one sync
+        first = len(self.losses)
+        for i, (ce, aux, right, loss) in enumerate(rows):
+            if not math.isfinite(loss):
+                raise FloatingPointError(
+                    f"train: loss is {loss} at step {first + i}; lower lr/head_lr or check the "
+                    "inputs")
+        self.losses += [r[0] for r in rows]
+        self.aux_losses += [r[1] for r in rows]
+        self.accuracy += [r[2] / b for r, b in zip(rows, self._sizes)]
+        self._pending, self._sizes = [], []
+
+
+def compile_enabled(config: TrainConfig, device: torch.device) -> bool:
+    """Whether `train` takes the compiled path: ``compile`` on, or auto on a CUDA device."""
+    return config.compile == "on" or (config.compile == "auto" and device.type == "cuda")
+
+
+def transformer_blocks(backbone: nn.Module) -> list[nn.Module]:
+    """The repeated blocks of a Hugging Face model (the classes its ``_no_split_modules``
+    names, held in an ``nn.ModuleList``), in order; [] if it names none."""
+    names: set[str] = set()
+    for m in backbone.modules():
+        names |= set(getattr(m, "_no_split_modules", None) or ())
+    return [b for m in backbone.modules() if isinstance(m, nn.ModuleList)
+            for b in m if type(b).__name__ in names]
+
+
+class _CompileLog:
+    """What the compiled path did: dynamo's frames compiled (first compiles and recompiles,
+    all blocks) per epoch, graph breaks, and the wall time of the steps that compiled (their
+    compute included) apart from the others."""
+
+    def __init__(self, blocks: int) -> None:
+        from torch._dynamo.utils import counters
+
+        self.counters, self.blocks = counters, blocks
+        self.compiles: list[int] = []
+        self.compile_s = self.step_s = 0.0
+        self.compile_steps = self.steps = 0
+        self._seen = self._frames()
+        self._breaks = self._graph_breaks()
+
+    def _frames(self) -> int:
+        return int(self.counters["frames"]["ok"])
+
+    def _graph_breaks(self) -> int:
+        return int(sum(self.counters["graph_break"].values()))
+
+    def step(self, epoch: int, seconds: float) -> None:
+        new, self._seen = self._frames() - self._seen, self._frames()
+        self.compiles += [0] * (epoch + 1 - len(self.compiles))
+        self.compiles[epoch] += new
+        if new:
+            self.compile_steps, self.compile_s = self.compile_steps + 1, self.compile_s + seconds
+        else:
+            self.steps, self.step_s = self.steps + 1, self.step_s + seconds
+
+    def to_json(self) -> dict[str, object]:
+        return {"blocks": self.blocks, "compiles": sum(self.compiles),
+                "compiles_per_epoch": self.compiles,
+                "graph_breaks": self._graph_breaks() - self._breaks,
+                "compile_steps": self.compile_steps,
+                "compile_steps_seconds": self.compile_s,
+                "seconds_per_other_step": self.step_s / self.steps if self.steps else None,
+                "length_bucket": LENGTH_BUCKET}
+
+
+@contextmanager
+def _compiled(model: MultipleChoiceModel, on: bool) -> Iterator[_CompileLog | None]:
+    """Within the block, each transformer block's ``forward`` is ``torch.compile``d (static
+    shapes); the eager forwards are restored after (inference passes run eagerly)."""
+    if not on:
+        yield None
+        return
+    blocks = transformer_blocks(model.backbone)
+    if not blocks:
+        raise ConfigError(f"train: compile is on but backbone {type(model.backbone).__name__} "
+                          "names no transformer block class (_no_split_modules); use "
+                          "--compile off")
+    import torch._dynamo
+
+    # a forward set on the instance (e.g. accelerate's device-map hooks) is put back after
+    before = [b.__dict__.get("forward") for b in blocks]
+    for b in blocks:
+        b.forward = torch.compile(b.forward, dynamic=False)
+    try:
+        # graphs per length bucket: row counts, the first block's input needing no gradient,
+        # batches with and without padding (no attention mask): more than dynamo's default 8
+        with torch._dynamo.config.patch(recompile_limit=64):
+            yield _CompileLog(len(blocks))
+    finally:
+        for b, f in zip(blocks, before):
+            if f is None:
+                del b.forward
+            else:
+                b.forward = f
+
+
+def static_shapes(batch: dict[str, Tensor], n_real: int, cap: int, pad_id: int
+                  ) -> dict[str, Tensor]:
+    """The batch of `MultipleChoiceModel.encode` with static shapes for the compiled path.
+
+    Every (rows, L) tensor is right-padded to the next multiple of `LENGTH_BUCKET` (at most
+    ``cap``): ``*input_ids`` with ``pad_id``, masks with 0. The rows of the examples from
+    ``n_real`` on (copies padding the batch) get all-zero attention masks, so no MoE-LoRA
+    statistic or load-balancing loss counts their tokens; the caller drops their logits.
+    """
+    n_choices = batch["n_choices"]
+    ex = torch.arange(n_choices.numel())
+    per_option = torch.repeat_interleave(ex, n_choices)
+    example_of = {len(ex): ex, len(per_option): per_option,
+                  len(ex) + len(per_option): torch.cat([ex, per_option])}
+    out = dict(batch)
+    for key, t in batch.items():
+        if t.dim() != 2:
+            continue
+        width = max(t.shape[1], min(math.ceil(t.shape[1] / LENGTH_BUCKET) * LENGTH_BUCKET, cap))
+        t = F.pad(t, (0, width - t.shape[1]), value=pad_id if key.endswith("input_ids") else 0)
+        if key.endswith("attention_mask") and n_real < len(ex):
+            t = t.masked_fill((example_of[t.shape[0]] >= n_real)[:, None], 0)
+        out[key] = t
+    return out
+
+
+def _length_cap(model: MultipleChoiceModel, max_length: int) -> int:
+    """The longest sequence `MultipleChoiceModel.encode` makes for ``max_length``."""
+    limit = getattr(model.backbone.config, "max_position_embeddings", None)
+    return min(max_length, int(limit)) if limit is not None else max_length
+
+
+def _pad_id(model: MultipleChoiceModel) -> int:
+    pad = getattr(model.tokenizer, "pad_token_id", None)
+    return int(pad) if pad is not None else 0
+
+
+def _to_device(batch: dict[str, Tensor], labels: Tensor, device: torch.device
+               ) -> tuple[dict[str, Tensor], Tensor]:
+    """On CUDA: the batch and labels copied from pinned memory without blocking the host (the
+    model's own ``.to(device)`` calls are then no-ops); elsewhere labels moved as before."""
+    if device.type != "cuda":
+        return batch, labels.to(device)
+    move = lambda t: t.pin_memory().to(device, non_blocking=True)
+    return {k: move(v) for k, v in batch.items()}, move(labels)
 
 
 @contextmanager

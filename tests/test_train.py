@@ -153,3 +153,25 @@ def test_config_validation(bad: dict) -> None:
 def test_empty_records_rejected() -> None:
     with pytest.raises(ConfigError, match="no training records"):
         train(make_moe(tiny_backbone("encoder"), SMALL_MOE), [], TrainConfig(), progress=False)
+
+
+def test_non_finite_loss_raises_at_the_next_read(monkeypatch) -> None:
+    """The loss is read from the device every LOG_EVERY steps (no host sync per step); a
+    non-finite one still stops training there, naming its step."""
+    import baselines.train as T
+
+    real_ce = T.F.cross_entropy
+    calls = []
+
+    def ce(*a, **k):
+        calls.append(1)
+        out = real_ce(*a, **k)
+        return out * float("nan") if len(calls) == 2 else out   # step 1 goes NaN
+
+    monkeypatch.setattr(T, "LOG_EVERY", 3)
+    monkeypatch.setattr(T.F, "cross_entropy", ce)
+    model = make_moe(tiny_backbone("encoder"), SMALL_MOE)
+    with pytest.raises(FloatingPointError, match="loss is nan at step 1"):
+        train(model, toy_records(40), TrainConfig(epochs=1, batch_size=4, max_length=32),
+              progress=False)
+    assert len(calls) == 3   # read after step 3 (index 2), not at the end of the 10 steps

@@ -3,7 +3,7 @@
     uqbench run --suite pooled [--profile cpu] [--backbone minilm] [--scorers a,b]
                 [--plugin MODULE] [--out DIR] [--cache-dir DIR] [--data-dir DIR] [--seeds N]
                 [--experiment NAME] [--models a,b] [--gates a,b] [--head cloze|letters]
-                [--backend NAME] [--figures NAME]
+                [--backend NAME] [--figures NAME] [--compile off|on|auto]
     uqbench list WHAT             # scorers gates sources suites backbones backends figures
                                   # experiments profiles models
     uqbench score SOURCE --out DIR [--domain NAME=ID_TASK:SHIFT_TASK ...] [--members DIR ...]
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from uqbench.core.errors import UserError
-from uqbench.core.profiles import HEADS
+from uqbench.core.profiles import COMPILE, HEADS
 
 
 def _csv(s: str) -> tuple[str, ...]:
@@ -76,6 +76,9 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="torch intra-op threads (default: the cores this process may use, "
                      "os.sched_getaffinity; on a machine shared with other busy processes 1 "
                      "avoids threads spinning on a busy core)")
+    run.add_argument("--compile", choices=list(COMPILE),
+                     help="torch.compile each transformer block in training, with static "
+                     "shapes: auto = on where CUDA is available (default: the profile's, auto)")
     run.add_argument("--no-figures", action="store_true")
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--overwrite", action="store_true",
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 cache_dir=args.cache_dir, data_dir=args.data_dir, seeds=args.seeds,
                 budget=args.budget, experiment=args.experiment, models=args.models,
                 gates=args.gates, backend=args.backend, figure_set=args.figure_set,
-                head=args.head, threads=args.threads,
+                head=args.head, threads=args.threads, compile=args.compile,
                 figures=not args.no_figures,
                 progress=not args.no_progress, overwrite=args.overwrite,
                 scorer_timeout=args.scorer_timeout or None))

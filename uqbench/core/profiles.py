@@ -12,6 +12,8 @@ from uqbench.core.registry import Registry
 
 #: scoring heads of encoder backbones (`baselines.heads`)
 ENCODER_HEADS = ("bi_encoder", "cross_encoder", "cross_encoder_cls")
+#: ``--compile`` / `Profile.compile` values (`baselines.train.TrainConfig.compile`)
+COMPILE = ("off", "on", "auto")
 #: ``--head`` / a suite's ``head:`` values; auto = the profile's ``encoder_head`` for encoders,
 #: letters for decoders
 HEADS = ("auto", *ENCODER_HEADS, "cloze", "letters")
@@ -40,6 +42,10 @@ class Profile:
     encoder_head: str = "cross_encoder"  # head of encoder backbones ("auto" resolves to it)
     target_modules: str = "auto"  # MoE-LoRA / LoRA targets: "auto" (attention + FFN) or "ffn"
     top_layers: int | None = None  # adapt only the last N transformer blocks (None: all)
+    # torch.compile of the transformer blocks in training: off | on | auto (on where CUDA is);
+    # --compile overrides it. Off until a GPU shows the compiled step faster than eager
+    # (`python -m benchmarks compile` on a lent GPU); the compiled path is tested equal to eager
+    compile: str = "off"
 
     def __post_init__(self) -> None:
         checks = [("lr", 0 < self.lr <= 1e-1, "(0, 0.1]"),
@@ -50,7 +56,8 @@ class Profile:
                   ("target_modules", self.target_modules in ("auto", "ffn"), "auto | ffn"),
                   ("top_layers", self.top_layers is None
                    or (isinstance(self.top_layers, int) and self.top_layers >= 1),
-                   "None (every block) or an integer >= 1")]
+                   "None (every block) or an integer >= 1"),
+                  ("compile", self.compile in COMPILE, " | ".join(COMPILE))]
         for name, ok, valid in checks:
             if not ok:
                 raise ConfigError(f"profile {self.name!r}: {name}={getattr(self, name)!r} is out "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,7 @@ class RunConfig:
     overwrite: bool = False
     scorer_timeout: float | None = 300.0  # seconds per scorer call; None: no limit
     threads: int | None = None  # torch intra-op threads; None: the cores we may use
+    compile: str | None = None  # off | on | auto: compiled training; None: the profile's
 
     def identity(self) -> dict[str, Any]:
         """What must match for an existing --out folder to be refreshed in place."""
@@ -88,6 +89,8 @@ class RunConfig:
                 d.pop(k)
         if d["head"] is None:
             d.pop("head")
+        if d["compile"] is None:
+            d.pop("compile")
         return d
 
 
@@ -128,6 +131,8 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
 
     ``backend``: the model side (default: the registered backend ``cfg.backend``)."""
     prof = get_profile(cfg.profile)
+    if cfg.compile is not None:
+        prof = replace(prof, compile=cfg.compile)  # validated by Profile
     backend = backend or get_backend(cfg.backend)
     _check_numbers(cfg, backend.n_experts)
     for p in cfg.plugins:

@@ -1,0 +1,139 @@
+"""The compiled training path (`TrainConfig.compile`): static shapes by padding that changes no
+real row's value, and compiled blocks that train as the eager ones."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from baselines.backbones import tiny_backbone
+from baselines.heads import make_moe
+from baselines.moe import MoELoRAConfig, load_balance_loss
+from baselines.train import (
+    LENGTH_BUCKET,
+    TrainConfig,
+    _compiled,
+    static_shapes,
+    train,
+    transformer_blocks,
+)
+from tests.test_heads import toy_records
+
+#: dropout 0: the masks are then no question (inductor draws its own random numbers)
+MOE = MoELoRAConfig(n_experts=4, rank=2, top_k=2, dropout=0.0)
+
+
+def _padded(model, recs, n_rows: int, cap: int):
+    """``recs`` padded to ``n_rows`` records with copies (as `train` does), then bucketed."""
+    full = recs + [recs[i % len(recs)] for i in range(n_rows - len(recs))]
+    return static_shapes(model.encode(full, cap), len(recs), cap,
+                         model.tokenizer.pad_token_id or 0)
+
+
+@pytest.mark.parametrize(("kind", "mode"), [("decoder", "letters"), ("decoder", "cloze"),
+                                            ("encoder", "cross_encoder"),
+                                            ("encoder", "bi_encoder")])
+def test_padding_changes_no_real_row(kind: str, mode: str) -> None:
+    """Lengths bucketed and the batch padded with masked copies: the real rows' logits and the
+    load-balancing loss (padding tokens excluded) equal the unpadded batch's."""
+    model = make_moe(tiny_backbone(kind), MOE, mode=mode).eval()
+    recs = toy_records(5, seed=2, n_choices=(2, 3, 4))
+    plain = model.encode(recs, 80)
+    padded = _padded(model, recs, 8, 80)
+    for key, t in padded.items():
+        if t.dim() == 2:
+            assert t.shape[1] in (LENGTH_BUCKET, 80) and t.shape[1] >= plain[key].shape[1], key
+    assert len(padded["n_choices"]) == 8
+    with torch.no_grad():
+        ref, lb_ref = model(plain), load_balance_loss(model.backbone)
+        out, lb = model(padded), load_balance_loss(model.backbone)
+    assert torch.allclose(out[:5, :ref.shape[1]], ref, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(lb, lb_ref, rtol=1e-5, atol=1e-7)
+
+
+def test_transformer_blocks_found() -> None:
+    for kind in ("encoder", "decoder"):
+        blocks = transformer_blocks(tiny_backbone(kind, layers=2).model)
+        assert [type(b).__name__ for b in blocks] == \
+            [{"encoder": "BertLayer", "decoder": "LlamaDecoderLayer"}[kind]] * 2
+
+
+def test_compiled_blocks_restored_after_training() -> None:
+    """Inference runs eagerly: the blocks' forwards are put back, an instance's own too."""
+    model = make_moe(tiny_backbone("decoder", layers=2), MOE, mode="letters")
+    blocks = transformer_blocks(model.backbone)
+    hooked = blocks[1].forward
+    blocks[1].forward = hooked                     # as accelerate's hooks set it
+    with _compiled(model, True):
+        assert all(type(b.forward).__name__ != "method" for b in blocks)
+    assert "forward" not in blocks[0].__dict__ and blocks[1].__dict__["forward"] is hooked
+
+
+def test_compile_option_validated() -> None:
+    from uqbench.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="compile"):
+        TrainConfig(compile="yes")
+
+
+def test_compiled_training_equals_eager_and_compiles_once(heavy_compute) -> None:
+    """Inductor on the CPU, a 1-block tiny Llama: the compiled blocks' gradients and the
+    training losses equal eager ones (float32, rtol 1e-4: fused kernels sum in another order);
+    the second epoch compiles nothing (same length bucket, last batch padded)."""
+    recs = toy_records(12, seed=3)           # batches of 8 and 4 (padded to 8)
+    cfg = TrainConfig(lr=5e-3, head_lr=1e-2, epochs=2, batch_size=8, max_length=64,
+                      warmup_ratio=0.1)
+
+    def fresh():
+        return make_moe(tiny_backbone("decoder", layers=1), MOE, mode="letters")
+
+    # one step's gradients: eager on the plain batch, compiled on the padded one
+    eager, comp = fresh(), fresh()
+    grads = []
+    for model, compiled in ((eager, False), (comp, True)):
+        model.train()
+        batch = _padded(model, recs[:5], 8, 64) if compiled else model.encode(recs[:5], 64)
+        labels = torch.tensor([r.answer for r in recs[:5]])
+        with torch.random.fork_rng(), _compiled(model, compiled):
+            torch.manual_seed(0)
+            logits = model(batch)[:5]
+            (F.cross_entropy(logits, labels) + load_balance_loss(model.backbone)).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()
+                      if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) >= 4
+    for n, g in grads[0].items():
+        assert torch.allclose(grads[1][n], g, rtol=1e-4, atol=1e-7), n
+
+    ref = train(fresh(), recs, cfg, progress=False)
+    res = train(fresh(), recs, TrainConfig(**{**cfg.__dict__, "compile": "on"}), progress=False)
+    assert ref.compile is None and res.steps == ref.steps == 4
+    for got, want in ((res.losses, ref.losses), (res.aux_losses, ref.aux_losses),
+                      (res.train_accuracy, ref.train_accuracy)):
+        assert got == pytest.approx(want, rel=1e-4, abs=1e-7)
+    log = res.compile
+    assert log["blocks"] == 1 and log["graph_breaks"] == 0
+    assert log["compiles_per_epoch"][0] >= 1 and log["compiles_per_epoch"][1] == 0
+    assert res.to_json()["compile"] == log
+
+
+def test_compile_option_plumbing() -> None:
+    """``--compile`` reaches the profile of the run and the models' TrainConfig; auto is on
+    only on CUDA."""
+    from baselines.engine import train_config
+    from baselines.train import compile_enabled
+    from uqbench.cli import _build_parser
+    from uqbench.core.errors import ConfigError
+    from uqbench.core.profiles import get_profile
+    from uqbench.run.runner import RunConfig, prepare
+
+    assert _build_parser().parse_args(["run", "--compile", "on"]).compile == "on"
+    assert get_profile("cpu").compile == "off"  # until a GPU measures the compiled step
+    prof = prepare(RunConfig(profile="smoke", compile="on", scorers=("msp",)))[0]
+    assert prof.compile == "on" and train_config(prof, 0).compile == "on"
+    assert "compile" not in RunConfig().identity()
+    with pytest.raises(ConfigError, match="compile"):
+        prepare(RunConfig(profile="smoke", compile="always"))
+    auto = TrainConfig(compile="auto")
+    assert not compile_enabled(auto, torch.device("cpu"))
+    assert compile_enabled(auto, torch.device("cuda"))
+    assert compile_enabled(TrainConfig(compile="on"), torch.device("cpu"))
