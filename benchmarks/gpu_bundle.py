@@ -423,9 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="dry run on the CPU (wheels into <work>/site; the env step only)")
     rn.add_argument("--steps", help="gpu-check steps (default env,gpu; --cpu: env)")
     rn.add_argument("--out", type=Path, help="the JSON lines also here (default <work>/...)")
-    rn.add_argument("extra", nargs=argparse.REMAINDER,
-                    help="after --: more arguments of python -m benchmarks.gpu_check")
-    args = ap.parse_args(argv)
+    rn.epilog = "arguments after -- go to python -m benchmarks.gpu_check"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = ap.parse_args(argv[:cut]), argv[cut + 1:]
     try:
         if args.command == "make":
             m = make(args.out, profile=args.profile, suite=args.suite, backbone=args.backbone,
@@ -441,7 +442,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "stash":
             _line(stash(args.bundle, args.to))
         else:
-            extra = [a for a in args.extra if a != "--"]
             return run(args.bundle, work=args.work, cpu=args.cpu, steps=args.steps,
                        extra=extra, out=args.out)
     except BundleError as exc:
