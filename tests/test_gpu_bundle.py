@@ -115,3 +115,21 @@ def test_bundle_round_trip_on_the_cpu(tmp_path, real_data, smoke_splits, procs) 
         ["manifest.json", "MANIFEST.txt", *info["data_folders"]])
     assert {"arc-easy", "mmlu", "gsm8k", "mbpp", "humaneval"} <= set(info["data_folders"])
     assert "boolq" not in info["data_folders"]   # only what the suite reads
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "nope"], "unknown profile 'nope'"),
+    (["--backbone", "no-such-model"], "unknown backbone 'no-such-model'"),
+])
+def test_make_refuses_bad_names_before_any_work(tmp_path, capsys, args, message) -> None:
+    out = tmp_path / "bundle"
+    assert gpu_bundle.main(["make", "--no-wheels", "--out", str(out), *args]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_make_never_replaces_a_folder_that_is_not_a_bundle(tmp_path, capsys) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    assert gpu_bundle.main(["make", "--no-wheels", "--out", str(tmp_path),
+                            "--data-dir", str(tmp_path)]) == 2
+    assert "refusing to replace it" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
