@@ -94,9 +94,10 @@ _BUILTIN_PROFILES = {
 #:   step of a few thousand ops, ~9k ops, ~0.12 s a step (less after issue 35 item 1);
 #: - the arithmetic: ~0.36B non-embedding parameters, 16 x <= 256 tokens a step, forward through
 #:   all blocks and backward through the top 8: ~3 TFLOP a step, ~10 ms at 300 TFLOP/s bf16;
-#: - 4 x 800 training questions in 1 epoch are 200 steps a model; LoRA + 3 MoE-LoRA members are
-#:   ~800 steps, ~100 s; the passes (deterministic, CARE and its thermostat on calib, T=8
-#:   MC-dropout, 3 members) over 4 x 800 evaluation questions are ~1,500 batches of 64, ~75 s;
+#: - 3 x 800 + 173 training questions (code keeps 173 once calib has its 200) in 1 epoch are
+#:   ~160 steps a model; LoRA + 3 MoE-LoRA members are ~650 steps, ~80 s; the passes
+#:   (deterministic, CARE and its thermostat on calib, T=8 MC-dropout, 3 members) over
+#:   ~3,000 calib/ID/shift questions are ~1,500 batches of 64, ~75 s;
 #:   plus ~40 s to dequantise and load the GGUF, the scoring and bootstrap on the CPU:
 #:   ~5-6 minutes, leaving room under 8.
 #:
