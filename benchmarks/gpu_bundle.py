@@ -66,7 +66,7 @@ PART_MIB = 60
 #: packages the GPU image lacked on the last lease (netcal needs pyro-ppl, which needs pyro-api;
 #: transformers reads GGUF files with gguf)
 WHEELS = ("netcal", "pyro-ppl", "pyro-api", "gguf")
-#: the ``gpu`` profile's backbone (`uqbench.profiles.GPU`)
+#: the ``gpu`` profile's backbone (`uqbench.core.profiles.GPU`)
 GPU_BACKBONE = "qwen2.5-coder-0.5b"
 
 
@@ -176,10 +176,10 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
          progress: bool = True) -> dict[str, Any]:
     """Write the bundle into ``out`` (replaced); returns its manifest."""
     from baselines.backbones import BACKBONES, check_backbone
+    from uqbench.core.profiles import get_profile
     from uqbench.data.sources import resolve_data_dir
     from uqbench.data.suites import build_suite
-
-    from uqbench.profiles import get_profile
+    from uqbench.files.cache import resolve_cache_dir
 
     get_profile(profile)   # unknown names fail before any work
     if backbone not in BACKBONES:   # a registered one need not be installed here: its
@@ -194,7 +194,7 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
     if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         raise BundleError(f"{out} is not empty and holds no bundle ({MANIFEST}): refusing to "
                           "replace it; give another --out")
-    cache = Path(cache_dir or os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
+    cache = resolve_cache_dir(cache_dir)
     t0 = time.perf_counter()
     built = build_suite(suite, profile, data_dir=data, cache_dir=cache / "splits",
                         progress=progress)
@@ -442,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     args, extra = ap.parse_args(argv[:cut]), argv[cut + 1:]
-    from uqbench.errors import UserError
+    from uqbench.core.errors import UserError
 
     try:
         if args.command == "make":

@@ -14,7 +14,7 @@ Steps, in order, each in its own process under its own time limit (`LIMITS`):
                    layers run the full profile's path -- every block, attention and MLP
                    adapters, 3 epochs, 256 tokens -- in seconds, where SmolLM2 takes minutes
                    on 2 cores);
-``gpu``            the ``gpu`` profile (`uqbench.profiles.GPU`): the whole pooled suite, every
+``gpu``            the ``gpu`` profile (`uqbench.core.profiles.GPU`): the whole pooled suite, every
                    default model, gate and scorer, one seed, at the profile's own sizes, on
                    `GPU_CANDIDATES` (the first installed and fitting; SmolLM2 only as the
                    fallback) or ``--gpu-backbone``; its line has the run's wall time by phase
@@ -322,7 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop the running step too
     gpu = torch.cuda.is_available() and not args.cpu
-    cache = args.cache_dir or Path(os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
+    from uqbench.files.cache import resolve_cache_dir
+
+    cache = resolve_cache_dir(args.cache_dir)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("")
