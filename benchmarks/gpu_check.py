@@ -14,6 +14,12 @@ Steps, in order, each in its own process under its own time limit (`LIMITS`):
                    layers run the full profile's path -- every block, attention and MLP
                    adapters, 3 epochs, 256 tokens -- in seconds, where SmolLM2 takes minutes
                    on 2 cores);
+``gpu``            the ``gpu`` profile (`uqbench.core.profiles.GPU`): the whole pooled suite, every
+                   default model, gate and scorer, one seed, at the profile's own sizes, on
+                   `GPU_CANDIDATES` (the first installed and fitting; SmolLM2 only as the
+                   fallback) or ``--gpu-backbone``; its line has the run's wall time by phase
+                   (``run_seconds``) and the accuracies. ``make gpu-bundle`` carries what it
+                   needs to a lease and runs it (`benchmarks.gpu_bundle`);
 ``accelerate``     ``accelerate launch`` with 2 processes (one per GPU; needs 2 GPUs) on SmolLM2
                    (``--accelerate-backbone`` names another: the dry run's test takes
                    ``tiny-llama``), then one process on the adapters it trained: the two
@@ -53,10 +59,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-STEPS = ("env", "smoke-smollm2", "smoke-minilm", "full", "accelerate")
+STEPS = ("env", "smoke-smollm2", "smoke-minilm", "full", "gpu", "accelerate")
 #: seconds each step may take (the dry run's in brackets: its caps are tiny, its cores few)
 LIMITS = {"env": (120, 120), "smoke-smollm2": (900, 900), "smoke-minilm": (600, 600),
-          "full": (1800, 900), "accelerate": (900, 900)}
+          "full": (1800, 900), "gpu": (600, 900), "accelerate": (900, 900)}
 #: per-domain caps of the ``full`` step on a GPU: a few hundred questions per domain
 FULL_CAPS = {"train": 300, "calib": 128, "id": 300, "shift": 300}
 #: per-domain caps of every run of the dry run
@@ -65,6 +71,8 @@ DRY_CAPS = {"train": 4, "calib": 2, "id": 2, "shift": 2}
 DRY_SCORERS = ("msp", "routing_entropy")
 #: ``full`` backbones, largest first (parameters, for the GPU-memory check)
 FULL_CANDIDATES = {"qwen2.5-coder-1.5b": 1.54e9, "qwen2.5-coder-0.5b": 0.49e9, "smollm2": 0.135e9}
+#: ``gpu`` backbones, in order of preference: a 0.5B decoder that can learn, SmolLM2 the fallback
+GPU_CANDIDATES = ("qwen2.5-coder-0.5b", "smollm2")
 #: parameters of every backbone the steps name, for the GPU-memory check (others: 0)
 PARAMS = {**FULL_CANDIDATES, "minilm": 0.023e9}
 #: first ID questions per domain compared against the CPU
@@ -185,8 +193,8 @@ def _why_not(backbone: str, gpu: bool) -> str | None:
 
 
 def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
-         accelerate_backbone: str = "smollm2"
-         ) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
+         accelerate_backbone: str = "smollm2", gpu_backbone: str | None = None,
+         gpu_profile: str = "gpu") -> dict[str, tuple[dict[str, Any] | None, str | None]]:
     """Step -> (its worker configuration, None) or (None, why it is skipped)."""
     import torch
 
@@ -204,19 +212,25 @@ def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
     for name, bb in (("smoke-smollm2", "smollm2"), ("smoke-minilm", "minilm")):
         why = _why_not(bb, gpu)
         steps[name] = (None, why) if why else (run_conf(name, bb, "smoke"), None)
-    tried = {}
-    for bb in [full_backbone] if full_backbone else FULL_CANDIDATES:
-        why = _why_not(bb, gpu)
-        if why is None:
-            conf = run_conf("full", bb, "full", models=["moe-lora"], seeds=1,
-                            caps=FULL_CAPS if gpu else DRY_CAPS)
-            conf["not_chosen"] = tried   # larger candidates and why they were passed over
-            steps["full"] = (conf, None)
-            break
-        tried[bb] = why
-    else:
-        steps["full"] = (None, "no backbone for the full profile: "
-                         + "; ".join(f"{b}: {w}" for b, w in tried.items()))
+
+    def first_fit(name: str, candidates: Sequence[str], profile: str, **kw: Any
+                  ) -> tuple[dict[str, Any] | None, str | None]:
+        tried = {}
+        for bb in candidates:
+            why = _why_not(bb, gpu)
+            if why is None:
+                conf = run_conf(name, bb, profile, **kw)
+                conf["not_chosen"] = tried   # earlier candidates and why they were passed over
+                return conf, None
+            tried[bb] = why
+        return None, f"no backbone for the {profile} profile: " + "; ".join(
+            f"{b}: {w}" for b, w in tried.items())
+
+    steps["full"] = first_fit("full", [full_backbone] if full_backbone else list(FULL_CANDIDATES),
+                              "full", models=["moe-lora"], seeds=1,
+                              caps=FULL_CAPS if gpu else DRY_CAPS)
+    steps["gpu"] = first_fit("gpu", [gpu_backbone] if gpu_backbone else list(GPU_CANDIDATES),
+                             gpu_profile)
     n_gpus = torch.cuda.device_count() if gpu else 0
     why = _why_not(accelerate_backbone, gpu)
     if gpu and n_gpus < 2:
@@ -285,6 +299,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--full-backbone", metavar="NAME",
                     help="backbone of the full step (default: the largest of "
                          f"{', '.join(FULL_CANDIDATES)} installed and fitting the GPU)")
+    ap.add_argument("--gpu-backbone", metavar="NAME",
+                    help="backbone of the gpu step (default: the first of "
+                         f"{', '.join(GPU_CANDIDATES)} installed and fitting the GPU)")
+    ap.add_argument("--gpu-profile", metavar="NAME", default="gpu",
+                    help="profile of the gpu step (default: gpu)")
     ap.add_argument("--accelerate-backbone", metavar="NAME", default="smollm2",
                     help="backbone of the accelerate step (default: smollm2)")
     ap.add_argument("--step-limit", type=float, metavar="SECONDS",
@@ -303,13 +322,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop the running step too
     gpu = torch.cuda.is_available() and not args.cpu
-    cache = args.cache_dir or Path(os.environ.get("UQBENCH_CACHE", ".uqbench-cache"))
+    from uqbench.files.cache import resolve_cache_dir
+
+    cache = resolve_cache_dir(args.cache_dir)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("")
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
-        todo = plan(gpu, work, cache, args.full_backbone, args.accelerate_backbone)
+        todo = plan(gpu, work, cache, args.full_backbone, args.accelerate_backbone,
+                    args.gpu_backbone, args.gpu_profile)
         failed = False
         for name in steps:
             conf, skip = todo[name]

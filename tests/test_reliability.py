@@ -156,7 +156,7 @@ RUN = ["run", "--suite", "{root}/tiny.yaml", "--profile", "smoke", "--backbone",
 #: (id, extra argv for `uqbench run` or a full argv, message pattern)
 CASES = [
     # command-line flags
-    ("profile", ["--profile", "quick"], r"unknown profile 'quick'; valid: smoke, cpu, full"),
+    ("profile", ["--profile", "quick"], r"unknown profile 'quick'; valid: cpu, full, gpu, smoke"),
     ("scorer", ["--scorers", "mps"], r"unknown scorer 'mps' \(did you mean 'msp'"),
     ("backbone", ["--backbone", "minilmm"], r"unknown backbone 'minilmm'"),
     ("backbone-dir", ["--backbone", "./no/such/model"], r"backbone folder .* does not exist"),

@@ -302,7 +302,7 @@ def test_out_dir_of_another_configuration_is_never_replaced(env, cold):
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(profile="quick"), "unknown profile 'quick'; valid: smoke, cpu, full"),
+    (dict(profile="quick"), "unknown profile 'quick'; valid: cpu, full, gpu, smoke"),
     (dict(scorers=("mps",)), r"unknown scorer 'mps' \(did you mean 'msp'"),
     (dict(backbone="minilmm"), "unknown backbone 'minilmm'"),
     (dict(plugins=("no_such_plugin_mod",)), "'no_such_plugin_mod' failed to import"),
