@@ -96,7 +96,7 @@ def weight_packages(backbone: str) -> list[str]:
     id or a folder: carry those yourself). The tiny test backbones use MiniLM's tokenizer."""
     import importlib.metadata as md
 
-    from baselines import backbones as bb
+    from baselines import weights as bb
 
     def pin(package: str, version: str | None = None) -> str:
         try:
@@ -235,7 +235,7 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
     (out / "run-on-gpu.sh").write_text(
         "#!/bin/sh\n# from the repository's root on the GPU machine: check, unpack, run\n"
-        f'exec "${{PYTHON:-python3}}" -m benchmarks.gpu_bundle run "$(dirname "$0")" "$@"\n')
+        'exec "${PYTHON:-python3}" -m benchmarks.gpu_bundle run "$(dirname "$0")" "$@"\n')
     (out / "run-on-gpu.sh").chmod(0o755)
     return manifest
 

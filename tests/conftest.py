@@ -272,7 +272,8 @@ def smollm2_cold(tmp_path_factory: pytest.TempPathFactory, real_weights: None
     cache instead of converting again."""
     import time
 
-    from baselines.backbones import load_backbone, smollm2_gguf
+    from baselines.backbones import load_backbone
+    from baselines.weights import smollm2_gguf
     from uqbench.core.errors import ConfigError
 
     try:
@@ -358,7 +359,7 @@ def lmeval_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> lme
     (``.samples[task]``: the samples file, ``.results``: the results JSON)."""
     import importlib.util
 
-    from baselines.backbones import SMOLLM2_INSTALL, smollm2_gguf
+    from baselines.weights import SMOLLM2_INSTALL, smollm2_gguf
     from uqbench.core.errors import ConfigError
 
     if importlib.util.find_spec("lm_eval") is None:

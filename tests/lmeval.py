@@ -78,7 +78,7 @@ def tiny_llama(out: Path, *, seed: int = 0) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from baselines.backbones import smollm2_gguf
+    from baselines.weights import smollm2_gguf
 
     gguf = smollm2_gguf()
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)

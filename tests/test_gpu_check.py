@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-import baselines.backbones as backbones
-from baselines.backbones import SPLIT_GGUFS, SplitGGUF, check_backbone, split_gguf_file
+from baselines import weights
+from baselines.backbones import check_backbone
+from baselines.weights import SPLIT_GGUFS, SplitGGUF, split_gguf_file
 from benchmarks import gpu_check
 from tests.conftest import REPO, Procs, uqbench_env
 from uqbench.core.errors import ConfigError
@@ -18,9 +19,9 @@ from uqbench.core.errors import ConfigError
 
 def _no_qwen(monkeypatch) -> None:
     """The Qwen part packages are not installed (whatever this machine has)."""
-    real = backbones.installed_files
+    real = weights.installed_files
     qwen = {p for s in SPLIT_GGUFS.values() for p in s.packages}
-    monkeypatch.setattr(backbones, "installed_files", lambda package, *a, **k:
+    monkeypatch.setattr(weights, "installed_files", lambda package, *a, **k:
                         None if package in qwen else real(package, *a, **k))
 
 
@@ -77,7 +78,7 @@ def _missing_but_smollm2(bb: str) -> str | None:
     """`gpu_check._missing` as on a machine with every backbone but the Qwen ones."""
     if bb in SPLIT_GGUFS:
         try:
-            backbones.split_gguf_parts(SPLIT_GGUFS[bb])
+            weights.split_gguf_parts(SPLIT_GGUFS[bb])
         except ConfigError as exc:
             return str(exc)
     return None
@@ -89,7 +90,7 @@ def test_split_gguf_pieces_are_joined_once_and_hash_checked(monkeypatch, tmp_pat
     for i, data in enumerate(pieces):
         paths.append(tmp_path / f"piece{i}")
         paths[-1].write_bytes(data)
-    monkeypatch.setattr(backbones, "split_gguf_parts", lambda spec: paths)
+    monkeypatch.setattr(weights, "split_gguf_parts", lambda spec: paths)
     digest = hashlib.sha256(b"".join(pieces)).hexdigest()
     good = SplitGGUF("fake", ("a", "b", "c"), "1.0", f"{digest[:8]}…{digest[-6:]}")
     assert good.matches(digest) and not good.matches("0" + digest[1:])
@@ -232,7 +233,7 @@ def test_qwen_coder_loads_from_its_split_gguf_and_completes_code(tmp_path, real_
 
     spec = SPLIT_GGUFS["qwen2.5-coder-0.5b"]
     try:
-        backbones.split_gguf_parts(spec)
+        weights.split_gguf_parts(spec)
     except ConfigError as exc:
         pytest.skip(str(exc))
     bb = load_backbone(spec.name, cache_dir=tmp_path)

