@@ -294,19 +294,21 @@ class _TopKStep(torch.autograd.Function):
     reference and serves every other gate, variant and mode.
 
     With ``c`` the dropout scale, ``s`` the LoRA scaling, ``m`` the top-k mask,
-    ``S = sum_{i in m} p_i``, ``ms = s c m / S`` and ``w = p ms`` (= ``s c p~``)::
+    ``S = sum_{i in m} p_i`` and ``w = s c m p / S`` (= ``s c p~``)::
 
-        y = W0 h + b + B_stack (w ⊙ A_stack hd),   hd = h ⊙ keep,   p = softmax(W_r h)
-        dL/dp = ms ⊙ (g - <g, w> / (s c)) + dL/dp|aux,   g_i = <dL/du_i, z_i>
+        y = W0 h + b + B_stack (w ⊙ A_stack hd),   hd = h ⊙ keep,   p = softmax(l),  l = W_r h
+        dL/dl = w ⊙ (g - <g, w> / (s c)),   g_i = <dL/du_i, z_i>
 
-    Returns ``y`` (T, O), ``probs`` (T, N) (differentiable: the Switch loss reads it) and
-    ``ms`` (T, N) (the admitted set, ``ms > 0``; no gradient).
+    (softmax and renormalisation's Jacobians combined: ``sum w = s c``). Returns ``y`` (T, O),
+    the router ``logits`` and ``probs`` (T, N) (both differentiable: the fused Switch loss
+    (:class:`_SwitchLoss`) sends its gradient to the logits, a per-layer loss to the probs) and
+    ``w`` (T, N) (the admitted set is ``w > 0``; no gradient).
     """
 
     @staticmethod
     def forward(ctx: Any, h: Tensor, lora_A: Tensor, lora_B: Tensor, router_w: Tensor,
-                layer: MoELoRALinear, keep: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        T, N, r = h.shape[0], layer.n_experts, layer.rank
+                layer: MoELoRALinear, keep: Tensor | None
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         v = layer._views()
         y = torch.mm(h, v.wt) if v.bias is None else torch.addmm(v.bias, h, v.wt)  # (T, O)
         logits = torch.mm(h, v.router_t)                                  # (T, N)
@@ -315,38 +317,36 @@ class _TopKStep(torch.autograd.Function):
         probs = torch.softmax(logits, -1)                                 # (T, N)
         scale = layer.scaling * (dropout_scale(layer.dropout.p) if keep is not None else 1.0)
         top = probs.topk(layer.gate.k, dim=-1)                            # (T, k)
-        ms = torch.zeros_like(probs).scatter_(1, top.indices, scale)
-        ms = ms.div_(top.values.sum(-1, keepdim=True))                   # s c m / S
-        w = probs * ms                                                    # (T, N) s c p~
-        w_rep = w.index_select(1, v.expert_of_col)                        # (T, N*r)
-        u = z * w_rep                                                     # (T, N*r)
+        pm = torch.zeros_like(probs).scatter_(1, top.indices, top.values)  # (T, N) p on S
+        w = torch.addcdiv(_scalar(0, pm.dtype), pm, top.values.sum(-1, keepdim=True),
+                          value=scale)                                    # (T, N) s c p~
+        u = z * w.index_select(1, v.expert_of_col)                        # (T, N*r)
         y.addmm_(u, v.b_rows)
-        ctx.save_for_backward(h, hd, keep, z, u, probs, w, w_rep, ms)
+        ctx.save_for_backward(h, hd, keep, z, u, probs, w)
         ctx.layer, ctx.scale = layer, scale
-        ctx.mark_non_differentiable(ms)
+        ctx.mark_non_differentiable(w)
         ctx.set_materialize_grads(False)
-        return y, probs, ms
+        return y, logits, probs, w
 
     @staticmethod
-    def backward(ctx: Any, gy: Tensor | None, gprobs: Tensor | None, _: Any
-                 ) -> tuple[Tensor | None, ...]:
-        h, hd, keep, z, u, probs, w, w_rep, ms = ctx.saved_tensors
+    def backward(ctx: Any, gy: Tensor | None, glogits: Tensor | None, gprobs: Tensor | None,
+                 _: Any) -> tuple[Tensor | None, ...]:
+        h, hd, keep, z, u, probs, w = ctx.saved_tensors
         layer = ctx.layer
         v = layer._views()
-        T, N, r = z.shape[0], layer.n_experts, layer.rank
+        N, r = layer.n_experts, layer.rank
         need_h, need_a, need_b, need_r = ctx.needs_input_grad[:4]
         gh = ga = gb = gr = None
-        if gy is None:                                  # only the aux loss reached this layer
-            gp = gprobs
-        else:
+        gl = glogits
+        if gy is not None:
             gu = torch.mm(gy, v.b_rows_t)                                 # (T, N*r) dL/du
             if need_b:   # (N*r, O) = lora_B's (N, r, O) storage order: no copy into .grad
                 O = gy.shape[1]
                 gb = torch.mm(u.t(), gy).as_strided((N, O, r), (r * O, 1, O))
             g = torch.mm(gu * z, v.block_sum)                             # (T, N) dL/dw
-            gp = torch.sub(g, (g * w).sum(-1, keepdim=True), alpha=1.0 / ctx.scale)
-            gp = gp.mul_(ms) if gprobs is None else torch.addcmul(gprobs, gp, ms)
-            gz = gu * w_rep                                               # (T, N*r) dL/dz
+            d = torch.sub(g, (g * w).sum(-1, keepdim=True), alpha=1.0 / ctx.scale)
+            gl = d.mul_(w) if gl is None else torch.addcmul(gl, d, w)     # (T, N) dL/dl
+            gz = gu * w.index_select(1, v.expert_of_col)                  # (T, N*r) dL/dz
             if need_a:
                 ga = torch.mm(gz.t(), hd).view(layer.lora_A.shape)
             if need_h:
@@ -354,12 +354,48 @@ class _TopKStep(torch.autograd.Function):
                 if keep is not None:
                     gh = torch.where(keep, gh, _scalar(0, gh.dtype))
                 gh = gh.addmm_(gy, v.w)
-        gl = None if gp is None else torch._softmax_backward_data(gp, probs, -1, probs.dtype)
+        if gprobs is not None:
+            gs = torch._softmax_backward_data(gprobs, probs, -1, probs.dtype)
+            gl = gs if gl is None else gl.add_(gs)
         if gl is not None and need_r:
             gr = torch.mm(gl.t(), h)                                      # (N, E)
         if gl is not None and need_h:
             gh = torch.mm(gl, v.router) if gh is None else gh.addmm_(gl, v.router)
         return gh, ga, gb, gr, None, None
+
+
+class _SwitchLoss(torch.autograd.Function):
+    """The mean Switch loss ``N sum_i f_i P_i`` of L layers of one batch (:func:`_lb_parts`,
+    :func:`_switch`: the same sums, bitwise), reduced at once on the layers' (T, N) blocks
+    side by side, with its gradient sent straight to each layer's router logits::
+
+        dL/dl_t = c v_t p_t ⊙ (f - <p_t, f>),   c = N / (L * sum_t v_t)
+    """
+
+    @staticmethod
+    def forward(ctx: Any, probs: Tensor, w: Tensor, valid: Tensor | None, n_layers: int,
+                *logits: Tensor) -> Tensor:
+        L, N = n_layers, probs.shape[1] // n_layers
+        admitted = w.sign()                                                # (T, L*N) 0/1
+        if valid is not None:
+            admitted = admitted * valid[:, None]
+        f = admitted.float().sum(0).view(L, N)          # admitted counts, in float32 as _lb_parts
+        f = f / f.sum(-1, keepdim=True)                                   # (L, N)
+        P = _token_mean(probs, valid).view(L, N)                          # (L, N)
+        ctx.save_for_backward(probs, f, valid)
+        return (N * (f * P).sum(-1)).mean()
+
+    @staticmethod
+    def backward(ctx: Any, go: Tensor) -> tuple[Tensor | None, ...]:
+        probs, f, valid = ctx.saved_tensors
+        (L, N), T = f.shape, probs.shape[0]
+        n = T if valid is None else valid.sum()
+        cf = f.to(probs.dtype) * (go * N / L / n)                         # (L, N)
+        p3 = probs.view(T, L, N)
+        g = p3 * (cf - (p3 * cf).sum(-1, keepdim=True))                    # (T, L, N)
+        if valid is not None:
+            g = g * valid.view(T, 1, 1)
+        return (None, None, None, None, *g.view(T, L * N).split(N, dim=1))
 
 
 def _expert_columns(N: int, r: int, dtype: torch.dtype, device: torch.device
@@ -439,7 +475,7 @@ class MoELoRALinear(nn.Module):
         self._aux_args: tuple[Any, ...] | None = None   # its inputs, evaluated on first read
         self._gram: tuple[tuple[Any, ...], Tensor] | None = None
         self._cache: dict[str, tuple[tuple[Any, ...], Tensor]] = {}
-        self._fast_aux: tuple[Tensor, Tensor, Tensor | None] | None = None  # _TopKStep's
+        self._fast_aux: tuple[Tensor, Tensor, Tensor, Tensor | None] | None = None
         self._views_cache: tuple[tuple[Any, ...], _Views] | None = None
 
     def extra_repr(self) -> str:
@@ -452,8 +488,8 @@ class MoELoRALinear(nn.Module):
         tokens; NaN if every token was masked), computed when first read: a forward whose loss
         nobody reads (inference) skips it."""
         if self._fast_aux is not None:
-            probs, ms, mask = self._fast_aux
-            self._aux_args = (probs, ms > 0, _valid(mask, probs.device), None)
+            _, probs, w, mask = self._fast_aux
+            self._aux_args = (probs, w > 0, _valid(mask, probs.device), None)
             self._fast_aux = None
         if self._aux_args is not None:
             self._aux_value, self._aux_args = self._aux_loss(*self._aux_args), None
@@ -550,9 +586,9 @@ class MoELoRALinear(nn.Module):
             return self._forward_reference(x)
         h = x.reshape(-1, self.in_features)                               # (T, E)
         keep = _keep_mask(h, self.dropout.p) if self.dropout.training else None
-        y, probs, ms = _TopKStep.apply(h, self.lora_A, self.lora_B, self.router.weight, self,
-                                       keep)
-        self._aux_args, self._fast_aux = None, (probs, ms, self.token_mask)
+        y, logits, probs, w = _TopKStep.apply(h, self.lora_A, self.lora_B, self.router.weight,
+                                              self, keep)
+        self._aux_args, self._fast_aux = None, (logits, probs, w, self.token_mask)
         self.last_stats = None
         return y.view(*lead, self.out_features)
 
@@ -925,24 +961,17 @@ def load_balance_loss(model: nn.Module) -> Tensor:
 
 
 def _switch_fused(layers: list[MoELoRALinear]) -> Tensor | None:
-    """The mean Switch loss of layers whose last forward took :class:`_TopKStep` on one batch,
-    reduced once for all layers (None if they did not): the same sums as
-    :func:`_lb_parts` and :func:`_switch` per layer, on the layers' (T, N) blocks side by side."""
+    """The mean Switch loss of layers whose last forward took :class:`_TopKStep` on one batch
+    (:class:`_SwitchLoss`; None if they did not)."""
     pending = [layer._fast_aux for layer in layers]
     first = pending[0]
-    if first is None or any(a is None or a[0].shape != first[0].shape or a[2] is not first[2]
+    if first is None or any(a is None or a[1].shape != first[1].shape or a[3] is not first[3]
                             for a in pending):
         return None
-    L, (T, N) = len(layers), first[0].shape
-    probs = torch.cat([a[0] for a in pending], 1)                        # (T, L*N)
-    admitted = torch.cat([a[1] for a in pending], 1).sign()              # (T, L*N) 0/1
-    valid = _valid(first[2], probs.device)
-    if valid is not None:
-        admitted = admitted * valid[:, None]
-    f = admitted.float().sum(0).view(L, N)          # admitted counts, in float32 as _lb_parts
-    f = f / f.sum(-1, keepdim=True)                                       # (L, N)
-    P = _token_mean(probs, valid).view(L, N)                              # (L, N)
-    return (N * (f * P).sum(-1)).mean()
+    probs = torch.cat([a[1].detach() for a in pending], 1)               # (T, L*N)
+    w = torch.cat([a[2] for a in pending], 1)                            # (T, L*N)
+    return _SwitchLoss.apply(probs, w, _valid(first[3], probs.device), len(layers),
+                             *(a[0] for a in pending))
 
 
 def trainable_parameters(model: nn.Module) -> int:
