@@ -286,7 +286,9 @@ class Care:
         n = probs.shape[-1]
         sp, order = probs.sort(-1, descending=True)                       # (T, N) each
         k_nu = self.nucleus_k(sp)                                         # (T,)
-        nucleus = _mask_from_order(order, k_nu)                           # (T, N)
+        rank = torch.empty_like(order).scatter_(                          # (T, N) each
+            -1, order, torch.arange(n, device=order.device).expand_as(order))  # expert's place
+        nucleus = rank < k_nu[:, None]                                    # (T, N)
         k, d = k_nu, None
         if self.gamma > 0:
             d = disagreement(nucleus)                                     # (T,)
@@ -296,7 +298,7 @@ class Care:
         # no torch.equal(k, k_nu) (a host sync per layer): the nucleus is the admitted set
         # whenever the clip cannot bind and nothing extends it
         fixed = self.gamma == 0 and self.k_min <= 1 and self.k_max >= n
-        mask = nucleus if fixed else _mask_from_order(order, k)
+        mask = nucleus if fixed else rank < k[:, None]
         return Selection(mask, k, nucleus, d)
 
 

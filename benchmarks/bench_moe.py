@@ -45,6 +45,12 @@
    55,580 / 50,328 leaf ops, ``fill_`` 14,073 / 2,530 (deterministic mode's NaN fill of new
    allocations; their ``empty`` now count as leaves), ``_local_scalar_dense`` 635 / 635: AdamW
    reading its CPU step counter per parameter (not a device sync) and the loop's 5 per step.
+   Session 12 (the hand-written step `baselines.moe._TopKStep`, the fused Switch loss, lora_B
+   stored (N, r, O)): 2,560 -> 1,367 MoE ops, 129.2 -> 44.0 per adapted linear (goal 40; 17 of
+   the 44 are ``resolve_conj`` children that the CPU profiler records under every matmul);
+   the same line now also counts ``item`` and ``equal`` and the syncs of one eval forward
+   pass (CARE gate, statistics recorded): ``equal`` 14 -> 0 (Care.select compared k with
+   torch.equal once per layer), none beyond the plain backbone's pass.
 
 Timings run single-threaded (``torch.set_num_threads(1)``, restored afterwards): on a shared
 2-core machine, intra-op thread hand-offs make timings swing by 2-5x, which would swamp a
