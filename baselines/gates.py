@@ -286,14 +286,19 @@ class Care:
         n = probs.shape[-1]
         sp, order = probs.sort(-1, descending=True)                       # (T, N) each
         k_nu = self.nucleus_k(sp)                                         # (T,)
-        nucleus = _mask_from_order(order, k_nu)                           # (T, N)
+        rank = torch.empty_like(order).scatter_(                          # (T, N) each
+            -1, order, torch.arange(n, device=order.device).expand_as(order))  # expert's place
+        nucleus = rank < k_nu[:, None]                                    # (T, N)
         k, d = k_nu, None
         if self.gamma > 0:
             d = disagreement(nucleus)                                     # (T,)
             rho = ((d - self.delta) / (1.0 - self.delta)).clamp_min(0.0)
             k = k_nu + torch.ceil(self.gamma * rho).long()
         k = k.clamp(self.k_min, min(self.k_max, n))
-        mask = nucleus if torch.equal(k, k_nu) else _mask_from_order(order, k)
+        # no torch.equal(k, k_nu) (a host sync per layer): the nucleus is the admitted set
+        # whenever the clip cannot bind and nothing extends it
+        fixed = self.gamma == 0 and self.k_min <= 1 and self.k_max >= n
+        mask = nucleus if fixed else rank < k[:, None]
         return Selection(mask, k, nucleus, d)
 
 
@@ -318,6 +323,9 @@ class RandomK:
     histogram: tuple[float, ...]
     seed: int = 0
     _gen: torch.Generator = field(init=False, repr=False, compare=False)
+    #: per accelerator: (its generator seeded with ``seed``, the histogram's CDF there)
+    _dev: dict[torch.device, tuple[torch.Generator, Tensor]] = field(
+        init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         h = tuple(float(x) for x in self.histogram)
@@ -347,11 +355,28 @@ class RandomK:
         k_hi = max(j + 1 for j, p in enumerate(self.histogram) if p > 0)
         _check_n("RandomK", "histogram", k_hi, n_experts)
 
+    def draw(self, n: int, device: torch.device) -> Tensor:
+        """(n,) int64 draws of ``k``. On the CPU from ``torch.multinomial`` with the CPU
+        generator; on an accelerator by inverse CDF with a generator of that device (no draw
+        copied from the host per layer, no sync), so GPU draws differ from CPU ones."""
+        if device.type == "cpu":
+            hist = torch.tensor(self.histogram, dtype=torch.float64)
+            return torch.multinomial(hist, n, replacement=True, generator=self._gen) + 1
+        return self._draw_inverse_cdf(n, device)
+
+    def _draw_inverse_cdf(self, n: int, device: torch.device) -> Tensor:
+        if device not in self._dev:
+            cdf = torch.tensor(self.histogram, dtype=torch.float64).cumsum(0)
+            self._dev[device] = (torch.Generator(device).manual_seed(self.seed),
+                                 (cdf / cdf[-1]).to(device))
+        gen, cdf = self._dev[device]
+        u = torch.rand(n, generator=gen, device=device, dtype=torch.float64)
+        return torch.searchsorted(cdf, u, right=True).clamp_max(cdf.numel() - 1) + 1
+
     def select(self, probs: Tensor, disagreement: DisagreementFn) -> Selection:
-        hist = torch.tensor(self.histogram, dtype=torch.float64)
-        k = torch.multinomial(hist, probs.shape[0], replacement=True, generator=self._gen) + 1
-        mask = top_mask(probs, k.to(probs.device))
-        return Selection(mask, k.to(probs.device), mask)
+        k = self.draw(probs.shape[0], probs.device)
+        mask = top_mask(probs, k)
+        return Selection(mask, k, mask)
 
 
 @register_gate("entropy", knob="scale", fixed=False, expand_hi=True)

@@ -35,7 +35,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -232,16 +232,42 @@ def fast_dropout(h: Tensor, p: float, *, scaled: bool = True) -> Tensor:
     One 64-bit draw of torch's default generator serves four elements, and the mask is applied
     by one ``where`` (its backward saves a bool mask): about 2x cheaper than ``nn.Dropout``,
     whose draws were the largest cost of an MoE-LoRA training step on CPU after the matmuls."""
+    if round(p * 65536) >= 65536:
+        return torch.zeros_like(h)
+    keep = _keep_mask(h, p)
+    if keep is None:
+        return h
+    out = torch.where(keep, h, _scalar(0, h.dtype))
+    return out * dropout_scale(p) if scaled else out
+
+
+def _keep_mask(h: Tensor, p: float) -> Tensor | None:
+    """The bool keep mask of :func:`fast_dropout` (None when nothing is dropped; ``p`` rounds
+    below 1 in 2**16): 16-bit draws, four per 64-bit draw, in ``h``'s element order."""
     thr = round(p * 65536)
     if thr <= 0:
-        return h
-    if thr >= 65536:
-        return torch.zeros_like(h)
-    n = h.numel()
-    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=h.device).random_(-2**63, None)
-    keep = bits.view(torch.int16)[:n].view(h.shape) >= thr - 32768           # P = 1 - thr/2^16
-    out = torch.where(keep, h, 0.0)
-    return out * dropout_scale(p) if scaled else out
+        return None
+    *lead, d = h.shape
+    if d % 4 == 0:   # draw in h's shape: no slice, same draws as the flat layout below
+        bits = torch.empty((*lead, d // 4), dtype=torch.int64, device=h.device)
+        bits = bits.random_(-2**63, None).view(torch.int16)
+    else:
+        n = h.numel()
+        bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=h.device).random_(-2**63, None)
+        bits = bits.view(torch.int16)[:n].view(h.shape)
+    return bits >= _scalar(thr - 32768, torch.int16)                       # P = 1 - thr/2^16
+
+
+_SCALARS: dict[tuple[float, torch.dtype], Tensor] = {}
+
+
+def _scalar(value: float, dtype: torch.dtype) -> Tensor:
+    """A cached 0-dim CPU tensor: an op reads it as a scalar on any device (no copy, no sync)
+    and, unlike a Python number, does not wrap it into a new tensor on every call."""
+    key = (value, dtype)
+    if key not in _SCALARS:
+        _SCALARS[key] = torch.tensor(value, dtype=dtype)
+    return _SCALARS[key]
 
 
 def dropout_scale(p: float) -> float:
@@ -261,6 +287,139 @@ class _Probe:
         return gram_disagreement(self.probs * mask, self.z, gram)
 
 
+class _TopKStep(torch.autograd.Function):
+    """The common training forward of :class:`MoELoRALinear` (fixed top-k gate, the Switch
+    loss's inputs, dropout folded in) with a hand-written backward: a fraction of the ops
+    autograd records for :meth:`MoELoRALinear._forward_reference`, which stays the tested
+    reference and serves every other gate, variant and mode.
+
+    With ``c`` the dropout scale, ``s`` the LoRA scaling, ``m`` the top-k mask,
+    ``S = sum_{i in m} p_i`` and ``w = s c m p / S`` (= ``s c p~``)::
+
+        y = W0 h + b + B_stack (w ⊙ A_stack hd),   hd = h ⊙ keep,   p = softmax(l),  l = W_r h
+        dL/dl = w ⊙ (g - <g, w> / (s c)),   g_i = <dL/du_i, z_i>
+
+    (softmax and renormalisation's Jacobians combined: ``sum w = s c``). Returns ``y`` (T, O),
+    the router ``logits`` and ``probs`` (T, N) (both differentiable: the fused Switch loss
+    (:class:`_SwitchLoss`) sends its gradient to the logits, a per-layer loss to the probs) and
+    ``w`` (T, N) (the admitted set is ``w > 0``; no gradient).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, h: Tensor, lora_A: Tensor, lora_B: Tensor, router_w: Tensor,
+                layer: MoELoRALinear, keep: Tensor | None
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        v = layer._views()
+        y = torch.mm(h, v.wt) if v.bias is None else torch.addmm(v.bias, h, v.wt)  # (T, O)
+        logits = torch.mm(h, v.router_t)                                  # (T, N)
+        hd = h if keep is None else torch.where(keep, h, _scalar(0, h.dtype))
+        z = torch.mm(hd, v.a_t)                                           # (T, N*r) A hd
+        probs = torch.softmax(logits, -1)                                 # (T, N)
+        scale = layer.scaling * (dropout_scale(layer.dropout.p) if keep is not None else 1.0)
+        top = probs.topk(layer.gate.k, dim=-1)                            # (T, k)
+        pm = torch.zeros_like(probs).scatter_(1, top.indices, top.values)  # (T, N) p on S
+        w = torch.addcdiv(_scalar(0, pm.dtype), pm, top.values.sum(-1, keepdim=True),
+                          value=scale)                                    # (T, N) s c p~
+        u = z * w.index_select(1, v.expert_of_col)                        # (T, N*r)
+        y.addmm_(u, v.b_rows)
+        ctx.save_for_backward(h, hd, keep, z, u, probs, w)
+        ctx.layer, ctx.scale = layer, scale
+        ctx.mark_non_differentiable(w)
+        ctx.set_materialize_grads(False)
+        return y, logits, probs, w
+
+    @staticmethod
+    def backward(ctx: Any, gy: Tensor | None, glogits: Tensor | None, gprobs: Tensor | None,
+                 _: Any) -> tuple[Tensor | None, ...]:
+        h, hd, keep, z, u, probs, w = ctx.saved_tensors
+        layer = ctx.layer
+        v = layer._views()
+        N, r = layer.n_experts, layer.rank
+        need_h, need_a, need_b, need_r = ctx.needs_input_grad[:4]
+        gh = ga = gb = gr = None
+        gl = glogits
+        if gy is not None:
+            gu = torch.mm(gy, v.b_rows_t)                                 # (T, N*r) dL/du
+            if need_b:   # (N*r, O) = lora_B's (N, r, O) storage order: no copy into .grad
+                O = gy.shape[1]
+                gb = torch.mm(u.t(), gy).as_strided((N, O, r), (r * O, 1, O))
+            g = torch.mm(gu * z, v.block_sum)                             # (T, N) dL/dw
+            d = torch.sub(g, (g * w).sum(-1, keepdim=True), alpha=1.0 / ctx.scale)
+            gl = d.mul_(w) if gl is None else torch.addcmul(gl, d, w)     # (T, N) dL/dl
+            gz = gu * w.index_select(1, v.expert_of_col)                  # (T, N*r) dL/dz
+            if need_a:
+                ga = torch.mm(gz.t(), hd).view(layer.lora_A.shape)
+            if need_h:
+                gh = torch.mm(gz, v.a)                                    # (T, E)
+                if keep is not None:
+                    gh = torch.where(keep, gh, _scalar(0, gh.dtype))
+                gh = gh.addmm_(gy, v.w)
+        if gprobs is not None:
+            gs = torch._softmax_backward_data(gprobs, probs, -1, probs.dtype)
+            gl = gs if gl is None else gl.add_(gs)
+        if gl is not None and need_r:
+            gr = torch.mm(gl.t(), h)                                      # (N, E)
+        if gl is not None and need_h:
+            gh = torch.mm(gl, v.router) if gh is None else gh.addmm_(gl, v.router)
+        return gh, ga, gb, gr, None, None
+
+
+class _SwitchLoss(torch.autograd.Function):
+    """The mean Switch loss ``N sum_i f_i P_i`` of L layers of one batch (:func:`_lb_parts`,
+    :func:`_switch`: the same sums, bitwise), reduced at once on the layers' (T, N) blocks
+    side by side, with its gradient sent straight to each layer's router logits::
+
+        dL/dl_t = c v_t p_t ⊙ (f - <p_t, f>),   c = N / (L * sum_t v_t)
+    """
+
+    @staticmethod
+    def forward(ctx: Any, probs: Tensor, w: Tensor, valid: Tensor | None, n_layers: int,
+                *logits: Tensor) -> Tensor:
+        L, N = n_layers, probs.shape[1] // n_layers
+        admitted = w.sign()                                                # (T, L*N) 0/1
+        if valid is not None:
+            admitted = admitted * valid[:, None]
+        f = admitted.float().sum(0).view(L, N)          # admitted counts, in float32 as _lb_parts
+        f = f / f.sum(-1, keepdim=True)                                   # (L, N)
+        P = _token_mean(probs, valid).view(L, N)                          # (L, N)
+        ctx.save_for_backward(probs, f, valid)
+        return (N * (f * P).sum(-1)).mean()
+
+    @staticmethod
+    def backward(ctx: Any, go: Tensor) -> tuple[Tensor | None, ...]:
+        probs, f, valid = ctx.saved_tensors
+        (L, N), T = f.shape, probs.shape[0]
+        n = T if valid is None else valid.sum()
+        cf = f.to(probs.dtype) * (go * N / L / n)                         # (L, N)
+        p3 = probs.view(T, L, N)
+        g = p3 * (cf - (p3 * cf).sum(-1, keepdim=True))                    # (T, L, N)
+        if valid is not None:
+            g = g * valid.view(T, 1, 1)
+        return (None, None, None, None, *g.view(T, L * N).split(N, dim=1))
+
+
+def _expert_columns(N: int, r: int, dtype: torch.dtype, device: torch.device
+                    ) -> tuple[Tensor, Tensor]:
+    """(N*r,) expert index of each code column and the (N*r, N) 0/1 matrix summing them."""
+    col = torch.arange(N, device=device).repeat_interleave(r)             # (N*r,)
+    return col, F.one_hot(col, N).to(dtype)
+
+
+class _Views(NamedTuple):
+    """Parameter views :class:`_TopKStep` multiplies by."""
+    w: Tensor                 # (O, E) frozen base weight
+    wt: Tensor                # (E, O)
+    bias: Tensor | None       # (O,)
+    router: Tensor            # (N, E)
+    router_t: Tensor          # (E, N)
+    a: Tensor                 # (N*r, E) lora_A
+    a_t: Tensor               # (E, N*r)
+    b_rows: Tensor            # (N*r, O) B_stack^T
+    b_rows_t: Tensor          # (O, N*r) B_stack
+    expert_of_col: Tensor     # (N*r,) int64: column i*r + j of the codes belongs to expert i
+    block_sum: Tensor         # (N*r, N) 0/1: sums each expert's r columns
+
+
 class MoELoRALinear(nn.Module):
     """``base_layer`` (frozen) plus N gated LoRA experts; see the module docstring.
 
@@ -272,6 +431,10 @@ class MoELoRALinear(nn.Module):
     the N B heads; ``hmora`` adds ``task_router`` and ``alpha_logit``, initialised from
     ``depth`` (the layer's block index over the last one, in [0, 1]).
     """
+
+    #: training forwards of the common layer take :class:`_TopKStep` (False: always the
+    #: autograd reference, :meth:`_forward_reference`)
+    fast_path: bool = True
 
     def __init__(self, base_layer: nn.Linear, *, n_experts: int = 16, rank: int = 8,
                  alpha: float = 16.0, dropout: float = 0.05, gate: Gate | None = None,
@@ -288,7 +451,10 @@ class MoELoRALinear(nn.Module):
         self.router = nn.Linear(self.in_features, n_experts, bias=False, **kw)
         n_a = 1 if self.shared_a else n_experts
         self.lora_A = nn.Parameter(torch.empty(n_a, rank, self.in_features, **kw))
-        self.lora_B = nn.Parameter(torch.zeros(n_experts, self.out_features, rank, **kw))
+        # stored as (N, r, O): B_stack^T, which the forward multiplies by, is then a view (no
+        # copy per forward) and the gradient of that view has lora_B's layout (no copy back)
+        self.lora_B = nn.Parameter(torch.zeros(n_experts, rank, self.out_features,
+                                               **kw).transpose(1, 2))
         self.dropout = nn.Dropout(dropout)
         bound = 1.0 / math.sqrt(self.in_features)  # nn.Linear / peft kaiming_uniform(a=sqrt(5))
         inits = [self.router.weight, self.lora_A]
@@ -309,6 +475,8 @@ class MoELoRALinear(nn.Module):
         self._aux_args: tuple[Any, ...] | None = None   # its inputs, evaluated on first read
         self._gram: tuple[tuple[Any, ...], Tensor] | None = None
         self._cache: dict[str, tuple[tuple[Any, ...], Tensor]] = {}
+        self._fast_aux: tuple[Tensor, Tensor, Tensor, Tensor | None] | None = None
+        self._views_cache: tuple[tuple[Any, ...], _Views] | None = None
 
     def extra_repr(self) -> str:
         return (f"in={self.in_features}, out={self.out_features}, n_experts={self.n_experts}, "
@@ -319,13 +487,17 @@ class MoELoRALinear(nn.Module):
         """This variant's auxiliary loss of the last forward (None if its input had no
         tokens; NaN if every token was masked), computed when first read: a forward whose loss
         nobody reads (inference) skips it."""
+        if self._fast_aux is not None:
+            _, probs, w, mask = self._fast_aux
+            self._aux_args = (probs, w > 0, _valid(mask, probs.device), None)
+            self._fast_aux = None
         if self._aux_args is not None:
             self._aux_value, self._aux_args = self._aux_loss(*self._aux_args), None
         return self._aux_value
 
     @_aux.setter
     def _aux(self, value: Tensor | None) -> None:
-        self._aux_value, self._aux_args = value, None
+        self._aux_value, self._aux_args, self._fast_aux = value, None, None
 
     def _derived(self, name: str, params: tuple[Tensor, ...], make: Any) -> Tensor:
         """``make()``, a tensor derived from ``params``; cached until one of them changes
@@ -359,6 +531,41 @@ class MoELoRALinear(nn.Module):
         return self._derived("router_a", (self.router.weight, self.lora_A), lambda: torch.cat(
             [self.router.weight, self.lora_A.reshape(-1, self.in_features)]))
 
+    def _views(self) -> _Views:
+        """The matrices :class:`_TopKStep` multiplies by, as views of the parameters, made once
+        while the parameters keep their storage (an optimiser updates them in place)."""
+        base = self.base_layer
+        params = (base.weight, base.bias, self.router.weight, self.lora_A, self.lora_B)
+        key = tuple(None if p is None else (p.data_ptr(), p.stride(), p.dtype) for p in params)
+        if self._views_cache is not None and self._views_cache[0] == key:
+            return self._views_cache[1]
+        N, r = self.n_experts, self.rank
+        with torch.no_grad():
+            a = self.lora_A.detach().reshape(N * r, self.in_features)    # (N*r, E)
+            b_rows = self.lora_B.detach().transpose(1, 2).reshape(N * r, self.out_features)
+            w, router = base.weight.detach(), self.router.weight.detach()
+            views = _Views(w, w.t(), None if base.bias is None else base.bias.detach(), router,
+                           router.t(), a, a.t(), b_rows, b_rows.t(),
+                           *_expert_columns(N, r, a.dtype, a.device))
+        aliased = (a.data_ptr() == self.lora_A.data_ptr()
+                   and b_rows.data_ptr() == self.lora_B.data_ptr())
+        self._views_cache = (key, views) if aliased else None   # copies: remade per call
+        return views
+
+    def _fast(self, x: Tensor) -> bool:
+        """Whether this forward takes :class:`_TopKStep`: a training forward of the common
+        layer (moe-lora/mixlora, TopK gate, plain frozen nn.Linear base, no statistics)."""
+        base = self.base_layer
+        return (self.fast_path and torch.is_grad_enabled() and not self.record
+                and type(self.gate) is TopK and type(base) is nn.Linear
+                and VARIANTS[self.variant] == Variant()
+                and x.dtype in (torch.float32, torch.float64)
+                and not base.weight.requires_grad
+                and (base.bias is None or not base.bias.requires_grad)
+                and round(self.dropout.p * 65536) < 65536
+                and (x.requires_grad or self.lora_A.requires_grad or self.lora_B.requires_grad
+                     or self.router.weight.requires_grad))
+
     @torch.no_grad()
     def gram(self, dtype: torch.dtype) -> Tensor:
         """``B_stack^T B_stack`` (N*r, N*r), cached until ``lora_B`` changes (in-place updates
@@ -371,17 +578,28 @@ class MoELoRALinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
+        if self.token_mask is not None and self.token_mask.shape != lead:
+            raise ValueError(f"token mask of shape {tuple(self.token_mask.shape)} does not "
+                             f"match this input's {tuple(lead)}: call set_token_mask(model, "
+                             "mask) with the current batch's mask, or None")
+        if not self._fast(x):
+            return self._forward_reference(x)
+        h = x.reshape(-1, self.in_features)                               # (T, E)
+        keep = _keep_mask(h, self.dropout.p) if self.dropout.training else None
+        y, logits, probs, w = _TopKStep.apply(h, self.lora_A, self.lora_B, self.router.weight,
+                                              self, keep)
+        self._aux_args, self._fast_aux = None, (logits, probs, w, self.token_mask)
+        self.last_stats = None
+        return y.view(*lead, self.out_features)
+
+    def _forward_reference(self, x: Tensor) -> Tensor:
+        """The layer's forward in plain autograd ops, for every gate, variant and mode."""
+        lead = x.shape[:-1]
         N, r, E, O = self.n_experts, self.rank, self.in_features, self.out_features
         h = x.reshape(-1, E)                                              # (T, E)
         T = h.shape[0]
         cdt = torch.promote_types(x.dtype, torch.float32)   # routing maths in >= float32
-        valid = None
-        if self.token_mask is not None:
-            if self.token_mask.shape != lead:
-                raise ValueError(f"token mask of shape {tuple(self.token_mask.shape)} does not "
-                                 f"match this input's {tuple(lead)}: call set_token_mask(model, "
-                                 "mask) with the current batch's mask, or None")
-            valid = self.token_mask.to(x.device).reshape(-1)              # (T,)
+        valid = None if self.token_mask is None else _valid(self.token_mask, x.device)
         base = self.base_layer
         if type(base) is nn.Linear:       # (T, O), a fresh tensor: the experts add in place
             y, fresh = F.linear(h, base.weight, base.bias), True
@@ -412,7 +630,7 @@ class MoELoRALinear(nn.Module):
         y = y.addmm_(u, b_rows) if fresh else torch.addmm(y, u, b_rows)   # (T, O)
         y = y.view(*lead, O)
 
-        self._aux_args = (probs, sel.mask, valid, p_task)
+        self._aux_args, self._fast_aux = (probs, sel.mask, valid, p_task), None
         if self.record:
             with torch.no_grad():
                 d = sel.disagreement
@@ -516,6 +734,11 @@ class FlyLoRALinear(nn.Module):
         idx = z.abs().topk(self.top_k, dim=-1).indices                    # (*, k) active ranks
         u = torch.zeros_like(z).scatter(-1, idx, z.gather(-1, idx))       # (*, R)
         return y + self.scaling * F.linear(u, self.lora_B)
+
+
+def _valid(mask: Tensor | None, device: torch.device) -> Tensor | None:
+    """A (B, L) token mask as the (T,) bool vector of a layer's flattened tokens."""
+    return None if mask is None else mask.to(device).reshape(-1)
 
 
 def _token_mean(x: Tensor, valid: Tensor | None) -> Tensor:
@@ -727,11 +950,28 @@ def load_balance_loss(model: nn.Module) -> Tensor:
     and HMoRA use their own (``MoELoRALinear._aux_loss``).
     """
     layers = _layers_or_raise(model, "load_balance_loss")
+    fused = _switch_fused(layers)
+    if fused is not None:
+        return fused
     terms = [layer._aux for layer in layers if layer._aux is not None]
     if not terms:
         raise ValueError("load_balance_loss: no forward has run since injection (or its input "
                          "had no tokens); run a forward first")
     return torch.stack(terms).mean()
+
+
+def _switch_fused(layers: list[MoELoRALinear]) -> Tensor | None:
+    """The mean Switch loss of layers whose last forward took :class:`_TopKStep` on one batch
+    (:class:`_SwitchLoss`; None if they did not)."""
+    pending = [layer._fast_aux for layer in layers]
+    first = pending[0]
+    if first is None or any(a is None or a[1].shape != first[1].shape or a[3] is not first[3]
+                            for a in pending):
+        return None
+    probs = torch.cat([a[1].detach() for a in pending], 1)               # (T, L*N)
+    w = torch.cat([a[2] for a in pending], 1)                            # (T, L*N)
+    return _SwitchLoss.apply(probs, w, _valid(first[3], probs.device), len(layers),
+                             *(a[0] for a in pending))
 
 
 def trainable_parameters(model: nn.Module) -> int:

@@ -1,0 +1,112 @@
+"""The hand-written training step (`baselines.moe._TopKStep`) against the autograd reference."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from baselines.gates import Care, NucleusOnly, RandomK, TopK
+from baselines.moe import (
+    MoELoRAConfig,
+    inject,
+    load_balance_loss,
+    moe_layers,
+    record_stats,
+    set_gate,
+    set_token_mask,
+)
+from tests.test_moe import batch, randomize, tiny_bert, tiny_llama
+
+
+def _step(model, fast: bool, b: dict, *, lb: bool = True, dtype=torch.float64):
+    """Loss and gradients of one training step, fast path or reference, same dropout draws."""
+    for layer in moe_layers(model):
+        layer.fast_path = fast
+    model.zero_grad(set_to_none=True)
+    set_token_mask(model, b["attention_mask"].bool())
+    torch.manual_seed(7)
+    out = model(**b).last_hidden_state
+    proj = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    loss = (out * proj).mean() + (0.01 * load_balance_loss(model) if lb else 0.0)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads
+
+
+@pytest.mark.parametrize("variant", ["moe-lora", "mixlora"])
+@pytest.mark.parametrize("make", [tiny_llama, tiny_bert])
+@pytest.mark.parametrize("lb", [True, False])
+def test_fast_step_equals_reference(variant: str, make, lb: bool) -> None:
+    """Float64: the loss equal to 1e-12 relative, every gradient to 1e-9 relative or 1e-12 of
+    the largest gradient of the model (rounding only: the fast path folds the dropout scale
+    into the mixture weights and sums in another order). The loss is a fixed random
+    projection of the states (mean(h^2) is flat behind BERT's LayerNorm)."""
+    model = inject(make(), MoELoRAConfig(n_experts=6, rank=3, top_k=2, dropout=0.2,
+                                         variant=variant)).double().train()
+    randomize(model, seed=1)
+    b = batch()
+    fast, ref = _step(model, True, b, lb=lb), _step(model, False, b, lb=lb)
+    torch.testing.assert_close(fast[0], ref[0], rtol=1e-12, atol=0)
+    assert fast[1].keys() == ref[1].keys() and len(ref[1]) == 3 * len(moe_layers(model))
+    scale = max(float(g.abs().max()) for g in ref[1].values())
+    for name, g in ref[1].items():
+        torch.testing.assert_close(fast[1][name], g, rtol=1e-9, atol=1e-12 * scale, msg=name)
+
+
+def test_fast_step_only_where_it_applies() -> None:
+    """Other gates, statistics, eval and no-grad forwards take the reference path; the fast
+    path's gradient of lora_B lands in lora_B's layout (no copy)."""
+    model = inject(tiny_llama(), MoELoRAConfig(n_experts=4, rank=2, top_k=2)).train()
+    layer = moe_layers(model)[0]
+    assert layer._fast(torch.zeros(2, 32))
+    set_gate(model, Care(0.5, k_max=4))
+    assert not layer._fast(torch.zeros(2, 32))
+    set_gate(model, TopK(2))
+    record_stats(model, True)
+    assert not layer._fast(torch.zeros(2, 32))
+    record_stats(model, False)
+    with torch.no_grad():
+        assert not layer._fast(torch.zeros(2, 32))
+    assert layer.lora_B.shape == (4, layer.out_features, 2)
+    model(**batch()).last_hidden_state.pow(2).mean().backward()
+    assert layer.lora_B.grad.stride() == layer.lora_B.stride()
+
+
+def _syncs(fn) -> int:
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        fn()
+    names = ("aten::_local_scalar_dense", "aten::nonzero", "aten::item", "aten::equal")
+    return sum(e.name in names for e in p.events())
+
+
+@pytest.mark.parametrize("gate", [Care(0.5), NucleusOnly(0.5), RandomK((0.5, 0.5)), TopK(2)])
+def test_gates_no_host_sync(gate) -> None:
+    """A gate's select reads nothing back to the host (Care compared k with torch.equal)."""
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(20, 6, generator=g), -1)
+    d = lambda m: torch.rand(m.shape[0], generator=g)  # noqa: E731
+    assert _syncs(lambda: gate.select(probs, d)) == 0
+
+
+def test_care_mask_unchanged_without_equal() -> None:
+    """The admitted set is the top-k of the clipped k, as with the old torch.equal branch."""
+    g = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(50, 8, generator=g) * 2, -1)
+    d = torch.rand(50, generator=g)
+    for gate in (Care(0.7, k_max=3), Care(0.7), NucleusOnly(0.9, k_max=2), NucleusOnly(0.9)):
+        sel = gate.select(probs, lambda m: d)
+        assert torch.equal(sel.mask.sum(-1), sel.k)
+        order = probs.argsort(-1, descending=True)
+        ranks = torch.empty_like(order).scatter_(-1, order, torch.arange(8).expand(50, 8))
+        assert torch.equal(sel.mask, ranks < sel.k[:, None])
+
+
+def test_random_k_accelerator_draws() -> None:
+    """The accelerator draw (inverse CDF with a generator of the device; run here on the CPU)
+    follows the histogram and is reproducible from the seed."""
+    cpu = torch.device("cpu")
+    ks = [RandomK((0.2, 0.0, 0.8), seed=4)._draw_inverse_cdf(20000, cpu) for _ in range(2)]
+    assert torch.equal(ks[0], ks[1]) and ks[0].dtype == torch.int64
+    freq = torch.bincount(ks[0], minlength=4)[1:].double() / ks[0].numel()
+    torch.testing.assert_close(freq, torch.tensor([0.2, 0.0, 0.8], dtype=torch.float64),
+                               atol=0.01, rtol=0)
