@@ -350,15 +350,24 @@ def bench_cost(config: Any, suffix: str = "", reps: int = COST_REPS) -> Iterator
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::item", "aten::equal")
 
 
-def _op_counts(fn: Any) -> tuple[int, dict[str, int]]:
-    """Leaf ``aten::`` ops (profiler events without children) of ``fn()``, and its
-    :data:`SYNC_OPS` by name (leaf or not: ``nonzero`` has children in deterministic mode)."""
+#: leaf ops that only make a view or check a flag: no kernel runs for them on a device
+METADATA_OPS = frozenset(f"aten::{n}" for n in (
+    "resolve_conj", "resolve_neg", "view", "_unsafe_view", "as_strided", "alias", "detach",
+    "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "select", "slice",
+    "reshape", "lift_fresh", "empty", "empty_strided"))
+
+
+def _op_counts(fn: Any) -> tuple[int, int, dict[str, int]]:
+    """Leaf ``aten::`` ops (profiler events without children) of ``fn()``, those of them that
+    are not `METADATA_OPS`, and its :data:`SYNC_OPS` by name (leaf or not: ``nonzero`` has
+    children in deterministic mode)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as p:
         fn()
     ev = [e for e in p.events() if e.name.startswith("aten::")]
-    return (sum(not e.cpu_children for e in ev),
+    leaves = [e for e in ev if not e.cpu_children]
+    return (len(leaves), sum(e.name not in METADATA_OPS for e in leaves),
             {s.removeprefix("aten::"): sum(e.name == s for e in ev) for s in SYNC_OPS})
 
 
@@ -398,10 +407,10 @@ def bench_train_step_ops(batch: tuple[int, int] = (4, 32)) -> dict[str, Any]:
         return f
 
     with deterministic_training():
-        total, syncs = {}, {}
+        total, kernels, syncs = {}, {}, {}
         for name, fn in (("moe", step(moe, True)), ("plain", step(plain, False))):
             fn()                                                          # warm-up
-            total[name], syncs[name] = _op_counts(fn)
+            total[name], kernels[name], syncs[name] = _op_counts(fn)
 
     def forward(m: Any) -> Any:
         def f() -> None:
@@ -416,12 +425,14 @@ def bench_train_step_ops(batch: tuple[int, int] = (4, 32)) -> dict[str, Any]:
     record_stats(moe, True)
     for name, fn in (("moe_pass", forward(moe)), ("plain_pass", forward(plain))):
         fn()
-        total[name], syncs[name] = _op_counts(fn)
+        total[name], kernels[name], syncs[name] = _op_counts(fn)
     return {"name": "moe_train_step_ops", "model": "tiny-llama", "batch": list(batch),
             "moe_layers": len(moe_layers(moe)), "n_experts": config.n_experts,
             "rank": config.rank, "moe_leaf_ops": total["moe"], "plain_leaf_ops": total["plain"],
             "moe_leaf_ops_per_layer": round((total["moe"] - total["plain"])
                                             / len(moe_layers(moe)), 1),
+            "moe_kernel_ops_per_layer": round((kernels["moe"] - kernels["plain"])
+                                              / len(moe_layers(moe)), 1),
             "moe_syncs": syncs["moe"], "plain_syncs": syncs["plain"],
             "ratio": round(total["moe"] / total["plain"], 3),
             "target_ops_per_layer": "<= 40",
