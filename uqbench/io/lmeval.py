@@ -38,7 +38,8 @@ import json
 import math
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from uqbench.core.errors import ConfigError, UserError
-from uqbench.core.outputs import Outputs
+from uqbench.core.outputs import PAD_LOGIT, Outputs
 from uqbench.core.plan import DET, GateSpec, ModelSpec, Pair
 from uqbench.io.recordset import RecordSet
 from uqbench.results.references import ReferenceInputs
@@ -107,8 +108,9 @@ class TaskSamples:
     path: Path
     doc_ids: list[int]
     labels: np.ndarray  # (N,)
-    lls: np.ndarray  # (N, C) log-likelihoods
-    lengths: dict[str, np.ndarray]  # "chars"/"bytes" -> (N, C) choice lengths
+    lls: np.ndarray  # (N, C) log-likelihoods, `PAD_LOGIT` beyond a question's own count
+    n_choices: np.ndarray  # (N,) each question's own number of choices
+    lengths: dict[str, np.ndarray]  # "chars"/"bytes" -> (N, C) choice lengths, 1 beyond it
     lm_eval_metrics: dict[str, np.ndarray]  # lm-eval's own per-example acc/acc_norm/acc_bytes
     content_hash: str
     multiple_input: bool = False  # one context per choice, one shared continuation
@@ -170,12 +172,26 @@ def _parse_line(path: Path, line: int, d: Mapping[str, Any], delim: str
     if not all(math.isfinite(x) for x in lls):
         raise _fail(path, line, f"non-finite log-likelihood(s) {lls} (doc_id {d['doc_id']})",
                     "the model produced NaN/inf: check its dtype and weights, and rerun lm-eval")
+    if min(lls) <= PAD_LOGIT:
+        raise _fail(path, line, f"a log-likelihood {min(lls):g} at or below {PAD_LOGIT:g}, the "
+                    "logit uqbench gives an absent choice", "check the model's outputs")
     args = d["arguments"]
     pairs = [(args[f"gen_args_{i}"]["arg_0"], args[f"gen_args_{i}"]["arg_1"])
              for i in range(len(args))] if isinstance(args, dict) else []
     if len(pairs) != len(lls):
         raise _fail(path, line, f"{len(pairs)} arguments for {len(lls)} responses",
                     "give the samples file lm-eval wrote")
+    half = len(pairs) // 2
+    if "acc_mutual_info" in d or (len(pairs) % 2 == 0 and half and all(
+            c == "" for c, _ in pairs[half:]) and any(c for c, _ in pairs[:half])):
+        raise _fail(path, line, f"a task scored with acc_mutual_info: its {len(lls)} "
+                    f"log-likelihoods are {half} conditional ones and {half} unconditional "
+                    "ones (empty context), not one per choice",
+                    "uqbench reads one log-likelihood per choice: drop acc_mutual_info from the "
+                    "task's metric_list and rerun lm-eval")
+    if len(lls) < 2:
+        raise _fail(path, line, f"{len(lls)} choice (doc_id {d['doc_id']}): nothing to choose "
+                    "between", "give a multiple-choice task with at least 2 choices per question")
     metrics: dict[str, float] = {}
     for k in NORMALIZE.values():
         if k in d:
@@ -232,58 +248,88 @@ def _verify(ts: TaskSamples, lines: np.ndarray, delim: str) -> None:
                     f"uqbench refuses labels it cannot verify; likely cause: {cause}")
 
 
-def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
-    """Read and validate one samples file (every line before anything is returned), its labels
-    verified against lm-eval's own per-sample metrics (the module docstring)."""
-    rows, seen = [], {}
+def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, sample) of each non-empty line, read line by line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        f = path.open(encoding="utf-8")
     except OSError as exc:
         raise _fail(path, None, f"cannot be read ({exc})", "check the path") from None
-    for i, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            d = json.loads(raw)
-        except ValueError as exc:
-            raise _fail(path, i, f"not JSON ({exc})", "the file is truncated or not a samples "
-                        "file") from None
-        doc_id, label, lls, choices, h, multi, metrics = _parse_line(path, i, d, delim)
-        if doc_id in seen:
-            raise _fail(path, i, f"doc_id {doc_id} also on line {seen[doc_id]}",
-                        "give one samples file per task and run (lm-eval appends to an existing "
-                        "file when a run is repeated with the same output path and date)")
-        seen[doc_id] = i
-        if rows and len(lls) != len(rows[0][2]):
-            raise _fail(path, i, f"{len(lls)} choices where line {rows[0][5]} has "
-                        f"{len(rows[0][2])}", "uqbench needs the same number of choices for "
-                        "every question of a task; split the task by choice count")
-        if rows and multi != rows[0][7]:
+    with f:
+        for i, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                yield i, json.loads(raw)
+            except ValueError as exc:
+                raise _fail(path, i, f"not JSON ({exc})", "the file is truncated or not a "
+                            "samples file") from None
+
+
+def _padded(flat: array[float], n_choices: np.ndarray, fill: float) -> np.ndarray:
+    """The per-question values of ``flat`` (questions one after another) as (N, max C), each
+    row padded with ``fill`` beyond its own choice count."""
+    out = np.full((len(n_choices), int(n_choices.max())), fill)
+    out[np.arange(out.shape[1]) < n_choices[:, None]] = np.frombuffer(flat, dtype=np.float64)
+    return out
+
+
+def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
+    """Read and validate one samples file, line by line (every line before anything is
+    returned), its labels verified against lm-eval's own per-sample metrics (the module
+    docstring). Questions may have different numbers of choices: each row is padded with
+    `PAD_LOGIT` (probability 0) beyond its own count, ``n_choices``."""
+    doc_ids, labels, lines, n_choices = (array("q") for _ in range(4))
+    lls, chars, nbytes = array("d"), array("d"), array("d")
+    metrics = {k: array("d") for k in NORMALIZE.values()}
+    content = hashlib.sha256(b"[")  # of json.dumps([[doc_id, label, doc hash], ...])
+    first: tuple[int, bool] | None = None  # the first sample's line and multiple_input
+    for i, d in _samples(path):
+        doc_id, label, ll, choices, h, multi, logged = _parse_line(path, i, d, delim)
+        if first is None:
+            first = (i, multi)
+        elif multi != first[1]:
             raise _fail(path, i, f"{'one context per choice' if multi else 'one context'} where "
-                        f"line {rows[0][5]} has {'one context' if multi else 'one per choice'}",
+                        f"line {first[0]} has {'one context' if multi else 'one per choice'}",
                         "give the samples file of one task as lm-eval wrote it")
-        rows.append((doc_id, label, lls, choices, h, i, metrics, multi))
-    if not rows:
+        if "" in choices:
+            raise _fail(path, i, "an empty choice text", "length normalisation divides by it; "
+                        "use --normalize none")
+        content.update(((", " if len(doc_ids) else "") + json.dumps([doc_id, label, h])).encode())
+        doc_ids.append(doc_id)
+        labels.append(label)
+        lines.append(i)
+        n_choices.append(len(ll))
+        lls.extend(ll)
+        chars.extend(len(c) for c in choices)
+        nbytes.extend(len(c.encode()) for c in choices)
+        for k, v in metrics.items():
+            v.append(logged.get(k, math.nan))
+    if first is None:
         raise _fail(path, None, "holds no samples", "rerun lm-eval with --log_samples")
-    lengths = {"chars": np.array([[len(c) for c in r[3]] for r in rows], dtype=np.float64),
-               "bytes": np.array([[len(c.encode()) for c in r[3]] for r in rows],
-                                 dtype=np.float64)}
-    if (lengths["chars"] == 0).any():
-        bad = rows[int(np.argwhere(lengths["chars"] == 0)[0, 0])][5]
-        raise _fail(path, bad, "an empty choice text", "length normalisation divides by it; "
-                    "use --normalize none")
-    metrics = {k: np.array([r[6].get(k, np.nan) for r in rows]) for k in NORMALIZE.values()}
-    logged = {k: v for k, v in metrics.items() if np.isfinite(v).all()}
-    multi = rows[0][7]
+    content.update(b"]")
+    ids = np.frombuffer(doc_ids, dtype=np.int64)
+    at = np.frombuffer(lines, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    dup = np.flatnonzero(ids[order][1:] == ids[order][:-1])
+    if len(dup):  # the earliest line that repeats a doc_id
+        j = min(dup, key=lambda j: at[order[j + 1]])
+        raise _fail(path, int(at[order[j + 1]]), f"doc_id {ids[order[j]]} also on line "
+                    f"{at[order[j]]}", "give one samples file per task and run (lm-eval appends "
+                    "to an existing file when a run is repeated with the same output path and "
+                    "date)")
+    n = np.frombuffer(n_choices, dtype=np.int64)
+    lengths = {"chars": _padded(chars, n, 1.0), "bytes": _padded(nbytes, n, 1.0)}
+    logged = {k: a for k, v in metrics.items() if np.isfinite(a := np.frombuffer(v)).all()}
+    multi = first[1]
     # a multiple_input task's acc_norm/acc_bytes divide by its contexts' lengths (doc_to_choice),
     # which the samples do not hold: the contexts logged include the few-shot prefix
     unverifiable = tuple(k for k in logged if multi and k != "acc")
-    h = hashlib.sha256(json.dumps([(r[0], r[1], r[4]) for r in rows]).encode()).hexdigest()
-    ts = TaskSamples(task, path, [r[0] for r in rows], np.array([r[1] for r in rows]),
-                     np.array([r[2] for r in rows], dtype=np.float64), lengths, logged, h[:16],
-                     multi, tuple(k for k in logged if k not in unverifiable
-                                  and not (multi and k == "acc")), unverifiable)
-    _verify(ts, np.array([r[5] for r in rows]), delim)
+    ts = TaskSamples(task, path, ids.tolist(), np.frombuffer(labels, dtype=np.int64).copy(),
+                     _padded(lls, n, PAD_LOGIT), n.copy(), lengths, logged,
+                     content.hexdigest()[:16], multi,
+                     tuple(k for k in logged if k not in unverifiable
+                           and not (multi and k == "acc")), unverifiable)
+    _verify(ts, at, delim)
     return ts
 
 
@@ -363,7 +409,9 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
     main = read[0]
     for s, r in zip(srcs[1:], read[1:]):
         for t in tasks:
-            if r[t].doc_ids != main[t].doc_ids or not np.array_equal(r[t].labels, main[t].labels):
+            if r[t].doc_ids != main[t].doc_ids or not np.array_equal(r[t].labels, main[t].labels
+                                                                     ) or not np.array_equal(
+                    r[t].n_choices, main[t].n_choices):
                 raise UserError(f"member {s.samples[t]} has other questions than "
                                 f"{srcs[0].samples[t]} for task {t!r}: members must be runs of "
                                 "the same tasks with the same --limit")
@@ -382,9 +430,6 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
                        domain=np.array([dom] * len(rows)), member_logits=members_)
 
     for d in domains:
-        for t in (d.id, d.shift, d.calib):
-            if t is not None and main[t].lls.shape[1] < 2:
-                raise UserError(f"{main[t].path}: task {t!r} has one choice per question")
         n_id = len(main[d.id].doc_ids)
         if d.calib is None:
             perm = np.random.default_rng(seed).permutation(n_id)
@@ -404,7 +449,7 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
         for role, (task, rows) in parts.items():
             split = f"{d.name}/{role}"
             outputs[pair_name, split, 0] = record(task, rows, d.name)
-            n_choices[split] = np.full(len(rows), main[task].lls.shape[1])
+            n_choices[split] = main[task].n_choices[rows]
             hashes[split] = hashlib.sha256(
                 f"{main[task].content_hash}:{','.join(map(str, rows))}".encode()).hexdigest()[:16]
     fields = DET | ({"member_logits"} if members else set())
