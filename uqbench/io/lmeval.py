@@ -341,45 +341,65 @@ class Source:
     samples: dict[str, Path]
     model: str | None  # model name/args from the results JSON; None without one
     delimiters: dict[str, str]
+    other_runs: dict[str, list[str]]  # task -> the timestamps of its runs not chosen
 
 
-def find_source(root: Path, tasks: Sequence[str]) -> Source:
+def _timestamp(path: Path, task: str) -> str:
+    """The run's date of ``samples_<task>_<date>.jsonl`` (lm-eval's ``date_id``, which its
+    ``results_<date>.json`` shares; ISO order is time order)."""
+    return path.stem[len(f"samples_{task}_"):]
+
+
+def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> Source:
     """The samples file of each task under ``root`` (searched recursively) and the results JSON
-    beside them. Several runs' files for one task in one folder are an error (which one?)."""
+    of its run. Where a folder holds several runs of a task (``--output_path`` accumulates
+    them), the newest, or the one whose date starts with one of ``runs`` (``--run``)."""
     if not root.exists():
         raise UserError(f"{root} not found: give the --output_path folder of an lm-eval run "
                         "(made with --log_samples)")
     samples: dict[str, Path] = {}
+    others: dict[str, list[str]] = {}
     for task in tasks:
         name = re.compile(rf"samples_{re.escape(task)}_\d{{4}}-\d\d-\d\dT.*\.jsonl")
-        found = sorted(p for p in root.rglob(f"samples_{task}_*.jsonl") if name.fullmatch(p.name))
+        found = sorted((p for p in root.rglob(f"samples_{task}_*.jsonl")
+                        if name.fullmatch(p.name)), key=lambda p: _timestamp(p, task))
         if not found:
             raise UserError(f"no samples_{task}_*.jsonl under {root}: run lm-eval on task "
                             f"{task!r} with --log_samples --output_path {root}")
-        if len(found) > 1:
-            raise UserError(f"{len(found)} samples files of task {task!r} under {root} "
-                            f"({', '.join(str(p.relative_to(root)) for p in found)}): keep one run's files per "
-                            "folder, or point at the model's subfolder")
-        samples[task] = found[0]
+        if len({p.parent for p in found}) > 1:
+            raise UserError(f"samples files of task {task!r} in several folders under {root} ("
+                            f"{', '.join(str(p.relative_to(root)) for p in found)}): lm-eval "
+                            "writes one folder per model; point at the model's subfolder")
+        stamps = [_timestamp(p, task) for p in found]
+        chosen = [p for p, t in zip(found, stamps) if any(t.startswith(r) for r in runs)] \
+            if runs else found[-1:]
+        if len(chosen) != 1:
+            raise UserError(f"--run {' '.join(runs)} matches {len(chosen)} of the runs of task "
+                            f"{task!r} under {root} ({', '.join(stamps)}); give one of these "
+                            "dates (or its start)")
+        samples[task] = chosen[0]
+        others[task] = [t for t in stamps if t != _timestamp(chosen[0], task)]
     models: dict[str, str] = {}  # task -> the model its results file names
     delims: dict[str, str] = {}
     for task, path in samples.items():
-        for r in sorted(path.parent.glob("results_*.json")):
-            try:
-                doc = json.loads(r.read_text())
-            except (OSError, ValueError) as exc:
-                raise UserError(f"{r}: unreadable results file ({exc})") from None
-            conf = (doc.get("configs") or {}).get(task)
-            if conf is None:
-                continue
-            delims[task] = conf.get("target_delimiter", " ")
-            models[task] = str(doc.get("model_name") or doc.get("config", {}).get("model_args"))
+        r = path.parent / f"results_{_timestamp(path, task)}.json"
+        if not r.is_file():
+            continue
+        try:
+            doc = json.loads(r.read_text())
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{r}: unreadable results file ({exc})") from None
+        conf = (doc.get("configs") or {}).get(task)
+        if conf is None:
+            continue
+        delims[task] = conf.get("target_delimiter", " ")
+        models[task] = str(doc.get("model_name") or doc.get("config", {}).get("model_args"))
     if len(set(models.values())) > 1:
         raise UserError("the samples files come from different models: " + "; ".join(
             f"{samples[t]} from {m!r}" for t, m in models.items()) + "; a domain's ID and "
             "shifted tasks must be scored from one model's run (give other models as members "
             "or separate runs)")
-    return Source(root, samples, next(iter(models.values()), None), delims)
+    return Source(root, samples, next(iter(models.values()), None), delims, others)
 
 
 def _slug(name: str) -> str:
@@ -390,8 +410,10 @@ def _slug(name: str) -> str:
 
 def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequence[Path] = (),
                 normalize: str = "chars", calib_fraction: float = 0.2, seed: int = 0,
-                model_name: str | None = None) -> RecordSet:
-    """The `RecordSet` of an lm-eval run's samples (see the module docstring)."""
+                model_name: str | None = None, runs: Sequence[str] = ()) -> RecordSet:
+    """The `RecordSet` of an lm-eval run's samples (see the module docstring); ``runs``:
+    the dates (or their starts) of the source's runs to read where its folder holds several
+    (default: each task's newest; members: always their newest)."""
     if normalize not in NORMALIZE:
         raise ConfigError(f"--normalize {normalize!r}; valid: {', '.join(NORMALIZE)}")
     if not domains:
@@ -403,7 +425,15 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
         raise ConfigError(f"--calib-fraction {calib_fraction}: give a fraction in (0, 1) of the "
                           "ID questions to hold out for recalibration")
     tasks = list(dict.fromkeys(t for d in domains for t in (d.id, d.shift, d.calib) if t))
-    srcs = [find_source(Path(p), tasks) for p in (source, *members)]
+    srcs = [find_source(Path(p), tasks, runs if not k else ()) for k, p in
+            enumerate((source, *members))]
+    for src in srcs:
+        for t, other in src.other_runs.items():
+            if other:
+                how = "--run" if runs and src is srcs[0] else "the newest"
+                print(f"{t}: {len(other) + 1} runs under {src.root}; reading "
+                      f"{src.samples[t].name} ({how}; others: {', '.join(other)}; choose with "
+                      "--run DATE)", flush=True)
     read = [{t: read_task(s.samples[t], t, s.delimiters.get(t, " ")) for t in tasks}
             for s in srcs]
     main = read[0]
@@ -465,6 +495,7 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
         "source": "lm-evaluation-harness samples",
         "lmeval": {
             "files": {t: str(p) for t, p in srcs[0].samples.items()},
+            "runs_not_read": {t: o for t, o in srcs[0].other_runs.items() if o},
             "members": [{t: str(p) for t, p in s.samples.items()} for s in srcs[1:]],
             "model": srcs[0].model, "member_models": [s.model for s in srcs[1:]],
             "normalize": normalize, "metric": NORMALIZE[normalize],
