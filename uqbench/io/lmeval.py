@@ -382,18 +382,18 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
     models: dict[str, str] = {}  # task -> the model its results file names
     delims: dict[str, str] = {}
     for task, path in samples.items():
-        r = path.parent / f"results_{_timestamp(path, task)}.json"
-        if not r.is_file():
-            continue
-        try:
-            doc = json.loads(r.read_text())
-        except (OSError, ValueError) as exc:
-            raise UserError(f"{r}: unreadable results file ({exc})") from None
-        conf = (doc.get("configs") or {}).get(task)
-        if conf is None:
-            continue
-        delims[task] = conf.get("target_delimiter", " ")
-        models[task] = str(doc.get("model_name") or doc.get("config", {}).get("model_args"))
+        # the run's own results file (lm-eval names it by the same date), else any here
+        own = path.parent / f"results_{_timestamp(path, task)}.json"
+        for r in [own] if own.is_file() else sorted(path.parent.glob("results_*.json")):
+            try:
+                doc = json.loads(r.read_text())
+            except (OSError, ValueError) as exc:
+                raise UserError(f"{r}: unreadable results file ({exc})") from None
+            conf = (doc.get("configs") or {}).get(task)
+            if conf is None:
+                continue
+            delims[task] = conf.get("target_delimiter", " ")
+            models[task] = str(doc.get("model_name") or doc.get("config", {}).get("model_args"))
     if len(set(models.values())) > 1:
         raise UserError("the samples files come from different models: " + "; ".join(
             f"{samples[t]} from {m!r}" for t, m in models.items()) + "; a domain's ID and "
