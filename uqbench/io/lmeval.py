@@ -13,6 +13,10 @@ reads choice i's log-likelihood ``ll_i`` and turns it into the logit
 so that the predictive distribution is the softmax over the choices and its argmax is lm-eval's
 prediction under that normalisation. (lm-eval's samples carry no token counts, so there is no
 per-token normalisation.) The label is ``target``; an example's id is ``<task>/<doc_id>``.
+Questions of a task may have different numbers of choices (MMLU-Pro: 3 to 10): each row is
+padded with `PAD_LOGIT` (probability exactly 0) beyond its own count, which the splits'
+``n_choices`` record. Files are read line by line; a task scored with ``acc_mutual_info`` (its
+samples hold an unconditional log-likelihood per choice besides the conditional one) is refused.
 
 Labels are verified, never guessed. Each per-sample metric lm-eval logged (``acc``,
 ``acc_norm``, ``acc_bytes``) is recomputed from the log-likelihoods and the label exactly as
@@ -28,7 +32,8 @@ A *domain* pairs an ID task with a shifted task, and optionally a calibration ta
 a seeded fraction of the ID questions is held out as the calib split (disjoint from the ID test
 part; their doc ids are recorded in ``run.json``). Files of the same tasks from other models or
 seeds (``members``) become ``member_logits`` (member 0 is the main source), for the ensemble
-scorers. Anything malformed is a `UserError` naming the file, the line and the fix, raised before
+scorers. A folder holding several runs of a task (``--output_path`` accumulates them) gives its
+newest, or the one ``runs`` (``--run``) names, and each run's own results file its model. Anything malformed is a `UserError` naming the file, the line and the fix, raised before
 any output is written.
 """
 from __future__ import annotations
