@@ -443,7 +443,7 @@ def test_several_runs_in_one_folder_read_the_newest_or_the_chosen_one(tmp_path, 
     assert meta["labels"]["arc_easy_local"]["samples"] == 8
     assert cli.main(["score", str(tmp_path / "lm"), "--out", str(tmp_path / "none"),
                      "--run", "2025", *domain]) == 2
-    assert f"--run 2025 matches 0 of the runs of task 'arc_easy_local'" in capsys.readouterr().err
+    assert "--run 2025 matches 0 of the runs of task 'arc_easy_local'" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
 
 
