@@ -7,11 +7,12 @@ The fixture ``lmeval_run`` (tests/conftest.py) runs it once per session. The sma
 
     UQBENCH_DATA=... python -m tests.lmeval     # rewrites tests/data/lmeval/
 
-which runs lm-eval three times (the two multiple-choice tasks at ``--limit 8``, the
-generate_until task at ``--limit 2``, the multiple_input task at ``--limit 8``) and copies the
-files into ``mc/``, ``gen/`` and ``mi/`` with every machine path replaced (`sanitise`) and the
+which runs lm-eval four times (the two multiple-choice tasks at ``--limit 8``, the
+generate_until task at ``--limit 2``, the multiple_input task at ``--limit 8``, the task of 3 to
+10 choices at ``--limit 16``) and copies the files into ``mc/``, ``gen/``, ``mi/`` and ``vc/``
+with every machine path replaced (`sanitise`) and the
 results' ``pretty_env_info`` (torch's description of the machine: kernel, CPU) left out;
-``python -m tests.lmeval mi`` rewrites ``mi/`` only.
+``python -m tests.lmeval vc`` rewrites ``vc/`` only.
 """
 from __future__ import annotations
 
@@ -36,10 +37,13 @@ MC_TASKS = ("arc_easy_local", "arc_challenge_local")
 GEN_TASK = "gsm8k_local"
 #: WinoGrande as lm-eval's `winogrande`: a multiple_input task (gold index from doc_to_text)
 MI_TASK = "winogrande_local"
+#: ARC-Easy shaped as MMLU-Pro: 3 to 10 choices per question
+VC_TASK = "arc_easy_3to10_local"
 #: the tasks of the `lmeval_run` fixture's one lm-eval run
-RUN_TASKS = (*MC_TASKS, MI_TASK)
+RUN_TASKS = (*MC_TASKS, MI_TASK, VC_TASK)
 #: the committed copies: folder -> (tasks, --limit)
-PARTS = {"mc": (MC_TASKS, 8), "gen": ((GEN_TASK,), 2), "mi": ((MI_TASK,), 8)}
+PARTS = {"mc": (MC_TASKS, 8), "gen": ((GEN_TASK,), 2), "mi": ((MI_TASK,), 8),
+         "vc": ((VC_TASK,), 16)}
 #: one lm-eval run of the three multiple-choice tasks at --limit 20 on the tiny model: 20 s CPU,
 #: 30-60 s wall on 2 shared cores (most of it importing lm-eval and torch)
 LMEVAL_QUIET_S = 60.0

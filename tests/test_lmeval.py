@@ -4,6 +4,7 @@ tiny model (`lmeval_run`, slow) and the small committed copies of such a run in
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tests import lmeval
 MC = lmeval.COMMITTED / "mc"
 GEN = lmeval.COMMITTED / "gen"
 MI = lmeval.COMMITTED / "mi"
+VC = lmeval.COMMITTED / "vc"
 
 
 def read_samples(path: Path) -> list[dict]:
@@ -58,6 +60,8 @@ def test_committed_samples_match_their_results() -> None:
     assert_samples_match_results(gen, one(GEN, "results_*.json"), 2)
     mi = {lmeval.MI_TASK: one(MI, f"samples_{lmeval.MI_TASK}_*.jsonl")}
     assert_samples_match_results(mi, one(MI, "results_*.json"), 8)
+    vc = {lmeval.VC_TASK: one(VC, f"samples_{lmeval.VC_TASK}_*.jsonl")}
+    assert_samples_match_results(vc, one(VC, "results_*.json"), 16)
     assert {r["filter"] for r in read_samples(gen[lmeval.GEN_TASK])} == {
         "strict-match", "flexible-extract"}
 
@@ -86,13 +90,13 @@ def test_committed_mc_metrics_follow_lm_eval_definitions() -> None:
 
 def test_committed_files_name_no_machine_path() -> None:
     files = sorted(lmeval.COMMITTED.rglob("*.json*"))
-    assert len(files) == 7
+    assert len(files) == 9
     for f in files:
         text = f.read_text()
         for path in (tempfile.gettempdir(), str(Path.home()), str(lmeval.REPO)):
             assert path not in text, (f.name, path)
     for results in (one(MC, "results_*.json"), one(GEN, "results_*.json"),
-                    one(MI, "results_*.json")):
+                    one(MI, "results_*.json"), one(VC, "results_*.json")):
         res = json.loads(results.read_text())
         assert res["model_name"] == res["config"]["model_args"]["pretrained"] == "tiny-llama"
         assert res["pretty_env_info"] == lmeval.ENV_INFO_PLACEHOLDER
@@ -100,7 +104,8 @@ def test_committed_files_name_no_machine_path() -> None:
             assert config["dataset_kwargs"]["data_files"]["test"].startswith("${UQBENCH_DATA}/")
 
 
-@pytest.mark.parametrize("task", [*lmeval.MC_TASKS, lmeval.GEN_TASK, lmeval.MI_TASK])
+@pytest.mark.parametrize("task", [*lmeval.MC_TASKS, lmeval.GEN_TASK, lmeval.MI_TASK,
+                                  lmeval.VC_TASK])
 def test_committed_runs_used_the_example_yamls(task: str) -> None:
     """The committed files come from the YAMLs of examples/lmeval as they are now."""
     example = yaml.safe_load((lmeval.TASKS_DIR / f"{task}.yaml").read_text())
@@ -124,7 +129,7 @@ def test_render_tasks_fills_only_the_data_placeholder(tmp_path: Path) -> None:
         (data / rel).write_text("{}\n")
     out = lmeval.render_tasks(data, tmp_path / "tasks")
     rendered = {p.stem: yaml.safe_load(p.read_text()) for p in out.glob("*.yaml")}
-    assert set(rendered) == {*lmeval.MC_TASKS, lmeval.GEN_TASK, lmeval.MI_TASK}
+    assert set(rendered) == {*lmeval.MC_TASKS, lmeval.GEN_TASK, lmeval.MI_TASK, lmeval.VC_TASK}
     for task, config in rendered.items():
         assert Path(config["dataset_kwargs"]["data_files"]["test"]).is_file(), task
     # the regexes' own `$` stay as they are
@@ -318,3 +323,209 @@ def test_uqbench_score_of_a_real_multiple_input_run_equals_lm_evals_accuracy(lme
     row = next(r for r in res.rows if r["method"] == f"{rs.pairs[0].name}/msp"
                and r["domain"] == "science")
     assert row["shift_accuracy"] == reported[lmeval.MI_TASK]["acc,none"]
+
+
+# -- questions with 3 to 10 choices (MMLU-Pro-shaped) -------------------------------------------
+
+def test_committed_varying_choice_counts_are_padded_per_question_and_verified() -> None:
+    """The committed lm-eval run of ``arc_easy_3to10_local`` (3 to 10 choices): each question
+    keeps its own count, the padding is `PAD_LOGIT` (probability exactly 0), and uqbench's
+    prediction under each normalisation is lm-eval's own acc/acc_norm/acc_bytes, line for
+    line."""
+    from uqbench.core.outputs import PAD_LOGIT
+    from uqbench.core.probs import softmax
+    from uqbench.io.lmeval import read_task
+
+    path = one(VC, f"samples_{lmeval.VC_TASK}_*.jsonl")
+    rows = read_samples(path)
+    counts = [len(r["filtered_resps"]) for r in rows]
+    assert min(counts) == 3 and max(counts) == 10
+    ts = read_task(path, lmeval.VC_TASK)
+    assert ts.verified == ("acc", "acc_norm", "acc_bytes")
+    assert ts.n_choices.tolist() == counts and ts.lls.shape == (16, 10)
+    pad = np.arange(10) >= ts.n_choices[:, None]
+    assert (ts.lls[pad] == PAD_LOGIT).all() and (ts.lls[~pad] > -1e4).all()
+    for normalize, metric in (("none", "acc"), ("chars", "acc_norm"), ("bytes", "acc_bytes")):
+        p = softmax(ts.logits(normalize))
+        assert (p[pad] == 0).all()
+        assert ((p.argmax(1) == ts.labels) == [r[metric] == 1 for r in rows]).all()
+
+
+def test_varying_choice_counts_score_with_their_true_counts(tmp_path: Path) -> None:
+    """Scored as an ID task: the accuracy is lm-eval's acc_norm on the ID part, chance is the
+    mean of 1/k over the questions' own counts, and no conformal set ever holds a padded
+    choice (at q̂ = 1 an LAC or APS set is every real choice)."""
+    from uqbench.core.probs import softmax
+    from uqbench.run.score_records import ScoreConfig, load_records, score
+    from uqbench.stats.conformal import SCORES, prediction_sets
+
+    rows = {r["doc_id"]: r for r in read_samples(one(VC, f"samples_{lmeval.VC_TASK}_*.jsonl"))}
+    rs = load_records(lmeval.COMMITTED, domains=[f"v={lmeval.VC_TASK}:arc_challenge_local"],
+                      calib_fraction=0.25)
+    (pair,) = rs.pairs
+    o = rs.outputs[pair.name, "v/id", 0]
+    k = np.array([len(rows[int(i.rsplit("/", 1)[1])]["filtered_resps"]) for i in o.ids])
+    assert rs.refs.n_choices["v/id"].tolist() == k.tolist() and len(k) == 12
+    p = softmax(o.logits)
+    pad = np.arange(p.shape[1]) >= k[:, None]
+    for name in ("lac", "aps", "raps"):
+        sets = prediction_sets(SCORES[name], p, 1.0)
+        assert not (sets & pad).any()
+        assert name == "raps" or (sets.sum(1) == k).all()  # LAC, APS: every real choice
+    res = score(rs, ScoreConfig(out=tmp_path / "o", scorers=("msp",), figures=True))
+    row = next(r for r in res.rows if r["method"] == f"{pair.name}/msp" and r["domain"] == "v")
+    assert row["accuracy"] == np.mean([rows[int(i.rsplit("/", 1)[1])]["acc_norm"]
+                                       for i in o.ids])
+    assert all(row[c] <= k.mean() for c in row if c.startswith("cp_") and c.endswith("_size")
+               and not math.isnan(row[c]))
+    chance = next(r for r in res.rows if r["method"] == "chance" and r["domain"] == "v")
+    assert chance["accuracy"] == pytest.approx(np.mean(1 / k), abs=1e-12)
+    assert list((tmp_path / "o" / "figures").glob("reliability_*.png"))
+
+
+def test_uqbench_score_of_a_real_run_with_3_to_10_choices_equals_lm_evals_accuracy(lmeval_run):
+    """A real lm-eval run of ``arc_easy_3to10_local``: per sample and in aggregate, uqbench's
+    correctness is lm-eval's acc and acc_norm."""
+    from uqbench.run.score_records import load_records
+
+    reported = json.loads(lmeval_run.results.read_text())["results"][lmeval.VC_TASK]
+    rows = {r["doc_id"]: r for r in read_samples(lmeval_run.samples[lmeval.VC_TASK])}
+    assert len({len(r["filtered_resps"]) for r in rows.values()}) > 3
+    for normalize, metric in (("none", "acc"), ("chars", "acc_norm")):
+        rs = load_records(lmeval_run.results.parent, normalize=normalize,
+                          domains=[f"v=arc_easy_local:{lmeval.VC_TASK}"], calib_fraction=0.25)
+        o = rs.outputs[rs.pairs[0].name, "v/shift", 0]
+        ours = o.logits.argmax(1) == o.labels
+        assert ours.tolist() == [rows[int(i.rsplit("/", 1)[1])][metric] == 1 for i in o.ids]
+        assert np.mean(ours) == reported[f"{metric},none"]
+
+
+# -- several runs in one folder ------------------------------------------------------------------
+
+def two_runs(dest: Path, *, other_model: str | None = None) -> tuple[str, str]:
+    """The committed ARC run twice in ``dest`` (lm-eval's ``--output_path`` after a rerun): the
+    older under its own date, the newer with the first 6 questions only (and, with
+    ``other_model``, its results file naming another model). Returns (older, newer) dates."""
+    old = one(MC, "results_*.json").stem.removeprefix("results_")
+    new = "2026-12-01T09-00-00.000001"
+    copy_part(MC, dest)
+    for src in MC.iterdir():
+        text = src.read_text()
+        if src.name.startswith("samples_"):
+            text = "".join(line + "\n" for line in text.splitlines()[:6])
+        elif other_model:
+            text = text.replace('"tiny-llama"', json.dumps(other_model))
+        (dest / src.name.replace(old, new)).write_text(text)
+    return old, new
+
+
+def test_several_runs_in_one_folder_read_the_newest_or_the_chosen_one(tmp_path, capsys) -> None:
+    """Two runs of each task in one folder: the newest is read by default, printed and recorded
+    in run.json; ``--run`` picks the other (by its date or the date's start); a --run that
+    matches no run is an error before any output."""
+    from uqbench import cli
+
+    old, new = two_runs(tmp_path / "lm")
+    domain = ["--domain", "science=arc_easy_local:arc_challenge_local", "--scorers", "msp",
+              "--no-figures", "--bootstrap", "20", "--calib-fraction", "0.34"]
+    assert cli.main(["score", str(tmp_path / "lm"), "--out", str(tmp_path / "new"), *domain]) == 0
+    out = capsys.readouterr().out
+    assert f"arc_easy_local: 2 runs under {tmp_path / 'lm'}; reading samples_arc_easy_local_" \
+           f"{new}.jsonl (the newest; others: {old}" in out
+    meta = json.loads((tmp_path / "new" / "run.json").read_text())["lmeval"]
+    assert meta["files"]["arc_challenge_local"].endswith(f"_{new}.jsonl")
+    assert meta["runs_not_read"] == {"arc_easy_local": [old], "arc_challenge_local": [old]}
+    assert meta["labels"]["arc_easy_local"]["samples"] == 6
+    assert cli.main(["score", str(tmp_path / "lm"), "--out", str(tmp_path / "old"),
+                     "--run", old[:13], *domain]) == 0
+    meta = json.loads((tmp_path / "old" / "run.json").read_text())["lmeval"]
+    assert meta["files"]["arc_easy_local"].endswith(f"_{old}.jsonl")
+    assert meta["labels"]["arc_easy_local"]["samples"] == 8
+    assert cli.main(["score", str(tmp_path / "lm"), "--out", str(tmp_path / "none"),
+                     "--run", "2025", *domain]) == 2
+    assert "--run 2025 matches 0 of the runs of task 'arc_easy_local'" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
+def test_runs_of_different_models_stay_an_error(tmp_path: Path) -> None:
+    """The newer run of one task from another model, the other task's newest from the first:
+    refused, as are one task's files in two model folders."""
+    from uqbench.core.errors import UserError
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+
+    _, new = two_runs(tmp_path / "lm", other_model="org/other")
+    (tmp_path / "lm" / f"samples_arc_challenge_local_{new}.jsonl").unlink()
+    dom = [DomainTasks.parse("science=arc_easy_local:arc_challenge_local")]
+    with pytest.raises(UserError, match=r"different models: .*'org/other'.*'tiny-llama'"):
+        read_lmeval(dom, tmp_path / "lm")
+    copy_part(MC, tmp_path / "two" / "a")
+    copy_part(MC, tmp_path / "two" / "b")
+    with pytest.raises(UserError, match=r"task 'arc_easy_local' in several folders .*point at "
+                       "the model's subfolder"):
+        read_lmeval(dom, tmp_path / "two")
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+def write_lines(folder: Path, task: str, rows: list[dict]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"samples_{task}_2026-11-25T10-00-00.000000.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_acc_mutual_info_samples_are_refused(tmp_path: Path) -> None:
+    """A task scored with acc_mutual_info logs 2C log-likelihoods, the last C with an empty
+    context (lm-eval 0.4 `ConfigurableTask.construct_requests`): refused, with or without the
+    logged metric, rather than read as 2C choices."""
+    from uqbench.core.errors import UserError
+    from uqbench.io.lmeval import read_task
+
+    rows = read_samples(one(MC, "samples_arc_easy_local_*.jsonl"))
+    mi = []
+    for r in rows:
+        r = json.loads(json.dumps(r))
+        n = len(r["arguments"])
+        for i in range(n):
+            r["arguments"][f"gen_args_{n + i}"] = {"arg_0": "",
+                                                  "arg_1": r["arguments"][f"gen_args_{i}"]["arg_1"]}
+        r["filtered_resps"] += [["-20.5", "False"]] * n
+        mi.append(r)
+    for name, lines in (("logged", [dict(r, acc_mutual_info=0.0) for r in mi]), ("bare", mi)):
+        with pytest.raises(UserError, match=r"line 1: a task scored with acc_mutual_info: its 8 "
+                           r"log-likelihoods are 4 conditional .*drop acc_mutual_info"):
+            read_task(write_lines(tmp_path / name, "t", lines), "t")
+
+
+def test_bad_choice_counts_are_errors_naming_the_line(tmp_path: Path) -> None:
+    """One choice, a log-likelihood at the padding logit, and a member whose questions have
+    other choice counts are errors before any output."""
+    from uqbench.core.errors import UserError
+    from uqbench.core.outputs import PAD_LOGIT
+    from uqbench.io.lmeval import DomainTasks, read_lmeval, read_task
+
+    rows = read_samples(one(VC, f"samples_{lmeval.VC_TASK}_*.jsonl"))
+    single = json.loads(json.dumps(rows[1]))
+    single["arguments"] = {"gen_args_0": single["arguments"]["gen_args_0"]}
+    single["filtered_resps"] = single["filtered_resps"][:1]
+    with pytest.raises(UserError, match=r"line 2: 1 choice \(doc_id 1\): nothing to choose"):
+        read_task(write_lines(tmp_path / "one", "t", [rows[0], single]), "t")
+    low = json.loads(json.dumps(rows[2]))
+    low["filtered_resps"][0][0] = str(PAD_LOGIT)
+    with pytest.raises(UserError, match=r"line 3: a log-likelihood -1e\+09 at or below"):
+        read_task(write_lines(tmp_path / "low", "t", rows[:2] + [low]), "t")
+    # a member of the same questions whose question 0 lost its last choice
+    fewer = json.loads(json.dumps(next(r for r in rows if r["acc"] == r["acc_norm"] ==
+                                       r["acc_bytes"] == 0 and r["target"] != "0")))
+    n = len(fewer["filtered_resps"])
+    fewer["filtered_resps"][0][0] = "0.0"  # choice 0, not the gold, is everyone's prediction
+    del fewer["arguments"][f"gen_args_{n - 1}"]
+    fewer["filtered_resps"].pop()
+    copy_part(VC, tmp_path / "main")
+    copy_part(MC, tmp_path / "main" / "mc")
+    member = copy_part(MC, tmp_path / "member")
+    write_lines(member, lmeval.VC_TASK, [fewer if r["doc_id"] == fewer["doc_id"] else r
+                                         for r in rows])
+    dom = [DomainTasks.parse(f"v={lmeval.VC_TASK}:arc_easy_local")]
+    with pytest.raises(UserError, match="other questions than"):
+        read_lmeval(dom, tmp_path / "main", members=[member])

@@ -104,6 +104,10 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="lm-eval: fraction of the ID questions held out for recalibration when a "
                     "domain has no calib task (default 0.2)")
     sc.add_argument("--seed", type=int, default=0, help="lm-eval: seed of that hold-out")
+    sc.add_argument("--run", action="append", default=[], metavar="DATE",
+                    help="lm-eval: where the folder holds several runs of a task, the one whose "
+                    "date (samples_<task>_<DATE>.jsonl, or its start) is DATE (default: the "
+                    "newest); repeatable, for tasks run at different dates")
     sc.add_argument("--model-name", help="lm-eval: the model's name in the method column "
                     "(default: from the results file)")
     sc.add_argument("--scorers", type=_csv, default=(),
@@ -228,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             records = load_records(args.source, domains=args.domain, domains_file=args.domains,
                                    members=args.members, normalize=args.normalize,
                                    calib_fraction=args.calib_fraction, seed=args.seed,
-                                   model_name=args.model_name)
+                                   model_name=args.model_name, runs=args.run)
             score(records, ScoreConfig(
                 out=args.out, scorers=args.scorers, plugins=tuple(args.plugin),
                 bootstrap=args.bootstrap, cache_dir=args.cache_dir, figures=not args.no_figures,

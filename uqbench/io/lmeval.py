@@ -13,6 +13,10 @@ reads choice i's log-likelihood ``ll_i`` and turns it into the logit
 so that the predictive distribution is the softmax over the choices and its argmax is lm-eval's
 prediction under that normalisation. (lm-eval's samples carry no token counts, so there is no
 per-token normalisation.) The label is ``target``; an example's id is ``<task>/<doc_id>``.
+Questions of a task may have different numbers of choices (MMLU-Pro: 3 to 10): each row is
+padded with `PAD_LOGIT` (probability exactly 0) beyond its own count, which the splits'
+``n_choices`` record. Files are read line by line; a task scored with ``acc_mutual_info`` (its
+samples hold an unconditional log-likelihood per choice besides the conditional one) is refused.
 
 Labels are verified, never guessed. Each per-sample metric lm-eval logged (``acc``,
 ``acc_norm``, ``acc_bytes``) is recomputed from the log-likelihoods and the label exactly as
@@ -28,7 +32,8 @@ A *domain* pairs an ID task with a shifted task, and optionally a calibration ta
 a seeded fraction of the ID questions is held out as the calib split (disjoint from the ID test
 part; their doc ids are recorded in ``run.json``). Files of the same tasks from other models or
 seeds (``members``) become ``member_logits`` (member 0 is the main source), for the ensemble
-scorers. Anything malformed is a `UserError` naming the file, the line and the fix, raised before
+scorers. A folder holding several runs of a task (``--output_path`` accumulates them) gives its
+newest, or the one ``runs`` (``--run``) names, and each run's own results file its model. Anything malformed is a `UserError` naming the file, the line and the fix, raised before
 any output is written.
 """
 from __future__ import annotations
@@ -38,7 +43,8 @@ import json
 import math
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from uqbench.core.errors import ConfigError, UserError
-from uqbench.core.outputs import Outputs
+from uqbench.core.outputs import PAD_LOGIT, Outputs
 from uqbench.core.plan import DET, GateSpec, ModelSpec, Pair
 from uqbench.io.recordset import RecordSet
 from uqbench.results.references import ReferenceInputs
@@ -107,8 +113,9 @@ class TaskSamples:
     path: Path
     doc_ids: list[int]
     labels: np.ndarray  # (N,)
-    lls: np.ndarray  # (N, C) log-likelihoods
-    lengths: dict[str, np.ndarray]  # "chars"/"bytes" -> (N, C) choice lengths
+    lls: np.ndarray  # (N, C) log-likelihoods, `PAD_LOGIT` beyond a question's own count
+    n_choices: np.ndarray  # (N,) each question's own number of choices
+    lengths: dict[str, np.ndarray]  # "chars"/"bytes" -> (N, C) choice lengths, 1 beyond it
     lm_eval_metrics: dict[str, np.ndarray]  # lm-eval's own per-example acc/acc_norm/acc_bytes
     content_hash: str
     multiple_input: bool = False  # one context per choice, one shared continuation
@@ -170,12 +177,26 @@ def _parse_line(path: Path, line: int, d: Mapping[str, Any], delim: str
     if not all(math.isfinite(x) for x in lls):
         raise _fail(path, line, f"non-finite log-likelihood(s) {lls} (doc_id {d['doc_id']})",
                     "the model produced NaN/inf: check its dtype and weights, and rerun lm-eval")
+    if min(lls) <= PAD_LOGIT:
+        raise _fail(path, line, f"a log-likelihood {min(lls):g} at or below {PAD_LOGIT:g}, the "
+                    "logit uqbench gives an absent choice", "check the model's outputs")
     args = d["arguments"]
     pairs = [(args[f"gen_args_{i}"]["arg_0"], args[f"gen_args_{i}"]["arg_1"])
              for i in range(len(args))] if isinstance(args, dict) else []
     if len(pairs) != len(lls):
         raise _fail(path, line, f"{len(pairs)} arguments for {len(lls)} responses",
                     "give the samples file lm-eval wrote")
+    half = len(pairs) // 2
+    if "acc_mutual_info" in d or (len(pairs) % 2 == 0 and half and all(
+            c == "" for c, _ in pairs[half:]) and any(c for c, _ in pairs[:half])):
+        raise _fail(path, line, f"a task scored with acc_mutual_info: its {len(lls)} "
+                    f"log-likelihoods are {half} conditional ones and {half} unconditional "
+                    "ones (empty context), not one per choice",
+                    "uqbench reads one log-likelihood per choice: drop acc_mutual_info from the "
+                    "task's metric_list and rerun lm-eval")
+    if len(lls) < 2:
+        raise _fail(path, line, f"{len(lls)} choice (doc_id {d['doc_id']}): nothing to choose "
+                    "between", "give a multiple-choice task with at least 2 choices per question")
     metrics: dict[str, float] = {}
     for k in NORMALIZE.values():
         if k in d:
@@ -232,58 +253,88 @@ def _verify(ts: TaskSamples, lines: np.ndarray, delim: str) -> None:
                     f"uqbench refuses labels it cannot verify; likely cause: {cause}")
 
 
-def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
-    """Read and validate one samples file (every line before anything is returned), its labels
-    verified against lm-eval's own per-sample metrics (the module docstring)."""
-    rows, seen = [], {}
+def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, sample) of each non-empty line, read line by line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        f = path.open(encoding="utf-8")
     except OSError as exc:
         raise _fail(path, None, f"cannot be read ({exc})", "check the path") from None
-    for i, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            d = json.loads(raw)
-        except ValueError as exc:
-            raise _fail(path, i, f"not JSON ({exc})", "the file is truncated or not a samples "
-                        "file") from None
-        doc_id, label, lls, choices, h, multi, metrics = _parse_line(path, i, d, delim)
-        if doc_id in seen:
-            raise _fail(path, i, f"doc_id {doc_id} also on line {seen[doc_id]}",
-                        "give one samples file per task and run (lm-eval appends to an existing "
-                        "file when a run is repeated with the same output path and date)")
-        seen[doc_id] = i
-        if rows and len(lls) != len(rows[0][2]):
-            raise _fail(path, i, f"{len(lls)} choices where line {rows[0][5]} has "
-                        f"{len(rows[0][2])}", "uqbench needs the same number of choices for "
-                        "every question of a task; split the task by choice count")
-        if rows and multi != rows[0][7]:
+    with f:
+        for i, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                yield i, json.loads(raw)
+            except ValueError as exc:
+                raise _fail(path, i, f"not JSON ({exc})", "the file is truncated or not a "
+                            "samples file") from None
+
+
+def _padded(flat: array[float], n_choices: np.ndarray, fill: float) -> np.ndarray:
+    """The per-question values of ``flat`` (questions one after another) as (N, max C), each
+    row padded with ``fill`` beyond its own choice count."""
+    out = np.full((len(n_choices), int(n_choices.max())), fill)
+    out[np.arange(out.shape[1]) < n_choices[:, None]] = np.frombuffer(flat, dtype=np.float64)
+    return out
+
+
+def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
+    """Read and validate one samples file, line by line (every line before anything is
+    returned), its labels verified against lm-eval's own per-sample metrics (the module
+    docstring). Questions may have different numbers of choices: each row is padded with
+    `PAD_LOGIT` (probability 0) beyond its own count, ``n_choices``."""
+    doc_ids, labels, lines, n_choices = (array("q") for _ in range(4))
+    lls, chars, nbytes = array("d"), array("d"), array("d")
+    metrics = {k: array("d") for k in NORMALIZE.values()}
+    content = hashlib.sha256(b"[")  # of json.dumps([[doc_id, label, doc hash], ...])
+    first: tuple[int, bool] | None = None  # the first sample's line and multiple_input
+    for i, d in _samples(path):
+        doc_id, label, ll, choices, h, multi, logged = _parse_line(path, i, d, delim)
+        if first is None:
+            first = (i, multi)
+        elif multi != first[1]:
             raise _fail(path, i, f"{'one context per choice' if multi else 'one context'} where "
-                        f"line {rows[0][5]} has {'one context' if multi else 'one per choice'}",
+                        f"line {first[0]} has {'one context' if multi else 'one per choice'}",
                         "give the samples file of one task as lm-eval wrote it")
-        rows.append((doc_id, label, lls, choices, h, i, metrics, multi))
-    if not rows:
+        if "" in choices:
+            raise _fail(path, i, "an empty choice text", "length normalisation divides by it; "
+                        "use --normalize none")
+        content.update(((", " if len(doc_ids) else "") + json.dumps([doc_id, label, h])).encode())
+        doc_ids.append(doc_id)
+        labels.append(label)
+        lines.append(i)
+        n_choices.append(len(ll))
+        lls.extend(ll)
+        chars.extend(len(c) for c in choices)
+        nbytes.extend(len(c.encode()) for c in choices)
+        for k, v in metrics.items():
+            v.append(logged.get(k, math.nan))
+    if first is None:
         raise _fail(path, None, "holds no samples", "rerun lm-eval with --log_samples")
-    lengths = {"chars": np.array([[len(c) for c in r[3]] for r in rows], dtype=np.float64),
-               "bytes": np.array([[len(c.encode()) for c in r[3]] for r in rows],
-                                 dtype=np.float64)}
-    if (lengths["chars"] == 0).any():
-        bad = rows[int(np.argwhere(lengths["chars"] == 0)[0, 0])][5]
-        raise _fail(path, bad, "an empty choice text", "length normalisation divides by it; "
-                    "use --normalize none")
-    metrics = {k: np.array([r[6].get(k, np.nan) for r in rows]) for k in NORMALIZE.values()}
-    logged = {k: v for k, v in metrics.items() if np.isfinite(v).all()}
-    multi = rows[0][7]
+    content.update(b"]")
+    ids = np.frombuffer(doc_ids, dtype=np.int64)
+    at = np.frombuffer(lines, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    dup = np.flatnonzero(ids[order][1:] == ids[order][:-1])
+    if len(dup):  # the earliest line that repeats a doc_id
+        j = min(dup, key=lambda j: at[order[j + 1]])
+        raise _fail(path, int(at[order[j + 1]]), f"doc_id {ids[order[j]]} also on line "
+                    f"{at[order[j]]}", "give one samples file per task and run (lm-eval appends "
+                    "to an existing file when a run is repeated with the same output path and "
+                    "date)")
+    n = np.frombuffer(n_choices, dtype=np.int64)
+    lengths = {"chars": _padded(chars, n, 1.0), "bytes": _padded(nbytes, n, 1.0)}
+    logged = {k: a for k, v in metrics.items() if np.isfinite(a := np.frombuffer(v)).all()}
+    multi = first[1]
     # a multiple_input task's acc_norm/acc_bytes divide by its contexts' lengths (doc_to_choice),
     # which the samples do not hold: the contexts logged include the few-shot prefix
     unverifiable = tuple(k for k in logged if multi and k != "acc")
-    h = hashlib.sha256(json.dumps([(r[0], r[1], r[4]) for r in rows]).encode()).hexdigest()
-    ts = TaskSamples(task, path, [r[0] for r in rows], np.array([r[1] for r in rows]),
-                     np.array([r[2] for r in rows], dtype=np.float64), lengths, logged, h[:16],
-                     multi, tuple(k for k in logged if k not in unverifiable
-                                  and not (multi and k == "acc")), unverifiable)
-    _verify(ts, np.array([r[5] for r in rows]), delim)
+    ts = TaskSamples(task, path, ids.tolist(), np.frombuffer(labels, dtype=np.int64).copy(),
+                     _padded(lls, n, PAD_LOGIT), n.copy(), lengths, logged,
+                     content.hexdigest()[:16], multi,
+                     tuple(k for k in logged if k not in unverifiable
+                           and not (multi and k == "acc")), unverifiable)
+    _verify(ts, at, delim)
     return ts
 
 
@@ -295,30 +346,50 @@ class Source:
     samples: dict[str, Path]
     model: str | None  # model name/args from the results JSON; None without one
     delimiters: dict[str, str]
+    other_runs: dict[str, list[str]]  # task -> the timestamps of its runs not chosen
 
 
-def find_source(root: Path, tasks: Sequence[str]) -> Source:
+def _timestamp(path: Path, task: str) -> str:
+    """The run's date of ``samples_<task>_<date>.jsonl`` (lm-eval's ``date_id``, which its
+    ``results_<date>.json`` shares; ISO order is time order)."""
+    return path.stem[len(f"samples_{task}_"):]
+
+
+def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> Source:
     """The samples file of each task under ``root`` (searched recursively) and the results JSON
-    beside them. Several runs' files for one task in one folder are an error (which one?)."""
+    of its run. Where a folder holds several runs of a task (``--output_path`` accumulates
+    them), the newest, or the one whose date starts with one of ``runs`` (``--run``)."""
     if not root.exists():
         raise UserError(f"{root} not found: give the --output_path folder of an lm-eval run "
                         "(made with --log_samples)")
     samples: dict[str, Path] = {}
+    others: dict[str, list[str]] = {}
     for task in tasks:
         name = re.compile(rf"samples_{re.escape(task)}_\d{{4}}-\d\d-\d\dT.*\.jsonl")
-        found = sorted(p for p in root.rglob(f"samples_{task}_*.jsonl") if name.fullmatch(p.name))
+        found = sorted((p for p in root.rglob(f"samples_{task}_*.jsonl")
+                        if name.fullmatch(p.name)), key=lambda p: _timestamp(p, task))
         if not found:
             raise UserError(f"no samples_{task}_*.jsonl under {root}: run lm-eval on task "
                             f"{task!r} with --log_samples --output_path {root}")
-        if len(found) > 1:
-            raise UserError(f"{len(found)} samples files of task {task!r} under {root} "
-                            f"({', '.join(str(p.relative_to(root)) for p in found)}): keep one run's files per "
-                            "folder, or point at the model's subfolder")
-        samples[task] = found[0]
+        if len({p.parent for p in found}) > 1:
+            raise UserError(f"samples files of task {task!r} in several folders under {root} ("
+                            f"{', '.join(str(p.relative_to(root)) for p in found)}): lm-eval "
+                            "writes one folder per model; point at the model's subfolder")
+        stamps = [_timestamp(p, task) for p in found]
+        chosen = [p for p, t in zip(found, stamps) if any(t.startswith(r) for r in runs)] \
+            if runs else found[-1:]
+        if len(chosen) != 1:
+            raise UserError(f"--run {' '.join(runs)} matches {len(chosen)} of the runs of task "
+                            f"{task!r} under {root} ({', '.join(stamps)}); give one of these "
+                            "dates (or its start)")
+        samples[task] = chosen[0]
+        others[task] = [t for t in stamps if t != _timestamp(chosen[0], task)]
     models: dict[str, str] = {}  # task -> the model its results file names
     delims: dict[str, str] = {}
     for task, path in samples.items():
-        for r in sorted(path.parent.glob("results_*.json")):
+        # the run's own results file (lm-eval names it by the same date), else any here
+        own = path.parent / f"results_{_timestamp(path, task)}.json"
+        for r in [own] if own.is_file() else sorted(path.parent.glob("results_*.json")):
             try:
                 doc = json.loads(r.read_text())
             except (OSError, ValueError) as exc:
@@ -333,7 +404,7 @@ def find_source(root: Path, tasks: Sequence[str]) -> Source:
             f"{samples[t]} from {m!r}" for t, m in models.items()) + "; a domain's ID and "
             "shifted tasks must be scored from one model's run (give other models as members "
             "or separate runs)")
-    return Source(root, samples, next(iter(models.values()), None), delims)
+    return Source(root, samples, next(iter(models.values()), None), delims, others)
 
 
 def _slug(name: str) -> str:
@@ -344,8 +415,10 @@ def _slug(name: str) -> str:
 
 def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequence[Path] = (),
                 normalize: str = "chars", calib_fraction: float = 0.2, seed: int = 0,
-                model_name: str | None = None) -> RecordSet:
-    """The `RecordSet` of an lm-eval run's samples (see the module docstring)."""
+                model_name: str | None = None, runs: Sequence[str] = ()) -> RecordSet:
+    """The `RecordSet` of an lm-eval run's samples (see the module docstring); ``runs``:
+    the dates (or their starts) of the source's runs to read where its folder holds several
+    (default: each task's newest; members: always their newest)."""
     if normalize not in NORMALIZE:
         raise ConfigError(f"--normalize {normalize!r}; valid: {', '.join(NORMALIZE)}")
     if not domains:
@@ -357,13 +430,23 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
         raise ConfigError(f"--calib-fraction {calib_fraction}: give a fraction in (0, 1) of the "
                           "ID questions to hold out for recalibration")
     tasks = list(dict.fromkeys(t for d in domains for t in (d.id, d.shift, d.calib) if t))
-    srcs = [find_source(Path(p), tasks) for p in (source, *members)]
+    srcs = [find_source(Path(p), tasks, runs if not k else ()) for k, p in
+            enumerate((source, *members))]
+    for src in srcs:
+        for t, other in src.other_runs.items():
+            if other:
+                how = "--run" if runs and src is srcs[0] else "the newest"
+                print(f"{t}: {len(other) + 1} runs under {src.root}; reading "
+                      f"{src.samples[t].name} ({how}; others: {', '.join(other)}; choose with "
+                      "--run DATE)", flush=True)
     read = [{t: read_task(s.samples[t], t, s.delimiters.get(t, " ")) for t in tasks}
             for s in srcs]
     main = read[0]
     for s, r in zip(srcs[1:], read[1:]):
         for t in tasks:
-            if r[t].doc_ids != main[t].doc_ids or not np.array_equal(r[t].labels, main[t].labels):
+            if r[t].doc_ids != main[t].doc_ids or not np.array_equal(r[t].labels, main[t].labels
+                                                                     ) or not np.array_equal(
+                    r[t].n_choices, main[t].n_choices):
                 raise UserError(f"member {s.samples[t]} has other questions than "
                                 f"{srcs[0].samples[t]} for task {t!r}: members must be runs of "
                                 "the same tasks with the same --limit")
@@ -382,9 +465,6 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
                        domain=np.array([dom] * len(rows)), member_logits=members_)
 
     for d in domains:
-        for t in (d.id, d.shift, d.calib):
-            if t is not None and main[t].lls.shape[1] < 2:
-                raise UserError(f"{main[t].path}: task {t!r} has one choice per question")
         n_id = len(main[d.id].doc_ids)
         if d.calib is None:
             perm = np.random.default_rng(seed).permutation(n_id)
@@ -404,7 +484,7 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
         for role, (task, rows) in parts.items():
             split = f"{d.name}/{role}"
             outputs[pair_name, split, 0] = record(task, rows, d.name)
-            n_choices[split] = np.full(len(rows), main[task].lls.shape[1])
+            n_choices[split] = main[task].n_choices[rows]
             hashes[split] = hashlib.sha256(
                 f"{main[task].content_hash}:{','.join(map(str, rows))}".encode()).hexdigest()[:16]
     fields = DET | ({"member_logits"} if members else set())
@@ -420,6 +500,7 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
         "source": "lm-evaluation-harness samples",
         "lmeval": {
             "files": {t: str(p) for t, p in srcs[0].samples.items()},
+            "runs_not_read": {t: o for t, o in srcs[0].other_runs.items() if o},
             "members": [{t: str(p) for t, p in s.samples.items()} for s in srcs[1:]],
             "model": srcs[0].model, "member_models": [s.model for s in srcs[1:]],
             "normalize": normalize, "metric": NORMALIZE[normalize],

@@ -109,9 +109,9 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
 
     for folder in (source, source / "records"):
         if (folder / "manifest.json").is_file():
-            if domains or domains_file or members:
+            if domains or domains_file or members or lmeval.get("runs"):
                 raise ConfigError(f"{folder} holds uqbench records, which know their domains "
-                                  "and members: drop --domain/--domains/--members")
+                                  "and members: drop --domain/--domains/--members/--run")
             return read_record_set(folder)
     tasks = [DomainTasks.parse(d) for d in domains]
     if domains_file is not None:
