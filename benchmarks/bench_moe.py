@@ -38,19 +38,8 @@
    (``ratio``), and host syncs per step: ``_local_scalar_dense`` (``.item()``, ``if tensor``)
    and ``nonzero`` (boolean indexing; a device-to-host sync on a GPU). Counts, not times: a
    GPU step of a big adapter is launch-bound, and the counts do not depend on the machine.
-   Here, before / after session 11's change: 2,920 / 2,560 MoE ops (ratio 3.79 / 3.41),
-   ``nonzero`` 42 / 0 (3 per adapted linear: boolean indexing in the load-balancing loss,
-   forward and backward). SmolLM2-135M, ``MoELoRAConfig()`` (210 linears), a whole step of
-   `baselines.train.train` on batch 2 x 32 (leaf ops, CPU profile, optimizer included):
-   55,580 / 50,328 leaf ops, ``fill_`` 14,073 / 2,530 (deterministic mode's NaN fill of new
-   allocations; their ``empty`` now count as leaves), ``_local_scalar_dense`` 635 / 635: AdamW
-   reading its CPU step counter per parameter (not a device sync) and the loop's 5 per step.
-   Session 12 (the hand-written step `baselines.moe._TopKStep`, the fused Switch loss, lora_B
-   stored (N, r, O)): 2,560 -> 1,367 MoE ops, 129.2 -> 44.0 per adapted linear (goal 40; 17 of
-   the 44 are ``resolve_conj`` children that the CPU profiler records under every matmul);
-   the same line now also counts ``item`` and ``equal`` and the syncs of one eval forward
-   pass (CARE gate, statistics recorded): ``equal`` 14 -> 0 (Care.select compared k with
-   torch.equal once per layer), none beyond the plain backbone's pass.
+   ``moe_kernel_ops_per_layer`` leaves out the leaves that make a view or check a flag (no kernel
+   on a device). Measured values over time: docs/benchmarks.md.
 
 Timings run single-threaded (``torch.set_num_threads(1)``, restored afterwards): on a shared
 2-core machine, intra-op thread hand-offs make timings swing by 2-5x, which would swamp a

@@ -359,7 +359,7 @@ def test_real_minilm_injection_and_stats(monkeypatch, minilm_path) -> None:
 def _unfused_reference(layer: MoELoRALinear, x: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """Output and stats by the plain formula: separate router and A matmuls, u = p~ z (no
     reuse), D from :func:`gram_disagreement` on a freshly built B_stack, the gate on top."""
-    from baselines.moe import _lb_parts
+    from baselines.moe import lb_parts as _lb_parts
     lead = x.shape[:-1]
     N, r = layer.n_experts, layer.rank
     h = x.reshape(-1, layer.in_features)
@@ -423,7 +423,7 @@ def test_fast_forward_equals_unfused_reference(variant, gate) -> None:
 def test_fused_path_gradients_equal_unfused_path(monkeypatch) -> None:
     """With dropout off the router and A share one matmul; its gradients (and the aux loss's)
     equal those of the separate matmuls the dropout path uses."""
-    import baselines.moe as moe_mod
+    import baselines.moe.layer as moe_mod
 
     grads = []
     for fused in (True, False):

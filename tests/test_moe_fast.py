@@ -1,4 +1,4 @@
-"""The hand-written training step (`baselines.moe._TopKStep`) against the autograd reference."""
+"""The hand-written training step (`baselines.moe.layer._TopKStep`) against the autograd reference."""
 from __future__ import annotations
 
 import pytest

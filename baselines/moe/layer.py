@@ -1,198 +1,18 @@
-"""Mixture-of-LoRA-experts layers: injection into a frozen backbone, swappable gates, per-token
-routing statistics and the load-balancing loss.
-
-One adapted linear (paper Eq. "moelora")::
-
-    y = W0 h + scaling * sum_{i in S} p~_i B_i A_i dropout(h),   p = softmax(W_r h),
-    p~ = p renormalised over the admitted set S,                  scaling = alpha / rank
-
-computed as one rank-``N*r`` matmul pair: ``z = A_stack dropout(h)`` (T, N*r), ``u = p~ * z``
-(zero outside S), ``y = W0 h + scaling * B_stack u``. No (T, N, d) tensor is ever formed. The gate
-(:mod:`baselines.gates`) picks S per token and can be swapped at inference (:func:`set_gate`).
-
-CARE's disagreement of a set S (paper Eq. "disagree") is computed from Gram blocks of the
-stacked B, ``G = B_stack^T B_stack`` ((N*r, N*r), once per forward)::
-
-    ||e_i||^2 = z_i^T G_ii z_i,   ||e_bar||^2 = u^T G u,   e_i = B_i A_i h (unscaled).
-
-Variants (:data:`VARIANTS`; presets with their papers' settings in :mod:`baselines.variants`)
-switch small pieces of this one layer: HydraLoRA shares one ``A`` across the experts (B heads),
-HMoRA mixes a token router with a sequence (task) router by a depth-dependent weight, LoRAMoE,
-DynMoLE and HMoRA have their own auxiliary losses, DynMoLE its own gate
-(:class:`baselines.gates.DynMoLE`). FlyLoRA has no router; it is the separate
-:class:`FlyLoRALinear`, injected by the same :func:`inject`.
-
-Usage::
-
-    model = inject(AutoModel.from_pretrained(...), MoELoRAConfig())    # trains with TopK(4)
-    set_gate(model, Care(tau=calibrate(model, batches).tau))          # CARE at inference
-    record_stats(model, True); set_token_mask(model, attention_mask.bool())
-    model(**batch); stats = layer_stats(model)                        # per layer, (B, L) each
-"""
+"""The MoE-LoRA layer (`MoELoRALinear`, FlyLoRA's `FlyLoRALinear`): routing, the expert mixture
+as one rank-``N*r`` matmul pair, CARE's Gram-block disagreement, dropout, and the hand-written
+training step of the common path (`_TopKStep`) beside the autograd reference."""
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from baselines.gates import EPS, DynMoLE, Gate, TopK, normalized_entropy, tsallis_entropy
-from uqbench.core.config import help_field
-
-BERT_TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense",
-                "output.dense")
-LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-#: ``target_modules="auto"`` by ``model.config.model_type``.
-AUTO_TARGETS: dict[str, tuple[str, ...]] = {
-    **{t: BERT_TARGETS for t in ("bert", "roberta", "xlm-roberta", "camembert", "electra")},
-    **{t: LLAMA_TARGETS for t in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")},
-    "mpnet": ("attn.q", "attn.k", "attn.v", "attn.o", "intermediate.dense", "output.dense"),
-}
-#: ``target_modules="ffn"``: the feed-forward block's linears only (BERT ``intermediate.dense``
-#: and the block's ``output.dense``, not ``attention.output.dense``; Llama gate/up/down_proj).
-FFN_PATTERN = re.compile(r"(?:^|\.)(?:intermediate\.dense|\d+\.output\.dense|gate_proj|up_proj|"
-                         r"down_proj)$")
-LORAMOE_GROUPS = 2            # LoRAMoE: experts split into 2 groups for the balancing constraint
-HMORA_EPSILON = 2.0           # HMoRA: alpha_l = sigmoid(-eps + 2 eps l / (L - 1)) (their default)
-HMORA_GAMMA = (0.5, 0.98)     # HMoRA: (certainty, balance) bounds of its routing loss
-
-#: an auxiliary loss: (layer, router probs (T, N), load-balance parts (f, P), token mask (T,) or
-#: None, HMoRA's task-router probs (S, N) or None) -> scalar
-AuxLoss = Callable[["MoELoRALinear", Tensor, tuple[Tensor, Tensor], "Tensor | None",
-                    "Tensor | None"], Tensor]
-
-
-def _switch(layer: MoELoRALinear, probs: Tensor, lb: tuple[Tensor, Tensor],
-            valid: Tensor | None, p_task: Tensor | None) -> Tensor:
-    """Switch load balance ``N sum_i f_i P_i`` (:func:`load_balance_loss`)."""
-    return layer.n_experts * (lb[0] * lb[1]).sum()
-
-
-def _localized_balance(layer: MoELoRALinear, probs: Tensor, lb: tuple[Tensor, Tensor],
-                       valid: Tensor | None, p_task: Tensor | None) -> Tensor:
-    """LoRAMoE: the mean over expert groups of ``Var(P_g) / Mean(P_g)^2``."""
-    groups = lb[1].chunk(LORAMOE_GROUPS)                                  # P_g per group
-    return torch.stack([g.var(unbiased=False) / g.mean().pow(2) for g in groups]).mean()
-
-
-def _switch_tsallis(layer: MoELoRALinear, probs: Tensor, lb: tuple[Tensor, Tensor],
-                    valid: Tensor | None, p_task: Tensor | None) -> Tensor:
-    """DynMoLE: Switch plus the mean Tsallis entropy ``S_q(p)`` of the router."""
-    tsallis = _token_mean(tsallis_entropy(probs, DynMoLE().q), valid)
-    return _switch(layer, probs, lb, valid, p_task) + tsallis
-
-
-def _hmora_routing(layer: MoELoRALinear, probs: Tensor, lb: tuple[Tensor, Tensor],
-                   valid: Tensor | None, p_task: Tensor | None) -> Tensor:
-    """HMoRA's routing loss (:func:`hmora_routing_loss`) on the token and task routers."""
-    assert p_task is not None
-    return 0.5 * (hmora_routing_loss(probs, valid) + hmora_routing_loss(p_task))
-
-
-@dataclass(frozen=True)
-class Variant:
-    """The pieces of the one MoE-LoRA layer a variant switches (presets with their papers'
-    settings: :mod:`baselines.variants`)."""
-
-    aux_loss: AuxLoss = _switch
-    #: HydraLoRA: one ``A`` shared by the N ``B`` heads
-    shared_a: bool = False
-    #: HMoRA: a sequence (task) router mixed with the token router by a depth-dependent weight
-    task_router: bool = False
-    #: the gate it trains with (and starts with), from ``top_k``
-    train_gate: Callable[[int], Gate] = TopK
-    #: FlyLoRA: no router; rank-1 experts in :class:`FlyLoRALinear`
-    routerless: bool = False
-
-
-#: ``MoELoRAConfig.variant`` -> what it changes.
-VARIANTS: dict[str, Variant] = {
-    "moe-lora": Variant(),
-    "loramoe": Variant(aux_loss=_localized_balance),
-    "hydralora": Variant(shared_a=True),
-    "mixlora": Variant(),
-    "dynmole": Variant(aux_loss=_switch_tsallis,
-                       train_gate=lambda k: DynMoLE(keep_top_k=k)),
-    "hmora": Variant(aux_loss=_hmora_routing, task_router=True),
-    "flylora": Variant(routerless=True),
-}
-
-
-@dataclass(frozen=True)
-class MoELoRAConfig:
-    """Hyper-parameters of the MoE-LoRA adapter (paper Appendix "Detailed Experimental Setup")."""
-    n_experts: int = help_field("number of LoRA experts N per adapted linear", 16)
-    rank: int = help_field("LoRA rank r of each expert", 8)
-    alpha: float = help_field("LoRA alpha; the expert mixture is scaled by alpha / rank", 16.0)
-    dropout: float = help_field("dropout on the experts' input (also the MC-dropout source)", 0.05)
-    target_modules: tuple[str, ...] | str = help_field(
-        "'auto' (resolved per architecture: BERT query,key,value,attention.output.dense,"
-        "intermediate.dense,output.dense; Llama q/k/v/o_proj,gate/up/down_proj), 'ffn' (the "
-        "feed-forward linears only) or module-name suffixes matched on dotted boundaries", "auto")
-    top_layers: int | None = help_field(
-        "adapt only the target linears of the last top_layers transformer blocks (None: every "
-        "block). The blocks below stay frozen and adapter-free, so an encoder head computes them "
-        "once per text and reuses them (baselines.heads.PrefixCache)", None)
-    top_k: int = help_field("experts per token during training (fixed top-k gate)", 4)
-    lb_coef: float = help_field("weight of the load-balancing auxiliary loss in training", 0.01)
-    seed: int = help_field("seed of the router and lora_A initialisation", 0)
-    variant: str = help_field(f"layer variant, one of {', '.join(VARIANTS)} (baselines.variants)",
-                         "moe-lora")
-
-    def __post_init__(self) -> None:
-        def bad(name: str, fix: str) -> ValueError:
-            return ValueError(f"MoELoRAConfig: {name}={getattr(self, name)!r} is invalid; {fix}")
-
-        if isinstance(self.target_modules, (list, tuple)):
-            object.__setattr__(self, "target_modules", tuple(self.target_modules))
-            if not self.target_modules or not all(isinstance(t, str) and t
-                                                  for t in self.target_modules):
-                raise bad("target_modules", "give 'auto' or non-empty module-name suffixes")
-        elif not isinstance(self.target_modules, str) or self.target_modules not in ("auto", "ffn"):
-            raise bad("target_modules", "give 'auto', 'ffn' or a tuple of module-name suffixes")
-        if self.top_layers is not None and (isinstance(self.top_layers, bool)
-                                            or not isinstance(self.top_layers, int)
-                                            or self.top_layers < 1):
-            raise bad("top_layers", "use None (every block) or an integer >= 1")
-        if self.n_experts < 1:
-            raise bad("n_experts", "use n_experts >= 1")
-        if self.rank < 1:
-            raise bad("rank", "use rank >= 1")
-        if not self.alpha > 0:
-            raise bad("alpha", "use alpha > 0")
-        if not 0.0 <= self.dropout < 1.0:
-            raise bad("dropout", "use dropout in [0, 1)")
-        if not 1 <= self.top_k <= self.n_experts:
-            raise bad("top_k", f"use 1 <= top_k <= n_experts={self.n_experts}")
-        if not self.lb_coef >= 0:
-            raise bad("lb_coef", "use lb_coef >= 0")
-        if self.variant not in VARIANTS:
-            raise bad("variant", f"use one of {', '.join(VARIANTS)}")
-        if VARIANTS[self.variant].routerless and self.rank != 1:
-            raise bad("rank", "FlyLoRA's experts are single ranks: use rank=1 and n_experts = the "
-                      "total LoRA rank")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if d["top_layers"] is None:  # configs (and cache keys) of every-block adapters as before
-            del d["top_layers"]
-        if isinstance(d["target_modules"], tuple):
-            d["target_modules"] = list(d["target_modules"])
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MoELoRAConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"MoELoRAConfig.from_dict: unknown keys {sorted(unknown)}; "
-                             f"valid: {sorted(known)}")
-        return cls(**d)
+from baselines.gates import EPS, Gate, TopK, normalized_entropy
+from baselines.moe.config import HMORA_EPSILON, VARIANTS, Variant
+from baselines.moe.losses import lb_parts, valid_tokens
 
 
 def gram_disagreement(weights: Tensor, z: Tensor, gram: Tensor, *, eps: float = EPS,
@@ -301,7 +121,7 @@ class _TopKStep(torch.autograd.Function):
 
     (softmax and renormalisation's Jacobians combined: ``sum w = s c``). Returns ``y`` (T, O),
     the router ``logits`` and ``probs`` (T, N) (both differentiable: the fused Switch loss
-    (:class:`_SwitchLoss`) sends its gradient to the logits, a per-layer loss to the probs) and
+    (:class:`SwitchLoss`) sends its gradient to the logits, a per-layer loss to the probs) and
     ``w`` (T, N) (the admitted set is ``w > 0``; no gradient).
     """
 
@@ -362,40 +182,6 @@ class _TopKStep(torch.autograd.Function):
         if gl is not None and need_h:
             gh = torch.mm(gl, v.router) if gh is None else gh.addmm_(gl, v.router)
         return gh, ga, gb, gr, None, None
-
-
-class _SwitchLoss(torch.autograd.Function):
-    """The mean Switch loss ``N sum_i f_i P_i`` of L layers of one batch (:func:`_lb_parts`,
-    :func:`_switch`: the same sums, bitwise), reduced at once on the layers' (T, N) blocks
-    side by side, with its gradient sent straight to each layer's router logits::
-
-        dL/dl_t = c v_t p_t ⊙ (f - <p_t, f>),   c = N / (L * sum_t v_t)
-    """
-
-    @staticmethod
-    def forward(ctx: Any, probs: Tensor, w: Tensor, valid: Tensor | None, n_layers: int,
-                *logits: Tensor) -> Tensor:
-        L, N = n_layers, probs.shape[1] // n_layers
-        admitted = w.sign()                                                # (T, L*N) 0/1
-        if valid is not None:
-            admitted = admitted * valid[:, None]
-        f = admitted.float().sum(0).view(L, N)          # admitted counts, in float32 as _lb_parts
-        f = f / f.sum(-1, keepdim=True)                                   # (L, N)
-        P = _token_mean(probs, valid).view(L, N)                          # (L, N)
-        ctx.save_for_backward(probs, f, valid)
-        return (N * (f * P).sum(-1)).mean()
-
-    @staticmethod
-    def backward(ctx: Any, go: Tensor) -> tuple[Tensor | None, ...]:
-        probs, f, valid = ctx.saved_tensors
-        (L, N), T = f.shape, probs.shape[0]
-        n = T if valid is None else valid.sum()
-        cf = f.to(probs.dtype) * (go * N / L / n)                         # (L, N)
-        p3 = probs.view(T, L, N)
-        g = p3 * (cf - (p3 * cf).sum(-1, keepdim=True))                    # (T, L, N)
-        if valid is not None:
-            g = g * valid.view(T, 1, 1)
-        return (None, None, None, None, *g.view(T, L * N).split(N, dim=1))
 
 
 def _expert_columns(N: int, r: int, dtype: torch.dtype, device: torch.device
@@ -489,7 +275,7 @@ class MoELoRALinear(nn.Module):
         nobody reads (inference) skips it."""
         if self._fast_aux is not None:
             _, probs, w, mask = self._fast_aux
-            self._aux_args = (probs, w > 0, _valid(mask, probs.device), None)
+            self._aux_args = (probs, w > 0, valid_tokens(mask, probs.device), None)
             self._fast_aux = None
         if self._aux_args is not None:
             self._aux_value, self._aux_args = self._aux_loss(*self._aux_args), None
@@ -599,7 +385,7 @@ class MoELoRALinear(nn.Module):
         h = x.reshape(-1, E)                                              # (T, E)
         T = h.shape[0]
         cdt = torch.promote_types(x.dtype, torch.float32)   # routing maths in >= float32
-        valid = None if self.token_mask is None else _valid(self.token_mask, x.device)
+        valid = None if self.token_mask is None else valid_tokens(self.token_mask, x.device)
         base = self.base_layer
         if type(base) is nn.Linear:       # (T, O), a fresh tensor: the experts add in place
             y, fresh = F.linear(h, base.weight, base.bias), True
@@ -670,26 +456,9 @@ class MoELoRALinear(nn.Module):
                   p_task: Tensor | None) -> Tensor | None:
         """This variant's auxiliary loss (`Variant.aux_loss`) over the non-masked tokens (None
         if the input had no tokens; NaN if all were masked)."""
-        lb = _lb_parts(probs, mask, valid)
+        lb = lb_parts(probs, mask, valid)
         return None if lb is None else VARIANTS[self.variant].aux_loss(
             self, probs, lb, valid, p_task)
-
-
-def hmora_routing_loss(p: Tensor, valid: Tensor | None = None) -> Tensor:
-    """HMoRA's routing auxiliary loss (generalised Jensen-Shannon form), (T, N) -> scalar.
-
-    ``relu((g_b - g_c) log N - (min(H(mean p), g_b log N) - mean max(H(p), g_c log N))) / log N``
-    with ``(g_c, g_b) = HMORA_GAMMA``: high entropy of the mean routing (balance) and low
-    entropy per token (certainty), each only up to its bound. Means over the tokens where
-    ``valid`` (T,) bool is True (all if None).
-    """
-    n = p.shape[-1]
-    hmax = math.log(n) if n > 1 else 1.0
-    g_c, g_b = HMORA_GAMMA
-    mean = _token_mean(p, valid)
-    h_mean = (-torch.special.xlogy(mean, mean).sum()).clamp(max=g_b * hmax)
-    h_tok = _token_mean((-torch.special.xlogy(p, p).sum(-1)).clamp(min=g_c * hmax), valid)
-    return F.relu((g_b - g_c) * hmax - (h_mean - h_tok)) / hmax
 
 
 class FlyLoRALinear(nn.Module):
@@ -734,245 +503,3 @@ class FlyLoRALinear(nn.Module):
         idx = z.abs().topk(self.top_k, dim=-1).indices                    # (*, k) active ranks
         u = torch.zeros_like(z).scatter(-1, idx, z.gather(-1, idx))       # (*, R)
         return y + self.scaling * F.linear(u, self.lora_B)
-
-
-def _valid(mask: Tensor | None, device: torch.device) -> Tensor | None:
-    """A (B, L) token mask as the (T,) bool vector of a layer's flattened tokens."""
-    return None if mask is None else mask.to(device).reshape(-1)
-
-
-def _token_mean(x: Tensor, valid: Tensor | None) -> Tensor:
-    """Mean of ``x`` (T, ...) over the tokens where ``valid`` (T,) bool is True (all if None).
-
-    A masked sum, not ``x[valid].mean(0)``: boolean indexing sizes its result from the mask's
-    count, a device-to-host sync on an accelerator (3 per adapted linear, forward and backward:
-    630 a SmolLM2 MoE step). Equal up to float rounding (the sum adds the masked tokens' zeros,
-    which regroups its partial sums: aux losses moved by <= 4e-9); NaN if no token is valid.
-    """
-    if valid is None:
-        return x.mean(0)
-    v = valid.to(x.dtype)
-    return (x * v.view(-1, *(1,) * (x.ndim - 1))).sum(0) / v.sum()
-
-
-def _lb_parts(probs: Tensor, mask: Tensor, valid: Tensor | None) -> tuple[Tensor, Tensor] | None:
-    """``f_i`` = share of admitted (token, expert) slots on expert i, ``P_i`` = mean ``p_i``,
-    over the valid tokens (None for an input without tokens; NaN if all are masked: the training
-    loop rejects the non-finite loss). Masked sums, no host sync (:func:`_token_mean`)."""
-    if probs.shape[0] == 0:
-        return None
-    if valid is not None:
-        mask = mask & valid[:, None]
-    f = mask.float().sum(0)                                               # (N,)
-    return f / f.sum(), _token_mean(probs, valid)
-
-
-# --------------------------------------------------------------------------------------------
-# model-level functions
-# --------------------------------------------------------------------------------------------
-
-
-def _matches(name: str, targets: Sequence[str]) -> bool:
-    return any(name == t or name.endswith("." + t) for t in targets)
-
-
-def _linear_names(model: nn.Module) -> list[str]:
-    return [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
-
-
-def _describe_linears(model: nn.Module) -> str:
-    """Linear module names with layer indices collapsed (``encoder.layer.*.attention...``)."""
-    seen: dict[str, None] = {}
-    for n in _linear_names(model):
-        seen[re.sub(r"\.\d+\.", ".*.", n)] = None
-    return ", ".join(seen) or "(none)"
-
-
-def resolve_targets(model: nn.Module, target_modules: tuple[str, ...] | str,
-                    top_layers: int | None = None) -> tuple[str, ...]:
-    """Module-name suffixes to adapt; ``"auto"`` resolves by ``model.config.model_type``,
-    ``"ffn"`` to the full names of the feed-forward linears (:data:`FFN_PATTERN`). With
-    ``top_layers``: the full names of the matching linears in the last ``top_layers`` transformer
-    blocks (``config.num_hidden_layers``, else the largest block index + 1)."""
-    if top_layers is not None:
-        targets = resolve_targets(model, target_modules)
-        names = [n for n in _linear_names(model) if _matches(n, targets)]
-        n_blocks = int(getattr(getattr(model, "config", None), "num_hidden_layers", 0)
-                       or max((_block_index(n) for n in names), default=0) + 1)
-        if not 1 <= top_layers <= n_blocks:
-            from uqbench.core.errors import ConfigError
-            raise ConfigError(f"top_layers={top_layers} is out of range: this model has "
-                              f"{n_blocks} transformer blocks; valid: 1..{n_blocks} (or None)")
-        return tuple(n for n in names if _block_index(n) >= n_blocks - top_layers)
-    if target_modules == "ffn":
-        return tuple(n for n in _linear_names(model) if FFN_PATTERN.search(n))
-    if target_modules != "auto":
-        return tuple(target_modules)
-    mtype = getattr(getattr(model, "config", None), "model_type", None)
-    if mtype in AUTO_TARGETS:
-        return AUTO_TARGETS[mtype]
-    names = _linear_names(model)
-    for cand in (LLAMA_TARGETS, BERT_TARGETS):
-        if any(_matches(n, cand[:1]) for n in names):
-            return cand
-    from uqbench.core.errors import ConfigError  # a ValueError the CLI reports without traceback
-
-    raise ConfigError(f"no known MoE-LoRA target modules for architecture model_type={mtype!r}; "
-                      f"its Linear modules are: {_describe_linears(model)}. Pass "
-                      "MoELoRAConfig(target_modules=(...)) with suffixes of some of them, or "
-                      f"register them in a --plugin module: baselines.moe.AUTO_TARGETS[{mtype!r}]"
-                      " = ('q_proj', ...)")
-
-
-def inject(model: nn.Module, config: MoELoRAConfig) -> nn.Module:
-    """Wrap the target linears of ``model`` in :class:`MoELoRALinear` (FlyLoRA:
-    :class:`FlyLoRALinear`), in place.
-
-    Freezes every backbone parameter; only the experts (``lora_A``, ``lora_B``) and routers are
-    trainable (FlyLoRA: ``lora_B`` only). Layers start with the variant's :func:`train_gate` and in
-    the train/eval mode of the linear they wrap. The config is kept as
-    ``model.moe_lora_config``. Raises ``ValueError`` if the targets match no ``nn.Linear`` (the
-    message lists the model's Linear modules) or if the model is already injected.
-    """
-    if moe_layers(model) or any(isinstance(m, FlyLoRALinear) for m in model.modules()):
-        raise ValueError("inject: model already has MoE-LoRA layers; inject into a fresh backbone")
-    targets = resolve_targets(model, config.target_modules, config.top_layers)
-    names = [n for n in _linear_names(model) if _matches(n, targets)]
-    if not names:
-        raise ValueError(f"inject: target_modules={targets or config.target_modules!r} match no "
-                         f"nn.Linear of "
-                         f"{type(model).__name__}; its Linear modules are: "
-                         f"{_describe_linears(model)}")
-    for p in model.parameters():
-        p.requires_grad_(False)
-    gen = torch.Generator().manual_seed(config.seed)
-    blocks = [_block_index(n) for n in names]
-    for name, block in zip(names, blocks):
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        layer: nn.Module
-        if VARIANTS[config.variant].routerless:
-            layer = FlyLoRALinear(getattr(parent, attr), n_experts=config.n_experts,
-                                  top_k=config.top_k, alpha=config.alpha, dropout=config.dropout,
-                                  generator=gen)
-        else:
-            layer = MoELoRALinear(getattr(parent, attr), n_experts=config.n_experts,
-                                  rank=config.rank, alpha=config.alpha, dropout=config.dropout,
-                                  gate=train_gate(config), generator=gen, variant=config.variant,
-                                  depth=block / max(1, max(blocks)))
-        layer.train(getattr(parent, attr).training)   # keep the wrapped layer's mode
-        setattr(parent, attr, layer)
-    model.moe_lora_config = config  # type: ignore[assignment]
-    return model
-
-
-def train_gate(config: MoELoRAConfig) -> Gate:
-    """The gate a variant trains with (and starts with): ``TopK(top_k)``, or for DynMoLE its
-    hybrid gate keeping at least ``top_k`` experts."""
-    return VARIANTS[config.variant].train_gate(config.top_k)
-
-
-def _block_index(name: str) -> int:
-    """Transformer block of a module name (first ``.<int>.`` component; 0 if none)."""
-    m = re.search(r"\.(\d+)\.", f".{name}.")
-    return int(m.group(1)) if m else 0
-
-
-def moe_layers(model: nn.Module) -> list[MoELoRALinear]:
-    """The model's MoE-LoRA layers in module order (front to back for HF backbones)."""
-    return [m for m in model.modules() if isinstance(m, MoELoRALinear)]
-
-
-def _layers_or_raise(model: nn.Module, who: str) -> list[MoELoRALinear]:
-    layers = moe_layers(model)
-    if not layers:
-        raise ValueError(f"{who}: {type(model).__name__} has no MoE-LoRA layers; call "
-                         "inject(model, MoELoRAConfig(...)) first")
-    return layers
-
-
-def set_gate(model: nn.Module, gate: Gate | Sequence[Gate]) -> None:
-    """Swap the gate of every MoE layer (no retraining): one gate for all, or one per layer.
-
-    Each gate is validated against its layer's ``N`` (``k > N`` raises ``ValueError``).
-    """
-    layers = _layers_or_raise(model, "set_gate")
-    gates = list(gate) if isinstance(gate, Sequence) else [gate] * len(layers)
-    if len(gates) != len(layers):
-        raise ValueError(f"set_gate: got {len(gates)} gates for {len(layers)} MoE layers; give "
-                         "one gate, or exactly one per layer (in moe_layers(model) order)")
-    for g, layer in zip(gates, layers):
-        g.validate(layer.n_experts)
-    for g, layer in zip(gates, layers):
-        layer.gate = g
-
-
-def get_gates(model: nn.Module) -> list[Gate]:
-    return [layer.gate for layer in _layers_or_raise(model, "get_gates")]
-
-
-def set_token_mask(model: nn.Module, mask: Tensor | None) -> None:
-    """(B, L) bool, True = real token; excluded tokens count in no stats, LB loss or budget."""
-    if mask is not None:
-        mask = mask.bool()
-    for layer in _layers_or_raise(model, "set_token_mask"):
-        layer.token_mask = mask
-
-
-def record_stats(model: nn.Module, on: bool) -> None:
-    """When on, each layer keeps the per-token stats of its most recent forward."""
-    for layer in _layers_or_raise(model, "record_stats"):
-        layer.record = on
-        layer.last_stats = None
-
-
-def layer_stats(model: nn.Module) -> list[dict[str, Tensor]]:
-    """Per MoE layer, from the last forward: ``entropy`` (``H(p)/log N``), ``top1`` (``p_(1)``),
-    ``disagreement`` (``D`` of the admitted set; CARE: of its nucleus set, as in Algorithm 1),
-    ``k`` (experts used); each float32 of the input's leading shape (B, L), 0 at masked tokens.
-    """
-    out = []
-    for i, layer in enumerate(_layers_or_raise(model, "layer_stats")):
-        if layer.last_stats is None:
-            raise ValueError(f"layer_stats: MoE layer {i} has no stats from its last forward; call "
-                             "record_stats(model, True) before the forward")
-        out.append(layer.last_stats)
-    return out
-
-
-def load_balance_loss(model: nn.Module) -> Tensor:
-    """Auxiliary (load-balancing) loss of the last forward, averaged over MoE layers.
-
-    MoE-LoRA (and MixLoRA, HydraLoRA): per layer the Switch loss ``N * sum_i f_i P_i`` with
-    ``f_i`` the share of admitted (token, expert) slots routed to expert i (so ``sum f = 1`` for
-    any k) and ``P_i`` the mean router probability of expert i, both over non-masked tokens.
-    Equals 1 under perfectly uniform routing; gradients flow through ``P`` only. LoRAMoE, DynMoLE
-    and HMoRA use their own (``MoELoRALinear._aux_loss``).
-    """
-    layers = _layers_or_raise(model, "load_balance_loss")
-    fused = _switch_fused(layers)
-    if fused is not None:
-        return fused
-    terms = [layer._aux for layer in layers if layer._aux is not None]
-    if not terms:
-        raise ValueError("load_balance_loss: no forward has run since injection (or its input "
-                         "had no tokens); run a forward first")
-    return torch.stack(terms).mean()
-
-
-def _switch_fused(layers: list[MoELoRALinear]) -> Tensor | None:
-    """The mean Switch loss of layers whose last forward took :class:`_TopKStep` on one batch
-    (:class:`_SwitchLoss`; None if they did not)."""
-    pending = [layer._fast_aux for layer in layers]
-    first = pending[0]
-    if first is None or any(a is None or a[1].shape != first[1].shape or a[3] is not first[3]
-                            for a in pending):
-        return None
-    probs = torch.cat([a[1].detach() for a in pending], 1)               # (T, L*N)
-    w = torch.cat([a[2] for a in pending], 1)                            # (T, L*N)
-    return _SwitchLoss.apply(probs, w, _valid(first[3], probs.device), len(layers),
-                             *(a[0] for a in pending))
-
-
-def trainable_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
