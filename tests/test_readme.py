@@ -1,4 +1,5 @@
-"""The README's extension examples are the code the tests run, character for character."""
+"""The extension examples of the README and docs/extending.md are the code the tests run,
+character for character; every docs page the README links to exists."""
 from __future__ import annotations
 
 import re
@@ -10,7 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    text = (ROOT / "README.md").read_text() + (ROOT / "docs" / "extending.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
 
 
 def _body(path: Path) -> str:
@@ -27,7 +29,7 @@ def _body(path: Path) -> str:
 ])
 def test_readme_examples_are_the_tested_code(marker: str, tested) -> None:
     shown = [b for b in _blocks() if marker in b]
-    assert len(shown) == 1, f"the README should show one {marker} example, found {len(shown)}"
+    assert len(shown) == 1, f"README + docs should show one {marker} example, found {len(shown)}"
     assert shown[0] == tested()
 
 
@@ -38,3 +40,14 @@ def test_readme_scorer_example_is_the_one_the_plugin_test_registers() -> None:
     for line in ("class Gini(Scorer):", "p = self.predictive(outputs)",
                  "return 1.0 - (p ** 2).sum(axis=1)"):
         assert line in body and line in runner_test
+
+
+def test_the_readme_is_a_front_door_whose_links_resolve() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    links = re.findall(r"\]\(((?:docs/)?[\w./-]+\.(?:md|png))\)", text)
+    assert "docs/results.md" in links and "docs/report.png" in links
+    assert [link for link in links if not (ROOT / link).is_file()] == []
+    for page in (ROOT / "docs").glob("*.md"):   # the pages' own relative links
+        for link in re.findall(r"\]\(([\w./-]+\.(?:md|png))(?:#[\w-]+)?\)", page.read_text()):
+            assert (page.parent / link).is_file(), f"{page.name} links to a missing {link}"
