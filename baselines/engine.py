@@ -25,13 +25,13 @@ from baselines import checkpoint, dense, distributed, forward, heads, moe, therm
 from baselines import gates as G
 from baselines.backbones import check_architecture, list_backbones, load_backbone
 from baselines.variants import variant_config
-from uqbench.files.cache import PROTOCOL_VERSION, ArrayCache, DirCache
 from uqbench.core.engine import RunStats, register_backend
 from uqbench.core.errors import ConfigError, record_fallback
 from uqbench.core.gating import get_gate_kind
 from uqbench.core.outputs import ROUTER_FIELDS, Outputs
 from uqbench.core.plan import GateSpec, ModelSpec, Pair
 from uqbench.core.profiles import Profile
+from uqbench.files.cache import PROTOCOL_VERSION, ArrayCache, DirCache
 
 
 def train_config(prof: Profile, seed: int) -> train.TrainConfig:

@@ -28,9 +28,9 @@ from tqdm.auto import tqdm
 from baselines import distributed
 from baselines.heads import MultipleChoiceModel
 from baselines.train import length_key
-from uqbench.data.records import MCRecord
 from uqbench.core.errors import ConfigError
 from uqbench.core.outputs import PAD_LOGIT
+from uqbench.data.records import MCRecord
 
 #: completed forward passes over a split, by mode ("deterministic", "mc_dropout"); one per
 #: `collect` call

@@ -51,7 +51,8 @@ def test_registry_contract_register_get_unregister_scoped() -> None:
     ("uqbench.core.plan", "MODELS"), ("uqbench.data.sources", "SOURCES"),
     ("uqbench.data.suite_spec", "SUITES"), ("baselines.backbones", "BACKBONES"),
     ("uqbench.core.engine", "BACKENDS"), ("uqbench.core.engine", "DRAWERS"),
-    ("uqbench.core.experiments", "EXPERIMENTS"), ("uqbench.core.profiles", "PROFILES")])
+    ("uqbench.core.experiments", "EXPERIMENTS"), ("uqbench.core.profiles", "PROFILES"),
+    ("uqbench.core.heads", "HEADS")])
 def test_every_extension_point_is_a_registry_with_an_entry_point_group(module, registry) -> None:
     import importlib
 

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from baselines.backbones import Backbone, tiny_backbone
 from baselines.heads import HEADS, MultipleChoiceModel, make_moe, make_plain
 from baselines.moe import MoELoRAConfig, moe_layers
-from uqbench.data.records import MCRecord
 from uqbench.core.errors import ConfigError
 from uqbench.core.outputs import PAD_LOGIT
+from uqbench.data.records import MCRecord
 
 WORDS = ["apple", "river", "stone", "cloud", "tiger", "music", "paper", "glass", "night", "sugar"]
 SMALL_MOE = MoELoRAConfig(n_experts=4, rank=2, top_k=2)
@@ -129,13 +129,13 @@ def test_question_truncated_first_and_long_options_fall_back(encoder: Backbone) 
     assert torch.equal(both["input_ids"][:2], batch["input_ids"])
 
 
-@pytest.mark.parametrize("mode", list(HEADS))
+@pytest.mark.parametrize("mode", HEADS.names())
 def test_every_head_says_what_truncation_cut(request, mode: str) -> None:
     """``batch["cut"]`` per question: nothing, question text only, or option text (the
     model never saw all of an option): the forward records carry it to run.json."""
     from baselines.heads.base import CUT_NONE, CUT_OPTION, CUT_QUESTION
 
-    model = make_plain(request.getfixturevalue(HEADS[mode].kind), mode=mode)
+    model = make_plain(request.getfixturevalue(HEADS.get(mode).kind), mode=mode)
     fits = MCRecord(id="a", domain="t", question="short question", choices=("yes", "no"),
                     answer=0, source="t")
     long_q = MCRecord(id="b", domain="t", question="word " * 200, choices=("yes", "no"),

@@ -238,9 +238,8 @@ def test_dynmole_gate_rule_by_hand() -> None:
 # --- selection by name, defaults unchanged, bad input -----------------------------------------
 
 def test_default_run_is_unchanged() -> None:
-    from uqbench.run.runner import RunConfig
-
     from uqbench.core.plan import DENSE, ENGINE, LORA, MOE, ROUTER, TOP4, GateSpec, Pair
+    from uqbench.run.runner import RunConfig
 
     assert default_pairs(3.0) == model_pairs(DEFAULT_MODELS, 3.0) == [
         Pair(LORA, DENSE, ENGINE), Pair(MOE, TOP4, ROUTER | {"mc_logits", "member_logits"}),
@@ -310,13 +309,16 @@ def test_run_with_models_from_suite_yaml(tmp_path, real_data) -> None:
     assert sorted(res.stats.trained) == ["flylora@0", "hydralora@0"]
 
 
-def test_the_cores_model_and_head_lists_agree_with_the_baselines_tables() -> None:
+def test_the_cores_models_and_heads_are_the_baselines_registrations() -> None:
     """Every variant is registered once (`register_variant`: its preset and the core's model
-    entry, see tests/test_extending.py); the core's `HEADS` names the heads of `baselines`."""
+    entry, see tests/test_extending.py); every head once (`register_head`: the core's entry
+    holds the class baselines builds)."""
     from baselines.dense import DENSE_KINDS
-    from baselines.heads import ENCODER_MODES, HEAD_MODES
+    from baselines.heads import BiEncoder, Letters, head_class
+    from uqbench.core.heads import HEADS, heads_for
     from uqbench.core.plan import MODELS
-    from uqbench.core.profiles import ENCODER_HEADS, HEADS
 
     assert {MODELS.get(n).spec.kind for n in MODELS.names()} <= {"moe", *DENSE_KINDS, *PRESETS}
-    assert HEADS == ("auto", *HEAD_MODES) and ENCODER_HEADS == ENCODER_MODES
+    assert heads_for("encoder") == ("bi_encoder", "cross_encoder", "cross_encoder_cls")
+    assert heads_for("decoder") == ("cloze", "letters")
+    assert head_class("bi_encoder") is BiEncoder and HEADS.get("letters").cls is Letters

@@ -5,7 +5,7 @@
                 [--experiment NAME] [--models a,b] [--gates a,b] [--head cloze|letters]
                 [--backend NAME] [--figures NAME] [--compile off|on|auto]
     uqbench list WHAT             # scorers gates sources suites backbones backends figures
-                                  # experiments profiles models
+                                  # experiments profiles models heads
     uqbench score SOURCE --out DIR [--domain NAME=ID_TASK:SHIFT_TASK ...] [--members DIR ...]
                                   # score records made elsewhere: lm-eval samples or an export
     uqbench export RUN_DIR DEST   # copy a run's forward records (for `score` elsewhere)
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from uqbench.core.errors import UserError
-from uqbench.core.profiles import COMPILE, HEADS
+from uqbench.core.profiles import COMPILE
 
 
 def _csv(s: str) -> tuple[str, ...]:
@@ -65,7 +65,7 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="the model side (uqbench list backends; default torch)")
     run.add_argument("--figures", dest="figure_set", default="figures", metavar="NAME",
                      help="the figure set that draws the figures (uqbench list figures)")
-    run.add_argument("--head", choices=list(HEADS),
+    run.add_argument("--head", metavar="NAME",
                      help="how options are scored: encoders bi_encoder (cosine of question and "
                      "option embeddings) or cross_encoder[_cls]; decoders cloze (option "
                      "log-likelihood) or letters (answer letter); default: the suite's head:, "
@@ -185,6 +185,7 @@ _LISTS = {
     "backends": ("uqbench.core.engine", "BACKENDS"), "figures": ("uqbench.core.engine", "DRAWERS"),
     "experiments": ("uqbench.core.experiments", "EXPERIMENTS"),
     "profiles": ("uqbench.core.profiles", "PROFILES"), "models": ("uqbench.core.plan", "MODELS"),
+    "heads": ("uqbench.core.heads", "HEADS"),
 }
 
 

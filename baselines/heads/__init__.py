@@ -27,9 +27,27 @@ from baselines.heads.model import (
     make_plain,
 )
 from baselines.heads.prefix import PREFIX_CACHE, PrefixCache, _run_blocks
-from baselines.heads.registry import DEFAULT_HEADS, ENCODER_MODES, HEAD_MODES, HEADS, modes_for
+from baselines.heads.registry import DEFAULT_HEADS, HEADS, head_class, heads_for
 
-__all__ = ["BI_ENCODER_SCALE", "DEFAULT_HEADS", "ENCODER_MODES", "HEADS", "HEAD_MODES", "LETTERS",
-           "PREFIX_CACHE", "BiEncoder", "Cloze", "CrossEncoder", "CrossEncoderCLS", "Head",
-           "Letters", "MultipleChoiceModel", "PrefixCache", "_prepare", "_run_blocks",
-           "adapter_layers", "make_moe", "make_plain", "modes_for"]
+__all__ = [
+    "BI_ENCODER_SCALE",
+    "DEFAULT_HEADS",
+    "HEADS",
+    "LETTERS",
+    "PREFIX_CACHE",
+    "BiEncoder",
+    "Cloze",
+    "CrossEncoder",
+    "CrossEncoderCLS",
+    "Head",
+    "Letters",
+    "MultipleChoiceModel",
+    "PrefixCache",
+    "_prepare",
+    "_run_blocks",
+    "adapter_layers",
+    "head_class",
+    "heads_for",
+    "make_moe",
+    "make_plain",
+]

@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import Tensor, nn
 
-from uqbench.data.records import MCRecord
 from uqbench.core.outputs import PAD_LOGIT
+from uqbench.data.records import MCRecord
 
 
 class HeadedModel(Protocol):

@@ -17,9 +17,9 @@ from baselines.heads.base import (
     _per_example,
     _scatter_choices,
 )
-from uqbench.data.records import MCRecord
 from uqbench.core.errors import ConfigError
 from uqbench.core.outputs import PAD_LOGIT
+from uqbench.data.records import MCRecord
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 

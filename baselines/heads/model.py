@@ -13,9 +13,9 @@ from torch import Tensor, nn
 
 from baselines.backbones import Backbone
 from baselines.heads.prefix import PREFIX_CACHE, _run_blocks
-from baselines.heads.registry import DEFAULT_HEADS, HEAD_MODES, HEADS, modes_for
-from uqbench.data.records import MCRecord
+from baselines.heads.registry import DEFAULT_HEADS, HEADS, head_class, heads_for
 from uqbench.core.errors import ConfigError
+from uqbench.data.records import MCRecord
 
 
 def adapter_layers(model: nn.Module) -> list[str]:
@@ -54,7 +54,7 @@ class MultipleChoiceModel(nn.Module):
         softmax over choices is shift-invariant, a bias would get zero gradient.
     logit_scale : scalar ``nn.Parameter`` (bi-encoder mode) or None: log of the temperature.
     dropout : ``nn.Dropout(head_dropout)`` (encoder modes only).
-    scoring : `baselines.heads.Head`, the head ``HEADS[mode]()`` that encodes and scores.
+    scoring : `baselines.heads.Head`, the head ``head_class(mode)()`` that encodes and scores.
     """
 
     def __init__(self, backbone: Backbone, *, mode: str = "auto", head_dropout: float = 0.1,
@@ -63,10 +63,10 @@ class MultipleChoiceModel(nn.Module):
         if mode == "auto":
             mode = DEFAULT_HEADS[backbone.kind]
         if mode not in HEADS:
-            raise ConfigError(f"head mode {mode!r} unknown; valid: auto, {', '.join(HEAD_MODES)}")
-        if HEADS[mode].kind != backbone.kind:
+            raise ConfigError(f"head mode {mode!r} unknown; valid: auto, {', '.join(HEADS.names())}")
+        if HEADS.get(mode).kind != backbone.kind:
             raise ConfigError(f"head mode {mode!r} does not fit {backbone.kind} backbone "
-                              f"{backbone.name!r}; use {' or '.join(modes_for(backbone.kind))}")
+                              f"{backbone.name!r}; use {' or '.join(heads_for(backbone.kind))}")
         if not 0.0 <= head_dropout < 1.0:
             raise ConfigError(f"head_dropout must be in [0, 1), got {head_dropout}")
         self.backbone = backbone.model
@@ -80,7 +80,7 @@ class MultipleChoiceModel(nn.Module):
         self.head: nn.Linear | None = None
         self.logit_scale: nn.Parameter | None = None
         #: the scoring head (a strategy; its modules are the attributes above and ``dropout``)
-        self.scoring = HEADS[mode]()
+        self.scoring = head_class(mode)()
         self.scoring.add_modules(self, int(self.identity["hidden_size"]),
                                  self.backbone.get_input_embeddings().weight, seed, head_dropout)
         self._moe = bool(_moe_layers(self.backbone))

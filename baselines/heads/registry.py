@@ -1,21 +1,22 @@
-"""The table of scoring heads, by the name ``mode`` of `MultipleChoiceModel` (and checkpoints)."""
+"""The built-in scoring heads, registered in the core's head registry (`uqbench.core.heads`) under
+the name that is the ``mode`` of `MultipleChoiceModel` (and of checkpoints)."""
 from __future__ import annotations
 
 from baselines.heads.base import Head
 from baselines.heads.decoder import Cloze, Letters
 from baselines.heads.encoder import BiEncoder, CrossEncoder, CrossEncoderCLS
+from uqbench.core.heads import HEADS, heads_for, register_head
 
-#: every head, by name; the order of the lists below and of error messages
-HEADS: dict[str, type[Head]] = {h.name: h for h in (BiEncoder, CrossEncoder, CrossEncoderCLS,
-                                                    Cloze, Letters)}
+for _cls in (BiEncoder, CrossEncoder, CrossEncoderCLS, Cloze, Letters):
+    register_head(_cls)
+
 #: the head ``mode="auto"`` picks, by backbone kind
 DEFAULT_HEADS = {"encoder": BiEncoder.name, "decoder": Letters.name}
 
 
-def modes_for(kind: str) -> tuple[str, ...]:
-    """The heads that fit a backbone of ``kind`` ("encoder" or "decoder")."""
-    return tuple(name for name, h in HEADS.items() if h.kind == kind)
+def head_class(mode: str) -> type[Head]:
+    """The class of the head registered as ``mode`` (`UnknownNameError` with close matches)."""
+    return HEADS.get(mode).cls  # type: ignore[no-any-return]
 
 
-HEAD_MODES = tuple(HEADS)
-ENCODER_MODES = modes_for("encoder")
+__all__ = ["DEFAULT_HEADS", "HEADS", "head_class", "heads_for"]

@@ -11,13 +11,8 @@ from dataclasses import dataclass
 from uqbench.core.errors import ConfigError
 from uqbench.core.registry import Registry
 
-#: scoring heads of encoder backbones (`baselines.heads`)
-ENCODER_HEADS = ("bi_encoder", "cross_encoder", "cross_encoder_cls")
 #: ``--compile`` / `Profile.compile` values (`baselines.train.TrainConfig.compile`)
 COMPILE = ("off", "on", "auto")
-#: ``--head`` / a suite's ``head:`` values; auto = the profile's ``encoder_head`` for encoders,
-#: letters for decoders
-HEADS = ("auto", *ENCODER_HEADS, "cloze", "letters")
 
 
 @dataclass(frozen=True)
@@ -52,8 +47,8 @@ class Profile:
         checks = [("lr", 0 < self.lr <= 1e-1, "(0, 0.1]"),
                   ("head_lr", 0 < self.head_lr <= 1.0, "(0, 1]"),
                   ("epochs", self.epochs >= 1, "an integer >= 1"),
-                  ("encoder_head", self.encoder_head in ENCODER_HEADS,
-                   " | ".join(ENCODER_HEADS)),
+                  ("encoder_head", isinstance(self.encoder_head, str) and bool(self.encoder_head),
+                   "the name of a registered encoder head (checked when a run starts)"),
                   ("target_modules", self.target_modules in ("auto", "ffn"), "auto | ffn"),
                   ("top_layers", self.top_layers is None
                    or (isinstance(self.top_layers, int) and self.top_layers >= 1),

@@ -66,7 +66,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from uqbench.data.artifacts import char_ngrams, centroid_scores
+from uqbench.data.artifacts import centroid_scores, char_ngrams
 from uqbench.data.mathmc import record_rng
 from uqbench.data.mutations import (
     BOOLISH,

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from uqbench.core.errors import ConfigError
-from uqbench.core.profiles import HEADS
 from uqbench.core.registry import Registry
 from uqbench.data.records import MCRecord, Split
 from uqbench.data.sources import get_source, list_sources
@@ -234,13 +233,12 @@ def parse_suite(data: Any, *, origin: str = "<suite>", default_name: str | None 
 
 
 def check_head(v: Any, where: str = "--head") -> str:
-    """``head:`` -- how a model scores the options (decoders: ``cloze`` = length-normalised
-    option log-likelihood, ``letters`` = answer-letter logits)."""
-    if v not in HEADS:
-        raise ConfigError(f"{where}: head {v!r} unknown; valid: {', '.join(HEADS)} (cloze and "
-                          "letters are for decoder backbones, bi_encoder and cross_encoder for "
-                          "encoders)")
-    return str(v)
+    """``head:`` -- how a model scores the options (`uqbench.core.heads`: decoders ``cloze`` =
+    length-normalised option log-likelihood, ``letters`` = answer-letter logits; encoders
+    ``bi_encoder``, ``cross_encoder``...; ``auto``)."""
+    from uqbench.core.heads import check_head as check
+
+    return check(v, where)
 
 
 def _names(v: Any, where: str, key: str) -> tuple[str, ...]:

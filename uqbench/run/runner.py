@@ -18,6 +18,7 @@ from typing import Any
 from uqbench.core.engine import Backend, RunStats, get_backend, get_drawer
 from uqbench.core.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.core.gating import check_spec
+from uqbench.core.heads import HEADS, check_head, heads_for
 from uqbench.core.outputs import Outputs, with_train
 from uqbench.core.plan import (
     DEFAULT_MODELS,
@@ -70,7 +71,7 @@ class RunConfig:
     gates: tuple[str, ...] = ()
     backend: str = "torch"  # the model side (`uqbench.core.engine.BACKENDS`)
     figure_set: str = "figures"  # who draws the figures (`uqbench.core.engine.DRAWERS`)
-    head: str | None = None  # one of uqbench.core.profiles.HEADS; None: the suite's `head:`
+    head: str | None = None  # a head of uqbench.core.heads.HEADS, or auto; None: the suite's `head:`
     figures: bool = True
     progress: bool = True
     overwrite: bool = False
@@ -164,9 +165,11 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
     probe_scorers(dict.fromkeys(m.scorer for m in ms), timeout=cfg.scorer_timeout)
     backend.check_backbone(cfg.backbone)  # unknown name, unreachable id, unknown architecture
     if cfg.head is not None:
-        from uqbench.data.suite_spec import check_head
-
         check_head(cfg.head)
+    check_head(prof.encoder_head, f"profile {prof.name!r}: encoder_head")
+    if HEADS.get(prof.encoder_head).kind != "encoder":
+        raise ConfigError(f"profile {prof.name!r}: encoder_head {prof.encoder_head!r} is a head "
+                          f"for decoders; use one of {', '.join(heads_for('encoder'))}")
     from uqbench.data.suite_spec import get_suite_spec
 
     get_suite_spec(cfg.suite)  # unknown name or invalid YAML fails here, before any data work
