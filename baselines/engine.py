@@ -299,12 +299,27 @@ def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any
         bs, n = engine.prof.eval_batch_size, engine.prof.max_length
         batches = [model.encode(records[i:i + bs], max_length=n)
                    for i in range(0, len(records), bs)]
-        gate, res = thermostat.calibrate_kind(kind, model, batches, float(spec.budget),
-                                              spec.kwargs, forward=lambda m, b: m(b))
+        fwd = lambda m, b: m(b)  # noqa: E731
+        if kind.proxy is None:
+            gate, res = thermostat.calibrate_kind(kind, model, batches, float(spec.budget),
+                                                  spec.kwargs, forward=fwd)
+            calibration = {"knob": res.tau, "achieved": res.achieved, "target": res.target,
+                           "met": res.met, "iterations": res.iterations}
+        else:  # the proxy's bisection is the proxy gate's own (cached, shared with it), then
+            # one pass under it for the k histogram (`thermostat.calibrate_kind`'s proxy path)
+            proxy, pdesc = make_gate(replace(spec, name=kind.proxy, kind=kind.proxy), model,
+                                     adapter_sha, engine)
+            calibration = {k: v for k, v in pdesc["calibration"].items()
+                           if k != "calib_tokens_from"}
+            saved = moe.get_gates(model)
+            try:
+                moe.set_gate(model, proxy)
+                ks = torch.cat(thermostat.measure_k(model, batches, fwd))
+            finally:
+                moe.set_gate(model, saved)
+            gate = kind.cls.from_counts(ks, seed=0)
         desc = {"spec": spec.describe(), "gate": G.gate_to_dict(gate),
-                "calibration": {"knob": res.tau, "achieved": res.achieved, "target": res.target,
-                                "met": res.met, "iterations": res.iterations,
-                                "calib_tokens_from": len(records)}}
+                "calibration": {**calibration, "calib_tokens_from": len(records)}}
         engine.arrays.put("thermostat", material, {"desc": np.array(json.dumps(desc))})
     return G.gate_from_dict(desc["gate"]), desc
 
