@@ -5,8 +5,10 @@ the model has MoE-LoRA layers, per-example router statistics pooled (a plain mea
 non-padding token of all the example's sequences (one per option, or one in ``letters`` mode)
 and over all MoE layers. The statistics come from the same forward that produced the logits.
 
-`FORWARD_PASSES` counts calls per mode, so the runner (and its tests) can prove that a split was
+`FORWARD_PASSES` counts passes per mode, so the runner (and its tests) can prove that a split was
 run exactly once deterministically, plus T times with dropout for MC-dropout scorers.
+`collect_mc` runs the T MC-dropout passes stacked, T copies of each batch in one forward, each
+copy with the dropout masks of its sequential pass.
 
 Under a distributed launch (`baselines.distributed`) the length-sorted batches are dealt
 round-robin to the processes and the records gathered back on every process. Batches are the
@@ -36,7 +38,7 @@ from uqbench.errors import ConfigError, record_fallback
 from uqbench.outputs import PAD_LOGIT
 
 #: completed forward passes over a split, by mode ("deterministic", "mc_dropout"); one per
-#: `collect` call
+#: `collect` call, T per `collect_mc` call (one per stacked copy)
 FORWARD_PASSES: Counter[str] = Counter()
 
 MODES = ("deterministic", "mc_dropout")
