@@ -299,7 +299,9 @@ def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any
         bs, n = engine.prof.eval_batch_size, engine.prof.max_length
         batches = [model.encode(records[i:i + bs], max_length=n)
                    for i in range(0, len(records), bs)]
-        fwd = lambda m, b: m(b)  # noqa: E731
+        def fwd(m: Any, b: Any) -> Any:
+            return m(b)
+
         if kind.proxy is None:
             gate, res = thermostat.calibrate_kind(kind, model, batches, float(spec.budget),
                                                   spec.kwargs, forward=fwd)
