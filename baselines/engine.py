@@ -192,29 +192,49 @@ class TorchEngine:
     # -- forward records ----------------------------------------------------------------------
     def forward(self, spec: ModelSpec, seed: int, pair: Pair, split: Any, mode: str,
                 index: int = 0) -> dict[str, np.ndarray]:
+        return self.forwards(spec, seed, pair, split, mode, [index])[0]
+
+    def forwards(self, spec: ModelSpec, seed: int, pair: Pair, split: Any, mode: str,
+                 indices: list[int]) -> list[dict[str, np.ndarray]]:
+        """The cached records of passes ``indices`` (MC-dropout: their dropout seeds). Those not
+        cached are computed together, from the first miss on: MC-dropout passes stacked in one
+        forward per batch (`baselines.forward.collect_mc`)."""
         model, sha = self.model(spec, seed)
         gate, desc = self.gate(Pair(spec, pair.gate, pair.fields), seed)
-        material = {"protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
-                    "adapter": sha, "gate": desc.get("gate"),  # the resolved gate, not its name
-                    "split": split.hash, "mode": mode, "record": forward.RECORD_FIELDS,
-                    "index": index, "max_length": self.prof.max_length}
+        base = {"protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
+                "adapter": sha, "gate": desc.get("gate"),  # the resolved gate, not its name
+                "split": split.hash, "mode": mode, "record": forward.RECORD_FIELDS,
+                "max_length": self.prof.max_length}
         if mode == "mc_dropout":  # masks seeded per batch (same for any number of processes)
-            material["dropout_seeds"] = "per-batch"
+            base["dropout_seeds"] = "per-batch"
+            if model.kind != "encoder":  # a decoder's LM head rounds by batch size: stacked
+                base["stacked"] = True   # passes differ from lone ones in the last bits
+        computed: dict[int, dict[str, np.ndarray]] = {}
 
-        def compute() -> dict[str, np.ndarray]:
-            if gate is not None:  # a fresh gate per pass: RandomK's draws restart from its seed
-                moe.set_gate(model, G.gate_from_dict(desc["gate"]))
-            self.stats.passes[spec.name, seed, pair.gate.name, split.name, mode] += 1
-            t = time.perf_counter()
-            rec = forward.collect(model, split.records, batch_size=self.prof.eval_batch_size,
-                                  max_length=self.prof.max_length, mode=mode, seed=index,
-                                  progress=self.progress)
-            self.stats.add_seconds("passes", time.perf_counter() - t)
-            return rec
+        def compute(at: int) -> dict[str, np.ndarray]:
+            if at not in computed:   # the first miss: it and every later pass, together
+                todo = indices[indices.index(at):]
+                if gate is not None:  # a fresh gate: RandomK's draws restart from its seed
+                    moe.set_gate(model, G.gate_from_dict(desc["gate"]))
+                self.stats.passes[spec.name, seed, pair.gate.name, split.name, mode] += len(todo)
+                t = time.perf_counter()
+                kw = {"batch_size": self.prof.eval_batch_size,
+                      "max_length": self.prof.max_length, "progress": self.progress}
+                recs = (forward.collect_mc(model, split.records, todo, **kw)
+                        if mode == "mc_dropout" else
+                        [forward.collect(model, split.records, mode=mode, seed=i, **kw)
+                         for i in todo])
+                computed.update(zip(todo, recs))
+                self.stats.add_seconds("passes", time.perf_counter() - t)
+            return computed[at]
 
-        arrays, hit = distributed.get_or_compute(self.arrays, "forward", material, compute)
-        self.stats.cache_hits += hit
-        return arrays
+        out = []
+        for i in indices:
+            arrays, hit = distributed.get_or_compute(
+                self.arrays, "forward", {**base, "index": i}, lambda i=i: compute(i))
+            self.stats.cache_hits += hit
+            out.append(arrays)
+        return out
 
     def outputs(self, pair: Pair, split: Any, rep: int, need: frozenset[str]) -> Outputs:
         """Assemble the `Outputs` of one pair on one split for repetition ``rep``."""
@@ -225,9 +245,8 @@ class TorchEngine:
         if "features" in need:
             kw["features"] = det["features"]
         if "mc_logits" in need:
-            kw["mc_logits"] = np.stack([
-                self.forward(pair.model, base, pair, split, "mc_dropout", t)["logits"]
-                for t in range(self.prof.mc_passes)])
+            kw["mc_logits"] = np.stack([r["logits"] for r in self.forwards(
+                pair.model, base, pair, split, "mc_dropout", list(range(self.prof.mc_passes)))])
         if "member_logits" in need:
             kw["member_logits"] = np.stack([det["logits"]] + [  # member 0 is this model
                 self.forward(pair.model, base + m, pair, split, "deterministic")["logits"]
@@ -287,12 +306,29 @@ def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any
         bs, n = engine.prof.eval_batch_size, engine.prof.max_length
         batches = [model.encode(records[i:i + bs], max_length=n)
                    for i in range(0, len(records), bs)]
-        gate, res = thermostat.calibrate_kind(kind, model, batches, float(spec.budget),
-                                              spec.kwargs, forward=lambda m, b: m(b))
+        def fwd(m: Any, b: Any) -> Any:
+            return m(b)
+
+        if kind.proxy is None:
+            gate, res = thermostat.calibrate_kind(kind, model, batches, float(spec.budget),
+                                                  spec.kwargs, forward=fwd)
+            calibration = {"knob": res.tau, "achieved": res.achieved, "target": res.target,
+                           "met": res.met, "iterations": res.iterations}
+        else:  # the proxy's bisection is the proxy gate's own (cached, shared with it), then
+            # one pass under it for the k histogram (`thermostat.calibrate_kind`'s proxy path)
+            proxy, pdesc = make_gate(replace(spec, name=kind.proxy, kind=kind.proxy), model,
+                                     adapter_sha, engine)
+            calibration = {k: v for k, v in pdesc["calibration"].items()
+                           if k != "calib_tokens_from"}
+            saved = moe.get_gates(model)
+            try:
+                moe.set_gate(model, proxy)
+                ks = torch.cat(thermostat.measure_k(model, batches, fwd))
+            finally:
+                moe.set_gate(model, saved)
+            gate = kind.cls.from_counts(ks, seed=0)
         desc = {"spec": spec.describe(), "gate": G.gate_to_dict(gate),
-                "calibration": {"knob": res.tau, "achieved": res.achieved, "target": res.target,
-                                "met": res.met, "iterations": res.iterations,
-                                "calib_tokens_from": len(records)}}
+                "calibration": {**calibration, "calib_tokens_from": len(records)}}
         engine.arrays.put("thermostat", material, {"desc": np.array(json.dumps(desc))})
     return G.gate_from_dict(desc["gate"]), desc
 

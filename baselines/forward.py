@@ -5,8 +5,10 @@ the model has MoE-LoRA layers, per-example router statistics pooled (a plain mea
 non-padding token of all the example's sequences (one per option, or one in ``letters`` mode)
 and over all MoE layers. The statistics come from the same forward that produced the logits.
 
-`FORWARD_PASSES` counts calls per mode, so the runner (and its tests) can prove that a split was
+`FORWARD_PASSES` counts passes per mode, so the runner (and its tests) can prove that a split was
 run exactly once deterministically, plus T times with dropout for MC-dropout scorers.
+`collect_mc` runs the T MC-dropout passes stacked, T copies of each batch in one forward, each
+copy with the dropout masks of its sequential pass.
 
 Under a distributed launch (`baselines.distributed`) the length-sorted batches are dealt
 round-robin to the processes and the records gathered back on every process. Batches are the
@@ -16,24 +18,27 @@ which a process meets its batches; the distribution is the same).
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
-from torch import Tensor
+from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from baselines import distributed
+from baselines.gates import RandomK
 from baselines.heads import MultipleChoiceModel
 from baselines.train import length_key
-from uqbench.core.errors import ConfigError
+from uqbench.core.errors import ConfigError, record_fallback
 from uqbench.core.outputs import PAD_LOGIT
 from uqbench.data.records import MCRecord
 
 #: completed forward passes over a split, by mode ("deterministic", "mc_dropout"); one per
-#: `collect` call
+#: `collect` call, T per `collect_mc` call (one per stacked copy)
 FORWARD_PASSES: Counter[str] = Counter()
 
 MODES = ("deterministic", "mc_dropout")
@@ -121,20 +126,71 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
     """
     if mode not in MODES:
         raise ConfigError(f"collect: mode {mode!r} unknown; valid: {', '.join(MODES)}")
+    return _collect(model, records, [seed], batch_size=batch_size, max_length=max_length,
+                    mode=mode, progress=progress, keep_tokens=keep_tokens)[0]
+
+
+def collect_mc(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: Sequence[int], *,
+               batch_size: int = 64, max_length: int = 128, progress: bool = True
+               ) -> list[dict[str, NDArray[np.generic]]]:
+    """``[collect(model, records, mode="mc_dropout", seed=s) for s in seeds]``, with the passes
+    stacked: each forward holds ``len(seeds)`` copies of a batch (its records repeated, copy
+    after copy, so every layer sees the copies as consecutive blocks of rows) instead of one.
+
+    Every dropout draw of the stacked forward (the ``nn.Dropout`` modules in train mode and the
+    MoE-LoRA layers' `baselines.moe.layer.fast_dropout`) is split by copy and each block drawn from
+    its copy's own stream, seeded as the sequential pass would be, so copy ``t`` gets the masks
+    of ``collect(..., seed=seeds[t])``. On CPU the records of encoder heads equal the
+    sequential passes' bit for bit (tested on tiny-bert and MiniLM); a decoder's LM head is a
+    GEMM whose rounding may follow the batch size, so its logits may differ in the last bits
+    (<= 3e-8 measured; every other field bit for bit). On an accelerator, kernels chosen by
+    shape may round differently too.
+
+    Sequential passes instead (same records, slower) when a gate draws from its own generator
+    (`baselines.gates.RandomK`: its draws follow the order of the passes), and, with a warning
+    recorded in run.json ``fallbacks``, when a random draw outside those dropouts ran in the
+    stacked forward (checked on every batch: the global generator must be untouched).
+    ``batch_size`` counts the sequences of one copy, as in `collect`.
+    """
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("collect_mc: no seeds (give one per MC-dropout pass)")
+    kw = {"batch_size": batch_size, "max_length": max_length, "progress": progress}
+    stochastic = [type(g).__name__ for g in _gates(model) if isinstance(g, RandomK)]
+    if len(seeds) == 1 or stochastic:
+        return [collect(model, records, mode="mc_dropout", seed=s, **kw) for s in seeds]
+    try:
+        return _collect(model, records, seeds, mode="mc_dropout", keep_tokens=False, **kw)
+    except _UnsplitDraw as exc:
+        record_fallback("stacked MC-dropout passes", type(model.backbone).__name__,
+                        f"{exc}; the {len(seeds)} passes ran one after another instead (same "
+                        "values, slower)")
+        return [collect(model, records, mode="mc_dropout", seed=s, **kw) for s in seeds]
+
+
+def _gates(model: MultipleChoiceModel) -> list[object]:
+    return [layer.gate for layer in model.moe_layers()]
+
+
+def _collect(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: list[int], *,
+             batch_size: int, max_length: int, mode: str, progress: bool, keep_tokens: bool
+             ) -> list[dict[str, NDArray[np.generic]]]:
+    """`collect` for ``len(seeds)`` copies stacked in each forward (see `collect_mc`)."""
     if not records:
         raise ValueError("collect: no records (empty split)")
     if batch_size < 1:
         raise ConfigError(f"collect: batch_size must be >= 1, got {batch_size}")
-    n, c_max = len(records), max(len(r.choices) for r in records)
-    logits = np.full((n, c_max), PAD_LOGIT, dtype=np.float64)
-    feats = np.zeros((n, int(model.identity["hidden_size"])), dtype=np.float32)
-    sums = {f: np.zeros(n) for f in STAT_FIELDS} if model.has_moe else {}
-    counts = np.zeros(n)
-    cut = np.zeros(n, dtype=np.int8)  # what truncation cut (baselines.heads.CUT_*)
-    tok_parts: dict[str, list[Tensor]] = {f: [] for f in (*TOKEN_FIELDS, "tok_example")}
     if keep_tokens and not model.has_moe:
         raise ConfigError("collect: keep_tokens=True needs router statistics, but the model has "
                           "no MoE-LoRA layers")
+    n, c_max, n_copies = len(records), max(len(r.choices) for r in records), len(seeds)
+    hidden = int(model.identity["hidden_size"])
+    logits = np.full((n_copies, n, c_max), PAD_LOGIT, dtype=np.float64)
+    feats = np.zeros((n_copies, n, hidden), dtype=np.float32)
+    sums = {f: np.zeros((n_copies, n)) for f in STAT_FIELDS} if model.has_moe else {}
+    counts = np.zeros((n_copies, n))
+    cut = np.zeros(n, dtype=np.int8)  # what truncation cut (baselines.heads.CUT_*)
+    tok_parts: dict[str, list[Tensor]] = {f: [] for f in (*TOKEN_FIELDS, "tok_example")}
 
     flags = {m: m.training for m in model.modules()}
     model.eval()
@@ -152,31 +208,38 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
             for b in tqdm(mine, desc=f"forward ({mode})", leave=False,
                           disable=not progress or not distributed.is_main()):
                 idx = batches[b]
-                torch.manual_seed((seed << 24) + b)
-                batch = model.encode([records[i] for i in idx], max_length)
-                out = model(batch)                                        # (B, C)
-                logits[idx, :out.shape[1]] = out.double().cpu().numpy()
-                cut[idx] = batch["cut"].numpy()
-                feats[idx] = model.last_features.cpu().numpy()  # type: ignore[union-attr]
+                batch = model.encode([records[i] for i in idx] * n_copies, max_length)
+                if n_copies == 1:
+                    torch.manual_seed((seeds[0] << 24) + b)
+                    out = model(batch)                                    # (B, C)
+                else:
+                    with _per_copy_draws(model, [(s << 24) + b for s in seeds], dev):
+                        out = model(batch)                                # (T*B, C)
+                B = len(idx)
+                logits[:, idx, :out.shape[1]] = out.double().cpu().numpy().reshape(
+                    n_copies, B, -1)
+                cut[idx] = batch["cut"][:B].numpy()
+                feats[:, idx] = model.last_features.cpu().numpy().reshape(  # type: ignore[union-attr]
+                    n_copies, B, hidden)
                 if not model.has_moe:
                     continue
                 mask = batch["attention_mask"].to(dev).bool()             # (S, L)
                 n_ch = batch["n_choices"].to(dev)
-                seq_ex = model.seq_example({"n_choices": n_ch})           # (S,)
+                seq_ex = model.seq_example({"n_choices": n_ch})           # (S,) row in T*B
                 stats = layer_stats(model.backbone)                       # per layer (S, L)
                 mean = {k: torch.stack([s[k].double() for s in stats]).mean(0)  # (S, L)
                         for k in STAT_FIELDS.values()}
                 tok_ex = seq_ex[:, None].expand_as(mask)[mask]            # (K,) batch row
-                ex_count = torch.zeros(len(idx), dtype=torch.float64, device=dev
+                ex_count = torch.zeros(n_copies * B, dtype=torch.float64, device=dev
                                        ).index_add_(0, tok_ex, torch.ones_like(tok_ex,
                                                                                dtype=torch.float64))
-                counts[idx] = ex_count.cpu().numpy()
+                counts[:, idx] = ex_count.cpu().numpy().reshape(n_copies, B)
                 for field, key in STAT_FIELDS.items():
                     vals = mean[key][mask]                                # (K,)
-                    total = torch.zeros(len(idx), dtype=torch.float64, device=dev
+                    total = torch.zeros(n_copies * B, dtype=torch.float64, device=dev
                                         ).index_add_(0, tok_ex, vals)
-                    sums[field][idx] = total.cpu().numpy()
-                if keep_tokens:
+                    sums[field][:, idx] = total.cpu().numpy().reshape(n_copies, B)
+                if keep_tokens:   # one copy (collect)
                     for field, key in TOKEN_FIELDS.items():
                         tok_parts[field].append(mean[key][mask].cpu())
                     tok_parts["tok_example"].append(torch.as_tensor(idx)[tok_ex.cpu()])
@@ -185,22 +248,91 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
             record_stats(model.backbone, False)
         for m, was_training in flags.items():
             m.training = was_training
-    FORWARD_PASSES[mode] += 1   # a completed pass
-    if distributed.world() > 1:
-        _gather(batches, mine, logits, feats, sums, counts, cut, tok_parts)
+    FORWARD_PASSES[mode] += n_copies   # completed passes, one per copy
+    results = []
+    for t in range(n_copies):
+        c_sums = {f: v[t] for f, v in sums.items()}
+        if distributed.world() > 1:
+            _gather(batches, mine, logits[t], feats[t], c_sums, counts[t], cut, tok_parts)
+        result: dict[str, NDArray[np.generic]] = {"logits": logits[t], "features": feats[t],
+                                                  "cut": cut.copy()}
+        for field, total in c_sums.items():
+            result[field] = total / np.maximum(counts[t], 1.0)
+        if model.has_moe:  # the per-token mean of a statistic over examples weighs them by this
+            result["n_tokens"] = counts[t].copy()
+        if keep_tokens:
+            ex = torch.cat(tok_parts["tok_example"]).numpy().astype(np.int64)
+            order = np.argsort(ex, kind="stable")
+            result["tok_example"] = ex[order]
+            for field in TOKEN_FIELDS:
+                result[field] = torch.cat(tok_parts[field]).numpy().astype(np.float64)[order]
+        results.append(result)
+    return results
 
-    result: dict[str, NDArray[np.generic]] = {"logits": logits, "features": feats, "cut": cut}
-    for field, total in sums.items():
-        result[field] = total / np.maximum(counts, 1.0)
-    if model.has_moe:  # the per-token mean of a statistic over examples weighs them by this
-        result["n_tokens"] = counts.copy()
-    if keep_tokens:
-        ex = torch.cat(tok_parts["tok_example"]).numpy().astype(np.int64)
-        order = np.argsort(ex, kind="stable")
-        result["tok_example"] = ex[order]
-        for field in TOKEN_FIELDS:
-            result[field] = torch.cat(tok_parts[field]).numpy().astype(np.float64)[order]
-    return result
+
+class _UnsplitDraw(RuntimeError):
+    """A random draw in a stacked forward that `_per_copy_draws` did not split by copy."""
+
+
+def _rng_state(dev: torch.device) -> tuple[Tensor, Tensor | None]:
+    return (torch.get_rng_state(),
+            torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None)
+
+
+def _set_rng_state(state: tuple[Tensor, Tensor | None], dev: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], dev)
+
+
+@contextmanager
+def _per_copy_draws(model: MultipleChoiceModel, seeds: list[int], dev: torch.device
+                    ) -> Iterator[None]:
+    """Within the block, every dropout draw of ``model`` on an input whose rows are
+    ``len(seeds)`` stacked copies is made block by block, copy ``t``'s from the default
+    generator(s) in copy ``t``'s own state (first seeded with ``seeds[t]``), as ``t``'s
+    sequential pass draws them. Raises `_UnsplitDraw` on exit if anything else drew."""
+    from baselines.moe import layer as moe  # the module whose fast_dropout the layers call
+
+    states = []
+    for s in seeds:
+        torch.manual_seed(s)
+        states.append(_rng_state(dev))
+    torch.manual_seed(0x5EED)   # a sentinel state: any draw left unsplit moves it
+    sentinel = _rng_state(dev)
+
+    def check() -> None:
+        now = _rng_state(dev)
+        if not all(a is None or torch.equal(a, b) for a, b in zip(now, sentinel)):
+            raise _UnsplitDraw("a random draw other than nn.Dropout's and the MoE-LoRA "
+                               "layers' fast_dropout ran in the stacked forward")
+
+    def split(draw: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+        check()
+        if x.shape[0] % len(seeds):
+            raise _UnsplitDraw(f"a dropout input of {x.shape[0]} rows is not "
+                               f"{len(seeds)} stacked copies")
+        parts = []
+        for t, chunk in enumerate(x.chunk(len(seeds))):
+            _set_rng_state(states[t], dev)
+            parts.append(draw(chunk))
+            states[t] = _rng_state(dev)
+        _set_rng_state(sentinel, dev)
+        return torch.cat(parts)
+
+    fast_dropout = moe.fast_dropout
+    patched = [m for m in model.modules() if isinstance(m, nn.Dropout) and m.training]
+    for m in patched:   # an instance attribute shadows the class's forward for this block
+        m.forward = functools.partial(split, type(m).forward.__get__(m))  # type: ignore[method-assign]
+    moe.fast_dropout = lambda h, p, *, scaled=True: split(   # type: ignore[assignment]
+        lambda c: fast_dropout(c, p, scaled=scaled), h)
+    try:
+        yield
+    finally:
+        moe.fast_dropout = fast_dropout
+        for m in patched:
+            del m.forward
+    check()
 
 
 def _gather(batches: list[list[int]], mine: list[int], logits: NDArray[np.float64],

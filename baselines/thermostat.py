@@ -196,13 +196,16 @@ def calibrate(model: nn.Module, batches: Iterable[Any], budget: float = 4.0,
     lo, hi = bounds
 
     if not per_layer:
+        seen: dict[float, tuple[float, list[float]]] = {}
+
         def f(x: float) -> float:
             set_gate(model, gate_factory(x))
-            return mean_k(model, batches, forward)[0]
+            seen[x] = mean_k(model, batches, forward)
+            return seen[x][0]
 
         x, _, n, met = _bisect(f, budget, lo, hi, tol, max_iter, expand_hi)
         set_gate(model, gate_factory(x))
-        achieved, per = mean_k(model, batches, forward)
+        achieved, per = seen[x]   # measured at x during the search: no pass to repeat it
         return CalibrationResult(x, achieved, budget, n, False, met, per)
 
     xs = [hi] * len(layers)

@@ -56,6 +56,8 @@ def main(path: str) -> None:
         results[f"{mode}_mc_logits"] = forward.collect(
             fixed, eval_recs, batch_size=6, max_length=32, mode="mc_dropout", seed=3,
             progress=False)["logits"]
+        results[f"{mode}_mc_stacked_logits"] = np.stack([r["logits"] for r in forward.collect_mc(
+            fixed, eval_recs, [3, 4], batch_size=6, max_length=32, progress=False)])
     results["world"] = np.array(distributed.world())
     if distributed.is_main():
         np.savez(path, **results)

@@ -1,19 +1,18 @@
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from baselines.backbones import tiny_backbone
-from baselines.forward import FORWARD_PASSES, STAT_FIELDS, collect, plan_batches
+from baselines.forward import FORWARD_PASSES, STAT_FIELDS, collect, collect_mc, plan_batches
 from baselines.gates import Care
 from baselines.heads import MultipleChoiceModel, make_moe, make_plain
 from baselines.moe import MoELoRAConfig, set_gate
 from baselines.train import TrainConfig, train
 from tests.test_heads import SMALL_MOE, toy_records
-from uqbench.data.records import MCRecord
 from uqbench.core.errors import ConfigError
 from uqbench.core.outputs import PAD_LOGIT, Outputs
+from uqbench.data.records import MCRecord
 
 
 @pytest.fixture(scope="module", params=[("encoder", "auto"), ("decoder", "letters")])
@@ -141,3 +140,58 @@ def test_real_minilm_with_moe(minilm) -> None:
     assert np.allclose(rec["experts"], 4)
     assert ((rec["route_entropy"] > 0.5) & (rec["route_entropy"] <= 1)).all()   # fresh routers
     assert (rec["disagreement"] == 0).all()   # lora_B = 0 at init: every expert outputs 0
+
+
+def test_stacked_mc_passes_equal_the_sequential_ones_bitwise(model: MultipleChoiceModel) -> None:
+    """T copies in one forward, each with its own dropout stream: every field of every pass
+    equals the pass run alone, bit for bit on CPU, with the same pass count. Decoder heads:
+    the LM head's GEMM rounds by batch size, so their logits agree within 1e-6 (measured
+    <= 3e-8); every other field bit for bit."""
+    seeds = [0, 1, 5]
+    seq = [collect(model, RECS, batch_size=8, progress=False, mode="mc_dropout", seed=s)
+           for s in seeds]
+    before = FORWARD_PASSES["mc_dropout"]
+    stacked = collect_mc(model, RECS, seeds, batch_size=8, progress=False)
+    assert FORWARD_PASSES["mc_dropout"] == before + len(seeds)
+    assert len(stacked) == len(seeds)
+    for s, a, b in zip(seeds, seq, stacked):
+        assert set(a) == set(b)
+        for k in a:
+            assert a[k].dtype == b[k].dtype, (s, k)
+            if k == "logits" and model.kind == "decoder":
+                np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-6)
+            else:
+                assert np.array_equal(a[k], b[k]), (s, k)
+    assert not np.array_equal(stacked[0]["logits"], stacked[1]["logits"])   # masks differ
+    assert not any(m.training for m in model.modules())
+
+
+def test_stacked_mc_passes_fall_back_when_a_draw_is_not_split(model, monkeypatch) -> None:
+    """A random draw the copies cannot be split at is caught (the global generator moved), warned
+    about, recorded, and the passes run one after another with the same values."""
+    import torch
+
+    from uqbench.core.errors import FallbackWarning, reset_fallbacks
+
+    seq = [collect(model, RECS, batch_size=8, progress=False, mode="mc_dropout", seed=s)
+           for s in (2, 3)]
+    orig = type(model).forward
+
+    def noisy(self, batch):   # a stray draw, as an unknown stochastic layer would make
+        torch.rand(1)
+        return orig(self, batch)
+
+    monkeypatch.setattr(type(model), "forward", noisy)
+    recorded = reset_fallbacks()   # the live list run.json's fallbacks come from
+    with pytest.warns(FallbackWarning, match="stacked MC-dropout"):
+        got = collect_mc(model, RECS, [2, 3], batch_size=8, progress=False)
+    assert [f["what"] for f in recorded] == ["stacked MC-dropout passes"]
+    reset_fallbacks()
+    noisy_seq = [collect(model, RECS, batch_size=8, progress=False, mode="mc_dropout", seed=s)
+                 for s in (2, 3)]
+    for a, b in zip(noisy_seq, got):   # what the sequential passes give with that draw
+        assert np.array_equal(a["logits"], b["logits"])   # (they are the sequential passes)
+    monkeypatch.undo()
+    again = collect_mc(model, RECS, [2, 3], batch_size=8, progress=False)
+    for a, b in zip(seq, again):
+        np.testing.assert_allclose(a["logits"], b["logits"], rtol=0, atol=1e-6)

@@ -186,3 +186,73 @@ def test_a_registered_plugin_gate_is_calibrated_by_its_knob(model, batches) -> N
     finally:
         set_gate(model, saved)
         sys.modules.pop("tests.example_gate", None)
+
+
+# --- fewer passes, the same calibrated gate ---------------------------------------------------
+
+def test_calibrate_runs_one_pass_per_evaluation_and_reports_what_a_remeasure_gives(
+        model, batches) -> None:
+    """The achieved budget comes from the search's own pass at the returned tau (no pass to
+    repeat it): equal, bit for bit, to measuring again under the calibrated gate."""
+    calls = []
+
+    def fwd(m, b):
+        calls.append(1)
+        return m(**b)
+
+    saved = get_gates(model)
+    try:
+        res = calibrate(model, batches, 3.0, forward=fwd)
+        assert len(calls) == res.iterations * len(batches)
+        assert get_gates(model)[0] == Care(res.tau)
+        assert mean_k(model, batches) == (res.achieved, res.layer_achieved)
+    finally:
+        set_gate(model, saved)
+
+
+def test_engine_random_k_shares_cares_bisection(tmp_path) -> None:
+    """make_gate for a proxy kind (random-k) reuses the calibration of its proxy (care) at the
+    same budget and parameters, cached: one pass over the calibration set instead of a
+    bisection, and the very gate calibrate_kind gives."""
+    from types import SimpleNamespace
+
+    from baselines.backbones import tiny_backbone
+    from baselines.engine import make_gate
+    from baselines.heads import make_moe
+    from baselines.thermostat import calibrate_kind
+    from tests.test_heads import toy_records
+    from uqbench.core.gating import GATES
+    from uqbench.core.plan import GateSpec
+    from uqbench.files.cache import ArrayCache
+
+    m = make_moe(tiny_backbone("encoder"), MoELoRAConfig(n_experts=8, rank=2, top_k=2))
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for layer in moe_layers(m):
+            layer.router.weight.copy_(torch.randn(layer.router.weight.shape, generator=g))
+            layer.lora_B.copy_(torch.randn(layer.lora_B.shape, generator=g) * 0.1)
+    recs = toy_records(12, seed=5)
+    split = SimpleNamespace(hash="h", records=recs)
+    engine = SimpleNamespace(arrays=ArrayCache(tmp_path),
+                             suite=SimpleNamespace(role=lambda r: [split]),
+                             prof=SimpleNamespace(eval_batch_size=8, max_length=48))
+    batches = [m.encode(recs[i:i + 8], max_length=48) for i in range(0, 12, 8)]
+    ref_gate, ref = calibrate_kind(GATES.get("random"), m, batches, 2.5, {},
+                                   forward=lambda mm, b: mm(b))
+    calls = []
+    hook = m.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        gate, desc = make_gate(GateSpec("random-k", "random", budget=2.5), m, "sha", engine)
+        first = len(calls)
+        assert gate == ref_gate and desc["calibration"]["knob"] == ref.tau
+        assert desc["calibration"]["iterations"] == ref.iterations
+        assert first == (ref.iterations + 1) * len(batches)   # care's bisection + one pass
+        care, _ = make_gate(GateSpec("care", "care", budget=2.5), m, "sha", engine)
+        assert care == Care(ref.tau) and len(calls) == first   # cached by the proxy call
+        engine.arrays = ArrayCache(tmp_path / "other")
+        make_gate(GateSpec("care", "care", budget=2.5), m, "sha", engine)
+        calls.clear()
+        again, _ = make_gate(GateSpec("random-k", "random", budget=2.5), m, "sha", engine)
+        assert again == ref_gate and len(calls) == len(batches)   # no bisection of its own
+    finally:
+        hook.remove()
