@@ -13,13 +13,13 @@ import os
 import shutil
 import socket
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 
 from tests import dist_worker
 from tests.conftest import REPO, Procs
+from tests.support.suites import arc_suite
 from uqbench.results.tables import is_reference
 
 #: each launch's time on 2 quiet cores (the timeout is `timeout_for` of it: a multiple, so that
@@ -64,17 +64,7 @@ def test_sharded_training_and_records_match_one_process(tmp_path, procs) -> None
     assert one["letters_losses"][-1] < one["letters_losses"][0]   # it did train
 
 
-SUITE = textwrap.dedent("""
-    name: tiny-cloze
-    choices: 4
-    head: cloze
-    domains:
-      science:
-        train: {source: arc-easy, split: train}
-        id: {source: arc-easy, split: test}
-        shift: {source: arc-challenge, split: test}
-    caps: {train: 12, calib: 6, id: 10, shift: 10}
-""")
+SUITE = arc_suite("tiny-cloze", caps=(12, 6, 10, 10), header="choices: 4\nhead: cloze\n")
 
 
 def _rows(out: Path) -> dict[tuple[str, str], dict[str, object]]:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO
+from tests.support.suites import arc_suite
 from uqbench.core.errors import PluginError, UnknownNameError
 from uqbench.core.registry import Registry, import_plugin
 
@@ -264,17 +265,8 @@ def test_user_gate_and_variant_run_from_the_cli(procs, tmp_path: Path, real_data
     work.mkdir()
     (work / "my_gates.py").write_text(_body("example_gate.py"))
     (work / "my_moe.py").write_text(_body("example_variant.py"))
-    (work / "s.yaml").write_text(textwrap.dedent("""
-        name: s
-        choices: 4
-        gates: [fractionk]
-        domains:
-          science:
-            train: {source: arc-easy, split: train}
-            id: {source: arc-easy, split: test}
-            shift: {source: arc-challenge, split: test}
-        caps: {train: 16, calib: 8, id: 12, shift: 12}
-    """))
+    (work / "s.yaml").write_text(arc_suite("s", caps=(16, 8, 12, 12),
+                                           header="choices: 4\ngates: [fractionk]\n"))
     procs.run([*_user_cmd(tmp_path), "run", "--suite", "s.yaml", "--profile", "smoke",
                "--backbone", "tiny-bert", "--plugin", "my_gates", "--plugin", "my_moe.py",
                "--models", "wide-moe", "--scorers", "msp", "--out", "out", "--cache-dir",

@@ -18,22 +18,15 @@ import numpy as np
 import pytest
 
 from tests.conftest import builtin_scorers
-from uqbench.stats import metrics as M
-from uqbench.files.cache import StaleCacheWarning
+from tests.support.suites import arc_suite
 from uqbench.cli import main
+from uqbench.files.cache import StaleCacheWarning
 from uqbench.run.runner import RunConfig, run
+from uqbench.stats import metrics as M
 
 REPO = Path(__file__).resolve().parents[1]
 
-SUITE = textwrap.dedent("""
-    name: tiny
-    domains:
-      science:
-        train: {source: arc-easy, split: train}
-        id: {source: arc-easy, split: test}
-        shift: {source: arc-challenge, split: test}
-    caps: {train: 12, calib: 8, id: 10, shift: 10}
-""")
+SUITE = arc_suite()
 
 PLUGINS = {
     "rel_raises": "raise RuntimeError('boom at import')",

@@ -10,24 +10,12 @@ import numpy as np
 import pytest
 
 from tests.conftest import builtin_scorers
+from tests.support.suites import arc_suite
 from uqbench.core.errors import ConfigError, PluginError, UserError
 from uqbench.core.profiles import get_profile
 from uqbench.run.runner import RunConfig, prepare, run
 
-SUITE = textwrap.dedent("""
-    name: tiny
-    choices: 4
-    domains:
-      science:
-        train: {source: arc-easy, split: train}
-        id: {source: arc-easy, split: test}
-        shift: {source: arc-challenge, split: test}
-      knowledge:
-        train: {source: mmlu, split: test, subjects: [high_school], half: 0}
-        id: {source: mmlu, split: test, subjects: [high_school], half: 1}
-        shift: {source: mmlu, split: test, subjects: [college, professional]}
-    caps: {train: 16, calib: 8, id: 12, shift: 12}
-""")
+SUITE = arc_suite(caps=(16, 8, 12, 12), header="choices: 4\n", knowledge=True)
 
 PLUGIN = textwrap.dedent("""
     import numpy as np
@@ -118,8 +106,8 @@ def test_forward_passes_column_matches_the_plan(cold):
 
 
 def test_every_row_reports_recalibrated_ece_beside_the_raw_one(cold):
-    from uqbench.stats.recalibration import CALIBRATORS
     from uqbench.results.tables import is_reference
+    from uqbench.stats.recalibration import CALIBRATORS
 
     rows = [r for r in cold.rows if not is_reference(r)]
     assert rows

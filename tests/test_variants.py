@@ -4,7 +4,6 @@ by name (`uqbench list models`, ``--models``, suite ``models:``) and bad input."
 from __future__ import annotations
 
 import re
-import textwrap
 
 import numpy as np
 import pytest
@@ -28,6 +27,7 @@ from baselines.moe import (
 )
 from baselines.train import TrainConfig, train
 from baselines.variants import PRESETS, variant_config
+from tests.support.suites import arc_suite
 from tests.test_heads import toy_records
 from uqbench import Outputs
 from uqbench.core.errors import ConfigError
@@ -288,17 +288,8 @@ def test_run_with_models_from_suite_yaml(tmp_path, real_data) -> None:
     from uqbench.run.runner import RunConfig, run
 
     data = real_data
-    (tmp_path / "v.yaml").write_text(textwrap.dedent("""
-        name: v
-        choices: 4
-        models: [hydralora, flylora]
-        domains:
-          science:
-            train: {source: arc-easy, split: train}
-            id: {source: arc-easy, split: test}
-            shift: {source: arc-challenge, split: test}
-        caps: {train: 16, calib: 8, id: 12, shift: 12}
-    """))
+    (tmp_path / "v.yaml").write_text(arc_suite(
+        "v", caps=(16, 8, 12, 12), header="choices: 4\nmodels: [hydralora, flylora]\n"))
     res = run(RunConfig(suite=str(tmp_path / "v.yaml"), profile="smoke", backbone="tiny-bert",
                         scorers=("msp", "care"), out=tmp_path / "out",
                         cache_dir=tmp_path / "cache", data_dir=data, figures=False,
