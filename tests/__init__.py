@@ -1,1 +1,30 @@
-"""The test suite: a fast tier (``make test-fast``) and the slow/e2e tiers marked in conftest."""
+"""The test suite: a fast tier (``make test-fast``: ``-m "not slow and not e2e"``) and the slow and
+e2e tiers, marked by the fixtures a test uses (tests/conftest.py).
+
+Test files are named for the module they test and stay in one folder (pytest's rootdir conftest
+and ``from tests.support import ...`` stay simple); this map is their layout, stage by stage
+(the README's "Layout"):
+
+- ``uqbench/core``: test_outputs, test_scorers (scorer contract and built-ins), test_registry,
+  test_extending (every registry, plugins), test_experiments, test_gates (gating side).
+- ``uqbench/files``: test_cache, test_reproduce (environment, run folders).
+- ``uqbench/stats``: test_metrics, test_conformal, test_risk, test_recalibration, test_features
+  (feature scorers against scikit-learn).
+- ``uqbench/data``: test_loaders, test_data_registry, test_suites, test_fingerprints,
+  test_artifacts, test_mathmc, test_codemc, test_sandbox, test_seeds.
+- ``uqbench/results``: test_columns, test_conformal_risk, test_references.
+- ``uqbench/io``: test_records, test_lmeval.
+- ``uqbench/reporting``: test_html, test_paper.
+- ``uqbench/run`` and the CLI: test_runner, test_reliability (bad input, interruptions), test_e2e
+  (the real smoke run), test_readme.
+- ``baselines``: test_moe, test_moe_fast, test_gates, test_thermostat, test_heads,
+  test_head_selection, test_prefix, test_forward, test_train, test_compile, test_dense,
+  test_variants, test_checkpoint, test_backbones, test_mpnet, test_smollm2, test_accelerate,
+  test_recipe.
+- ``figures``: test_figures. ``benchmarks``: test_gpu_check, test_gpu_bundle.
+- the layering rule: test_layers.
+
+Shared helpers live in ``tests/support/`` (suite YAML, small inputs); the README's examples in
+``tests/example_*.py``; ``tests/lmeval.py`` runs lm-evaluation-harness for the lm-eval tests and
+``tests/dist_worker.py`` is the 2-process worker of test_accelerate.
+"""

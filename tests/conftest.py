@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from tests import lmeval
+from tests.support.data import make_outputs
 from uqbench import Outputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -319,29 +319,6 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path, smoke_s
     finally:
         p.close()
     yield root, env, proc
-
-
-def make_outputs(n: int = 5, c: int = 4, *, seed: int = 0, t: int = 3, m: int = 2,
-                 h: int = 6) -> Outputs:
-    """Random but valid Outputs with every optional field (``h``: feature width; the training
-    reference: 32 questions of two domains)."""
-    rng = np.random.default_rng(seed)
-    return Outputs(
-        ids=np.array([f"ex{i}" for i in range(n)]),
-        labels=rng.integers(0, c, n),
-        logits=rng.normal(size=(n, c)) * 2,
-        domain=np.array(["a", "b"] * (n // 2) + ["a"] * (n % 2)),
-        route_entropy=rng.uniform(size=n),
-        top1_mass=rng.uniform(0.1, 1, size=n),
-        disagreement=rng.uniform(size=n),
-        experts=rng.uniform(1, 8, size=n),
-        n_tokens=rng.integers(5, 60, size=n).astype(float),
-        mc_logits=rng.normal(size=(t, n, c)),
-        member_logits=rng.normal(size=(m, n, c)),
-        features=rng.normal(size=(n, h)),
-        train_features=rng.normal(size=(32, h)),
-        train_domain=np.repeat(["a", "b"], 16),
-    )
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from baselines.checkpoint import (
 from baselines.heads import make_moe, make_plain
 from baselines.moe import MoELoRAConfig
 from baselines.train import TrainConfig, train
-from tests.test_heads import SMALL_MOE, toy_records
+from tests.support.data import SMALL_MOE, toy_records
 
 
 @pytest.fixture(scope="module")

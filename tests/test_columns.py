@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from tests.conftest import make_outputs
-from uqbench.stats import metrics as M
+from tests.support.data import make_outputs
+from uqbench.core.scorer import get_scorer
 from uqbench.results.evaluate import CI_METRICS, ROW_COLUMNS, Scored, evaluate
 from uqbench.results.tables import markdown_table
-from uqbench.core.scorer import get_scorer
+from uqbench.stats import metrics as M
 
 NEW = ("brier", "nll", "mce", "ece_adaptive", "augrc")
 

@@ -17,7 +17,7 @@ from baselines.train import (
     train,
     transformer_blocks,
 )
-from tests.test_heads import toy_records
+from tests.support.data import toy_records
 
 #: dropout 0: the masks are then no question (inductor draws its own random numbers)
 MOE = MoELoRAConfig(n_experts=4, rank=2, top_k=2, dropout=0.0)

@@ -8,12 +8,12 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.conftest import make_outputs
-from uqbench.stats import conformal as C
-from uqbench.files.cache import ArrayCache
-from uqbench.results.evaluate import Scored
+from tests.support.data import make_outputs
 from uqbench.core.scorer import get_scorer
+from uqbench.files.cache import ArrayCache
 from uqbench.results.conformal_risk import compute, conformal_risk_columns
+from uqbench.results.evaluate import Scored
+from uqbench.stats import conformal as C
 
 
 def _scored(n: int, seed: int, seeds: int = 1) -> Scored:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from uqbench.data import sources, suite_spec, suites
 from uqbench.core.errors import ConfigError, DataError
+from uqbench.data import sources, suite_spec, suites
 
 #: The README example, verbatim.
 PLUGIN = '''

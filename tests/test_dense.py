@@ -12,7 +12,7 @@ from baselines.forward import collect
 from baselines.heads import adapter_layers, make_moe
 from baselines.moe import moe_layers
 from baselines.train import TrainConfig, train
-from tests.test_heads import SMALL_MOE, toy_records
+from tests.support.data import SMALL_MOE, toy_records
 from uqbench.core.errors import ConfigError
 
 #: trainable tensor names per kind (besides the head)

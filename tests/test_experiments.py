@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 from tests.conftest import builtin_scorers
-from uqbench.core.experiments import CONCENTRATION, EXPERIMENTS, experiment_methods, experiment_scorers
+from uqbench.core.experiments import (
+    CONCENTRATION,
+    EXPERIMENTS,
+    experiment_methods,
+    experiment_scorers,
+)
 from uqbench.core.plan import DET
 from uqbench.core.scorer import get_scorer
 
@@ -113,7 +118,7 @@ def test_forward_records_token_counts_and_match_the_thermostats_mean() -> None:
     from baselines.heads import make_moe
     from baselines.moe import set_gate
     from baselines.thermostat import mean_k
-    from tests.test_heads import SMALL_MOE, toy_records
+    from tests.support.data import SMALL_MOE, toy_records
 
     model = make_moe(tiny_backbone("encoder"), SMALL_MOE, mode="auto")
     set_gate(model, Care(0.6, k_max=4))

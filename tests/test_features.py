@@ -13,7 +13,7 @@ from sklearn.preprocessing import normalize
 
 from scorers.features import ledoit_wolf as lw_numpy
 from scorers.features import mahalanobis
-from tests.conftest import make_outputs
+from tests.support.data import make_outputs
 from uqbench import Outputs, get_scorer
 from uqbench.core.errors import ConfigError, PluginError
 from uqbench.core.outputs import with_train
@@ -183,7 +183,7 @@ def test_forward_records_one_deterministic_feature_per_question(kind, mode):
     from baselines.backbones import tiny_backbone
     from baselines.forward import collect
     from baselines.heads import make_plain
-    from tests.test_heads import toy_records
+    from tests.support.data import toy_records
 
     model = make_plain(tiny_backbone(kind), mode=mode)
     recs = toy_records(7, seed=2, n_choices=(2, 3, 4))

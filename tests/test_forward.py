@@ -9,7 +9,7 @@ from baselines.gates import Care
 from baselines.heads import MultipleChoiceModel, make_moe, make_plain
 from baselines.moe import MoELoRAConfig, set_gate
 from baselines.train import TrainConfig, train
-from tests.test_heads import SMALL_MOE, toy_records
+from tests.support.data import SMALL_MOE, toy_records
 from uqbench.core.errors import ConfigError
 from uqbench.core.outputs import PAD_LOGIT, Outputs
 from uqbench.data.records import MCRecord

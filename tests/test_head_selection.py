@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from uqbench.cli import main
-from uqbench.data.suite_spec import parse_suite
 from uqbench.core.errors import ConfigError
+from uqbench.data.suite_spec import parse_suite
 from uqbench.run.runner import RunConfig, prepare
 
 DOMAINS = {"science": {"train": {"source": "arc-easy", "split": "train"},

@@ -2,36 +2,17 @@
 reporting, decoder prompts, cloze scores and bi-encoder scores on tiny models."""
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from baselines.backbones import Backbone, tiny_backbone
 from baselines.heads import HEADS, MultipleChoiceModel, make_moe, make_plain
-from baselines.moe import MoELoRAConfig, moe_layers
+from baselines.moe import moe_layers
+from tests.support.data import SMALL_MOE, toy_records
 from uqbench.core.errors import ConfigError
 from uqbench.core.outputs import PAD_LOGIT
 from uqbench.data.records import MCRecord
-
-WORDS = ["apple", "river", "stone", "cloud", "tiger", "music", "paper", "glass", "night", "sugar"]
-SMALL_MOE = MoELoRAConfig(n_experts=4, rank=2, top_k=2)
-
-
-def toy_records(n: int, *, seed: int = 0, n_choices: tuple[int, ...] = (3,)) -> list[MCRecord]:
-    """A trivially learnable task: the right option is the one containing the word "good"."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        c = rng.choice(n_choices)
-        ans = rng.randrange(c)
-        choices = [rng.choice(WORDS) for _ in range(c)]
-        choices[ans] = "good " + choices[ans]
-        q = "which one " + " ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 6)))
-        out.append(MCRecord(id=f"toy{i}", domain="toy", question=q, choices=tuple(choices),
-                            answer=ans, source="toy"))
-    return out
 
 
 @pytest.fixture(scope="module")

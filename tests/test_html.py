@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import slow_fixture
 from tests.test_records import record_set
 from uqbench.cli import main
-from uqbench.reporting.compare import compare, write_compare
 from uqbench.core.errors import UserError
+from uqbench.reporting.compare import compare, write_compare
 from uqbench.reporting.html import render_report
 from uqbench.run.score_records import ScoreConfig, score
 

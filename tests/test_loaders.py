@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from uqbench.core.errors import ConfigError, DataError
 from uqbench.data import sources as L
 from uqbench.data.records import MCRecord
 from uqbench.data.sources.adapters import parse_adapters_choices
 from uqbench.data.sources.math import _equation_hints
 from uqbench.data.sources.mmlu import MMLU_GROUPS, mmlu_subjects
 from uqbench.data.suites import make_record
-from uqbench.core.errors import ConfigError, DataError
 
 
 def _records(name: str, split: str, **kw: object) -> list[MCRecord]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import make_outputs
+from tests.support.data import make_outputs
 from uqbench import Outputs
 from uqbench.core.outputs import PAD_LOGIT
 

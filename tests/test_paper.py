@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from uqbench.stats import metrics as M
 from uqbench.core.errors import UserError
 from uqbench.reporting.paper import (
     FAILS,
@@ -21,6 +20,7 @@ from uqbench.reporting.paper import (
     matched_budget,
     write_paper_report,
 )
+from uqbench.stats import metrics as M
 
 N = 200
 CARE, MSP = "moe-lora/care/care", "moe-lora/top4/msp"

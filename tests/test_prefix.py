@@ -13,7 +13,7 @@ from baselines.dense import make_dense
 from baselines.heads import PREFIX_CACHE, PrefixCache, make_moe
 from baselines.moe import MoELoRAConfig, moe_layers, record_stats, resolve_targets
 from baselines.train import TrainConfig, train
-from tests.test_heads import toy_records
+from tests.support.data import toy_records
 from uqbench.core.errors import ConfigError
 from uqbench.core.profiles import Profile
 

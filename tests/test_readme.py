@@ -51,3 +51,9 @@ def test_the_readme_is_a_front_door_whose_links_resolve() -> None:
     for page in (ROOT / "docs").glob("*.md"):   # the pages' own relative links
         for link in re.findall(r"\]\(([\w./-]+\.(?:md|png))(?:#[\w-]+)?\)", page.read_text()):
             assert (page.parent / link).is_file(), f"{page.name} links to a missing {link}"
+
+
+def test_the_tests_map_names_every_test_file() -> None:
+    """tests/__init__.py maps the test files to the stages they test: it names each one."""
+    doc = (ROOT / "tests" / "__init__.py").read_text()
+    assert [p.stem for p in sorted((ROOT / "tests").glob("test_*.py")) if p.stem not in doc] == []

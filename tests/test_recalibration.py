@@ -10,11 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import make_outputs
-from uqbench.stats import metrics as M
+from tests.support.data import make_outputs
+from uqbench.core.outputs import Outputs
+from uqbench.core.scorer import Scorer, get_scorer
 from uqbench.files.cache import ArrayCache
 from uqbench.results.evaluate import Scored
-from uqbench.core.outputs import Outputs
+from uqbench.stats import metrics as M
 from uqbench.stats.recalibration import (
     CALIBRATORS,
     T_MAX,
@@ -24,7 +25,6 @@ from uqbench.stats.recalibration import (
     temperature_scaling,
     top_label,
 )
-from uqbench.core.scorer import Scorer, get_scorer
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:

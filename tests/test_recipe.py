@@ -42,9 +42,9 @@ def test_the_check_rejects_chance() -> None:
 def test_the_cpu_recipe_learns_science(real_data_dir, tmp_path) -> None:
     from baselines import forward, heads, moe, train
     from baselines.backbones import load_backbone
+    from uqbench.core.profiles import get_profile
     from uqbench.data.suite_spec import SuiteSpec, get_suite_spec
     from uqbench.data.suites import build_suite
-    from uqbench.core.profiles import get_profile
 
     cpu = get_profile("cpu")
     prof = dataclasses.replace(cpu, train_cap=96, calib_cap=8, id_cap=120, shift_cap=8)

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import make_outputs
+from tests.support.data import make_outputs
 from uqbench.core.errors import ConfigError, UserError
-from uqbench.io.lmeval import DomainTasks, read_lmeval
 from uqbench.core.outputs import Outputs, with_train
 from uqbench.core.plan import DET, ROUTER, GateSpec, ModelSpec, Pair
+from uqbench.io.lmeval import DomainTasks, read_lmeval
 from uqbench.io.recordset import RecordSet, export_run, read_record_set, write_record_set
 from uqbench.results.references import ReferenceInputs
 from uqbench.run.score_records import ScoreConfig, load_records, score

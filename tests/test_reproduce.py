@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from uqbench.cli import main
-from uqbench.files.environment import FORMAT, code_hash, environment, package_versions
 from uqbench.core.errors import DataError, UserError
+from uqbench.files.environment import FORMAT, code_hash, environment, package_versions
 from uqbench.run.reproduce import ReproducibilityWarning, diff_runs, read_recorded, reproduce
 from uqbench.run.runner import RunConfig
 

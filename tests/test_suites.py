@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from uqbench.files.cache import StaleCacheWarning
+from uqbench.core.errors import ConfigError, DataError
+from uqbench.core.profiles import get_profile
 from uqbench.data import sources as L
 from uqbench.data import suite_spec as SP
 from uqbench.data import suites as S
 from uqbench.data.records import content_hash
-from uqbench.core.errors import ConfigError, DataError
-from uqbench.core.profiles import get_profile
+from uqbench.files.cache import StaleCacheWarning
 
 SMOKE = get_profile("smoke")
 CAPS = {"train": SMOKE.train_cap, "calib": SMOKE.calib_cap, "id": SMOKE.id_cap,

@@ -220,7 +220,7 @@ def test_engine_random_k_shares_cares_bisection(tmp_path) -> None:
     from baselines.engine import make_gate
     from baselines.heads import make_moe
     from baselines.thermostat import calibrate_kind
-    from tests.test_heads import toy_records
+    from tests.support.data import toy_records
     from uqbench.core.gating import GATES
     from uqbench.core.plan import GateSpec
     from uqbench.files.cache import ArrayCache

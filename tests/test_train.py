@@ -8,7 +8,7 @@ from baselines.gates import Care, TopK
 from baselines.heads import make_moe
 from baselines.moe import MoELoRAConfig, get_gates, set_gate
 from baselines.train import TrainConfig, batch_order, train
-from tests.test_heads import SMALL_MOE, toy_records
+from tests.support.data import SMALL_MOE, toy_records
 from uqbench.core.errors import ConfigError
 
 FAST = TrainConfig(lr=5e-3, head_lr=1e-2, epochs=3, batch_size=8, max_length=48, warmup_ratio=0.1)

@@ -27,8 +27,8 @@ from baselines.moe import (
 )
 from baselines.train import TrainConfig, train
 from baselines.variants import PRESETS, variant_config
+from tests.support.data import toy_records
 from tests.support.suites import arc_suite
-from tests.test_heads import toy_records
 from uqbench import Outputs
 from uqbench.core.errors import ConfigError
 from uqbench.core.outputs import ROUTER_FIELDS
