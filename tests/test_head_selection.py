@@ -21,16 +21,18 @@ def test_suite_head(head: str) -> None:
 
 def test_suite_head_defaults_to_auto_and_bad_one_lists_valid() -> None:
     assert parse_suite({"name": "s", "domains": DOMAINS}).head == "auto"
-    with pytest.raises(ConfigError, match="cloze, letters") as err:
+    with pytest.raises(ConfigError, match=r"valid: .*cloze.*letters") as err:
         parse_suite({"name": "s", "domains": DOMAINS, "head": "logits"}, origin="my.yaml")
     assert "my.yaml" in str(err.value) and "'logits'" in str(err.value)
 
 
-def test_run_head_checked_before_data(tmp_path) -> None:
-    with pytest.raises(ConfigError, match="head 'bogus' unknown"):
+def test_run_head_checked_before_data(tmp_path, capsys) -> None:
+    with pytest.raises(ConfigError, match="unknown head 'bogus'"):
         prepare(RunConfig(head="bogus", backbone="tiny-llama", out=tmp_path / "o"))
-    with pytest.raises(SystemExit):   # argparse refuses it too
-        main(["run", "--head", "bogus"])
+    assert main(["run", "--head", "clozee", "--backbone", "tiny-llama",
+                 "--out", str(tmp_path / "o2")]) == 2       # the CLI too, before any output
+    assert "unknown head 'clozee'" in capsys.readouterr().err
+    assert not (tmp_path / "o2").exists()
 
 
 def test_head_in_run_identity_only_when_given() -> None:
