@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from baselines.backbones import Backbone
-from baselines.heads import MultipleChoiceModel, _prepare
+from baselines.heads import MultipleChoiceModel, prepare_backbone
 from uqbench.core.errors import ConfigError
 
 DENSE_KINDS = ("lora", "dora", "adalora")
@@ -70,7 +70,7 @@ def make_dense(backbone: Backbone, kind: str = "lora", rank: int = 8, alpha: flo
     if rank < 1 or not alpha > 0 or not 0.0 <= dropout < 1.0:
         raise ConfigError(f"dense adapter: need rank >= 1, alpha > 0, dropout in [0, 1); got "
                           f"rank={rank}, alpha={alpha}, dropout={dropout}")
-    bb = _prepare(backbone, copy)
+    bb = prepare_backbone(backbone, copy)
     targets = list(resolve_targets(bb.model, target_modules if isinstance(target_modules, str)
                                    else tuple(target_modules), top_layers))
     if kind == "adalora":

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.bench_train_step import BATCH, MAX_LENGTH, _backbone, _records
+from benchmarks.bench_train_step import BATCH, MAX_LENGTH, step_backbone, synthetic_records
 
 #: per epoch; the last batch is partial (padded on the compiled path)
 STEPS = 4
@@ -30,8 +30,8 @@ def run() -> Iterator[dict[str, Any]]:
     from baselines.moe import MoELoRAConfig
     from baselines.train import TrainConfig, train
 
-    name, bb = _backbone()
-    records = _records(BATCH * STEPS - BATCH // 2, MAX_LENGTH)
+    name, bb = step_backbone()
+    records = synthetic_records(BATCH * STEPS - BATCH // 2, MAX_LENGTH)
     cfg = TrainConfig(epochs=EPOCHS, batch_size=BATCH, max_length=MAX_LENGTH)
     on = TrainConfig(**{**cfg.__dict__, "compile": "on"})
     train(make_moe(bb, MoELoRAConfig()), records[:2 * BATCH],

@@ -289,16 +289,16 @@ def bench_cost(config: Any, suffix: str = "", reps: int = COST_REPS) -> Iterator
     fns = {"plain": fwd(plain), "top4": fwd(model, top4), "care": fwd(model, care)}
     start = 0
     if config.top_layers:  # the runner reads the frozen prefix's states from PrefixCache
-        from baselines.heads import _run_blocks
+        from baselines.heads import run_blocks
         start = model.config.num_hidden_layers - config.top_layers
         with torch.no_grad():
-            h0 = _run_blocks(model, model.embeddings(input_ids=ids), batch["attention_mask"],
+            h0 = run_blocks(model, model.embeddings(input_ids=ids), batch["attention_mask"],
                              0, start)
 
         def cached() -> None:
             set_gate(model, top4)
             with torch.no_grad():
-                _run_blocks(model, h0, batch["attention_mask"], start, None)
+                run_blocks(model, h0, batch["attention_mask"], start, None)
         fns["cached"] = cached
     best = _best_times(fns, reps)
     extra = {"record_stats": True, "reps": reps}

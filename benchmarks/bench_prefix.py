@@ -27,7 +27,7 @@ def run() -> Iterator[dict[str, object]]:
     import torch
 
     from baselines.backbones import load_backbone
-    from baselines.heads import PrefixCache, _run_blocks, make_moe
+    from baselines.heads import PrefixCache, make_moe, run_blocks
     from baselines.moe import MoELoRAConfig
 
     torch.set_num_threads(1)
@@ -47,7 +47,7 @@ def run() -> Iterator[dict[str, object]]:
 
     def padded() -> list[torch.Tensor]:
         with torch.no_grad():
-            return [_run_blocks(bert, bert.embeddings(input_ids=ids), mask, 0, start)
+            return [run_blocks(bert, bert.embeddings(input_ids=ids), mask, 0, start)
                     * mask[..., None] for ids, mask in batches]
 
     best = {}

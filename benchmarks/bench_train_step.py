@@ -25,7 +25,7 @@ BATCH, MAX_LENGTH = 16, 256
 STEPS = 8
 
 
-def _records(n: int, words: int) -> list[Any]:
+def synthetic_records(n: int, words: int) -> list[Any]:
     from uqbench.data.records import MCRecord
 
     text = " ".join(["the quick brown fox jumps over the lazy dog"] * (words // 9 + 1))
@@ -34,7 +34,7 @@ def _records(n: int, words: int) -> list[Any]:
                      source="bench") for i in range(n)]
 
 
-def _backbone() -> tuple[str, Any]:
+def step_backbone() -> tuple[str, Any]:
     """``UQBENCH_BENCH_BACKBONE``, else SmolLM2 on a GPU where it is installed, else tiny-llama
     (the line names which)."""
     from baselines.backbones import check_backbone, load_backbone
@@ -70,8 +70,8 @@ def run() -> Iterator[dict[str, Any]]:
     from baselines.heads import make_moe
     from baselines.moe import MoELoRAConfig, moe_layers
 
-    name, bb = _backbone()
-    records = _records(BATCH * STEPS, MAX_LENGTH)
+    name, bb = step_backbone()
+    records = synthetic_records(BATCH * STEPS, MAX_LENGTH)
     moe = make_moe(bb, MoELoRAConfig())
     lora = make_dense(bb, "lora")
     s = {"moe": _seconds_per_step(moe, records), "lora": _seconds_per_step(lora, records)}

@@ -440,12 +440,12 @@ def compare_cpu(cfg: Any) -> dict[str, Any]:
     from baselines import checkpoint, forward
     from baselines.backbones import load_backbone
     from baselines.engine import TorchEngine
-    from uqbench.data.suite_spec import get_suite_spec
-    from uqbench.data.suites import build_suite
     from uqbench.core.engine import RunStats
     from uqbench.core.plan import MOE
     from uqbench.core.probs import softmax
     from uqbench.core.profiles import get_profile
+    from uqbench.data.suite_spec import get_suite_spec
+    from uqbench.data.suites import build_suite
     from uqbench.run.runner import resolve_dirs
 
     _, cache, data = resolve_dirs(cfg)

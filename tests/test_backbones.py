@@ -198,10 +198,10 @@ def test_architecture_is_checked_from_config_alone_before_any_data_work(tmp_path
     import huggingface_hub.constants
     from transformers import GPTNeoXConfig, Qwen2Config
 
-    import uqbench.data.suites as suites
     from baselines.backbones import check_architecture
     from baselines.moe import AUTO_TARGETS
     from uqbench.cli import main
+    from uqbench.data import suites
 
     small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
              "num_attention_heads": 2, "vocab_size": 100}

@@ -84,7 +84,7 @@ def test_gates_no_host_sync(gate) -> None:
     """A gate's select reads nothing back to the host (Care compared k with torch.equal)."""
     g = torch.Generator().manual_seed(0)
     probs = torch.softmax(torch.randn(20, 6, generator=g), -1)
-    d = lambda m: torch.rand(m.shape[0], generator=g)  # noqa: E731
+    d = lambda m: torch.rand(m.shape[0], generator=g)
     assert _syncs(lambda: gate.select(probs, d)) == 0
 
 

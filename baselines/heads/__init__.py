@@ -21,12 +21,12 @@ from baselines.heads.decoder import LETTERS, Cloze, Letters
 from baselines.heads.encoder import BI_ENCODER_SCALE, BiEncoder, CrossEncoder, CrossEncoderCLS
 from baselines.heads.model import (
     MultipleChoiceModel,
-    _prepare,
     adapter_layers,
     make_moe,
     make_plain,
+    prepare_backbone,
 )
-from baselines.heads.prefix import PREFIX_CACHE, PrefixCache, _run_blocks
+from baselines.heads.prefix import PREFIX_CACHE, PrefixCache, run_blocks
 from baselines.heads.registry import DEFAULT_HEADS, HEADS, head_class, heads_for
 
 __all__ = [
@@ -43,11 +43,11 @@ __all__ = [
     "Letters",
     "MultipleChoiceModel",
     "PrefixCache",
-    "_prepare",
-    "_run_blocks",
     "adapter_layers",
     "head_class",
     "heads_for",
     "make_moe",
     "make_plain",
+    "prepare_backbone",
+    "run_blocks",
 ]

@@ -44,14 +44,14 @@ class HeadedModel(Protocol):
 CUT_NONE, CUT_QUESTION, CUT_OPTION = 0, 1, 2
 
 
-def _cut(question_cut: Sequence[bool], option_cut: Sequence[bool]) -> Tensor:
+def cut_codes(question_cut: Sequence[bool], option_cut: Sequence[bool]) -> Tensor:
     """(B,) int8: `CUT_OPTION` where some option text was cut (the model never saw all of
     it), else `CUT_QUESTION` where question text was, else `CUT_NONE`."""
     return torch.tensor([CUT_OPTION if o else CUT_QUESTION if q else CUT_NONE
                          for q, o in zip(question_cut, option_cut)], dtype=torch.int8)
 
 
-def _per_question(flags: Sequence[bool], records: Sequence[MCRecord]) -> list[bool]:
+def per_question_flags(flags: Sequence[bool], records: Sequence[MCRecord]) -> list[bool]:
     """Per-option flags (records' options in order) -> per question: any of its options."""
     out, i = [], 0
     for r in records:
@@ -60,7 +60,7 @@ def _per_question(flags: Sequence[bool], records: Sequence[MCRecord]) -> list[bo
     return out
 
 
-def _pad(rows: Sequence[Sequence[int]], value: int) -> Tensor:
+def pad_rows(rows: Sequence[Sequence[int]], value: int) -> Tensor:
     """Right-pad lists of ints into a (len(rows), max_len) long tensor."""
     width = max(len(r) for r in rows)
     out = torch.full((len(rows), width), value, dtype=torch.long)
@@ -69,20 +69,20 @@ def _pad(rows: Sequence[Sequence[int]], value: int) -> Tensor:
     return out
 
 
-def _mean_pool(h: Tensor, mask: Tensor) -> Tensor:
+def mean_pool(h: Tensor, mask: Tensor) -> Tensor:
     """(S, L, H) token states -> (S, H) mean over the non-padding tokens of ``mask`` (S, L)."""
     m = mask.unsqueeze(-1).to(h.dtype)
     return (h * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
-def _per_example(states: Tensor, n_choices: Tensor) -> Tensor:
+def per_example_mean(states: Tensor, n_choices: Tensor) -> Tensor:
     """(S, H) states of the option sequences -> (B, H) float32 mean over each example's."""
     ex = torch.repeat_interleave(torch.arange(n_choices.numel(), device=states.device), n_choices)
     total = states.new_zeros((n_choices.numel(), states.shape[1]), dtype=torch.float32)
     return total.index_add_(0, ex, states.float()) / n_choices[:, None].float()
 
 
-def _scatter_choices(scores: Tensor, n_choices: Tensor) -> Tensor:
+def scatter_choices(scores: Tensor, n_choices: Tensor) -> Tensor:
     """(S,) scores of the real options, S = sum(n_choices) -> (B, C_max), PAD_LOGIT elsewhere."""
     b, c = n_choices.numel(), int(n_choices.max())
     col = torch.arange(c, device=n_choices.device)

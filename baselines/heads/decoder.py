@@ -11,11 +11,11 @@ from torch import Tensor
 from baselines.heads.base import (
     Head,
     HeadedModel,
-    _cut,
-    _mean_pool,
-    _pad,
-    _per_example,
-    _scatter_choices,
+    cut_codes,
+    mean_pool,
+    pad_rows,
+    per_example_mean,
+    scatter_choices,
 )
 from uqbench.core.errors import ConfigError
 from uqbench.core.outputs import PAD_LOGIT
@@ -26,8 +26,8 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 def _token_rows(tok: Any, ids: list[list[int]]) -> dict[str, Tensor]:
     """``input_ids`` and ``attention_mask`` (S, L) of unpadded token rows, right-padded."""
-    return {"input_ids": _pad(ids, tok.pad_token_id),
-            "attention_mask": _pad([[1] * len(x) for x in ids], 0)}
+    return {"input_ids": pad_rows(ids, tok.pad_token_id),
+            "attention_mask": pad_rows([[1] * len(x) for x in ids], 0)}
 
 
 def _lm_logits(model: HeadedModel, h: Tensor) -> Tensor:
@@ -78,12 +78,12 @@ class Cloze(DecoderHead):
                 targets.append([0] * len(ctx) + [1] * len(cont))
                 q_cut[-1] |= len(ctx) < len(prompt)
                 o_cut[-1] |= len(cont) < len(full)
-        return {**_token_rows(tok, ids), "target_mask": _pad(targets, 0).bool(),
-                "cut": _cut(q_cut, o_cut)}
+        return {**_token_rows(tok, ids), "target_mask": pad_rows(targets, 0).bool(),
+                "cut": cut_codes(q_cut, o_cut)}
 
     def score_states(self, model: HeadedModel, batch: Mapping[str, Tensor], h: Tensor,
                      ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
-        features = _per_example(_mean_pool(h, mask).detach(), n_choices)
+        features = per_example_mean(mean_pool(h, mask).detach(), n_choices)
         target = batch["target_mask"].to(ids.device)
         # token t is predicted from position t-1: only the scored positions go through the head
         pred_pos = target[:, 1:]                                          # (S, L-1)
@@ -91,7 +91,7 @@ class Cloze(DecoderHead):
         logp = F.log_softmax(_lm_logits(model, h[rows, cols]), dim=-1)    # (K, V)
         tok_logp = logp.gather(1, ids[rows, cols + 1].unsqueeze(1)).squeeze(1)  # (K,)
         total = torch.zeros(ids.shape[0], device=h.device).index_add(0, rows, tok_logp)
-        return _scatter_choices(total / pred_pos.sum(1).clamp_min(1), n_choices), features
+        return scatter_choices(total / pred_pos.sum(1).clamp_min(1), n_choices), features
 
 
 class Letters(DecoderHead):
@@ -135,7 +135,7 @@ class Letters(DecoderHead):
             # the options' text (tokenized alone: +-1 token at the seam) did not all fit
             o_cut.append(len(tok(f"{lines}Answer:", add_special_tokens=False)["input_ids"])
                          > max_length)
-        return {**_token_rows(tok, ids), "cut": _cut(q_cut, o_cut),
+        return {**_token_rows(tok, ids), "cut": cut_codes(q_cut, o_cut),
                 "letter_ids": torch.tensor(self.letter_ids(tok)[:c_max], dtype=torch.long)}
 
     def batch_cost(self, n_choices: int) -> int:

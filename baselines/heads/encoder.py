@@ -12,12 +12,12 @@ from torch import Tensor, nn
 from baselines.heads.base import (
     Head,
     HeadedModel,
-    _cut,
-    _mean_pool,
-    _pad,
-    _per_example,
-    _per_question,
-    _scatter_choices,
+    cut_codes,
+    mean_pool,
+    pad_rows,
+    per_example_mean,
+    per_question_flags,
+    scatter_choices,
 )
 from uqbench.data.records import MCRecord
 
@@ -84,10 +84,10 @@ class BiEncoder(EncoderHead):
         for key, texts in (("q", [r.question for r in records]),
                            ("o", [c for r in records for c in r.choices])):
             enc = tok(texts, truncation=True, max_length=max_length)
-            out[f"{key}_input_ids"] = _pad(enc["input_ids"], tok.pad_token_id)
-            out[f"{key}_attention_mask"] = _pad(enc["attention_mask"], 0)
+            out[f"{key}_input_ids"] = pad_rows(enc["input_ids"], tok.pad_token_id)
+            out[f"{key}_attention_mask"] = pad_rows(enc["attention_mask"], 0)
             cut[key] = [len(ids) > max_length for ids in tok(texts, verbose=False)["input_ids"]]
-        out["cut"] = _cut(cut["q"], _per_question(cut["o"], records))
+        out["cut"] = cut_codes(cut["q"], per_question_flags(cut["o"], records))
         qm, om = out["q_attention_mask"], out["o_attention_mask"]
         width = max(qm.shape[1], om.shape[1])
         out["attention_mask"] = torch.cat([F.pad(qm, (0, width - qm.shape[1])),
@@ -111,7 +111,7 @@ class BiEncoder(EncoderHead):
             mask = batch[f"{key}_attention_mask"].to(dev)
             with model.routing_mask(mask):
                 h = model.encoder_states(ids, mask)
-            pooled = _mean_pool(h, mask)                                  # (B or S, H)
+            pooled = mean_pool(h, mask)                                  # (B or S, H)
             if key == "q":
                 features = pooled.detach().float()
             embs.append(F.normalize(model.dropout(pooled).float(), dim=-1))
@@ -128,7 +128,7 @@ class BiEncoder(EncoderHead):
         q = embs[0].repeat_interleave(n_choices, dim=0)                   # (S, H)
         assert model.logit_scale is not None and features is not None
         scores = model.logit_scale.exp() * (q * embs[1]).sum(-1)          # (S,)
-        return _scatter_choices(scores, n_choices), features
+        return scatter_choices(scores, n_choices), features
 
 
 class CrossEncoder(EncoderHead):
@@ -180,25 +180,25 @@ class CrossEncoder(EncoderHead):
         q_of = [n for r, n in zip(records, q_len) for _ in r.choices]
         pair_cut = [q + o + special > max_length for q, o in zip(q_of, o_len)]
         option_cut = [o + special > max_length for o in o_len]
-        out = {"input_ids": _pad(cols["input_ids"], tok.pad_token_id),
-               "attention_mask": _pad(cols["attention_mask"], 0),
-               "cut": _cut(_per_question(pair_cut, records), _per_question(option_cut, records))}
+        out = {"input_ids": pad_rows(cols["input_ids"], tok.pad_token_id),
+               "attention_mask": pad_rows(cols["attention_mask"], 0),
+               "cut": cut_codes(per_question_flags(pair_cut, records), per_question_flags(option_cut, records))}
         if "token_type_ids" in cols:
-            out["token_type_ids"] = _pad(cols["token_type_ids"], 0)
+            out["token_type_ids"] = pad_rows(cols["token_type_ids"], 0)
         return out
 
     def pool(self, h: Tensor, mask: Tensor) -> Tensor:
         """(S, L, H) token states -> (S, H): the mean over non-padding tokens."""
-        return _mean_pool(h, mask)
+        return mean_pool(h, mask)
 
     def score_sequences(self, model: HeadedModel, batch: Mapping[str, Tensor],
                         ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
         tt = batch["token_type_ids"].to(ids.device) if "token_type_ids" in batch else None
         pooled = self.pool(model.encoder_states(ids, mask, tt), mask)     # (S, H)
-        features = _per_example(pooled.detach(), n_choices)
+        features = per_example_mean(pooled.detach(), n_choices)
         assert model.head is not None
         scores = model.head(model.dropout(pooled)).squeeze(-1)            # (S,)
-        return _scatter_choices(scores.float(), n_choices), features
+        return scatter_choices(scores.float(), n_choices), features
 
 
 class CrossEncoderCLS(CrossEncoder):

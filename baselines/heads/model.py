@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from baselines.backbones import Backbone
-from baselines.heads.prefix import PREFIX_CACHE, _run_blocks
+from baselines.heads.prefix import PREFIX_CACHE, run_blocks
 from baselines.heads.registry import DEFAULT_HEADS, HEADS, head_class, heads_for
 from uqbench.core.errors import ConfigError
 from uqbench.data.records import MCRecord
@@ -133,7 +133,7 @@ class MultipleChoiceModel(nn.Module):
             extra = {} if token_types is None else {"token_type_ids": token_types}
             return self.backbone(input_ids=ids, attention_mask=mask, **extra).last_hidden_state
         h = PREFIX_CACHE.states(self, start, ids, mask, token_types)
-        return _run_blocks(self.backbone, h, mask, start, None)
+        return run_blocks(self.backbone, h, mask, start, None)
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -236,7 +236,7 @@ def _moe_layers(model: nn.Module) -> list[nn.Module]:
     return list(moe_layers(model))
 
 
-def _prepare(backbone: Backbone, copy: bool) -> Backbone:
+def prepare_backbone(backbone: Backbone, copy: bool) -> Backbone:
     bb = backbone.clone() if copy else backbone
     existing = adapter_layers(bb.model)
     if existing:
@@ -265,7 +265,7 @@ def make_moe(backbone: Backbone, config: Any = None, *, mode: str = "auto",
     from baselines.moe import MoELoRAConfig, inject
 
     config = MoELoRAConfig() if config is None else config
-    bb = _prepare(backbone, copy)
+    bb = prepare_backbone(backbone, copy)
     inject(bb.model, config)
     return MultipleChoiceModel(bb, mode=mode, head_dropout=head_dropout, seed=seed,
                                adapter={"type": "moe", "config": config.to_dict()})
@@ -274,7 +274,7 @@ def make_moe(backbone: Backbone, config: Any = None, *, mode: str = "auto",
 def make_plain(backbone: Backbone, *, mode: str = "auto", head_dropout: float = 0.1,
                seed: int = 0, copy: bool = True) -> MultipleChoiceModel:
     """A head-only model on the frozen backbone (no adapter): a floor for the baselines."""
-    return MultipleChoiceModel(_prepare(backbone, copy), mode=mode, head_dropout=head_dropout,
+    return MultipleChoiceModel(prepare_backbone(backbone, copy), mode=mode, head_dropout=head_dropout,
                                seed=seed)
 
 

@@ -71,7 +71,7 @@ class PrefixCache:
         training amplifies that, so a model would depend on which texts were cached before it."""
         extra = {} if token_types is None else {"token_type_ids": token_types}
         with torch.no_grad():
-            h = _run_blocks(model.backbone, model.backbone.embeddings(input_ids=ids, **extra),
+            h = run_blocks(model.backbone, model.backbone.embeddings(input_ids=ids, **extra),
                             torch.ones_like(ids), 0, start)                     # (1, L, H)
         return h[0].clone()
 
@@ -86,7 +86,7 @@ class PrefixCache:
 PREFIX_CACHE = PrefixCache(float(os.environ.get("UQBENCH_PREFIX_CACHE_MB", "4096")))
 
 
-def _run_blocks(bert: nn.Module, h: Tensor, mask: Tensor, start: int, stop: int | None) -> Tensor:
+def run_blocks(bert: nn.Module, h: Tensor, mask: Tensor, start: int, stop: int | None) -> Tensor:
     """Blocks ``start:stop`` of a BERT-family encoder on hidden states ``h`` (S, L, H), with the
     bidirectional attention mask that the model's own forward would build from ``mask``."""
     from transformers.masking_utils import create_bidirectional_mask
