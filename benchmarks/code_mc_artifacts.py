@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 
 from uqbench.data import codemc
@@ -26,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--profile", default="cpu")
-    ap.add_argument("--data-dir", default=os.environ.get("UQBENCH_DATA"))
+    ap.add_argument("--data-dir", help="local dataset copies (default $UQBENCH_DATA)")
     args = ap.parse_args(argv)
     pooled = SP.SUITES.get("pooled")
     spec = SP.SuiteSpec("pooled", tuple(d for d in pooled.domains if d.name == "code"))

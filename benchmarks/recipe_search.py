@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -141,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--candidates", default=",".join(PRESETS),
                     help="';'-separated candidates (preset names or name:key=value,...)")
     ap.add_argument("--profile", default="cpu", help="caps and batch sizes (train_cap overridden)")
-    ap.add_argument("--data-dir", default=os.environ.get("UQBENCH_DATA"))
+    ap.add_argument("--data-dir", help="local dataset copies (default $UQBENCH_DATA)")
     ap.add_argument("--cache-dir", default=str(resolve_cache_dir()))
     ap.add_argument("--out", help="append JSON lines here too")
     ap.add_argument("--table", metavar="JSONL", help="print the markdown table of a finished "

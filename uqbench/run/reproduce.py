@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import platform
 import tempfile
 import warnings
@@ -183,8 +182,9 @@ def reproduce(run_dir: Path, *, out: Path | None = None, cache_dir: Path | None 
                         "the rerun")
     if threads is not None and threads < 1:
         raise UserError(f"--threads {threads}: give at least 1 thread")
-    data_dir = data_dir or (Path(os.environ["UQBENCH_DATA"]) if os.environ.get("UQBENCH_DATA")
-                            else None)
+    from uqbench.data.sources.files import resolve_data_dir
+
+    data_dir = resolve_data_dir(data_dir)
     check_data(recorded, data_dir)
     threads = threads or int(recorded.environment["threads"])
     notes = environment_differences(recorded.environment, threads)
