@@ -81,10 +81,12 @@ def check_comparable(runs: Sequence[RunFolder], labels: Sequence[str]) -> None:
                         + "\ncompare runs of the same suite and profile (same data)")
 
 
-def _inputs(run: RunFolder, method: str, domain: str, col: str) -> list[NDArray[Any]] | None:
-    """The (N, seeds) arrays ``col`` reads for ``method`` on ``domain``, or None."""
+def inputs_of(run: RunFolder, method: str, domain: str, col: str | Column
+              ) -> list[NDArray[Any]] | None:
+    """The (N, seeds) arrays ``col`` (a `METRICS` name or a `Column`) reads for ``method`` on
+    ``domain``, or None."""
     out = []
-    for role, name in METRICS[col].reads:
+    for role, name in (METRICS[col] if isinstance(col, str) else col).reads:
         if name.startswith("covered_"):  # conformal: the ID conformity score <= q̂ of calib
             cal = run.scores(method, domain, "calib", f"conformity_{name[8:]}")
             test = run.scores(method, domain, role, f"conformity_{name[8:]}")
@@ -139,7 +141,7 @@ def compare(run_dirs: Sequence[str | Path], *, n_boot: int | None = None, seed: 
         table[dom] = {}
         for m in methods:
             per_run: list[dict[str, Cell] | None] = []
-            base = {c: _inputs(runs[0], m, dom, c) for c in columns}
+            base = {c: inputs_of(runs[0], m, dom, c) for c in columns}
             for i, (run, run_rows) in enumerate(zip(runs, rows)):
                 row = run_rows.get((m, dom))
                 if row is None:
@@ -151,7 +153,7 @@ def compare(run_dirs: Sequence[str | Path], *, n_boot: int | None = None, seed: 
                                 _num(row.get(f"{c}_hi")))
                     if i and (m, dom) in rows[0]:
                         col = METRICS[c]
-                        mine = _inputs(run, m, dom, c)
+                        mine = inputs_of(run, m, dom, c)
                         if base[c] is None or mine is None:
                             cell = Cell(cell.value, cell.lo, cell.hi,
                                         note="no per-example arrays in scores.npz")
@@ -251,5 +253,6 @@ __all__ = [
     "check_comparable",
     "compare",
     "html_tables",
+    "inputs_of",
     "write_compare",
 ]
