@@ -10,8 +10,15 @@ AUGRC is the area under the generalized risk-coverage curve (Traub et al. 2024).
 is ID vs the shifted split of the same domain, OOD = positive, score = uncertainty. The rows
 `chance` (a uniform guess; its interval is where a random guesser lands) and `options-only` (a
 classifier that sees the options, not the question) are references with accuracy columns only:
-a model must beat them to show it reads the question (`uqbench.results.references`). The columns of
-the conformal and risk-control tables are defined in `uqbench.results.conformal_risk`.
+a model must beat them to show it reads the question (`uqbench.results.references`). The conformal
+and risk-control columns are defined in `uqbench.results.conformal_risk`.
+
+Two levels (`HEADERS`, each column's level from `uqbench.results.columns`): the model level holds
+what depends only on a model/gate's predictive distribution (accuracy, calibration, conformal
+sets, expert budget), once per model/gate and domain, plus one row per other predictive
+distribution a scorer brings (MC-dropout or ensemble means); the scorer level holds the ranking
+each scorer's uncertainty induces (OOD detection, selective prediction, risk control), the
+model named once per block. ``results.csv``/``.jsonl`` keep every column of every row.
 """
 from __future__ import annotations
 
