@@ -51,15 +51,15 @@ def forest_figure(run: RunData, column: str) -> Figure | None:
             y = j - 0.4 + step * (i + 0.5)
             lo, hi = _finite(row.get(f"{column}_lo")), _finite(row.get(f"{column}_hi"))
             if lo is not None and hi is not None:
-                ax.plot([lo, hi], [y, y], color=color, lw=0.9)
+                ax.plot([lo, hi], [y, y], color=color, lw=0.9, gid=f"ci|{m}|{dom}")
             hollow = (m, dom) in at_chance
             ax.plot([v], [y], "o", ms=3.2, color=color, mfc="white" if hollow else color,
-                    mew=0.9)
+                    mew=0.9, gid=f"{m}|{dom}")
             ref = random_ranking(column, row)
             if ref is not None and column != "ood_auroc":
-                ax.plot([ref], [y], "|", ms=5, color=REFERENCE_COLOR)
+                ax.plot([ref], [y], "|", ms=5, color=REFERENCE_COLOR, gid=f"random|{m}|{dom}")
     if column == "ood_auroc":
-        ax.axvline(0.5, color=REFERENCE_COLOR, ls="--", lw=0.8)
+        ax.axvline(0.5, color=REFERENCE_COLOR, ls="--", lw=0.8, gid="random")
     ax.set_yticks(range(len(methods)), methods)
     ax.set_ylim(len(methods) - 0.5, -0.5)
     ax.grid(axis="y", visible=False)
