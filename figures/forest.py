@@ -15,6 +15,7 @@ from figures.data import RunData
 from figures.style import PALETTE, REFERENCE_COLOR, new_figure
 from uqbench.results.columns import COLUMNS
 from uqbench.results.tables import FOREST_COLUMNS, HEADERS, chance_reasons, random_ranking
+
 ROW_HEIGHT = 0.17  # inches per method
 
 

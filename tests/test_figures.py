@@ -16,10 +16,10 @@ from matplotlib.figure import Figure
 from figures import calibration, compute, forest, mechanism, ood, selective
 from figures.data import RunData, load_run
 from figures.run import draw_run
-from uqbench.stats import metrics as M
 from uqbench.core.errors import UserError
 from uqbench.reporting.paper import matched_budget
 from uqbench.results.tables import FOREST_COLUMNS, chance_reasons, random_ranking
+from uqbench.stats import metrics as M
 
 matplotlib.use("Agg")
 

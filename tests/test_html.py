@@ -338,7 +338,7 @@ def test_the_smoke_runs_report_in_a_real_browser(smoke_run, browser, tmp_path) -
                                         f"ths => ths.map(t => t.textContent).indexOf('{header}')")
         assert col > 0
 
-        def values() -> list[list[float]]:
+        def values(table: str = table, col: int = col) -> list[list[float]]:
             return page.eval_on_selector_all(f"{table} tbody", f"""bs => bs.map(b =>
                 Array.from(b.rows).filter(r => !r.classList.contains('group'))
                 .map(r => r.cells[{col}].getAttribute('data-sort')).filter(v => v)
