@@ -3,8 +3,16 @@
 Rendered from ``run.json``, ``results.jsonl``, ``scores.npz``'s presence, ``figures/*.png`` and
 ``paper_report.md`` through the Jinja2 templates of ``uqbench/reporting/templates`` (autoescaped). The
 page needs no network: the figures are inlined as base64 PNG data, the style and the table
-sorting are inline. A part of the run folder that is missing or unreadable (an interrupted run,
-a corrupt figure) is named on the page in its section, and the rest still renders.
+sorting and the row filter are inline. A part of the run folder that is missing or unreadable
+(an interrupted run, a corrupt figure) is named on the page in its section, and the rest still
+renders.
+
+The page opens on the answers (`uqbench.reporting.answers`: per question the best method, its
+CI, its paired difference to MSP, a verdict) under banners for at-chance models and fallbacks;
+then the model-level and scorer-level tables (`uqbench.results.tables`) with the forest plots
+beside the latter, the figures by question, the paper's verdicts, and at the end, collapsed, the
+fallbacks, skipped scorers, configuration, splits, phase timings and training curves. Every
+table cell carries its ``results.csv`` value in ``data-sort`` and its column in ``data-col``.
 """
 from __future__ import annotations
 
@@ -22,7 +30,6 @@ import jinja2
 
 from uqbench.files import rundir
 from uqbench.files.cache import atomic_write_text
-from uqbench.reporting.answers import QUESTIONS as ANSWER_QUESTIONS
 from uqbench.reporting.answers import Answer, answers
 from uqbench.results import tables as T
 
@@ -180,7 +187,7 @@ def render_report(run_dir: str | Path) -> str:
         problems=problems, config=json.dumps(meta.get("config", {}), indent=1, default=str),
         splits=splits, seconds=meta.get("seconds", {}), training=training,
         headline=[a for a in found if a["domain"] == (doms[0] if doms else None)],
-        answers=found, questions=ANSWER_QUESTIONS,
+        answers=found,
         chance_models=[m for m in models if m.at_chance], n_models=len(models),
         chance_by_domain=[(d, len([m for m in ms if m.at_chance]), len(ms),
                            [m.label for m in ms if m.at_chance])
