@@ -58,7 +58,7 @@ def screenshot(run_dir: str | Path, out: str | Path) -> Path:
             if box is None:
                 raise UserError(f"the report of {run_dir} has no summary to draw")
             page.screenshot(path=str(out), clip={"x": 0, "y": 0, "width": VIEWPORT["width"],
-                                                 "height": box["y"] + box["height"] + 12})
+                                                 "height": box["y"] + box["height"] + 4})
         finally:
             browser.close()
     return out
