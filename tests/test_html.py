@@ -326,7 +326,7 @@ def test_the_smoke_runs_report_in_a_real_browser(smoke_run, browser, tmp_path) -
     # the answers are in the first screen, whole
     box = page.locator("#summary").bounding_box()
     assert box is not None and 0 <= box["y"] and box["y"] + box["height"] <= VIEWPORT["height"], box
-    assert page.locator("#summary table.answers tbody tr").count() == len(QUESTIONS)
+    assert page.locator("#summary > table.answers > tbody > tr").count() == len(QUESTIONS)
     # every figure decodes, forest plots included
     sizes = page.eval_on_selector_all("img", "imgs => imgs.map(i => [i.alt, i.naturalWidth])")
     assert len(sizes) >= 5 and all(w > 0 for _, w in sizes), sizes
@@ -362,5 +362,5 @@ def test_the_smoke_runs_report_in_a_real_browser(smoke_run, browser, tmp_path) -
     assert page.locator('section[data-section-domain="pooled"]').first.is_visible()
     page.close()
     # the README's picture: the summary, by one command
-    shot = screenshot(run, tmp_path / "report.png")
+    shot = screenshot(run, tmp_path / "report.png", browser=browser)
     assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 10_000

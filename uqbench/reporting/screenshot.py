@@ -36,23 +36,30 @@ def launch(playwright: Any) -> Any:
     return playwright.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
 
 
-def screenshot(run_dir: str | Path, out: str | Path) -> Path:
-    """Write the summary of ``run_dir``'s report as a PNG at ``out``; returns ``out``."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        raise UserError("the screenshot needs the playwright package (pip install "
-                        "'uqbench[test]'); it drives the system's Chromium") from None
-    chromium()  # before rendering: the clear error first
+def screenshot(run_dir: str | Path, out: str | Path, *, browser: Any = None) -> Path:
+    """Write the summary of ``run_dir``'s report as a PNG at ``out``; returns ``out``.
+    ``browser``: a Playwright browser to use (else one is launched and closed)."""
+    if browser is None:
+        try:
+            from playwright.sync_api import sync_playwright
+        except ImportError:
+            raise UserError("the screenshot needs the playwright package (pip install "
+                            "'uqbench[test]'); it drives the system's Chromium") from None
+        chromium()  # before rendering: the clear error first
+        with sync_playwright() as pw:
+            b = launch(pw)
+            try:
+                return screenshot(run_dir, out, browser=b)
+            finally:
+                b.close()
     html = render_report(run_dir)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
+    with tempfile.TemporaryDirectory() as tmp:
         page_path = Path(tmp) / "report.html"
         page_path.write_text(html)
-        browser = launch(pw)
+        page = browser.new_page(viewport=VIEWPORT)
         try:
-            page = browser.new_page(viewport=VIEWPORT)
             page.goto(page_path.as_uri(), wait_until="load")
             box = page.locator("#summary").bounding_box()
             if box is None:
@@ -60,7 +67,7 @@ def screenshot(run_dir: str | Path, out: str | Path) -> Path:
             page.screenshot(path=str(out), clip={"x": 0, "y": 0, "width": VIEWPORT["width"],
                                                  "height": box["y"] + box["height"] + 4})
         finally:
-            browser.close()
+            page.close()
     return out
 
 
