@@ -25,8 +25,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from figures.style import MethodStyles
-from uqbench.results.tables import is_reference
 from uqbench.files.rundir import SCORE_FIELDS, read_run, score_key
+from uqbench.results.tables import is_reference
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The run is read by `figures.data` (`load_run`); each figure comes from a panel module
 (`figures.calibration`, `figures.selective`, `figures.ood`, `figures.recalibrated`,
-`figures.conformal`, `figures.compute`, `figures.mechanism`, `figures.training`), which
+`figures.conformal`, `figures.forest`, `figures.compute`, `figures.mechanism`, `figures.training`), which
 imports `figures.data` and never this module. Figures only *read* the run's records: every
 curve comes from a `uqbench.stats.metrics` (or `uqbench.stats.conformal`) curve function, every table
 number from ``results.jsonl``.
@@ -21,6 +21,7 @@ from figures import (
     calibration,
     compute,
     conformal,
+    forest,
     mechanism,
     ood,
     recalibrated,
@@ -70,6 +71,7 @@ def figure_plan(run: RunData, *, max_methods: int | None = 8,
          partial(recalibrated.recalibrated_reliability_figure, run, hist_dom, shown)),
         (f"conformal_coverage_{_slug(hist_dom)}",
          partial(conformal.coverage_figure, run, hist_dom, shown)),
+        *((f"forest_{c}", partial(forest.forest_figure, run, c)) for c in forest.FOREST_COLUMNS),
         ("frontier", partial(compute.frontier_figure, run)),
         ("thermostat", partial(compute.thermostat_figure, run)),
         ("allocation", partial(compute.allocation_figure, run)),

@@ -34,7 +34,8 @@ def test_smoke_run_writes_every_table_and_figure(smoke_run):
     cal = meta["gates"]["moe-lora/care@0"]["calibration"]
     assert abs(cal["achieved"] - 4.0) <= 0.05 or not cal["met"]
     assert 1.0 <= care["avg_experts"] <= 8.0
-    assert "moe-lora/care/care" in proc.stdout  # the printed summary
+    # the printed summary: the model level, then each model's scorers under it (named once)
+    assert "moe-lora/care" in proc.stdout and "\n  care " in proc.stdout
     assert set(meta["training"]) == set(meta["trained"]) and "at_chance" in meta
     pngs = list((run / "figures").glob("*.png"))
     assert pngs and all(p.with_suffix(".pdf").exists() for p in pngs)
@@ -59,7 +60,8 @@ def test_warm_rerun_does_no_forward_pass_and_report_reprints(smoke_run, procs):
     assert "code/shift" in {f["where"] for f in cold} and truncated() == cold
     rep = procs.run([sys.executable, "-m", "uqbench", "report", str(root / "run")],
                     what="uqbench report", quiet_s=10, env=env, cwd=REPO)
-    assert "moe-lora/care/care" in rep.stdout and "OOD-AUROC" in rep.stdout
+    assert "moe-lora/care" in rep.stdout and "| care | pooled |" in rep.stdout
+    assert "OOD-AUROC" in rep.stdout
 
 
 def test_cli_user_error_has_no_traceback(tmp_path, procs):

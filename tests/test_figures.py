@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from figures import calibration, compute, mechanism, ood, selective
+from figures import calibration, compute, forest, mechanism, ood, selective
 from figures.data import RunData, load_run
 from figures.run import draw_run
 from uqbench.core.errors import UserError
 from uqbench.reporting.paper import matched_budget
+from uqbench.results.tables import FOREST_COLUMNS, chance_reasons, random_ranking
 from uqbench.stats import metrics as M
 
 matplotlib.use("Agg")
@@ -176,6 +177,7 @@ def test_draw_run_writes_every_figure_png_and_pdf(heavy_compute, run_dir: Path) 
     paths = draw_run(run_dir, max_methods=3)  # every code path; fewer panels, faster
     stems = {"frontier", "thermostat", "allocation", "ablation", "mechanism", "ood_hist_pooled",
              "reliability_recalibrated_pooled",
+             *(f"forest_{c}" for c in FOREST_COLUMNS if c != "augrc"),  # no augrc in this run
              *(f"{kind}_{d}" for kind in ("reliability", "risk_coverage", "ood_roc")
                for d in ("pooled", *DOMAINS))}
     expected = {run_dir / "figures" / f"{s}.{ext}" for s in stems for ext in ("png", "pdf")}
@@ -202,6 +204,37 @@ def test_default_run_skips_experiment_figures_with_a_note(
 
 
 # -- drawn data == metrics curves ------------------------------------------------------------
+
+
+def test_forest_plots_draw_the_results_cells_sorted_with_random_ranking(run: RunData) -> None:
+    assert FOREST_COLUMNS == ("ood_auroc", "aurc", "augrc", "sel_acc_80")
+    flagged = chance_reasons(run.rows + run.references)
+    assert forest.forest_figure(run, "augrc") is None  # a column the run has no value of
+    for col in ("ood_auroc", "aurc", "sel_acc_80"):
+        fig = forest.forest_figure(run, col)
+        lines = _lines(fig)
+        ax = fig.axes[0]
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert sorted(labels) == sorted(run.methods)  # every method, once
+        first = [run.row(m, run.domains[0])[col] for m in labels]
+        finite = [v for v in first if not np.isnan(v)]
+        higher = col != "aurc" and col != "augrc"
+        assert finite == sorted(finite, reverse=higher)  # best first (at the top)
+        for m in run.methods:
+            for d in run.domains:
+                row = run.row(m, d)
+                if row is None or np.isnan(row[col]):
+                    assert f"{m}|{d}" not in lines
+                    continue
+                point = lines[f"{m}|{d}"]
+                assert point.get_xdata()[0] == row[col]  # the results.jsonl cell, as is
+                np.testing.assert_array_equal(lines[f"ci|{m}|{d}"].get_xdata(),
+                                              [row[f"{col}_lo"], row[f"{col}_hi"]])
+                assert (point.get_markerfacecolor() == "white") == ((m, d) in flagged)
+                if col != "ood_auroc":
+                    assert lines[f"random|{m}|{d}"].get_xdata()[0] == random_ranking(col, row)
+        if col == "ood_auroc":
+            assert list(lines["random"].get_xdata()) == [0.5, 0.5]
 
 
 def test_risk_coverage_lines_are_the_metric_curves(run: RunData) -> None:

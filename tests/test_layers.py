@@ -28,9 +28,10 @@ FORBIDDEN = {
     "scorers": (*MODEL_LIBS, "baselines", "figures", "matplotlib", "seaborn"),
     "figures": (*MODEL_LIBS, "baselines", "scorers"),
 }
-#: the core modules figures may read (metric curves -- conformal's too --, report readers,
-#: errors, the registry)
+#: the core modules figures may read (metric curves -- conformal's too --, report readers, the
+#: column table's names and directions, errors, the registry)
 FIGURES_MAY_USE = {"uqbench", "uqbench.stats.metrics", "uqbench.stats.conformal",
+                   "uqbench.results.columns",
                    "uqbench.results.tables", "uqbench.reporting.paper", "uqbench.files.rundir",
                    "uqbench.core.errors", "uqbench.core.engine"}
 #: `uqbench`'s subpackages by stage, lowest first (README, "Layout"): a module imports only

@@ -22,19 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from uqbench.core.errors import UserError
 from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import RunFolder, read_run
-from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE, RISK_AT, Column
+from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE, RISK_AT, Column, inputs_of
 from uqbench.results.tables import is_reference
 from uqbench.stats import metrics as M
-from uqbench.stats.conformal import NotReachable, conformal_quantile
 
 FILES = ("compare.md", "compare.csv", "compare.html")
-CP_ALPHA = 0.1
 
 
 #: the columns compare pairs: a few of the results table's and the conformal / risk ones
@@ -81,28 +76,6 @@ def check_comparable(runs: Sequence[RunFolder], labels: Sequence[str]) -> None:
                         + "\ncompare runs of the same suite and profile (same data)")
 
 
-def _inputs(run: RunFolder, method: str, domain: str, col: str) -> list[NDArray[Any]] | None:
-    """The (N, seeds) arrays ``col`` reads for ``method`` on ``domain``, or None."""
-    out = []
-    for role, name in METRICS[col].reads:
-        if name.startswith("covered_"):  # conformal: the ID conformity score <= q̂ of calib
-            cal = run.scores(method, domain, "calib", f"conformity_{name[8:]}")
-            test = run.scores(method, domain, role, f"conformity_{name[8:]}")
-            if cal is None or test is None:
-                return None
-            try:
-                q = [conformal_quantile(cal[:, s], CP_ALPHA) for s in range(cal.shape[1])]
-            except NotReachable:
-                return None
-            a = (test <= np.array(q)[None, :]).astype(float)
-        else:
-            a = run.scores(method, domain, role, name)
-        if a is None:
-            return None
-        out.append(np.asarray(a, dtype=np.float64).reshape(len(a), -1))
-    return out
-
-
 def _num(v: Any) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
@@ -139,7 +112,7 @@ def compare(run_dirs: Sequence[str | Path], *, n_boot: int | None = None, seed: 
         table[dom] = {}
         for m in methods:
             per_run: list[dict[str, Cell] | None] = []
-            base = {c: _inputs(runs[0], m, dom, c) for c in columns}
+            base = {c: inputs_of(runs[0], m, dom, METRICS[c]) for c in columns}
             for i, (run, run_rows) in enumerate(zip(runs, rows)):
                 row = run_rows.get((m, dom))
                 if row is None:
@@ -151,7 +124,7 @@ def compare(run_dirs: Sequence[str | Path], *, n_boot: int | None = None, seed: 
                                 _num(row.get(f"{c}_hi")))
                     if i and (m, dom) in rows[0]:
                         col = METRICS[c]
-                        mine = _inputs(run, m, dom, c)
+                        mine = inputs_of(run, m, dom, METRICS[c])
                         if base[c] is None or mine is None:
                             cell = Cell(cell.value, cell.lo, cell.hi,
                                         note="no per-example arrays in scores.npz")

@@ -3,8 +3,16 @@
 Rendered from ``run.json``, ``results.jsonl``, ``scores.npz``'s presence, ``figures/*.png`` and
 ``paper_report.md`` through the Jinja2 templates of ``uqbench/reporting/templates`` (autoescaped). The
 page needs no network: the figures are inlined as base64 PNG data, the style and the table
-sorting are inline. A part of the run folder that is missing or unreadable (an interrupted run,
-a corrupt figure) is named on the page in its section, and the rest still renders.
+sorting and the row filter are inline. A part of the run folder that is missing or unreadable
+(an interrupted run, a corrupt figure) is named on the page in its section, and the rest still
+renders.
+
+The page opens on the answers (`uqbench.reporting.answers`: per question the best method, its
+CI, its paired difference to MSP, a verdict) under banners for at-chance models and fallbacks;
+then the model-level and scorer-level tables (`uqbench.results.tables`) with the forest plots
+beside the latter, the figures by question, the paper's verdicts, and at the end, collapsed, the
+fallbacks, skipped scorers, configuration, splits, phase timings and training curves. Every
+table cell carries its ``results.csv`` value in ``data-sort`` and its column in ``data-col``.
 """
 from __future__ import annotations
 
@@ -22,7 +30,8 @@ import jinja2
 
 from uqbench.files import rundir
 from uqbench.files.cache import atomic_write_text
-from uqbench.results.tables import SHOWN, is_reference
+from uqbench.reporting.answers import Answer, answers
+from uqbench.results import tables as T
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +45,7 @@ QUESTIONS = (
      ("frontier", "thermostat", "allocation", "ablation", "mechanism")),
 )
 TRAINING_FIGURE = "training"
+FOREST_FIGURE = "forest"  # forest_<column>: beside the scorer-level table
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -73,10 +83,12 @@ def _stem_of(name: str, stems: Sequence[str]) -> str | None:
     return max(hits, key=len, default=None)
 
 
-def figure_groups(fig_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """(one group per question with its figures, the training figure or None)."""
+def figure_groups(fig_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None,
+                                         list[dict[str, Any]]]:
+    """(one group per question with its figures, the training figure or None, the forest
+    plots in `uqbench.results.tables.FOREST_COLUMNS` order)."""
     pngs = sorted(fig_dir.glob("*.png")) if fig_dir.is_dir() else []
-    all_stems = [s for _, stems in QUESTIONS for s in stems]
+    all_stems = [s for _, stems in QUESTIONS for s in stems] + [FOREST_FIGURE]
     groups = []
     for title, stems in QUESTIONS:
         figs = []
@@ -88,35 +100,56 @@ def figure_groups(fig_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] |
     if other:
         groups.append({"title": "Other figures", "figures": other})
     training = next((_figure(p) for p in pngs if p.stem == TRAINING_FIGURE), None)
-    return groups, training
+    order = {f"{FOREST_FIGURE}_{c}": i for i, c in enumerate(T.FOREST_COLUMNS)}
+    forests = [_figure(p) for p in sorted(pngs, key=lambda p: order.get(p.stem, len(order)))
+               if _stem_of(p.stem, all_stems) == FOREST_FIGURE]
+    return groups, training, forests
 
 
-def _domain_tables(rows: Sequence[Mapping[str, Any]], at_chance: Sequence[Mapping[str, Any]]
-                   ) -> list[dict[str, Any]]:
-    reasons = {(f["method"], f["domain"]):
-               f"ID accuracy CI [{_num(f.get('accuracy_lo'), 2)}, {_num(f.get('accuracy_hi'), 2)}]"
-               f" includes chance {_num(f.get('chance'), 2)}: its UQ numbers measure a model at "
-               "chance" for f in at_chance}
-    domains = list(dict.fromkeys(r["domain"] for r in rows))
-    domains = (["pooled"] if "pooled" in domains else []) + [d for d in domains if d != "pooled"]
-    tables = []
-    for dom in domains:
-        out = []
-        for r in rows:
-            if r["domain"] != dom:
-                continue
-            cells = []
-            for col, _, digits in SHOWN:
-                v, lo, hi = r.get(col), r.get(f"{col}_lo"), r.get(f"{col}_hi")
-                text = _num(v, digits)
-                if lo is not None and not (isinstance(lo, float) and math.isnan(lo)):
-                    text += f" [{_num(lo, digits)}, {_num(hi, digits)}]"
-                sort = v if isinstance(v, (int, float)) and not math.isnan(v) else ""
-                cells.append({"text": text, "sort": sort})
-            out.append({"method": r["method"], "cells": cells, "reference": is_reference(r),
-                        "chance": reasons.get((r["method"], dom), "")})
-        tables.append({"domain": dom, "rows": out})
-    return tables
+def _cell(row: Mapping[str, Any], col: str, digits: int) -> dict[str, Any]:
+    """A table cell: the value as in ``results.csv`` (``sort``), its text and its CI's."""
+    v, lo, hi = row.get(col), row.get(f"{col}_lo"), row.get(f"{col}_hi")
+    finite = isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))
+    ci = ""
+    if finite and isinstance(lo, (int, float)) and not math.isnan(lo):
+        ci = f"[{_num(lo, digits)}, {_num(hi, digits)}]"
+    return {"col": col, "text": _num(v, digits), "ci": ci, "sort": repr(v) if finite else ""}
+
+
+def _by_domain(items: Sequence[Any]) -> list[tuple[str, list[Any]]]:
+    doms = list(dict.fromkeys(i.domain for i in items))
+    return [(d, [i for i in items if i.domain == d]) for d in doms]
+
+
+def model_tables(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per domain, the model-level rows (`uqbench.results.tables.model_rows`)."""
+    return [{"domain": dom, "rows": [
+        {"label": m.label, "method": m.row["method"], "methods": m.methods,
+         "reference": m.reference, "chance": m.at_chance,
+         "cells": [_cell(m.row, c, d) for c, _, d in T.MODEL_SHOWN]} for m in items]}
+        for dom, items in _by_domain(T.model_rows(rows))]
+
+
+def scorer_tables(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per domain, per model/gate, its scorers' rows (`uqbench.results.tables.scorer_blocks`)."""
+    return [{"domain": dom, "blocks": [
+        {"pair": b.pair, "chance": b.at_chance, "rows": [
+            {"scorer": r.get("scorer", r["method"]), "method": r["method"],
+             "cells": [_cell(r, c, d) for c, _, d in T.SCORER_SHOWN]} for r in b.rows]}
+        for b in items]} for dom, items in _by_domain(T.scorer_blocks(rows))]
+
+
+def _answer(a: Answer) -> dict[str, Any]:
+    digits = T.HEADERS.get(a.column, ("", 3))[1]
+    out: dict[str, Any] = {"question": a.question.text, "domain": a.domain, "name": a.name,
+                           "verdict": a.verdict, "line": a.line, "vs": a.vs_msp, "diff": "",
+                           "header": T.HEADERS.get(a.column, (a.column, 3))[0],
+                           "cell": _cell(a.best, a.column, digits) if a.best else None,
+                           "method": a.best["method"] if a.best else ""}
+    if a.diff is not None and a.diff != (0.0, 0.0, 0.0):
+        d, lo, hi = a.diff
+        out["diff"] = f"Δ {d:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+    return out
 
 
 def _paper_claims(path: Path) -> dict[str, Any] | None:
@@ -138,7 +171,7 @@ def render_report(run_dir: str | Path) -> str:
     meta = run.meta
     problems = dict(run.problems)
     fig_dir = run.path / rundir.FIGURES
-    groups, training = figure_groups(fig_dir)
+    groups, training, forests = figure_groups(fig_dir)
     if not fig_dir.is_dir():
         problems[rundir.FIGURES] = (f"{fig_dir} is missing: no figures (a run with "
                                     "--no-figures, or interrupted); `uqbench plot RUN_DIR` draws "
@@ -146,12 +179,23 @@ def render_report(run_dir: str | Path) -> str:
     splits = [{"name": k, "n": v.get("n", "–"), "hash": v.get("hash", "–"),
                "recipe": json.dumps(v.get("recipe"), default=str) if v.get("recipe") else ""}
               for k, v in (meta.get("splits") or {}).items()]
+    found = [_answer(a) for a in answers(run)] if run.rows else []
+    doms = T.domains_of(run.rows)
+    models = [m for m in T.model_rows(run.rows) if not m.reference]
     return _env().get_template("report.html.j2").render(
-        title=f"uqbench run: {meta.get('suite', '?')} {meta.get('profile', '')}", meta=meta, problems=problems,
-        config=json.dumps(meta.get("config", {}), indent=1, default=str),
+        title=f"uqbench run: {meta.get('suite', '?')} {meta.get('profile', '')}", meta=meta,
+        problems=problems, config=json.dumps(meta.get("config", {}), indent=1, default=str),
         splits=splits, seconds=meta.get("seconds", {}), training=training,
-        headers=[h for _, h, _ in SHOWN],
-        tables=_domain_tables(run.rows, meta.get("at_chance") or []), groups=groups,
+        headline=[a for a in found if a["domain"] == (doms[0] if doms else None)],
+        answers=found,
+        chance_models=[m for m in models if m.at_chance], n_models=len(models),
+        chance_by_domain=[(d, len([m for m in ms if m.at_chance]), len(ms),
+                           [m.label for m in ms if m.at_chance])
+                          for d, ms in _by_domain(models) if any(m.at_chance for m in ms)],
+        model_headers=[h for _, h, _ in T.MODEL_SHOWN],
+        scorer_headers=[h for _, h, _ in T.SCORER_SHOWN],
+        model_tables=model_tables(run.rows), scorer_tables=scorer_tables(run.rows),
+        forests=forests, groups=groups,
         paper=_paper_claims(run.path / rundir.PAPER_REPORT),
         skipped=meta.get("skipped_scorers") or [], fallbacks=meta.get("fallbacks") or [],
         references_skipped=meta.get("references_skipped") or {},
@@ -173,4 +217,5 @@ def render_compare(labels: Sequence[str], columns: Sequence[str],
         title="uqbench compare", labels=labels, columns=columns, tables=tables)
 
 
-__all__ = ["QUESTIONS", "figure_groups", "render_compare", "render_report", "write_report"]
+__all__ = ["QUESTIONS", "figure_groups", "model_tables", "render_compare", "render_report",
+           "scorer_tables", "write_report"]

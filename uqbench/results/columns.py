@@ -22,8 +22,10 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from uqbench.files.rundir import RunFolder
 from uqbench.stats import metrics as M
 from uqbench.stats import risk as R
+from uqbench.stats.conformal import NotReachable, conformal_quantile
 
 Split = Literal["id", "shift"]
 #: a `uqbench.results.evaluate.Scored` field, or ``covered_<score>``: whether the gold option is
@@ -120,9 +122,37 @@ RISK_AT: dict[str, Column] = {c.name: c for c in (
     Column(f"risk_at_{round(100 * k):02d}", _risk_at(k), _ID_RANK, False, "scorer", ci=False)
     for k in R.RISK_AT)}
 
+#: the miscoverage level of the coverage columns below
+CP_ALPHA = 0.1
 #: ``cp_<score>_10_cov``: empirical coverage of the conformal sets at alpha = 0.1 on ID
 CONFORMAL_COVERAGE: dict[str, Column] = {c.name: c for c in (
     Column(f"cp_{s}_10_cov", _coverage, (("id", f"covered_{s}"),), True, "model")
     for s in ("lac", "aps_rand", "raps_rand"))}
 
-__all__ = ["COLUMNS", "CONFORMAL_COVERAGE", "RISK_AT", "Column"]
+
+def inputs_of(run: RunFolder, method: str, domain: str, col: Column
+              ) -> list[NDArray[Any]] | None:
+    """The (N, seeds) arrays ``col`` reads for ``method`` on ``domain`` from a finished run's
+    ``scores.npz`` (``covered_<score>``: conformity <= the calib split's q̂ at `CP_ALPHA`), or
+    None where the run does not hold them."""
+    out = []
+    for role, name in col.reads:
+        if name.startswith("covered_"):  # conformal: the ID conformity score <= q̂ of calib
+            cal = run.scores(method, domain, "calib", f"conformity_{name[8:]}")
+            test = run.scores(method, domain, role, f"conformity_{name[8:]}")
+            if cal is None or test is None:
+                return None
+            try:
+                q = [conformal_quantile(cal[:, s], CP_ALPHA) for s in range(cal.shape[1])]
+            except NotReachable:
+                return None
+            a = (test <= np.array(q)[None, :]).astype(float)
+        else:
+            a = run.scores(method, domain, role, name)
+        if a is None:
+            return None
+        out.append(np.asarray(a, dtype=np.float64).reshape(len(a), -1))
+    return out
+
+
+__all__ = ["COLUMNS", "CONFORMAL_COVERAGE", "CP_ALPHA", "RISK_AT", "Column", "inputs_of"]

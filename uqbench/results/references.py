@@ -33,8 +33,15 @@ from numpy.typing import NDArray
 
 from uqbench.files.cache import PROTOCOL_VERSION
 from uqbench.results.evaluate import CI_METRICS, ROW_COLUMNS
-from uqbench.results.tables import CHANCE, OPTIONS_ONLY, is_reference
 from uqbench.stats import metrics as M
+
+CHANCE, OPTIONS_ONLY = "chance", "options-only"
+REFERENCE_METHODS = (CHANCE, OPTIONS_ONLY)
+
+
+def is_reference(row: Mapping[str, Any]) -> bool:
+    """A ``chance`` or ``options-only`` row, not a model's."""
+    return row.get("method") in REFERENCE_METHODS
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,15 @@ AUGRC is the area under the generalized risk-coverage curve (Traub et al. 2024).
 is ID vs the shifted split of the same domain, OOD = positive, score = uncertainty. The rows
 `chance` (a uniform guess; its interval is where a random guesser lands) and `options-only` (a
 classifier that sees the options, not the question) are references with accuracy columns only:
-a model must beat them to show it reads the question (`uqbench.results.references`). The columns of
-the conformal and risk-control tables are defined in `uqbench.results.conformal_risk`.
+a model must beat them to show it reads the question (`uqbench.results.references`). The conformal
+and risk-control columns are defined in `uqbench.results.conformal_risk`.
+
+Two levels (`HEADERS`, each column's level from `uqbench.results.columns`): the model level holds
+what depends only on a model/gate's predictive distribution (accuracy, calibration, conformal
+sets, expert budget), once per model/gate and domain, plus one row per other predictive
+distribution a scorer brings (MC-dropout or ensemble means); the scorer level holds the ranking
+each scorer's uncertainty induces (OOD detection, selective prediction, risk control), the
+model named once per block. ``results.csv``/``.jsonl`` keep every column of every row.
 """
 from __future__ import annotations
 
@@ -19,109 +26,280 @@ import csv
 import io
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from uqbench.files import rundir
 from uqbench.files.cache import atomic_write_text
+from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE, RISK_AT
+from uqbench.results.references import (
+    at_chance,
+    is_reference,
+)
 
 KEY_COLUMNS = ("method", "model", "gate", "scorer", "domain")
 #: Reference rows (`uqbench.results.references`): accuracy columns only, gate and scorer "-".
-CHANCE, OPTIONS_ONLY = "chance", "options-only"
-REFERENCE_METHODS = (CHANCE, OPTIONS_ONLY)
+#: column -> (header, digits) of every column the tables show, in their order; a column's level
+#: (model or scorer) comes from `uqbench.results.columns` where it is declared, else `LEVELS`
+HEADERS: dict[str, tuple[str, int]] = {
+    "accuracy": ("Acc", 3), "shift_accuracy": ("ShiftAcc", 3), "ece": ("ECE", 3),
+    "ece_ts": ("ECE-TS", 3), "ece_adaptive": ("ECE-ad", 3), "mce": ("MCE", 3),
+    "brier": ("Brier", 3), "nll": ("NLL", 3),
+    "cp_lac_10_cov": ("LAC cov", 3), "cp_lac_10_size": ("LAC size", 2),
+    "cp_aps_rand_10_cov": ("APS cov", 3), "cp_aps_rand_10_size": ("APS size", 2),
+    "shift_cp_aps_rand_10_cov": ("Shift APS cov", 3),
+    "shift_cp_aps_rand_10_size": ("Shift APS size", 2),
+    "avg_experts": ("Experts", 2), "forward_passes": ("Passes", 0),
+    "ood_auroc": ("OOD-AUROC", 3), "aupr_out": ("AUPR-out", 3), "fpr95": ("FPR95", 3),
+    "aurc": ("AURC", 3), "e_aurc": ("E-AURC", 3), "augrc": ("AUGRC", 3),
+    "sel_acc_80": ("SelAcc@80", 3), "shift_sel_acc_80": ("ShiftSelAcc@80", 3),
+    "rc_50_coverage": ("Cov@r*", 3), "rc_50_risk": ("Risk@r*", 3),
+    "shift_rc_50_coverage": ("Shift cov@r*", 3), "shift_rc_50_risk": ("Shift risk@r*", 3),
+    **{name: (f"Risk@{name[-2:]}", 3) for name in RISK_AT},
+}
+#: levels of the shown columns that `uqbench.results.columns` does not declare: temperature
+#: scaling, conformal sets and the expert budget read the predictive distribution (model);
+#: risk control thresholds a scorer's uncertainty (scorer)
+LEVELS: dict[str, str] = {
+    "ece_ts": "model", "avg_experts": "model", "forward_passes": "model",
+    **{c: "model" for c in HEADERS if "cp_" in c}, **{c: "scorer" for c in HEADERS if "rc_" in c},
+}
 
 
-def is_reference(row: Mapping[str, Any]) -> bool:
-    """A ``chance`` or ``options-only`` row, not a model's."""
-    return row.get("method") in REFERENCE_METHODS
+def level_of(column: str) -> str:
+    """``model`` or ``scorer``: the `Column`'s declared level, else `LEVELS`'."""
+    col = COLUMNS.get(column) or RISK_AT.get(column) or CONFORMAL_COVERAGE.get(column)
+    return col.level if col is not None else LEVELS[column]
 
 
-SHOWN = (  # (column, header, digits)
-    ("accuracy", "Acc", 3), ("ece", "ECE", 3), ("ece_ts", "ECE-TS", 3),
-    ("ece_adaptive", "ECE-ad", 3), ("mce", "MCE", 3), ("brier", "Brier", 3), ("nll", "NLL", 3),
-    ("ood_auroc", "OOD-AUROC", 3),
-    ("aurc", "AURC", 3), ("augrc", "AUGRC", 3), ("sel_acc_80", "SelAcc@80", 3),
-    ("shift_accuracy", "ShiftAcc", 3),
-    ("avg_experts", "Experts", 2), ("forward_passes", "Passes", 0),
-)
-#: The second table: conformal sets at alpha = 0.1 fitted on calib (`uqbench.results.conformal_risk`).
-CONFORMAL_SHOWN = (
-    ("cp_lac_10_cov", "LAC cov", 3), ("cp_lac_10_size", "LAC size", 2),
-    ("cp_aps_rand_10_cov", "APS cov", 3), ("cp_aps_rand_10_size", "APS size", 2),
-    ("cp_aps_rand_10_ssc", "APS SSC", 3), ("shift_cp_aps_rand_10_cov", "Shift APS cov", 3),
-    ("shift_cp_aps_rand_10_size", "Shift APS size", 2),
-    ("cp_raps_rand_10_cov", "RAPS cov", 3), ("cp_raps_rand_10_size", "RAPS size", 2),
-)
-#: The third table: selective risk control at the default target (r* = 0.5, delta = 0.1).
-RISK_SHOWN = (
-    ("rc_50_coverage", "Cov@r*", 3), ("rc_50_risk", "Risk", 3),
-    ("shift_rc_50_coverage", "Shift cov", 3), ("shift_rc_50_risk", "Shift risk", 3),
-    ("risk_at_50", "Risk@50", 3), ("risk_at_80", "Risk@80", 3), ("risk_at_90", "Risk@90", 3),
-)
-TABLES = (("Calibration, OOD detection, selective prediction", SHOWN),
-          ("Conformal sets, alpha = 0.1 (q̂ from the calib split; shift: calibrated on ID)",
-           CONFORMAL_SHOWN),
-          ("Selective risk control: target risk 0.5 at delta = 0.1 (Learn-then-Test on calib)",
-           RISK_SHOWN))
+def shown(level: str) -> tuple[tuple[str, str, int], ...]:
+    """(column, header, digits) of one level's table."""
+    return tuple((c, h, d) for c, (h, d) in HEADERS.items() if level_of(c) == level)
+
+
+MODEL_SHOWN, SCORER_SHOWN = shown("model"), shown("scorer")
+#: the ranking columns with a bootstrap CI: one forest plot each (`figures.forest`)
+FOREST_COLUMNS = tuple(c.name for c in COLUMNS.values() if c.level == "scorer" and c.ci)
+
+
+def random_ranking(column: str, row: Mapping[str, Any]) -> float | None:
+    """What a score that ranks at random (a constant: one tie group) gets in a ranking column,
+    from the row's ID accuracy ``a``: OOD-AUROC 0.5; AURC ``1 − a`` (every coverage carries
+    the full error rate); AUGRC ``(1 − a) / 2`` (the generalized risk grows linearly with
+    coverage); selective accuracy ``a``. None for the columns without one."""
+    a = _num(row.get("accuracy"))
+    if column == "ood_auroc":
+        return 0.5
+    if a is None:
+        return None
+    return {"aurc": 1.0 - a, "augrc": (1.0 - a) / 2, "sel_acc_80": a}.get(column)
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
 def _fmt(row: Mapping[str, Any], col: str, digits: int, *, ci: bool) -> str:
-    v = row.get(col)
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    v = _num(row.get(col))
+    if v is None:
         return "–"
     s = f"{v:.{digits}f}"
-    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
-    if ci and lo is not None and hi is not None and not math.isnan(lo):
+    lo, hi = _num(row.get(f"{col}_lo")), _num(row.get(f"{col}_hi"))
+    if ci and lo is not None and hi is not None:
         s += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
-    elif row.get("seeds", 1) > 1 and row.get(f"{col}_std") is not None:
+    elif row.get("seeds", 1) > 1 and _num(row.get(f"{col}_std")) is not None:
         s += f" ± {row[f'{col}_std']:.{digits}f}"
     return s
 
 
-def _shown_rows(rows: Sequence[Mapping[str, Any]], shown: Sequence[tuple[str, str, int]]
-                ) -> Sequence[Mapping[str, Any]]:
-    """The main table keeps the reference rows; the others hold model rows only."""
-    return rows if shown is SHOWN else [r for r in rows if not is_reference(r)]
+def pair_of(row: Mapping[str, Any]) -> str:
+    """``model/gate`` of a model's row; a reference row's (or a bare row's) method."""
+    if is_reference(row) or "model" not in row or "gate" not in row:
+        return str(row["method"])
+    return f"{row['model']}/{row['gate']}"
 
 
-def markdown_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True,
-                   shown: Sequence[tuple[str, str, int]] = SHOWN) -> str:
-    head = ["Method", "Domain", *(h for _, h, _ in shown)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in _shown_rows(rows, shown):
-        cells = [r["method"], r["domain"], *(_fmt(r, c, d, ci=ci) for c, _, d in shown)]
-        lines.append("| " + " | ".join(map(str, cells)) + " |")
-    return "\n".join(lines)
+def _short(scorers: Sequence[str]) -> str:
+    """``mc_dropout_*`` for scorers sharing a prefix up to an underscore, else their list."""
+    prefix = os.path.commonprefix(list(scorers))
+    prefix = prefix[:prefix.rfind("_") + 1]
+    return f"{prefix}*" if len(scorers) > 1 and prefix else ", ".join(scorers)
 
 
-def latex_table(rows: Sequence[Mapping[str, Any]],
-                shown: Sequence[tuple[str, str, int]] = SHOWN) -> str:
-    head = ["Method", "Domain", *(h for _, h, _ in shown)]
-    out = ["\\begin{tabular}{ll" + "c" * len(shown) + "}", "\\toprule",
-           " & ".join(head) + " \\\\", "\\midrule"]
-    for r in _shown_rows(rows, shown):
-        cells = [r["method"], r["domain"], *(_fmt(r, c, d, ci=False) for c, _, d in shown)]
-        out.append(" & ".join(str(c).replace("_", "\\_").replace("–", "--") for c in cells)
-                   + " \\\\")
-    out += ["\\bottomrule", "\\end{tabular}"]
-    return "\n".join(out)
+@dataclass(frozen=True)
+class ModelRow:
+    """One row of the model-level table: a model/gate's predictive distribution on one domain.
+
+    Scorers of one model/gate share its predictive distribution (accuracy, calibration,
+    conformal sets) unless they bring their own (`Scorer.predictive`: MC-dropout and ensemble
+    means; or `Scorer.confidence`): each distinct set of model-level values is its own row,
+    labelled with the scorers it belongs to. ``row`` is the results row shown (the MSP one
+    where MSP shares it)."""
+
+    label: str
+    pair: str
+    domain: str
+    row: Mapping[str, Any]
+    methods: tuple[str, ...]
+    at_chance: str  # why its accuracy cannot be told from chance; "" when it can
+
+    @property
+    def reference(self) -> bool:
+        return is_reference(self.row)
+
+
+@dataclass(frozen=True)
+class ScorerBlock:
+    """The scorer-level rows of one model/gate on one domain (the model named once)."""
+
+    pair: str
+    domain: str
+    rows: tuple[Mapping[str, Any], ...]
+    at_chance: str
+
+
+def chance_reasons(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
+    """(method, domain) -> why its ID accuracy cannot be told from chance
+    (`uqbench.results.references.at_chance`)."""
+    return {(f["method"], f["domain"]):
+            f"ID accuracy CI [{f['accuracy_lo']:.2f}, {f['accuracy_hi']:.2f}] includes chance "
+            f"{f['chance']:.2f}" for f in at_chance(rows)}
+
+
+def domains_of(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Domains in row order, ``pooled`` first."""
+    doms = list(dict.fromkeys(r["domain"] for r in rows))
+    return (["pooled"] if "pooled" in doms else []) + [d for d in doms if d != "pooled"]
+
+
+def model_rows(rows: Sequence[Mapping[str, Any]]) -> list[ModelRow]:
+    """The model-level table: per domain, one row per model/gate and predictive distribution
+    (see `ModelRow`), then the reference rows."""
+    why = chance_reasons(rows)
+    keys = [c for c, _, _ in MODEL_SHOWN]
+    out = []
+    for dom in domains_of(rows):
+        groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for r in rows:
+            if r["domain"] == dom and not is_reference(r):
+                groups.setdefault((pair_of(r), repr([r.get(k) for k in keys])), []).append(r)
+        first: dict[str, tuple[str, str]] = {}
+        for key, members in groups.items():  # the group holding MSP (else the first) is plain
+            if key[0] not in first or any(m.get("scorer") == "msp" for m in members):
+                first[key[0]] = key
+        for (pair, vals), members in groups.items():
+            shown_row = next((m for m in members if m.get("scorer") == "msp"), members[0])
+            plain = first[pair] == (pair, vals) or pair == shown_row["method"]
+            label = pair if plain else f"{pair} · {_short([str(m['scorer']) for m in members])}"
+            methods = tuple(str(m["method"]) for m in members)
+            chance = next((why[(m, dom)] for m in methods if (m, dom) in why), "")
+            out.append(ModelRow(label, pair, dom, shown_row, methods, chance))
+        out += [ModelRow(r["method"], r["method"], dom, r, (r["method"],), "")
+                for r in rows if r["domain"] == dom and is_reference(r)]
+    return out
+
+
+def scorer_blocks(rows: Sequence[Mapping[str, Any]]) -> list[ScorerBlock]:
+    """The scorer-level table: per domain and model/gate, its scorers' rows."""
+    why = chance_reasons(rows)
+    out = []
+    for dom in domains_of(rows):
+        blocks: dict[str, list[Mapping[str, Any]]] = {}
+        for r in rows:
+            if r["domain"] == dom and not is_reference(r):
+                blocks.setdefault(pair_of(r), []).append(r)
+        for pair, members in blocks.items():
+            chance = next((why[(m["method"], dom)] for m in members
+                           if (m["method"], dom) in why), "")
+            out.append(ScorerBlock(pair, dom, tuple(members), chance))
+    return out
+
+
+def _scorer_name(row: Mapping[str, Any]) -> str:
+    return str(row.get("scorer", row["method"]))
+
+
+def _table(head: Sequence[str], body: Iterable[Sequence[str]], *, tex: bool) -> str:
+    if tex:
+        esc = [[str(c).replace("_", "\\_").replace("–", "--") for c in line] for line in body]
+        return "\n".join(["\\begin{tabular}{" + "l" * 3 + "c" * (len(head) - 3) + "}",
+                          "\\toprule", " & ".join(head) + " \\\\", "\\midrule",
+                          *(" & ".join(line) + " \\\\" for line in esc),
+                          "\\bottomrule", "\\end{tabular}"])
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                      *("| " + " | ".join(map(str, line)) + " |" for line in body)])
+
+
+def model_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True, tex: bool = False) -> str:
+    """Model level: Model | Domain | Scorers | accuracy, calibration, conformal, budget."""
+    head = ["Model", "Domain", "Scorers", *(h for _, h, _ in MODEL_SHOWN)]
+    body = [[m.label + (" (at chance)" if m.at_chance else ""), m.domain,
+             "–" if m.reference else str(len(m.methods)),
+             *(_fmt(m.row, c, d, ci=ci) for c, _, d in MODEL_SHOWN)] for m in model_rows(rows)]
+    return _table(head, body, tex=tex)
+
+
+def scorer_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True, tex: bool = False) -> str:
+    """Scorer level: Model (named once per block) | Scorer | Domain | the ranking metrics."""
+    head = ["Model", "Scorer", "Domain", *(h for _, h, _ in SCORER_SHOWN)]
+    body = [[(b.pair + (" (at chance)" if b.at_chance else "")) if i == 0 else "",
+             _scorer_name(r), b.domain, *(_fmt(r, c, d, ci=ci) for c, _, d in SCORER_SHOWN)]
+            for b in scorer_blocks(rows) for i, r in enumerate(b.rows)]
+    return _table(head, body, tex=tex)
+
+
+MODEL_TITLE = ("Model level: the predictive distribution of each model/gate (accuracy, "
+               "calibration, conformal sets at alpha = 0.1, expert budget); a scorer with its own "
+               "predictive distribution (MC-dropout, ensemble) has its own row")
+SCORER_TITLE = ("Scorer level: the ranking each scorer's uncertainty induces (OOD detection, "
+                "selective prediction, risk control at r* = 0.5, delta = 0.1)")
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True) -> str:
+    """Both levels, model then scorer, as markdown."""
+    return (f"### {MODEL_TITLE}\n\n{model_table(rows, ci=ci)}\n\n"
+            f"### {SCORER_TITLE}\n\n{scorer_table(rows, ci=ci)}")
+
+
+def latex_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Both levels as LaTeX tabulars (values without CIs)."""
+    return (f"% {MODEL_TITLE}\n{model_table(rows, ci=False, tex=True)}\n\n"
+            f"% {SCORER_TITLE}\n{scorer_table(rows, ci=False, tex=True)}\n")
+
+
+def _w(col: str) -> int:
+    return max(len(HEADERS[col][0]), 6)
 
 
 def summary(rows: Sequence[Mapping[str, Any]], *, domain: str = "pooled") -> str:
-    """The paper's Table "uq" layout (Method | ECE | OOD-AUROC), plus Acc and AURC, one domain."""
+    """The printed summary of one domain: the model level (Acc, ECE, ECE-TS, Experts, Passes)
+    then the scorer level (OOD-AUROC, AURC, AUGRC, SelAcc@80), the model named once."""
     sel = [r for r in rows if r["domain"] == domain]
-    width = max((len(r["method"]) for r in sel), default=6)
-    lines = [f"{'Method':<{width}}  {'Acc':>6}  {'ECE':>6}  {'OOD-AUROC':>9}  {'AURC':>6}  "
-             f"{'Experts':>7}  {'Passes':>6}"]
-    for r in sel:
-        def cell(col: str, digits: int) -> str:
-            return _fmt(r, col, digits, ci=False).split(" ")[0]  # the value, without ± std
+    models = model_rows(sel)
+    blocks = scorer_blocks(sel)
 
-        lines.append(
-            f"{r['method']:<{width}}  {cell('accuracy', 3):>6}  {cell('ece', 3):>6}  "
-            f"{cell('ood_auroc', 3):>9}  {cell('aurc', 3):>6}  "
-            f"{cell('avg_experts', 2):>7}  {cell('forward_passes', 0):>6}")
+    def line(name: str, width: int, row: Mapping[str, Any], cols: Sequence[str]) -> str:
+        cells = [_fmt(row, c, HEADERS[c][1], ci=False).split(" ")[0].rjust(_w(c))
+                 for c in cols]  # the value, without ± std
+        return f"{name:<{width}}  " + "  ".join(cells)
+
+    def head(name: str, width: int, cols: Sequence[str]) -> str:
+        return f"{name:<{width}}  " + "  ".join(HEADERS[c][0].rjust(_w(c)) for c in cols)
+
+    mcols = ("accuracy", "ece", "ece_ts", "avg_experts", "forward_passes")
+    scols = ("ood_auroc", "aurc", "augrc", "sel_acc_80")
+    mw = max([len(m.label) + 12 * bool(m.at_chance) for m in models] + [5])
+    lines = [head("Model", mw, mcols)]
+    lines += [line(m.label + (" (at chance)" if m.at_chance else ""), mw, m.row, mcols)
+              for m in models]
+    sw = max([len(_scorer_name(r)) + 2 for b in blocks for r in b.rows] + [8])
+    lines += ["", head("Scorer", sw, scols)]
+    for b in blocks:
+        lines.append(b.pair + (" (at chance)" if b.at_chance else ""))
+        lines += [line("  " + _scorer_name(r), sw, r, scols) for r in b.rows]
     return "\n".join(lines)
 
 
@@ -150,12 +328,12 @@ def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]],
     atomic_write_text(paths["jsonl"], "".join(json.dumps(r) + "\n" for r in rows))
     atomic_write_text(paths["csv"], buf.getvalue())
     md = (f"# uqbench results: {_provenance(meta)}\n\n{__doc__.strip()}\n"
-          "Cells: value [95% bootstrap CI] (mean over seeds when several).\n\n"
-          + "\n\n".join(f"## {title}\n\n" + markdown_table(rows, shown=shown)
-                         for title, shown in TABLES) + "\n" + _notes(rows))
+          "Cells: value [95% bootstrap CI] (mean over seeds when several). results.csv and "
+          "results.jsonl hold every column of every row.\n\n"
+          f"## {MODEL_TITLE}\n\n{model_table(rows)}\n\n"
+          f"## {SCORER_TITLE}\n\n{scorer_table(rows)}\n" + _notes(rows))
     atomic_write_text(paths["md"], md)
-    atomic_write_text(paths["tex"], "\n\n".join(f"% {title}\n" + latex_table(rows, shown)
-                                                 for title, shown in TABLES) + "\n")
+    atomic_write_text(paths["tex"], latex_table(rows))
     atomic_write_text(paths["meta"], json.dumps(dict(meta), indent=1, default=str))
     return paths
 
