@@ -9,7 +9,7 @@ which is what a process start costs), the candidates stopped by their time budge
 wall and budget-clock seconds (the session's budget is CPU time: under load a looping mutant
 takes longer in wall time to use it up), and the builder's own seconds outside the sandbox; the
 ``compare`` row gives the speed-ups and whether records, build statistics and each candidate's
-verdict are the same. Target (issue 37): the session path at least 3x faster per finished
+verdict are the same. Target: the session path at least 3x faster per finished
 candidate, with the same verdicts.
 """
 from __future__ import annotations

@@ -7,8 +7,8 @@ arithmetic needs ~10 ms: the step is bound by kernel launches. This benchmark is
 script to measure that on a lent GPU in one call, before and after a change: no data and no
 cache needed (synthetic questions of ``max_length`` tokens), the backbone SmolLM2 where it is
 installed and a GPU is found, else the 2-layer random ``tiny-llama`` (a CPU smoke of the same
-path). ``UQBENCH_BENCH_BACKBONE`` names another backbone. Goal: MoE-LoRA within 2x of the
-dense LoRA step (``ratio``); the line also has tokens/s and the leaf ops of one MoE step.
+path). ``UQBENCH_BENCH_BACKBONE`` names another backbone. Goal (``ratio``, MoE-LoRA step over
+the dense LoRA step): <= 1.5 on 2 CPU cores, <= 1.3 on a GPU; the line also has tokens/s.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-GOAL_RATIO = 2.0
+#: MoE-LoRA step / dense LoRA step: on 2 CPU cores, and on a GPU (where launches dominate)
+GOAL_RATIO = {"cpu": 1.5, "cuda": 1.3}
 #: the ``full`` profile's batch and sequence length
 BATCH, MAX_LENGTH = 16, 256
 STEPS = 8
@@ -82,5 +83,5 @@ def run() -> Iterator[dict[str, Any]]:
            "adapted_linears": len(moe_layers(moe.backbone)),
            "moe_s_per_step": round(s["moe"], 4), "lora_s_per_step": round(s["lora"], 4),
            "moe_tokens_per_s": round(BATCH * MAX_LENGTH / s["moe"]),
-           "ratio": round(s["moe"] / s["lora"], 3), "goal_ratio": GOAL_RATIO,
-           "met": s["moe"] / s["lora"] <= GOAL_RATIO}
+           "ratio": round(s["moe"] / s["lora"], 3), "goal_ratio": GOAL_RATIO[dev.type],
+           "met": s["moe"] / s["lora"] <= GOAL_RATIO[dev.type]}

@@ -166,6 +166,36 @@ def test_uqbench_stages_import_one_way() -> None:
         "uqbench.core.scorer imports uqbench.run.runner"]
 
 
+def private_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every ``from module import _name`` of a project module from another one, and every import
+    of a private module (``pkg._impl``, as scikit-learn's) from outside its package: what a
+    module needs of another is public there."""
+    def private(name: str) -> bool:
+        last = name.rpartition(".")[2]
+        return last.startswith("_") and not last.startswith("__")
+
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        for d in sorted(deps):
+            home = d.rpartition(".")[0]
+            if not private(d) or home == mod:
+                continue
+            if d in graph:  # a private module: fine from inside its own package
+                if not mod.startswith(home + "."):
+                    bad.append(f"{mod} imports {d}")
+            elif home in graph:  # an underscore name of another module
+                bad.append(f"{mod} imports {d}")
+    return bad
+
+
+def test_no_private_name_crosses_a_module() -> None:
+    bad = private_imports(GRAPH)
+    assert not bad, "underscore names imported across modules:\n" + "\n".join(bad)
+    fake = {"a.b": {"a.c._helper", "a.c.helper", "a.c.__version__", "a._impl"}, "a.c": set(),
+            "a._impl": set(), "z.y": {"a._impl"}}
+    assert private_imports(fake) == ["a.b imports a.c._helper", "z.y imports a._impl"]
+
+
 def test_no_module_cycle() -> None:
     found = cycles(module_edges(GRAPH))
     assert not found, f"module import cycles: {found}"

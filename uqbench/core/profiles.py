@@ -71,7 +71,7 @@ _BUILTIN_PROFILES = {
                 max_length=96, batch_size=16, eval_batch_size=64, mc_passes=2,
                 ensemble_members=2, seeds=1, bootstrap=200, **RECIPE),
         # calib 200: split-conformal quantiles and risk-control bounds on >= 200 questions per
-        # domain (issue 27); calib is the head of the train pool, so code trains on what is left
+        # domain; calib is the head of the train pool, so code trains on what is left
         Profile("cpu", train_cap=800, calib_cap=200, id_cap=120, shift_cap=120, epochs=1,
                 max_length=128, batch_size=16, eval_batch_size=64, mc_passes=4,
                 ensemble_members=3, seeds=1, bootstrap=1000, **RECIPE),
@@ -93,7 +93,8 @@ _BUILTIN_PROFILES = {
 #: - the H200 trained SmolLM2's ``full`` adapter (210 adapted linears) at 1.4 steps/s, ~0.7 s a
 #:   step of ~50k leaf ops: ~14 us per op, launch-bound. Qwen2.5-0.5B has 24 blocks; adapting the
 #:   FFN (3 linears) of the top 8 blocks is 24 linears: at ~240 ops per linear plus a frozen
-#:   step of a few thousand ops, ~9k ops, ~0.12 s a step (less after issue 35 item 1);
+#:   step of a few thousand ops, ~9k ops, ~0.12 s a step (44 ops per linear since the
+#:   hand-written step: docs/benchmarks.md);
 #: - the arithmetic: ~0.36B non-embedding parameters, 16 x <= 256 tokens a step, forward through
 #:   all blocks and backward through the top 8: ~3 TFLOP a step, ~10 ms at 300 TFLOP/s bf16;
 #: - 3 x 800 + 173 training questions (code keeps 173 once calib has its 200) in 1 epoch are
