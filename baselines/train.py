@@ -392,10 +392,17 @@ class _CompileLog:
 @contextmanager
 def _compiled(model: MultipleChoiceModel, on: bool) -> Iterator[_CompileLog | None]:
     """Within the block, each transformer block's ``forward`` is ``torch.compile``d (static
-    shapes); the eager forwards are restored after (inference passes run eagerly)."""
+    shapes); the eager forwards are restored after (inference passes run eagerly). The MoE-LoRA
+    layers take their autograd path while compiled: the hand-written step is an eager
+    optimisation (fewer launches) that dynamo would break the graph at, and inductor fuses the
+    autograd path's ops itself."""
     if not on:
         yield None
         return
+    from baselines.moe import moe_layers
+
+    layers = moe_layers(model.backbone)
+    fast = [layer.__dict__.get("fast_path") for layer in layers]  # own settings, if any
     blocks = transformer_blocks(model.backbone)
     if not blocks:
         raise ConfigError(f"train: compile is on but backbone {type(model.backbone).__name__} "
@@ -407,6 +414,8 @@ def _compiled(model: MultipleChoiceModel, on: bool) -> Iterator[_CompileLog | No
     before = [b.__dict__.get("forward") for b in blocks]
     for b in blocks:
         b.forward = torch.compile(b.forward, dynamic=False)
+    for layer in layers:
+        layer.fast_path = False
     try:
         # graphs per length bucket: row counts, the first block's input needing no gradient,
         # batches with and without padding (no attention mask): more than dynamo's default 8
@@ -418,6 +427,11 @@ def _compiled(model: MultipleChoiceModel, on: bool) -> Iterator[_CompileLog | No
                 del b.forward
             else:
                 b.forward = f
+        for layer, f in zip(layers, fast):
+            if f is None:
+                del layer.fast_path
+            else:
+                layer.fast_path = f
 
 
 def static_shapes(batch: dict[str, Tensor], n_real: int, cap: int, pad_id: int

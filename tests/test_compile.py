@@ -59,14 +59,23 @@ def test_transformer_blocks_found() -> None:
 
 
 def test_compiled_blocks_restored_after_training() -> None:
-    """Inference runs eagerly: the blocks' forwards are put back, an instance's own too."""
+    """Inference runs eagerly: the blocks' forwards are put back, an instance's own too; the
+    MoE-LoRA layers take their autograd path while compiled (the hand-written step would break
+    the graph) and their own setting after."""
+    from baselines.moe import moe_layers
+
     model = make_moe(tiny_backbone("decoder", layers=2), MOE, mode="letters")
     blocks = transformer_blocks(model.backbone)
     hooked = blocks[1].forward
     blocks[1].forward = hooked                     # as accelerate's hooks set it
+    layers = moe_layers(model.backbone)
+    layers[0].fast_path = False                    # a layer's own choice is kept
     with _compiled(model, True):
         assert all(type(b.forward).__name__ != "method" for b in blocks)
+        assert not any(layer.fast_path for layer in layers)
     assert "forward" not in blocks[0].__dict__ and blocks[1].__dict__["forward"] is hooked
+    assert layers[0].fast_path is False and all(layer.fast_path for layer in layers[1:])
+    assert "fast_path" not in layers[1].__dict__
 
 
 def test_compile_option_validated() -> None:
