@@ -140,11 +140,11 @@ def collect_mc(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: S
     Every dropout draw of the stacked forward (the ``nn.Dropout`` modules in train mode and the
     MoE-LoRA layers' `baselines.moe.layer.fast_dropout`) is split by copy and each block drawn from
     its copy's own stream, seeded as the sequential pass would be, so copy ``t`` gets the masks
-    of ``collect(..., seed=seeds[t])``. On CPU the records of encoder heads equal the
-    sequential passes' bit for bit (tested on tiny-bert and MiniLM); a decoder's LM head is a
-    GEMM whose rounding may follow the batch size, so its logits may differ in the last bits
-    (<= 3e-8 measured; every other field bit for bit). On an accelerator, kernels chosen by
-    shape may round differently too.
+    of ``collect(..., seed=seeds[t])``. The records equal the sequential passes' within float
+    rounding: a GEMM over T times the rows may round its last bits otherwise (on CPU the encoder
+    heads' records were bit for bit in the measured runs, tiny-bert and MiniLM; a decoder's
+    logits differ by <= 3e-8; once a full-suite run saw `features` differ). On an accelerator,
+    kernels chosen by shape may round differently too.
 
     Sequential passes instead (same records, slower) when a gate draws from its own generator
     (`baselines.gates.RandomK`: its draws follow the order of the passes), and, with a warning

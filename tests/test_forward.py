@@ -144,9 +144,9 @@ def test_real_minilm_with_moe(minilm) -> None:
 
 def test_stacked_mc_passes_equal_the_sequential_ones_bitwise(model: MultipleChoiceModel) -> None:
     """T copies in one forward, each with its own dropout stream: every field of every pass
-    equals the pass run alone, bit for bit on CPU, with the same pass count. Decoder heads:
-    the LM head's GEMM rounds by batch size, so their logits agree within 1e-6 (measured
-    <= 3e-8); every other field bit for bit."""
+    equals the pass run alone, with the same pass count: integer fields exactly, float fields
+    within float rounding (a GEMM over 3x the rows may round its last bit otherwise: bitwise in
+    most runs, once a `features` difference in a full-suite run; decoder logits <= 3e-8)."""
     seeds = [0, 1, 5]
     seq = [collect(model, RECS, batch_size=8, progress=False, mode="mc_dropout", seed=s)
            for s in seeds]
@@ -158,8 +158,8 @@ def test_stacked_mc_passes_equal_the_sequential_ones_bitwise(model: MultipleChoi
         assert set(a) == set(b)
         for k in a:
             assert a[k].dtype == b[k].dtype, (s, k)
-            if k == "logits" and model.kind == "decoder":
-                np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-6)
+            if np.issubdtype(a[k].dtype, np.floating):
+                np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=f"{s} {k}")
             else:
                 assert np.array_equal(a[k], b[k]), (s, k)
     assert not np.array_equal(stacked[0]["logits"], stacked[1]["logits"])   # masks differ
