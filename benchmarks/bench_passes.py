@@ -26,19 +26,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from benchmarks.bench_threads import arc_records
+
 N_RECORDS = 120
 REPS = 3
 BACKBONES = ("tiny-bert", "tiny-llama", "minilm")
 
 
-def _records() -> tuple[list[Any], str]:
-    from benchmarks import bench_threads
-
-    saved, bench_threads.N_RECORDS = bench_threads.N_RECORDS, N_RECORDS
-    try:
-        return bench_threads._records()
-    finally:
-        bench_threads.N_RECORDS = saved
 
 
 def _timed(fns: dict[str, Callable[[], Any]]) -> tuple[dict[str, float], dict[str, Any]]:
@@ -58,7 +52,7 @@ def run() -> Iterator[dict[str, object]]:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
 
-    records, what = _records()
+    records, what = arc_records(N_RECORDS)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

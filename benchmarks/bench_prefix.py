@@ -17,6 +17,8 @@ import os
 import time
 from collections.abc import Iterator
 
+from benchmarks.bench_threads import arc_records
+
 N_RECORDS = 128
 BATCH = 32
 REPS = 3
@@ -31,7 +33,7 @@ def run() -> Iterator[dict[str, object]]:
     from baselines.moe import MoELoRAConfig
 
     torch.set_num_threads(1)
-    records, what = _records_n()
+    records, what = arc_records(N_RECORDS)
     model = make_moe(load_backbone("minilm"), MoELoRAConfig(target_modules="ffn", top_layers=2))
     model.eval()
     start, bert = model.prefix_start, model.backbone
@@ -70,11 +72,3 @@ def run() -> Iterator[dict[str, object]]:
            "met": best["alone"] / best["padded"] <= 2}
 
 
-def _records_n() -> tuple[list[object], str]:
-    from benchmarks import bench_threads
-
-    saved, bench_threads.N_RECORDS = bench_threads.N_RECORDS, N_RECORDS
-    try:
-        return bench_threads._records()
-    finally:
-        bench_threads.N_RECORDS = saved

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import warnings
 import sys
 import time
 from collections.abc import Iterator
@@ -25,7 +26,9 @@ REPS = 5
 N_RECORDS = 16
 
 
-def _records() -> tuple[list[Any], str]:
+def arc_records(n: int = N_RECORDS) -> tuple[list[Any], str]:
+    """``n`` four-option ARC-Easy train questions (their source named), or ``n`` synthetic ones
+    where no data copy nor the hub can be read (the line then says "synthetic")."""
     from uqbench.data.records import MCRecord
 
     try:
@@ -33,17 +36,18 @@ def _records() -> tuple[list[Any], str]:
 
         real = load_source("arc-easy", "train", data_dir=os.environ.get("UQBENCH_DATA") or None)
         recs = [it.record for it in real.items
-                if it.record is not None and len(it.record.choices) == 4][:N_RECORDS]
-        if len(recs) == N_RECORDS:
+                if it.record is not None and len(it.record.choices) == 4][:n]
+        if len(recs) == n:
             return recs, "arc-easy train (real)"
-    except Exception:  # no local copy and no hub: fall back to synthetic questions
-        pass
+    except Exception as exc:  # noqa: BLE001 -- no local copy and no hub: synthetic questions
+        warnings.warn(f"benchmarks: ARC-Easy not readable ({type(exc).__name__}: {exc}); "
+                      f"{n} synthetic questions instead (the line says so)", stacklevel=2)
     words = ["carbon", "oxygen", "helium", "neon", "water", "iron", "light", "sound"]
     recs = [MCRecord(id=f"syn{i}", domain="science",
                      question=f"Question {i}: which of these is {words[i % 8]}?"
                               + " It is asked about the natural world." * (i % 3),
                      choices=tuple(words[(i + j) % 8] for j in range(4)), answer=i % 4,
-                     source="synthetic") for i in range(N_RECORDS)]
+                     source="synthetic") for i in range(n)]
     return recs, "synthetic"
 
 
@@ -63,7 +67,7 @@ def run() -> Iterator[dict[str, object]]:
     from baselines.train import TrainConfig, train
     from uqbench.core.profiles import RECIPE
 
-    records, source = _records()
+    records, source = arc_records()
     model = make_moe(load_backbone("minilm"),
                      MoELoRAConfig(seed=0, target_modules=RECIPE["target_modules"],
                                    top_layers=RECIPE["top_layers"]),
