@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
-import warnings
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
