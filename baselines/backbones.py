@@ -291,7 +291,7 @@ class NamedBackbone:
 #: name -> `NamedBackbone`; third-party backbones register with `register_backbone` in a
 #: ``--plugin`` module or through the entry-point group ``uqbench.backbones``
 BACKBONES: Registry[NamedBackbone] = Registry(
-    "backbone", entry_point_group="uqbench.backbones",
+    "backbone", entry_point_group="uqbench.backbones", expects=NamedBackbone,
     also="or a local folder with config.json, or a Hugging Face id 'org/name'")
 
 

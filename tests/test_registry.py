@@ -188,3 +188,45 @@ class _Bad(Scorer):
 def test_run_scorer_rejects_bad_plugin_output(outputs: Outputs, fn, match):
     with pytest.raises(PluginError, match=match):
         run_scorer(_Bad(fn), outputs)
+
+
+def _write_dist(root, group, name, module, body):
+    (root / f"{module}.py").write_text(textwrap.dedent(body))
+    dist = root / f"{module}-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{group}]\n{name} = {module}:Plug\n")
+
+
+def _in_fresh_interpreter(root, code):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(root), "PATH": ""}, check=False)
+
+
+def test_a_decorated_gate_from_an_installed_entry_point_is_its_gate_kind(tmp_path):
+    """The entry point names the decorated class; importing it registers the `GateKind`, which
+    is what the registry then holds (not the class, and not "already registered")."""
+    _write_dist(tmp_path, "uqbench.gates", "plug_gate", "gateplug", """
+        from dataclasses import dataclass
+        from uqbench.core.gating import register_gate
+        @register_gate("plug_gate", knob="tau")
+        @dataclass(frozen=True)
+        class Plug:
+            tau: float = 0.5
+    """)
+    out = _in_fresh_interpreter(tmp_path, (
+        "from uqbench.core.gating import GATES; g = GATES.get('plug_gate'); "
+        "print(type(g).__name__, g.cls.__name__, g.knob, g.budgeted)"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["GateKind", "Plug", "tau", "True"]
+
+
+def test_an_undecorated_head_from_an_entry_point_says_how_to_register_it(tmp_path):
+    _write_dist(tmp_path, "uqbench.heads", "plug_head", "headplug", """
+        class Plug:
+            name, kind = "plug_head", "encoder"
+    """)
+    out = _in_fresh_interpreter(tmp_path, "from uqbench.core.heads import HEADS; HEADS.names()")
+    assert out.returncode != 0
+    assert "head plugin 'plug_head' (headplug:Plug)" in out.stderr
+    assert "registered nothing under 'plug_head'" in out.stderr and "not a HeadKind" in out.stderr

@@ -80,7 +80,8 @@ def _uq(b: float) -> list[Pair]:
 CONCENTRATION = "care_concentration"
 _MSP_CARE: dict[str, tuple[str, dict[str, float]]] = {"msp": ("msp", {}), "care": ("care", {})}
 EXPERIMENTS: Registry[Experiment] = Registry("experiment",
-                                             entry_point_group="uqbench.experiments")
+                                             entry_point_group="uqbench.experiments",
+                                             expects=Experiment)
 
 
 def register_experiment(exp: Experiment) -> Experiment:

@@ -65,7 +65,7 @@ class GateKind:
 
 
 GATES: Registry[GateKind] = Registry("gate kind", builtins=("baselines.gates",),
-                                     entry_point_group="uqbench.gates")
+                                     entry_point_group="uqbench.gates", expects=GateKind)
 
 
 def register_gate(kind: str, *, knob: str | None = None, fixed: bool = True,

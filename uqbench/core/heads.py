@@ -31,7 +31,7 @@ class HeadKind:
 
 
 HEADS: Registry[HeadKind] = Registry("head", builtins=("baselines.heads",),
-                                     entry_point_group="uqbench.heads")
+                                     entry_point_group="uqbench.heads", expects=HeadKind)
 
 
 def register_head(cls: type) -> type:

@@ -122,7 +122,7 @@ NATIVE = GateSpec("native", "native")  # the model's own training gate (baseline
 #: variant's preset on the torch side and its entry here, under one name; third-party ones
 #: through ``--plugin`` or the entry-point group ``uqbench.models``
 MODELS: Registry[ModelEntry] = Registry("model", builtins=("baselines.variants",),
-                                        entry_point_group="uqbench.models")
+                                        entry_point_group="uqbench.models", expects=ModelEntry)
 
 
 def register_model(entry: ModelEntry) -> ModelEntry:

@@ -118,7 +118,8 @@ _BUILTIN_PROFILES[GPU.name] = GPU
 
 #: every profile by name: the built-ins above, a plugin's by `register_profile` or through the
 #: entry-point group ``uqbench.profiles``
-PROFILES: Registry[Profile] = Registry("profile", entry_point_group="uqbench.profiles")
+PROFILES: Registry[Profile] = Registry("profile", entry_point_group="uqbench.profiles",
+                                      expects=Profile)
 
 
 def register_profile(profile: Profile) -> Profile:

@@ -36,16 +36,21 @@ class Registry(Generic[T]):
         Entry-point group scanned on first lookup ("uqbench.scorers").
     also : str
         What else a name may be, appended to the unknown-name error ("or a suite YAML file").
+    expects : type, optional
+        The type of a member. An entry point's import may register the member itself (a
+        decorated gate class registers a `GateKind`); one that registers nothing must name an
+        object of this type, else a `PluginError` says how to register it.
     """
 
     def __init__(
         self, kind: str, *, builtins: Iterable[str] = (), entry_point_group: str | None = None,
-        also: str = ""
+        also: str = "", expects: type | None = None
     ) -> None:
         self.kind = kind
         self._builtins = tuple(builtins)
         self._group = entry_point_group
         self._also = also
+        self._expects = expects
         self._items: dict[str, T] = {}
         self._loaded = False
 
@@ -141,6 +146,7 @@ class Registry(Generic[T]):
         if self._group is None:
             return
         for ep in entry_points(group=self._group):
+            before = ep.name in self._items
             try:
                 obj = ep.load()
             except Exception as exc:  # a broken plugin must name itself
@@ -149,6 +155,15 @@ class Registry(Generic[T]):
                     f"{self._group!r} failed to import: {type(exc).__name__}: {exc}. "
                     "Fix or uninstall that package."
                 ) from exc
+            if not before and ep.name in self._items:
+                continue  # importing it registered the member (a decorated gate, head...)
+            if self._expects is not None and not isinstance(obj, self._expects):
+                raise PluginError(
+                    f"{self.kind} plugin {ep.name!r} ({ep.value}) from entry-point group "
+                    f"{self._group!r} registered nothing under {ep.name!r} and names a "
+                    f"{type(obj).__name__}, not a {self._expects.__name__}. Decorate the class "
+                    f"it names with uqbench's register decorator for a {self.kind}, under the "
+                    "entry point's name.")
             try:
                 self.add(ep.name, obj)  # the same object again (a built-in's own entry point): ok
             except ValueError as exc:

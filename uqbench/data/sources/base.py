@@ -109,7 +109,7 @@ class Source:
 SOURCES: Registry[Source] = Registry("data source", builtins=(
     "uqbench.data.sources.adapters", "uqbench.data.sources.mmlu",
     "uqbench.data.sources.math", "uqbench.data.sources.code"),
-    entry_point_group="uqbench.sources")
+    entry_point_group="uqbench.sources", expects=Source)
 
 
 def register_source(name: str, *, domain: str, splits: Mapping[str, tuple[str, ...]],
