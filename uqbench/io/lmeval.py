@@ -33,7 +33,9 @@ a seeded fraction of the ID questions is held out as the calib split (disjoint f
 part; their doc ids are recorded in ``run.json``). Files of the same tasks from other models or
 seeds (``members``) become ``member_logits`` (member 0 is the main source), for the ensemble
 scorers. A folder holding several runs of a task (``--output_path`` accumulates them) gives its
-newest, or the one ``runs`` (``--run``) names, and each run's own results file its model. Anything malformed is a `UserError` naming the file, the line and the fix, raised before
+newest, or the one ``runs`` (``--run``) names, and each run's own results file its model. The
+same samples are also read from a JSON array (lm-eval <= 0.4.2), a parquet copy and the Open LLM
+Leaderboard's details (`_runs`, `uqbench.io.leaderboard`). Anything malformed is a `UserError` naming the file, the line and the fix, raised before
 any output is written.
 """
 from __future__ import annotations
