@@ -33,7 +33,9 @@ a seeded fraction of the ID questions is held out as the calib split (disjoint f
 part; their doc ids are recorded in ``run.json``). Files of the same tasks from other models or
 seeds (``members``) become ``member_logits`` (member 0 is the main source), for the ensemble
 scorers. A folder holding several runs of a task (``--output_path`` accumulates them) gives its
-newest, or the one ``runs`` (``--run``) names, and each run's own results file its model. Anything malformed is a `UserError` naming the file, the line and the fix, raised before
+newest, or the one ``runs`` (``--run``) names, and each run's own results file its model. The
+same samples are also read from a JSON array (lm-eval <= 0.4.2), a parquet copy and the Open LLM
+Leaderboard's details (`_runs`, `uqbench.io.leaderboard`). Anything malformed is a `UserError` naming the file, the line and the fix, raised before
 any output is written.
 """
 from __future__ import annotations
@@ -44,10 +46,10 @@ import math
 import re
 import warnings
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -121,14 +123,16 @@ class TaskSamples:
     multiple_input: bool = False  # one context per choice, one shared continuation
     verified: tuple[str, ...] = ()  # lm-eval's metrics recomputed and equal on every line
     not_verifiable: tuple[str, ...] = ()  # logged, but their lengths are not in the file
+    unit: str = "line"  # what `lines` count in error messages: "line" (1-based), "row" (0-based)
 
     def logits(self, normalize: str) -> np.ndarray:
         return self.lls if normalize == "none" else self.lls / self.lengths[normalize]
 
 
-def _fail(path: Path, line: int | None, what: str, fix: str) -> UserError:
-    at = f"{path}" + (f", line {line}" if line is not None else "")
-    return UserError(f"{at}: {what}; {fix}")
+def _fail(path: Path, at: int | str | None, what: str, fix: str) -> UserError:
+    """The error of a bad sample: ``at`` is its line (an int), or where else it is ("row 5")."""
+    where = f"{path}" + ("" if at is None else f", line {at}" if isinstance(at, int) else f", {at}")
+    return UserError(f"{where}: {what}; {fix}")
 
 
 def _argmax(xs: Sequence[float]) -> int:
@@ -136,7 +140,7 @@ def _argmax(xs: Sequence[float]) -> int:
     return max(range(len(xs)), key=xs.__getitem__)
 
 
-def _multiple_input_label(path: Path, line: int, lls: list[float], acc: float | None) -> int:
+def _multiple_input_label(path: Path, line: int | str, lls: list[float], acc: float | None) -> int:
     """The gold index of a multiple_input sample, from what its own ``acc`` determines."""
     why = ("a multiple_input task (every choice its own context, one shared continuation), "
            "whose samples log the continuation as `target`, not the gold index")
@@ -154,7 +158,32 @@ def _multiple_input_label(path: Path, line: int, lls: list[float], acc: float | 
                 "doc_to_target the gold index) and rerun lm-eval")
 
 
-def _parse_line(path: Path, line: int, d: Mapping[str, Any], delim: str
+def _check_lls(path: Path, line: int | str, lls: list[float], doc_id: object) -> None:
+    """Refuse log-likelihoods no choice distribution can be made of."""
+    if not all(math.isfinite(x) for x in lls):
+        raise _fail(path, line, f"non-finite log-likelihood(s) {lls} (doc_id {doc_id})",
+                    "the model produced NaN/inf: check its dtype and weights, and rerun lm-eval")
+    if min(lls) <= PAD_LOGIT:
+        raise _fail(path, line, f"a log-likelihood {min(lls):g} at or below {PAD_LOGIT:g}, the "
+                    "logit uqbench gives an absent choice", "check the model's outputs")
+    if len(lls) < 2:
+        raise _fail(path, line, f"{len(lls)} choice (doc_id {doc_id}): nothing to choose "
+                    "between", "give a multiple-choice task with at least 2 choices per question")
+
+
+def _logged_metrics(path: Path, line: int | str, d: Mapping[str, Any]) -> dict[str, float]:
+    """lm-eval's per-sample acc/acc_norm/acc_bytes of a sample (those it logged), each 0 or 1."""
+    metrics: dict[str, float] = {}
+    for k in NORMALIZE.values():
+        if d.get(k) is not None:
+            if d[k] not in (0, 1):
+                raise _fail(path, line, f"`{k}` is {d[k]!r}, not 0 or 1",
+                            "give the file as it was written, unedited")
+            metrics[k] = float(d[k])
+    return metrics
+
+
+def _parse_line(path: Path, line: int | str, d: Mapping[str, Any], delim: str
                 ) -> tuple[int, int, list[float], list[str], str, bool, dict[str, float]]:
     """(doc_id, label, log-likelihoods, choice texts, the doc's hash, multiple_input, lm-eval's
     per-sample metrics) of one sample."""
@@ -174,36 +203,25 @@ def _parse_line(path: Path, line: int, d: Mapping[str, Any], delim: str
     except (TypeError, ValueError):
         raise _fail(path, line, f"a log-likelihood in `filtered_resps` is not a number "
                     f"({resps!r:.80})", "give the samples file lm-eval wrote") from None
-    if not all(math.isfinite(x) for x in lls):
-        raise _fail(path, line, f"non-finite log-likelihood(s) {lls} (doc_id {d['doc_id']})",
-                    "the model produced NaN/inf: check its dtype and weights, and rerun lm-eval")
-    if min(lls) <= PAD_LOGIT:
-        raise _fail(path, line, f"a log-likelihood {min(lls):g} at or below {PAD_LOGIT:g}, the "
-                    "logit uqbench gives an absent choice", "check the model's outputs")
+    _check_lls(path, line, lls, d["doc_id"])
     args = d["arguments"]
-    pairs = [(args[f"gen_args_{i}"]["arg_0"], args[f"gen_args_{i}"]["arg_1"])
-             for i in range(len(args))] if isinstance(args, dict) else []
-    if len(pairs) != len(lls):
+    if isinstance(args, dict):  # lm-eval >= 0.4.3; a parquet copy holds None for absent choices
+        args = [a for a in (args.get(f"gen_args_{i}") for i in range(len(args))) if a]
+        args = [(a.get("arg_0"), a.get("arg_1")) for a in args]
+    pairs = [tuple(a) for a in args if isinstance(a, (list, tuple)) and len(a) == 2] \
+        if isinstance(args, list) else []  # lm-eval <= 0.4.2: [context, continuation] each
+    if len(pairs) != len(lls) or not all(isinstance(x, str) for p in pairs for x in p):
         raise _fail(path, line, f"{len(pairs)} arguments for {len(lls)} responses",
                     "give the samples file lm-eval wrote")
     half = len(pairs) // 2
-    if "acc_mutual_info" in d or (len(pairs) % 2 == 0 and half and all(
+    if d.get("acc_mutual_info") is not None or (len(pairs) % 2 == 0 and half and all(
             c == "" for c, _ in pairs[half:]) and any(c for c, _ in pairs[:half])):
         raise _fail(path, line, f"a task scored with acc_mutual_info: its {len(lls)} "
                     f"log-likelihoods are {half} conditional ones and {half} unconditional "
                     "ones (empty context), not one per choice",
                     "uqbench reads one log-likelihood per choice: drop acc_mutual_info from the "
                     "task's metric_list and rerun lm-eval")
-    if len(lls) < 2:
-        raise _fail(path, line, f"{len(lls)} choice (doc_id {d['doc_id']}): nothing to choose "
-                    "between", "give a multiple-choice task with at least 2 choices per question")
-    metrics: dict[str, float] = {}
-    for k in NORMALIZE.values():
-        if k in d:
-            if d[k] not in (0, 1):
-                raise _fail(path, line, f"`{k}` is {d[k]!r}, not 0 or 1",
-                            "give the samples file lm-eval wrote, unedited")
-            metrics[k] = float(d[k])
+    metrics = _logged_metrics(path, line, d)
     contexts, conts = zip(*pairs)
     multiple_input = len(set(conts)) == 1 and len(set(contexts)) > 1
     choices = [c.removeprefix(delim) for c in conts]
@@ -245,7 +263,7 @@ def _verify(ts: TaskSamples, lines: np.ndarray, delim: str) -> None:
             f"delimiter {delim!r}) are not the doc_to_choice texts lm-eval divided by: a chat "
             "template or gen_prefix changed the continuations, or the results file beside the "
             "samples names another target_delimiter")
-        raise _fail(ts.path, int(lines[i]), f"lm-eval logged {metric}={theirs[i]:g} for doc_id "
+        raise _fail(ts.path, _at(ts.unit, int(lines[i])), f"lm-eval logged {metric}={theirs[i]:g} for doc_id "
                     f"{ts.doc_ids[i]}, but uqbench's prediction under {metric}'s normalisation "
                     f"(--normalize {normalize}) is choice {pred[i]} and its label is "
                     f"{ts.labels[i]}, so {metric} would be {float(pred[i] == ts.labels[i]):g} "
@@ -253,13 +271,35 @@ def _verify(ts: TaskSamples, lines: np.ndarray, delim: str) -> None:
                     f"uqbench refuses labels it cannot verify; likely cause: {cause}")
 
 
-def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, sample) of each non-empty line, read line by line."""
+def _at(unit: str, n: int) -> int | str:
+    return n if unit == "line" else f"{unit} {n}"
+
+
+def _samples(path: Path) -> tuple[str, Iterator[tuple[int, dict[str, Any]]]]:
+    """What the samples' numbers count ("line", or "row" of a parquet file) and (number, sample)
+    of each sample: JSON lines read line by line, a JSON array (lm-eval <= 0.4.2) element by
+    element, a parquet copy row group by row group, only the columns read here."""
+    if path.suffix == ".parquet":
+        from uqbench.io.leaderboard import parquet_rows
+
+        return "row", parquet_rows(path, ("doc_id", "target", "arguments", "filtered_resps"), (
+            "doc_hash", *NORMALIZE.values(), "acc_mutual_info"), fallback={"doc_hash": "doc"})
     try:
         f = path.open(encoding="utf-8")
     except OSError as exc:
         raise _fail(path, None, f"cannot be read ({exc})", "check the path") from None
+    return "line", _json_samples(path, f)
+
+
+def _json_samples(path: Path, f: TextIO) -> Iterator[tuple[int, dict[str, Any]]]:
     with f:
+        first = f.read(1)
+        while first.isspace():
+            first = f.read(1)
+        f.seek(0)
+        if first == "[":
+            yield from _array_items(path, f)
+            return
         for i, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
@@ -270,6 +310,43 @@ def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                             "samples file") from None
 
 
+_SKIP = re.compile(r"[\s,]*")
+
+
+def _array_items(path: Path, f: TextIO, chunk: int = 1 << 20
+                 ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line it starts on, element) of each element of a file holding one JSON array, as
+    lm-eval <= 0.4.2 wrote samples (``json.dumps(samples, indent=2)``), decoded one element at
+    a time from chunks of the file (memory: the largest element, not the file)."""
+    decoder = json.JSONDecoder()
+    buf, pos, line, opened = "", 0, 1, False
+    while True:
+        end = _SKIP.match(buf, pos).end()
+        line, pos = line + buf.count("\n", pos, end), end
+        if pos < len(buf) and not opened:
+            if buf[pos] != "[":
+                raise _fail(path, line, "not a JSON array of samples", "give the samples file "
+                            "lm-eval wrote")
+            opened, pos = True, pos + 1
+            continue
+        if pos < len(buf) and buf[pos] == "]":
+            return
+        try:
+            if pos == len(buf):
+                raise ValueError("more")
+            item, end = decoder.raw_decode(buf, pos)
+        except ValueError as exc:  # an element cut by the chunk's end, or bad JSON
+            more = f.read(max(chunk, len(buf)))  # doubling: linear time for any element size
+            if not more:
+                raise _fail(path, line, f"not JSON ({exc})" if pos < len(buf) else
+                            "the array ends without its closing ]", "the file is truncated "
+                            "or not a samples file") from None
+            buf, pos = buf[pos:] + more, 0
+            continue
+        yield line, item
+        line, pos = line + buf.count("\n", pos, end), end
+
+
 def _padded(flat: array[float], n_choices: np.ndarray, fill: float) -> np.ndarray:
     """The per-question values of ``flat`` (questions one after another) as (N, max C), each
     row padded with ``fill`` beyond its own choice count."""
@@ -278,27 +355,53 @@ def _padded(flat: array[float], n_choices: np.ndarray, fill: float) -> np.ndarra
     return out
 
 
+#: one parsed sample: (doc_id, label, log-likelihoods, choice texts, the doc's hash,
+#: multiple_input, the file's own per-sample metrics)
+Parsed = tuple[int, int, list[float], list[str], str, bool, dict[str, float]]
+
+
 def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
-    """Read and validate one samples file, line by line (every line before anything is
+    """Read and validate one samples file, sample by sample (every sample before anything is
     returned), its labels verified against lm-eval's own per-sample metrics (the module
     docstring). Questions may have different numbers of choices: each row is padded with
-    `PAD_LOGIT` (probability 0) beyond its own count, ``n_choices``."""
+    `PAD_LOGIT` (probability 0) beyond its own count, ``n_choices``. An Open LLM Leaderboard v1
+    details file (``details_*.parquet``) is read by `uqbench.io.leaderboard.details_v1_rows`."""
+    if path.name.startswith("details_") and path.suffix == ".parquet":
+        from uqbench.io.leaderboard import details_v1_rows  # it builds on this module
+
+        return collect(path, task, "row", details_v1_rows(path), delim)
+    unit, samples = _samples(path)
+
+    def parsed() -> Iterator[tuple[int, Parsed]]:
+        for i, d in samples:
+            if not isinstance(d, dict):
+                raise _fail(path, _at(unit, i), f"a {type(d).__name__}, not a sample object",
+                            "give the samples file lm-eval wrote")
+            yield i, _parse_line(path, _at(unit, i), d, delim)
+
+    return collect(path, task, unit, parsed(), delim)
+
+
+def collect(path: Path, task: str, unit: str, samples: Iterable[tuple[int, Parsed]],
+            delim: str = " ") -> TaskSamples:
+    """The `TaskSamples` of one file's parsed samples (``unit`` numbered), its labels verified
+    against the file's own per-sample metrics; a repeated doc_id is refused."""
     doc_ids, labels, lines, n_choices = (array("q") for _ in range(4))
     lls, chars, nbytes = array("d"), array("d"), array("d")
     metrics = {k: array("d") for k in NORMALIZE.values()}
     content = hashlib.sha256(b"[")  # of json.dumps([[doc_id, label, doc hash], ...])
     first: tuple[int, bool] | None = None  # the first sample's line and multiple_input
-    for i, d in _samples(path):
-        doc_id, label, ll, choices, h, multi, logged = _parse_line(path, i, d, delim)
+    for i, (doc_id, label, ll, choices, h, multi, logged) in samples:
         if first is None:
             first = (i, multi)
         elif multi != first[1]:
-            raise _fail(path, i, f"{'one context per choice' if multi else 'one context'} where "
-                        f"line {first[0]} has {'one context' if multi else 'one per choice'}",
+            raise _fail(path, _at(unit, i), f"{'one context per choice' if multi else 'one context'}"
+                        f" where {unit} {first[0]} has "
+                        f"{'one context' if multi else 'one per choice'}",
                         "give the samples file of one task as lm-eval wrote it")
         if "" in choices:
-            raise _fail(path, i, "an empty choice text", "length normalisation divides by it; "
-                        "use --normalize none")
+            raise _fail(path, _at(unit, i), "an empty choice text", "length normalisation "
+                        "divides by it; use --normalize none")
         content.update(((", " if len(doc_ids) else "") + json.dumps([doc_id, label, h])).encode())
         doc_ids.append(doc_id)
         labels.append(label)
@@ -318,8 +421,8 @@ def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
     dup = np.flatnonzero(ids[order][1:] == ids[order][:-1])
     if len(dup):  # the earliest line that repeats a doc_id
         j = min(dup, key=lambda j: at[order[j + 1]])
-        raise _fail(path, int(at[order[j + 1]]), f"doc_id {ids[order[j]]} also on line "
-                    f"{at[order[j]]}", "give one samples file per task and run (lm-eval appends "
+        raise _fail(path, _at(unit, int(at[order[j + 1]])), f"doc_id {ids[order[j]]} also on "
+                    f"{unit} {at[order[j]]}", "give one samples file per task and run (lm-eval appends "
                     "to an existing file when a run is repeated with the same output path and "
                     "date)")
     n = np.frombuffer(n_choices, dtype=np.int64)
@@ -333,78 +436,136 @@ def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
                      _padded(lls, n, PAD_LOGIT), n.copy(), lengths, logged,
                      content.hexdigest()[:16], multi,
                      tuple(k for k in logged if k not in unverifiable
-                           and not (multi and k == "acc")), unverifiable)
+                           and not (multi and k == "acc")), unverifiable, unit)
     _verify(ts, at, delim)
     return ts
 
 
 @dataclass(frozen=True)
 class Source:
-    """One lm-eval output folder: its samples file per task and what its results file says."""
+    """One model's output folder: its samples file per task and what its results file says."""
 
     root: Path
     samples: dict[str, Path]
     model: str | None  # model name/args from the results JSON; None without one
     delimiters: dict[str, str]
     other_runs: dict[str, list[str]]  # task -> the timestamps of its runs not chosen
+    folder: Path | None = None  # the model's folder (its name names the model without results)
 
 
-def _timestamp(path: Path, task: str) -> str:
-    """The run's date of ``samples_<task>_<date>.jsonl`` (lm-eval's ``date_id``, which its
-    ``results_<date>.json`` shares; ISO order is time order)."""
-    return path.stem[len(f"samples_{task}_"):]
+#: lm-eval's ``date_id`` in file names (``:`` or ``-`` between hours, minutes and seconds)
+DATE = r"\d{4}-\d\d-\d\dT[\d:.-]+"
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One file of a task: its run's date ("" for lm-eval <= 0.4.2: one run per folder) and
+    the model's folder."""
+
+    date: str
+    path: Path
+    folder: Path
+
+    @property
+    def key(self) -> str:  # ISO order is time order
+        return self.date.replace(":", "-")
+
+
+def _old_model_args(folder: Path) -> str | None:
+    """``config.model_args`` of lm-eval <= 0.4.2's ``results.json`` in ``folder``, if any."""
+    res = folder / "results.json"
+    if not res.is_file():
+        return None
+    try:
+        return str(json.loads(res.read_text()).get("config", {}).get("model_args"))
+    except (OSError, ValueError, AttributeError) as exc:
+        raise UserError(f"{res}: unreadable results file ({exc})") from None
+
+
+def _runs(root: Path, task: str) -> list[_Run]:
+    """Every file of ``task`` under ``root``, oldest first, in the layouts uqbench reads:
+    lm-eval >= 0.4.3 and the Open LLM Leaderboard v2 (``samples_<task>_<date>.jsonl``, or a
+    ``.parquet`` copy; between 0.4.2 and 0.4.3 a ``.json`` array), lm-eval <= 0.4.2
+    (``<model_args>_<task>.jsonl`` holding a JSON array, beside ``results.json``) and the
+    leaderboard v1 (``<date>/details_<task>_<date>.parquet``, `uqbench.io.leaderboard`)."""
+    from uqbench.io.leaderboard import V1_FILE, v1_task_name
+
+    found = []
+    name = re.compile(rf"samples_{re.escape(task)}_({DATE})\.(?:jsonl|json|parquet)")
+    found += [_Run(m[1], p, p.parent) for p in root.rglob(f"samples_{task}_*")
+              if (m := name.fullmatch(p.name))]
+    found += [_Run("", p, p.parent) for p in root.rglob(f"*_{task}.jsonl")
+              if (args := _old_model_args(p.parent)) is not None
+              and p.name == re.sub("/|=", "__", args) + f"_{task}.jsonl"]
+    found += [_Run(m["date"], p, p.parent.parent if re.fullmatch(DATE, p.parent.name)
+                   else p.parent) for p in root.rglob("details_*.parquet")
+              if (m := V1_FILE.fullmatch(p.name)) and task in (m["task"], v1_task_name(m["task"]))]
+    return sorted(found, key=lambda r: r.key)
 
 
 def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> Source:
-    """The samples file of each task under ``root`` (searched recursively) and the results JSON
-    of its run. Where a folder holds several runs of a task (``--output_path`` accumulates
-    them), the newest, or the one whose date starts with one of ``runs`` (``--run``)."""
+    """The samples file of each task under ``root`` (searched recursively, `_runs`) and the
+    results JSON of its run. Where a folder holds several runs of a task (``--output_path``
+    accumulates them), the newest, or the one whose date starts with one of ``runs``
+    (``--run``)."""
     if not root.exists():
         raise UserError(f"{root} not found: give the --output_path folder of an lm-eval run "
-                        "(made with --log_samples)")
-    samples: dict[str, Path] = {}
+                        "(made with --log_samples), or a downloaded leaderboard details folder")
+    chosen: dict[str, _Run] = {}
     others: dict[str, list[str]] = {}
     for task in tasks:
-        name = re.compile(rf"samples_{re.escape(task)}_\d{{4}}-\d\d-\d\dT.*\.jsonl")
-        found = sorted((p for p in root.rglob(f"samples_{task}_*.jsonl")
-                        if name.fullmatch(p.name)), key=lambda p: _timestamp(p, task))
+        found = _runs(root, task)
         if not found:
-            raise UserError(f"no samples_{task}_*.jsonl under {root}: run lm-eval on task "
-                            f"{task!r} with --log_samples --output_path {root}")
-        if len({p.parent for p in found}) > 1:
+            raise UserError(f"no samples file of task {task!r} under {root} (looked for "
+                            f"samples_{task}_DATE.jsonl/.json/.parquet, lm-eval <= 0.4.2's "
+                            f"MODEL_ARGS_{task}.jsonl beside results.json, and leaderboard v1's "
+                            "details_harness|TASK|N_DATE.parquet, named harness_TASK_N): run "
+                            f"lm-eval on task {task!r} with --log_samples --output_path {root}")
+        if len({r.folder for r in found}) > 1:
             raise UserError(f"samples files of task {task!r} in several folders under {root} ("
-                            f"{', '.join(str(p.relative_to(root)) for p in found)}): lm-eval "
+                            f"{', '.join(str(r.path.relative_to(root)) for r in found)}): lm-eval "
                             "writes one folder per model; point at the model's subfolder")
-        stamps = [_timestamp(p, task) for p in found]
-        chosen = [p for p, t in zip(found, stamps) if any(t.startswith(r) for r in runs)] \
+        keys = [r.key for r in found]
+        pick = [r for r in found if any(r.key.startswith(x.replace(":", "-")) for x in runs)] \
             if runs else found[-1:]
-        if len(chosen) != 1:
-            raise UserError(f"--run {' '.join(runs)} matches {len(chosen)} of the runs of task "
-                            f"{task!r} under {root} ({', '.join(stamps)}); give one of these "
+        if len(pick) != 1:
+            raise UserError(f"--run {' '.join(runs)} matches {len(pick)} of the runs of task "
+                            f"{task!r} under {root} ({', '.join(keys)}); give one of these "
                             "dates (or its start)")
-        samples[task] = chosen[0]
-        others[task] = [t for t in stamps if t != _timestamp(chosen[0], task)]
+        chosen[task] = pick[0]
+        others[task] = [r.date for r in found if r is not pick[0]]
     models: dict[str, str] = {}  # task -> the model its results file names
     delims: dict[str, str] = {}
-    for task, path in samples.items():
-        # the run's own results file (lm-eval names it by the same date), else any here
-        own = path.parent / f"results_{_timestamp(path, task)}.json"
-        for r in [own] if own.is_file() else sorted(path.parent.glob("results_*.json")):
+    for task, run in chosen.items():
+        # the run's own results file (named by the same date), else any beside it
+        own = [f / (f"results_{run.date}.json" if run.date else "results.json")
+               for f in dict.fromkeys((run.path.parent, run.folder))]
+        own = [r for r in own if r.is_file()][:1]
+        for r in own or sorted(run.path.parent.glob("results_*.json")):
             try:
                 doc = json.loads(r.read_text())
             except (OSError, ValueError) as exc:
                 raise UserError(f"{r}: unreadable results file ({exc})") from None
             conf = (doc.get("configs") or {}).get(task)
-            if conf is None:
+            general = doc.get("config_general") or {}  # the leaderboard v1's (lighteval's)
+            if conf is None and not (own and general.get("model_name")):
                 continue
-            delims[task] = conf.get("target_delimiter", " ")
-            models[task] = str(doc.get("model_name") or doc.get("config", {}).get("model_args"))
+            delims[task] = (conf or {}).get("target_delimiter", " ")
+            models[task] = str(doc.get("model_name") or general.get("model_name")
+                               or doc.get("config", {}).get("model_args"))
+    folders = {t: r.folder for t, r in chosen.items()}
+    if len(set(folders.values())) > 1 and len(models) < len(folders):
+        raise UserError("the tasks' files lie in different model folders (" + "; ".join(
+            f"{t}: {f}" for t, f in folders.items()) + ") and not every one has a results file "
+            "naming its model: give one model's folder (other models as members or separate "
+            "runs)")
     if len(set(models.values())) > 1:
         raise UserError("the samples files come from different models: " + "; ".join(
-            f"{samples[t]} from {m!r}" for t, m in models.items()) + "; a domain's ID and "
+            f"{chosen[t].path} from {m!r}" for t, m in models.items()) + "; a domain's ID and "
             "shifted tasks must be scored from one model's run (give other models as members "
             "or separate runs)")
-    return Source(root, samples, next(iter(models.values()), None), delims, others)
+    return Source(root, {t: r.path for t, r in chosen.items()}, next(iter(models.values()), None),
+                  delims, others, next(iter(folders.values()), None))
 
 
 def _slug(name: str) -> str:
@@ -450,7 +611,8 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
                 raise UserError(f"member {s.samples[t]} has other questions than "
                                 f"{srcs[0].samples[t]} for task {t!r}: members must be runs of "
                                 "the same tasks with the same --limit")
-    model = model_name or _slug(srcs[0].model or srcs[0].root.name)
+    model = model_name or _slug(srcs[0].model or (srcs[0].folder or srcs[0].root).name
+                                .removeprefix("details_"))
     outputs: dict[tuple[str, str, int], Outputs] = {}
     n_choices, hashes, held_out = {}, {}, {}
     gate = GATES[normalize]
