@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from uqbench.stats.metrics._validation import (
     ECE_BINS,
+    HELM_ECE_BINS,
+    HELM_SELECTIVE_FRACTION,
     NLL_EPS,
     SELECTIVE_COVERAGE,
     UndefinedMetricWarning,
@@ -61,6 +63,8 @@ from uqbench.stats.metrics.selective import (
     augrc,
     aurc,
     e_aurc,
+    helm_selective_accuracy,
+    prediction_rejection_ratio,
     risk_coverage_curve,
     selective_accuracy,
     selective_summary,
@@ -68,6 +72,8 @@ from uqbench.stats.metrics.selective import (
 
 __all__ = [
     "ECE_BINS",
+    "HELM_ECE_BINS",
+    "HELM_SELECTIVE_FRACTION",
     "NLL_EPS",
     "RESAMPLED_OOD_AUROC",
     "SELECTIVE_COVERAGE",
@@ -85,6 +91,7 @@ __all__ = [
     "e_aurc",
     "expected_calibration_error",
     "fpr_at_95_tpr",
+    "helm_selective_accuracy",
     "max_calibration_error",
     "mean_std",
     "negative_log_likelihood",
@@ -93,6 +100,7 @@ __all__ = [
     "paired_bootstrap",
     "paired_difference",
     "per_seed",
+    "prediction_rejection_ratio",
     "reliability_curve",
     "resampled_selective_summary",
     "risk_coverage_curve",
