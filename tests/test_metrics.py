@@ -422,7 +422,7 @@ _ood_pair = st.tuples(
 
 
 @PROPS
-@given(_scored(), st.integers(1, 20), st.sampled_from(["uniform", "quantile"]))
+@given(_scored(), st.integers(1, 20), st.sampled_from(["uniform", "quantile", "midpoint"]))
 def test_calibration_bounds(data, n_bins, strategy):
     conf, correct = data
     ece = expected_calibration_error(conf, correct, n_bins=n_bins, strategy=strategy)
@@ -648,7 +648,8 @@ BAD_INPUT = [
     ("correct-2d", _ece, (_OK5, [_B5]), {}, "correct must be 1-D"),
     ("n-bins-0", _rc, (_OK5, _B5), {"n_bins": 0}, "n_bins must be a positive integer"),
     ("n-bins-float", _rc, (_OK5, _B5), {"n_bins": 2.5}, "n_bins must be a positive integer"),
-    ("strategy", _rc, (_OK5, _B5), {"strategy": "adaptive"}, "strategy must be 'uniform' or"),
+    ("strategy", _rc, (_OK5, _B5), {"strategy": "adaptive"},
+     "strategy must be 'uniform', 'quantile' or 'midpoint'"),
     ("mce-nan", max_calibration_error, (_NAN5, _B5), {}, "confidence must be finite"),
     ("probs-1d", brier_score, (_OK5, [0] * 5), {}, "probs must be 2-D"),
     ("probs-nan", brier_score, ([[0.5, np.nan]], [0]), {}, "probs must be finite"),
@@ -919,7 +920,7 @@ def _lmpg_get_random_scores(function, metrics, num_iter=1000, seed=42):
 
 
 def _lmpg_normalize_metric(target_score, oracle_score, random_score):
-    if not (oracle_score == random_score):
+    if not (oracle_score == random_score):  # noqa: SIM201 (verbatim)
         target_score = (target_score - random_score) / (oracle_score - random_score)
     return target_score
 
@@ -941,8 +942,7 @@ def _cal_split(sequence, parts):
 
 def _cal_get_equal_bins(probs, num_bins=10):
     sorted_probs = sorted(probs)
-    if num_bins > len(sorted_probs):
-        num_bins = len(sorted_probs)
+    num_bins = min(num_bins, len(sorted_probs))
     binned_data = _cal_split(sorted_probs, num_bins)
     bins = []
     for i in range(len(binned_data) - 1):
@@ -950,7 +950,7 @@ def _cal_get_equal_bins(probs, num_bins=10):
         next_first_prob = binned_data[i + 1][0]
         bins.append((last_prob + next_first_prob) / 2.0)
     bins.append(1.0)
-    bins = sorted(list(set(bins)))
+    bins = sorted(list(set(bins)))  # noqa: C414 (verbatim)
     return bins
 
 
