@@ -56,7 +56,8 @@ def _bin_edges(conf: FloatArray, n_bins: int, strategy: str) -> FloatArray:
         # the next; with fewer confidences than bins, the bins above 1 stay empty
         s = np.sort(conf)
         parts = min(n_bins, s.size)
-        ends = np.cumsum([len(a) for a in np.array_split(np.arange(s.size), parts)])[:-1]
+        size, longer = divmod(s.size, parts)  # array_split: the first `longer` runs one longer
+        ends = np.cumsum(size + (np.arange(parts) < longer))[:-1]  # (parts - 1,) run starts
         inner = (s[ends - 1] + s[ends]) / 2.0
         return np.concatenate([[0.0], inner, np.ones(n_bins - parts + 1)])
     raise ValueError(f"strategy must be 'uniform', 'quantile' or 'midpoint'; got {strategy!r}")

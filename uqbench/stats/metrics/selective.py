@@ -53,7 +53,10 @@ def expected_risks(groups: TieGroups) -> FloatArray:
 
 def aurc_of_groups(groups: TieGroups) -> float:
     """Expected trapezoid AURC over random orderings inside tie groups (see :func:`aurc`)."""
-    risk = expected_risks(groups)  # (N,) E[r_i]
+    return _aurc_of_risks(expected_risks(groups))
+
+
+def _aurc_of_risks(risk: FloatArray) -> float:
     # Trapezoids between consecutive positions plus the rectangle from coverage 0 to 1/N:
     # (1/N) (r_1 + sum_i (r_i + r_{i+1}) / 2) = (1/N) (sum_i r_i + (r_1 - r_N) / 2).
     return float((np.sum(risk) + (risk[0] - risk[-1]) / 2) / risk.size)
@@ -419,7 +422,10 @@ floor` points is
     return prr_of_groups(_selective_groups(uncertainty, correct), frac)
 
 
-def prr_of_groups(groups: TieGroups, max_rejection: float = 1.0) -> float:
+def prr_of_groups(groups: TieGroups, max_rejection: float = 1.0,
+                  risk: FloatArray | None = None) -> float:
+    """:func:`prediction_rejection_ratio` of sorted tie groups (``risk``: their
+    `expected_risks`, if already computed)."""
     n = int(groups.n_upto[-1])
     n_errors = int(groups.hits_upto[-1])
     m = int(max_rejection * n)  # LM-Polygraph's num_rej
@@ -429,7 +435,7 @@ def prr_of_groups(groups: TieGroups, max_rejection: float = 1.0) -> float:
         warnings.warn(f"prediction_rejection_ratio: undefined, {why}; returning NaN",
                       UndefinedMetricWarning, stacklevel=3)
         return math.nan
-    risk = expected_risks(groups)[n - m:]  # (m,) E[r_k], k = N-m+1..N
+    risk = (expected_risks(groups) if risk is None else risk)[n - m:]  # (m,) E[r_k], k > N-m
     k = np.arange(n - m + 1, n + 1)
     oracle = np.maximum(k - (n - n_errors), 0) / k
     e = n_errors / n
@@ -452,6 +458,7 @@ def selective_summary(
 
 def summary_of_groups(groups: TieGroups, cov: float) -> FloatArray:
     """:func:`selective_summary` of sorted tie groups."""
-    return np.array([aurc_of_groups(groups), augrc_of_groups(groups),
-                     selective_accuracy_of_groups(groups, cov), prr_of_groups(groups),
+    risk = expected_risks(groups)  # shared by AURC and PRR
+    return np.array([_aurc_of_risks(risk), augrc_of_groups(groups),
+                     selective_accuracy_of_groups(groups, cov), prr_of_groups(groups, 1.0, risk),
                      helm_selective_accuracy_of_groups(groups, HELM_SELECTIVE_FRACTION)])
