@@ -6,7 +6,9 @@ method's predictive distribution (the paper's convention); ECE-TS (and, in the c
 isotonic regression) fitted on the domain's labelled calibration split
 (`uqbench.stats.recalibration`). ECE-ad is the ECE with 12 equal-mass bins, MCE the largest gap of
 the 12 equal-width bins, Brier (multiclass) and NLL (nats) score the predictive distribution,
-AUGRC is the area under the generalized risk-coverage curve (Traub et al. 2024). OOD-AUROC
+AUGRC is the area under the generalized risk-coverage curve (Traub et al. 2024). ECE-10m,
+PRR and SelAcc@10 are HELM's ``ece_10_bin``, LM-Polygraph's normalised PRR and HELM's
+``selective_acc@10`` (docs/results.md). OOD-AUROC
 is ID vs the shifted split of the same domain, OOD = positive, score = uncertainty. The rows
 `chance` (a uniform guess; its interval is where a random guesser lands) and `options-only` (a
 classifier that sees the options, not the question) are references with accuracy columns only:

@@ -8,14 +8,14 @@ Conventions shared by every function here:
 - ``uncertainty``: higher = more uncertain. ``confidence``: in [0, 1], higher = more confident.
   ``correct``: boolean or 0/1, True where the prediction was right.
 - ``*_error``, ``*_loss``-like metrics (ECE, MCE, Brier, NLL, AURC, E-AURC, AUGRC, FPR@95TPR):
-  lower is better. AUROC, AUPR, selective accuracy: higher is better.
+  lower is better. AUROC, AUPR, selective accuracy, PRR: higher is better.
 - OOD detection: the OOD (shifted) split is the **positive** class and the score is the
   uncertainty. The ranking metrics use one private sort-and-group-ties helper
   (:func:`tie_groups`), so tied scores always move together; the ROC / precision-recall counts
   are the same as scikit-learn's (``roc_curve(..., drop_intermediate=False)``,
   ``roc_auc_score``, ``average_precision_score``), which the tests check, but computed without
   scikit-learn's stable argsort so that 10^6 examples take milliseconds. On tied scores AUROC,
-  AURC/E-AURC, AUGRC and selective accuracy equal their expectation over uniformly random
+  AURC/E-AURC, AUGRC, PRR and selective accuracy equal their expectation over uniformly random
   orderings inside the tie groups (AUROC's half credit; AUGRC's errors growing linearly inside
   a group; selective accuracy's pro rata share of a straddling group; AURC's closed form in
   :func:`aurc`); AUPR and FPR@95TPR keep scikit-learn's convention (ties move together).
