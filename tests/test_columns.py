@@ -15,6 +15,9 @@ from uqbench.results.tables import markdown_table
 from uqbench.stats import metrics as M
 
 NEW = ("brier", "nll", "mce", "ece_adaptive", "augrc")
+#: columns as other tools report them: LM-Polygraph's PRR, HELM's ece_10_bin, selective_acc@10
+OTHERS = {"prr": ("scorer", True), "ece_10_mass": ("model", False),
+          "sel_acc_10": ("scorer", True)}
 
 
 def _scored() -> Scored:
@@ -48,7 +51,7 @@ def test_new_columns_are_the_metrics_functions_mean_over_seeds_with_cis() -> Non
     for name in NEW:
         assert row[f"{name}_lo"] <= row[f"{name}_hi"] and math.isfinite(row[f"{name}_lo"])
     table = markdown_table([{"method": "m", "domain": "d", **row}])
-    assert "| ECE-ad | MCE | Brier | NLL |" in table
+    assert "| ECE-ad | ECE-10m | MCE | Brier | NLL |" in table
 
 
 def test_scored_of_keeps_the_predictive_and_labels_and_without_them_warns() -> None:
@@ -103,3 +106,35 @@ def test_a_column_is_its_metric_on_its_arrays() -> None:
         1 - M.selective_accuracy(s.uncertainty[:, 0], ok, coverage=0.8))
     # the Resampled AUROC keeps its resampler for the bootstrap's fast path
     assert COLUMNS["ood_auroc"].bound() is M.RESAMPLED_OOD_AUROC
+
+
+def test_columns_others_report_are_the_metrics_at_their_level_with_cis() -> None:
+    from uqbench.results.columns import COLUMNS
+    from uqbench.results.tables import MODEL_SHOWN, SCORER_SHOWN
+
+    s = _scored()
+    row = evaluate(s, s, n_boot=50)
+    shown = {"model": [c for c, _, _ in MODEL_SHOWN], "scorer": [c for c, _, _ in SCORER_SHOWN]}
+    for name, (level, higher) in OTHERS.items():
+        col = COLUMNS[name]
+        assert (col.level, col.higher_is_better, col.ci) == (level, higher, True)
+        assert name in ROW_COLUMNS and name in shown[level]
+        assert row[f"{name}_lo"] <= row[f"{name}_hi"]
+    per_seed = {
+        "prr": [M.prediction_rejection_ratio(s.uncertainty[:, k], s.correct[:, k])
+                for k in range(2)],
+        # HELM's binning at its 10 bins, whatever the table's n_bins
+        "ece_10_mass": [M.expected_calibration_error(s.confidence[:, k], s.correct[:, k],
+                                                     n_bins=10, strategy="midpoint")
+                        for k in range(2)],
+        "sel_acc_10": [M.helm_selective_accuracy(s.uncertainty[:, k], s.correct[:, k])
+                       for k in range(2)],
+    }
+    for name, values in per_seed.items():
+        assert row[name] == pytest.approx(np.mean(values)) and row[f"{name}_std"] == \
+            pytest.approx(np.std(values, ddof=1))
+    # seed 0 is test_metrics' hand-worked PRR example; seed 1 ranks 0.1..0.5 with errors at
+    # 0.3 and 0.5: E[r] = (0, 0, 1/3, 1/4, 2/5), oracle (0, 0, 0, 1/4, 2/5), e = 0.4
+    assert per_seed["prr"] == pytest.approx([(0.4 - 49 / 300) / 0.27,
+                                             (0.4 - (1 / 3 + 1 / 4 + 2 / 5) / 5) / 0.27])
+    assert per_seed["sel_acc_10"] == [1.0, 1.0]  # N = 5: the single least uncertain

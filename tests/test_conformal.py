@@ -14,18 +14,46 @@ P = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.25, 0.25, 0.5]])
 
 def test_scores_by_hand() -> None:
     np.testing.assert_allclose(C.SCORES["lac"].scores(P), 1 - P)
-    # APS, u = 0: the mass ranked above each option (ties keep index order)
-    np.testing.assert_allclose(C.SCORES["aps"].scores(P),
+    # strict APS, u = 0: the mass ranked above each option (ties keep index order)
+    np.testing.assert_allclose(C.SCORES["aps_strict"].scores(P),
                                [[0, 0.5, 0.8], [0.9, 0, 0.6], [0.5, 0.75, 0]])
+    # APS: calibrated on the mass ranked at or above the option, its own included
+    np.testing.assert_allclose(C.SCORES["aps"].scores(P),
+                               [[0.5, 0.8, 1.0], [1.0, 0.6, 0.9], [0.75, 1.0, 0.5]])
     u = np.array([0.5, 0.0, 1.0])
     np.testing.assert_allclose(C.SCORES["aps_rand"].scores(P, u),
                                [[0.25, 0.65, 0.9], [0.9, 0, 0.6], [0.75, 1.0, 0.5]])
     # RAPS: + 0.1 * (rank - 1)+
     np.testing.assert_allclose(C.SCORES["raps"].scores(P),
                                [[0, 0.6, 1.0], [1.1, 0, 0.7], [0.6, 0.95, 0]])
-    assert np.array_equal(C.RAPS("r", lam=0.0).scores(P), C.SCORES["aps"].scores(P))
+    assert np.array_equal(C.RAPS("r", lam=0.0).scores(P), C.SCORES["aps_strict"].scores(P))
     with pytest.raises(ValueError, match="needs u"):
         C.SCORES["raps_rand"].scores(P)
+
+
+def test_aps_sets_take_options_until_their_mass_reaches_qhat() -> None:
+    # masses above each option: [0, .5, .8], [.9, 0, .6], [.5, .75, 0]
+    aps, strict = C.SCORES["aps"], C.SCORES["aps_strict"]
+    assert C.prediction_sets(aps, P, 0.5).tolist() == [
+        [True, False, False], [False, True, False], [False, False, True]]
+    # at q̂ = .7: row 0 takes .5 and then .3 (reaching .8 >= .7, included), not .2
+    assert C.prediction_sets(aps, P, 0.7).tolist() == [
+        [True, True, False], [False, True, True], [True, False, True]]
+    # the strict APS admits an option whose mass above equals q̂; APS stops there
+    assert C.prediction_sets(strict, P, 0.5)[0].tolist() == [True, True, False]
+    # per question q̂, and a padded option (p = 0) never, even at q̂ above every mass
+    assert C.prediction_sets(aps, P, np.array([0.5, 0.7, 0.2]))[:, 2].tolist() == [
+        False, True, True]
+    assert C.prediction_sets(aps, [[0.7, 0.3, 0.0]], 5.0).tolist() == [[True, True, False]]
+    # coverage is read off the set: the gold option of row 0 (label 1, calibration score .8)
+    # is in the q̂ = .7 set although .8 > .7
+    sets = C.prediction_sets(aps, P, 0.7)
+    assert C.covered(sets, [1, 2, 1]).tolist() == [True, True, False]
+    assert (C.true_label_scores(aps, P, [1, 2, 1]) <= 0.7).tolist() == [False, False, False]
+    for name in ("lac", "aps_strict", "raps"):  # the others: covered <=> s(x, y) <= q̂
+        sets = C.prediction_sets(C.SCORES[name], P, 0.7)
+        assert np.array_equal(C.covered(sets, [1, 2, 1]),
+                              C.true_label_scores(C.SCORES[name], P, [1, 2, 1]) <= 0.7)
 
 
 def test_quantile_sets_and_metrics_by_hand() -> None:
@@ -111,7 +139,7 @@ class _Draws(np.random.RandomState):
 
 @pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:invalid value")
 @pytest.mark.parametrize("alpha", C.ALPHAS)
-@pytest.mark.parametrize("name", ["lac", "aps", "aps_rand"])
+@pytest.mark.parametrize("name", ["lac", "aps", "aps_strict", "aps_rand"])
 def test_sets_equal_mapies(name: str, alpha: float) -> None:
     pytest.importorskip("mapie", reason="MAPIE is a test dependency: pip install -e '.[test]'")
     from mapie.classification import SplitConformalClassifier
@@ -129,7 +157,9 @@ def test_sets_equal_mapies(name: str, alpha: float) -> None:
     u_cal, u_test = rng.random(n_cal), rng.random(n_test)
     if name == "lac":
         mapie_score, draws, last = "lac", [], True
-    elif name == "aps":  # MAPIE's calib score is cumsum - U p_y: U = 1 gives our u = 0
+    elif name == "aps":  # MAPIE's calib score is cumsum - U p_y: U = 0, the mass up to y
+        mapie_score, draws, last = APSConformityScore(), [np.zeros(n_cal)], True
+    elif name == "aps_strict":  # U = 1: the mass above y, our u = 0
         mapie_score, draws, last = APSConformityScore(), [np.ones(n_cal)], True
     else:  # MAPIE's u is our 1 - u, at calibration and in the sets alike
         mapie_score, draws, last = APSConformityScore(), [1 - u_cal, 1 - u_test], "randomized"
@@ -145,8 +175,10 @@ def test_sets_equal_mapies(name: str, alpha: float) -> None:
     assert qhat == pytest.approx(float(np.ravel(q_mapie)[0]), abs=1e-12)
     sets = C.prediction_sets(score, probs[n_cal:], qhat, u_test)
     assert np.array_equal(sets, mapie_sets)
-    covered = C.true_label_scores(score, probs[n_cal:], y_test, u_test) <= qhat
-    assert np.array_equal(covered, sets[np.arange(n_test), y_test])
+    covered = C.covered(sets, y_test)
+    if name != "aps":  # a threshold set: the gold option is in it iff its score is <= q̂
+        assert np.array_equal(covered, C.true_label_scores(score, probs[n_cal:], y_test,
+                                                           u_test) <= qhat)
     with np.errstate(all="ignore"):
         assert C.coverage(covered) == pytest.approx(
             classification_coverage_score(y_test, mapie_sets)[0])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,8 @@ def make_run(root: Path, *, frontier: bool = True, extra: bool = True,
                                                     n_bins=12),
                 "aurc": M.aurc(a["id", "uncertainty"], a["id", "correct"]),
                 "sel_acc_80": M.selective_accuracy(a["id", "uncertainty"], a["id", "correct"]),
+                "sel_acc_10": M.helm_selective_accuracy(a["id", "uncertainty"],
+                                                        a["id", "correct"]),
                 "shift_accuracy": float(a["shift", "correct"].mean()) if a["shift", "correct"].size
                 else float("nan"),
                 "avg_experts": float("nan") if exp["id"] is None else float(exp["id"].mean()),
@@ -138,7 +141,11 @@ def make_run(root: Path, *, frontier: bool = True, extra: bool = True,
             }
             row["ood_auroc"] = (M.ood_auroc(a["id", "uncertainty"], a["shift", "uncertainty"])
                                 if a["shift", "uncertainty"].size else float("nan"))
-            for c in ("ece", "ood_auroc", "aurc", "sel_acc_80"):
+            with warnings.catch_warnings():  # the method that is always right: PRR undefined
+                warnings.simplefilter("ignore", M.UndefinedMetricWarning)
+                row["prr"] = M.prediction_rejection_ratio(a["id", "uncertainty"],
+                                                          a["id", "correct"])
+            for c in ("ece", "ood_auroc", "aurc", "sel_acc_80", "sel_acc_10", "prr"):
                 row[f"{c}_lo"], row[f"{c}_hi"] = row[c] - 0.02, row[c] + 0.02
             rows.append(row)
     root.mkdir(parents=True, exist_ok=True)
@@ -207,7 +214,7 @@ def test_default_run_skips_experiment_figures_with_a_note(
 
 
 def test_forest_plots_draw_the_results_cells_sorted_with_random_ranking(run: RunData) -> None:
-    assert FOREST_COLUMNS == ("ood_auroc", "aurc", "augrc", "sel_acc_80")
+    assert FOREST_COLUMNS == ("ood_auroc", "aurc", "augrc", "sel_acc_80", "prr", "sel_acc_10")
     flagged = chance_reasons(run.rows + run.references)
     assert forest.forest_figure(run, "augrc") is None  # a column the run has no value of
     for col in ("ood_auroc", "aurc", "sel_acc_80"):

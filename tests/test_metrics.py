@@ -28,11 +28,13 @@ from uqbench.stats.metrics import (
     e_aurc,
     expected_calibration_error,
     fpr_at_95_tpr,
+    helm_selective_accuracy,
     max_calibration_error,
     mean_std,
     negative_log_likelihood,
     ood_auroc,
     ood_roc_curve,
+    prediction_rejection_ratio,
     reliability_curve,
     risk_coverage_curve,
     selective_accuracy,
@@ -420,7 +422,7 @@ _ood_pair = st.tuples(
 
 
 @PROPS
-@given(_scored(), st.integers(1, 20), st.sampled_from(["uniform", "quantile"]))
+@given(_scored(), st.integers(1, 20), st.sampled_from(["uniform", "quantile", "midpoint"]))
 def test_calibration_bounds(data, n_bins, strategy):
     conf, correct = data
     ece = expected_calibration_error(conf, correct, n_bins=n_bins, strategy=strategy)
@@ -580,8 +582,9 @@ def _monte_carlo(metric, draw, k=2000, seed=0):
 @pytest.mark.parametrize("seed, decimals", [(0, 1), (1, 1), (2, 0), (3, 2)])
 @pytest.mark.parametrize("metric", [
     aurc, e_aurc, augrc, selective_accuracy,
-    functools.partial(selective_accuracy, coverage=0.55),
-], ids=["aurc", "e_aurc", "augrc", "selacc80", "selacc55"])
+    functools.partial(selective_accuracy, coverage=0.55), prediction_rejection_ratio,
+    functools.partial(prediction_rejection_ratio, max_rejection=0.5), helm_selective_accuracy,
+], ids=["aurc", "e_aurc", "augrc", "selacc80", "selacc55", "prr", "prr50", "helm_selacc10"])
 def test_selective_metrics_are_the_expectation_over_random_tie_breaks(metric, seed, decimals):
     u, correct = _tied_selective(seed, decimals=decimals)
     mean, se = _monte_carlo(metric, lambda rng: (_break_ties(u, rng), correct), seed=seed)
@@ -613,7 +616,8 @@ def test_ood_auroc_is_the_expectation_over_random_tie_breaks(seed, decimals):
 def test_ranking_metrics_on_untied_data_are_unchanged_by_tie_breaking():
     rng = np.random.default_rng(7)
     u, correct = rng.random(200), rng.random(200) > 0.3
-    for metric in (aurc, e_aurc, augrc, selective_accuracy):
+    for metric in (aurc, e_aurc, augrc, selective_accuracy, prediction_rejection_ratio,
+                   helm_selective_accuracy):
         assert metric(_break_ties(u, rng), correct) == pytest.approx(metric(u, correct),
                                                                      abs=1e-12)
 
@@ -644,7 +648,8 @@ BAD_INPUT = [
     ("correct-2d", _ece, (_OK5, [_B5]), {}, "correct must be 1-D"),
     ("n-bins-0", _rc, (_OK5, _B5), {"n_bins": 0}, "n_bins must be a positive integer"),
     ("n-bins-float", _rc, (_OK5, _B5), {"n_bins": 2.5}, "n_bins must be a positive integer"),
-    ("strategy", _rc, (_OK5, _B5), {"strategy": "adaptive"}, "strategy must be 'uniform' or"),
+    ("strategy", _rc, (_OK5, _B5), {"strategy": "adaptive"},
+     "strategy must be 'uniform', 'quantile' or 'midpoint'"),
     ("mce-nan", max_calibration_error, (_NAN5, _B5), {}, "confidence must be finite"),
     ("probs-1d", brier_score, (_OK5, [0] * 5), {}, "probs must be 2-D"),
     ("probs-nan", brier_score, ([[0.5, np.nan]], [0]), {}, "probs must be finite"),
@@ -719,16 +724,17 @@ def test_bootstrap_is_deterministic_given_seed():
 
 
 def test_bootstrap_of_several_statistics_is_each_statistics_own_bootstrap():
-    # selective_summary's three values, and one interval per value from the same resamples:
-    # equal to three separate bootstraps of the three metrics with the same seed.
+    # selective_summary's five values, and one interval per value from the same resamples:
+    # equal to five separate bootstraps of the five metrics with the same seed.
     rng = np.random.default_rng(5)
     u = np.round(rng.random(300), 2)  # ties
     ok = rng.random(300) < 0.6
-    assert_array_equal(selective_summary(u, ok, coverage=0.7),
-                       [aurc(u, ok), augrc(u, ok), selective_accuracy(u, ok, coverage=0.7)])
+    each = (aurc, augrc, functools.partial(selective_accuracy, coverage=0.7),
+            prediction_rejection_ratio, helm_selective_accuracy)
+    assert_array_equal(selective_summary(u, ok, coverage=0.7), [fn(u, ok) for fn in each])
     point, low, high = bootstrap_ci(functools.partial(selective_summary, coverage=0.7), u, ok,
                                     n_resamples=200, seed=2)
-    for k, fn in enumerate((aurc, augrc, functools.partial(selective_accuracy, coverage=0.7))):
+    for k, fn in enumerate(each):
         assert (point[k], low[k], high[k]) == bootstrap_ci(fn, u, ok, n_resamples=200, seed=2)
     assert np.all(low < high)
 
@@ -868,3 +874,204 @@ def test_brier_does_not_depend_on_the_blas_thread_count() -> None:
         with threadpool_limits(threads):
             values.append(metrics.brier_score(p, y))
     assert values[0] == values[1]
+
+
+# --------------------------------------------------------------------------------------------
+# Columns others report: LM-Polygraph's PRR, HELM's ece_10_bin and selective_acc@10, checked
+# against their own code, vendored here because the packages are not installed.
+#
+# LM-Polygraph, github.com/IINemo/lm-polygraph at efea882d (MIT License, Copyright (c) 2023
+# MBZUAI): src/lm_polygraph/ue_metrics/pred_rej_area.py (PredictionRejectionArea.__call__) and
+# ue_metric.py (normalize, get_random_scores, normalize_metric); utils/manager.py reports
+# prr_normalized = normalize_metric(prr(ue, metric), prr(-metric, metric),
+# get_random_scores(prr, metric)).
+
+def _lmpg_normalize(target):
+    min_t, max_t = np.min(target), np.max(target)
+    if np.isclose(min_t, max_t):
+        min_t -= 1
+        max_t += 1
+    target = (np.array(target) - min_t) / (max_t - min_t)
+    return target
+
+
+def _lmpg_prr(estimator, target, max_rejection=1.0):
+    target = _lmpg_normalize(target)
+    ue = np.array(estimator)
+    num_obs = len(ue)
+    num_rej = int(max_rejection * num_obs)
+    ue_argsort = np.argsort(ue)
+    sorted_metrics = np.array(target)[ue_argsort]
+    cumsum = np.cumsum(sorted_metrics)[-num_rej:]
+    scores = (cumsum / np.arange((num_obs - num_rej) + 1, num_obs + 1))[::-1]
+    prr_score = np.sum(scores) / num_rej
+    return prr_score
+
+
+def _lmpg_get_random_scores(function, metrics, num_iter=1000, seed=42):
+    np.random.seed(seed)
+    rand_scores = np.arange(len(metrics))
+    value = []
+    for i in range(num_iter):
+        np.random.shuffle(rand_scores)
+        rand_val = function(rand_scores, metrics)
+        value.append(rand_val)
+    return np.mean(value)
+
+
+def _lmpg_normalize_metric(target_score, oracle_score, random_score):
+    if not (oracle_score == random_score):  # noqa: SIM201 (verbatim)
+        target_score = (target_score - random_score) / (oracle_score - random_score)
+    return target_score
+
+
+# uncertainty-calibration 0.1.4, github.com/p-lambda/verified_calibration at ee81c346 (MIT
+# License, Copyright (c) 2019 Ananya Kumar), calibration/utils.py: what HELM calls
+# (src/helm/benchmark/metrics/basic_metrics.py, compute_calibration_metrics: ece_10_bin =
+# cal.get_ece_em(max_probs, correct, num_bins=10); selective_acc@10 =
+# cal.get_selective_stats(max_probs, correct)[1]). get_ece_em with 1-D probs is
+# _get_ce -> ce_1d -> plugin_ce(bin(data, get_equal_bins(probs, num_bins)), power=1).
+
+def _cal_split(sequence, parts):
+    assert parts <= len(sequence)
+    array_splits = np.array_split(sequence, parts)
+    splits = [list(l) for l in array_splits]
+    assert len(splits) == parts
+    return splits
+
+
+def _cal_get_equal_bins(probs, num_bins=10):
+    sorted_probs = sorted(probs)
+    num_bins = min(num_bins, len(sorted_probs))
+    binned_data = _cal_split(sorted_probs, num_bins)
+    bins = []
+    for i in range(len(binned_data) - 1):
+        last_prob = binned_data[i][-1]
+        next_first_prob = binned_data[i + 1][0]
+        bins.append((last_prob + next_first_prob) / 2.0)
+    bins.append(1.0)
+    bins = sorted(list(set(bins)))  # noqa: C414 (verbatim)
+    return bins
+
+
+def _cal_fast_bin(data, bins):
+    prob_label = np.array(data)
+    bin_indices = np.searchsorted(bins, prob_label[:, 0])
+    bin_sort_indices = np.argsort(bin_indices)
+    sorted_bins = bin_indices[bin_sort_indices]
+    splits = np.searchsorted(sorted_bins, list(range(1, len(bins))))
+    binned_data = np.split(prob_label[bin_sort_indices], splits)
+    return binned_data
+
+
+def _cal_plugin_ce(binned_data, power=2):
+    def bin_error(data):
+        if len(data) == 0:
+            return 0.0
+        data = np.array(data)
+        return abs(np.mean(data[:, 0]) - np.mean(data[:, 1])) ** power  # difference_mean
+    bin_sizes = list(map(len, binned_data))
+    bin_probs = [b * 1.0 / sum(bin_sizes) for b in bin_sizes]  # get_bin_probs
+    bin_errors = list(map(bin_error, binned_data))
+    return np.dot(bin_probs, bin_errors) ** (1.0 / power)
+
+
+def _cal_get_ece_em(probs, labels, num_bins=15):
+    probs, labels = np.array(probs), np.array(labels)
+    data = list(zip(probs, labels))
+    return _cal_plugin_ce(_cal_fast_bin(data, _cal_get_equal_bins(probs, num_bins=num_bins)),
+                          power=1)
+
+
+def _cal_get_selective_stats(probs, correct):
+    probs = np.array(probs)
+    correct = np.array(correct)
+    sort_indices = np.argsort(-probs)
+    sorted_correct = correct[sort_indices]
+    accs = np.cumsum(sorted_correct) / np.arange(1, len(sorted_correct) + 1)
+    coverage_acc_area = np.mean(accs)
+    acc_percentile_90 = accs[int(0.1 * len(sorted_correct))]
+    return coverage_acc_area, acc_percentile_90
+
+
+def _untied(n, seed):
+    """Distinct confidences in (0, 1) and correctness that follows them."""
+    rng = np.random.default_rng(seed)
+    conf = rng.permutation(np.linspace(0.2, 0.99, n))
+    return conf, (rng.random(n) < conf).astype(int)
+
+
+def test_prr_by_hand():
+    # U_SEL / C_SEL: E[r_k] = (0, 0, 1/6, 1/4, 2/5) (the tie at 0.5 in expectation), mean
+    # 49/300; e = 0.4; the oracle accepts the 3 correct first: (0, 0, 0, 1/4, 2/5), mean 0.13
+    assert prediction_rejection_ratio(U_SEL, C_SEL) == pytest.approx(
+        (0.4 - 49 / 300) / (0.4 - 0.13), abs=1e-12)
+    # max_rejection 0.6: the last int(3.0) = 3 points, k = 3, 4, 5
+    assert prediction_rejection_ratio(U_SEL, C_SEL, max_rejection=0.6) == pytest.approx(
+        (0.4 - (1 / 6 + 1 / 4 + 2 / 5) / 3) / (0.4 - (1 / 4 + 2 / 5) / 3), abs=1e-12)
+    assert prediction_rejection_ratio(np.full(5, 0.3), C_SEL) == pytest.approx(0.0, abs=1e-12)
+    for degenerate in ([1] * 5, [0] * 5):
+        with pytest.warns(UndefinedMetricWarning, match="every prediction is right"):
+            assert math.isnan(prediction_rejection_ratio(U_SEL, degenerate))
+    with pytest.warns(UndefinedMetricWarning, match="only 1 point"):
+        assert math.isnan(prediction_rejection_ratio(U_SEL, C_SEL, max_rejection=0.2))
+    with pytest.raises(ValueError, match=r"max_rejection must be a number in \(0, 1\]"):
+        prediction_rejection_ratio(U_SEL, C_SEL, max_rejection=0.0)
+
+
+@pytest.mark.parametrize("n, max_rejection", [(7, 1.0), (60, 1.0), (333, 1.0), (333, 0.5),
+                                              (101, 0.37)])
+def test_prr_is_lm_polygraphs(n, max_rejection):
+    conf, correct = _untied(n, seed=n)
+    u = 1.0 - conf + np.random.default_rng(n).normal(0, 0.2, n)  # an imperfect ranking
+    prr = functools.partial(_lmpg_prr, max_rejection=max_rejection)
+    ours = prediction_rejection_ratio(u, correct, max_rejection=max_rejection)
+    oracle = prr(-correct, correct)
+    # with the exact random baseline (1 - error rate): equal up to float rounding
+    assert ours == pytest.approx(_lmpg_normalize_metric(prr(u, correct), oracle, correct.mean()),
+                                 abs=1e-12)
+    # with LM-Polygraph's own Monte Carlo baseline (1000 seeded permutations): its error only
+    reported = _lmpg_normalize_metric(prr(u, correct), oracle,
+                                      _lmpg_get_random_scores(prr, correct))
+    assert ours == pytest.approx(reported, abs=0.01)
+
+
+def test_ece_10_mass_by_hand():
+    # 2 runs of the sorted CONF: (.1, .3, .55), (.8, .95) -> edge (.55 + .8) / 2 = .675;
+    # 3/5 |1/3 - .31667| + 2/5 |1/2 - .875| = .01 + .15
+    curve = reliability_curve(CONF, CORRECT, n_bins=2, strategy="midpoint")
+    assert_allclose(curve.edges, [0, 0.675, 1])
+    assert expected_calibration_error(CONF, CORRECT, n_bins=2, strategy="midpoint") == \
+        pytest.approx(0.16, abs=1e-12)
+    # fewer confidences than bins: one bin per confidence, the bins above them empty
+    curve = reliability_curve([0.9, 0.2, 0.6], [1, 0, 0], n_bins=10, strategy="midpoint")
+    assert_allclose(curve.edges, [0, 0.4, 0.75] + [1] * 8)
+    assert curve.count.tolist() == [1, 1, 1] + [0] * 7
+
+
+@pytest.mark.parametrize("n, decimals", [(3, None), (10, None), (57, None), (300, None),
+                                         (300, 2), (1000, 1)])
+def test_ece_10_mass_is_helms_ece_10_bin(n, decimals):
+    conf, correct = _untied(n, seed=n)
+    if decimals is not None:  # ties, across the cuts between runs too
+        conf = np.round(conf, decimals)
+    ours = expected_calibration_error(conf, correct, n_bins=10, strategy="midpoint")
+    assert ours == pytest.approx(_cal_get_ece_em(conf, correct, num_bins=10), abs=1e-12)
+
+
+def test_helm_selective_accuracy_by_hand():
+    # N = 100: int(0.1 * 100) + 1 = 11 most confident, HELM's accs[10]; 8 of them right
+    u = np.arange(100) / 100
+    correct = np.r_[[1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0], np.ones(89)]
+    assert helm_selective_accuracy(u, correct) == pytest.approx(8 / 11)
+    assert selective_accuracy(u, correct, coverage=0.1) == pytest.approx(8 / 10)  # ceil: 10
+    assert helm_selective_accuracy(U_SEL, C_SEL) == 1.0  # N = 5: the single least uncertain
+    with pytest.raises(ValueError, match=r"fraction must be a number in \(0, 1\)"):
+        helm_selective_accuracy(U_SEL, C_SEL, fraction=1.0)
+
+
+@pytest.mark.parametrize("n", [1, 5, 9, 10, 30, 70, 101, 1000])
+def test_sel_acc_10_is_helms_selective_acc_at_10(n):
+    conf, correct = _untied(n, seed=n)
+    assert helm_selective_accuracy(1.0 - conf, correct) == pytest.approx(
+        _cal_get_selective_stats(conf, correct)[1], abs=1e-12)

@@ -75,6 +75,12 @@ def _ece_adaptive(confidence: NDArray[Any], correct: NDArray[Any], *, n_bins: in
     return M.expected_calibration_error(confidence, correct, n_bins=n_bins, strategy="quantile")
 
 
+def _ece_10_mass(confidence: NDArray[Any], correct: NDArray[Any]) -> float:
+    """HELM's ``ece_10_bin``: 10 equal-mass bins cut as uncertainty-calibration cuts them."""
+    return M.expected_calibration_error(confidence, correct, n_bins=M.HELM_ECE_BINS,
+                                        strategy="midpoint")
+
+
 def _selective_accuracy(uncertainty: NDArray[Any], correct: NDArray[Any]) -> float:
     return M.selective_accuracy(uncertainty, correct, coverage=M.SELECTIVE_COVERAGE)
 
@@ -103,6 +109,7 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
     Column("nll", M.negative_log_likelihood, _ID_PROBS, False, "model"),
     Column("mce", M.max_calibration_error, _ID_CAL, False, "model", binned=True),
     Column("ece_adaptive", _ece_adaptive, _ID_CAL, False, "model", binned=True),
+    Column("ece_10_mass", _ece_10_mass, _ID_CAL, False, "model"),
     # Resampled: bootstrapped from one sort (bitwise equal to sorting each resample, faster)
     Column("ood_auroc", M.RESAMPLED_OOD_AUROC, _OOD, True, "scorer"),
     Column("aupr_out", M.aupr_out, _OOD, True, "scorer", ci=False),
@@ -111,6 +118,8 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
     Column("e_aurc", M.e_aurc, _ID_RANK, False, "scorer", ci=False),
     Column("augrc", M.augrc, _ID_RANK, False, "scorer"),
     Column("sel_acc_80", _selective_accuracy, _ID_RANK, True, "scorer"),
+    Column("prr", M.prediction_rejection_ratio, _ID_RANK, True, "scorer"),
+    Column("sel_acc_10", M.helm_selective_accuracy, _ID_RANK, True, "scorer"),
     Column("shift_accuracy", _accuracy, (("shift", "correct"),), True, "model", ci=False),
     Column("shift_sel_acc_80", _selective_accuracy,
            (("shift", "uncertainty"), ("shift", "correct")), True, "scorer", ci=False),
@@ -124,7 +133,9 @@ RISK_AT: dict[str, Column] = {c.name: c for c in (
 
 #: the miscoverage level of the coverage columns below
 CP_ALPHA = 0.1
-#: ``cp_<score>_10_cov``: empirical coverage of the conformal sets at alpha = 0.1 on ID
+#: ``cp_<score>_10_cov``: empirical coverage of the conformal sets at alpha = 0.1 on ID; only
+#: scores whose sets are ``{c : s(x, c, u) <= q̂}`` (not ``aps``: `uqbench.stats.conformal`), as
+#: `inputs_of` reads the gold option's coverage off its stored conformity score
 CONFORMAL_COVERAGE: dict[str, Column] = {c.name: c for c in (
     Column(f"cp_{s}_10_cov", _coverage, (("id", f"covered_{s}"),), True, "model")
     for s in ("lac", "aps_rand", "raps_rand"))}

@@ -144,7 +144,8 @@ def conformal_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, s
                 for s in range(n_seeds):
                     sets = C.prediction_sets(score, probs[role][:, s],  # type: ignore[index]
                                              qhat[s][role], draws[s][role])
-                    covered, size = true[s][role] <= qhat[s][role], sets.sum(axis=1)
+                    covered = C.covered(sets, labels[role][:, s])  # type: ignore[index]
+                    size = sets.sum(axis=1)
                     for k, point, boot in zip(stats, C.set_statistics(covered, size),
                                               C.set_statistics(covered, size, w)):
                         stats[k][0].append(point)

@@ -34,7 +34,7 @@ from uqbench.stats import metrics as M
 CI_METRICS = tuple(name for name, col in METRIC_COLUMNS.items() if col.ci)
 #: CI metrics bootstrapped together, from one sort per resample: their index in
 #: `uqbench.stats.metrics.selective_summary`.
-SELECTIVE = {"aurc": 0, "augrc": 1, "sel_acc_80": 2}
+SELECTIVE = {"aurc": 0, "augrc": 1, "sel_acc_80": 2, "prr": 3, "sel_acc_10": 4}
 #: the metric columns of a results row, and the expert budget
 ROW_COLUMNS = (*METRIC_COLUMNS, "avg_experts", "shift_avg_experts")
 
@@ -102,9 +102,11 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
     ``metric_lo``/``metric_hi``.
 
     Calibration on the ID split: ``ece`` (``n_bins`` equal-width bins), ``ece_adaptive`` (as
-    many equal-mass bins), ``mce`` (the largest gap of the equal-width bins), ``brier``
-    (multiclass) and ``nll`` of the predictive distribution; ranking: ``aurc``, ``e_aurc``,
-    ``augrc`` (`uqbench.stats.metrics`, one definition each)."""
+    many equal-mass bins), ``ece_10_mass`` (HELM's ``ece_10_bin``), ``mce`` (the largest gap
+    of the equal-width bins), ``brier`` (multiclass) and ``nll`` of the predictive
+    distribution; ranking: ``aurc``, ``e_aurc``, ``augrc``, ``prr`` (LM-Polygraph's
+    normalised PRR), ``sel_acc_80``, ``sel_acc_10`` (HELM's ``selective_acc@10``)
+    (`uqbench.stats.metrics`, one definition each)."""
 
     splits = {"id": id_, "shift": shift}
     if id_.probs is None or id_.labels is None:

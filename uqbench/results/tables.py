@@ -6,7 +6,9 @@ method's predictive distribution (the paper's convention); ECE-TS (and, in the c
 isotonic regression) fitted on the domain's labelled calibration split
 (`uqbench.stats.recalibration`). ECE-ad is the ECE with 12 equal-mass bins, MCE the largest gap of
 the 12 equal-width bins, Brier (multiclass) and NLL (nats) score the predictive distribution,
-AUGRC is the area under the generalized risk-coverage curve (Traub et al. 2024). OOD-AUROC
+AUGRC is the area under the generalized risk-coverage curve (Traub et al. 2024). ECE-10m,
+PRR and SelAcc@10 are HELM's ``ece_10_bin``, LM-Polygraph's normalised PRR and HELM's
+``selective_acc@10`` (docs/results.md). OOD-AUROC
 is ID vs the shifted split of the same domain, OOD = positive, score = uncertainty. The rows
 `chance` (a uniform guess; its interval is where a random guesser lands) and `options-only` (a
 classifier that sees the options, not the question) are references with accuracy columns only:
@@ -46,7 +48,8 @@ KEY_COLUMNS = ("method", "model", "gate", "scorer", "domain")
 #: (model or scorer) comes from `uqbench.results.columns` where it is declared, else `LEVELS`
 HEADERS: dict[str, tuple[str, int]] = {
     "accuracy": ("Acc", 3), "shift_accuracy": ("ShiftAcc", 3), "ece": ("ECE", 3),
-    "ece_ts": ("ECE-TS", 3), "ece_adaptive": ("ECE-ad", 3), "mce": ("MCE", 3),
+    "ece_ts": ("ECE-TS", 3), "ece_adaptive": ("ECE-ad", 3), "ece_10_mass": ("ECE-10m", 3),
+    "mce": ("MCE", 3),
     "brier": ("Brier", 3), "nll": ("NLL", 3),
     "cp_lac_10_cov": ("LAC cov", 3), "cp_lac_10_size": ("LAC size", 2),
     "cp_aps_rand_10_cov": ("APS cov", 3), "cp_aps_rand_10_size": ("APS size", 2),
@@ -56,6 +59,7 @@ HEADERS: dict[str, tuple[str, int]] = {
     "ood_auroc": ("OOD-AUROC", 3), "aupr_out": ("AUPR-out", 3), "fpr95": ("FPR95", 3),
     "aurc": ("AURC", 3), "e_aurc": ("E-AURC", 3), "augrc": ("AUGRC", 3),
     "sel_acc_80": ("SelAcc@80", 3), "shift_sel_acc_80": ("ShiftSelAcc@80", 3),
+    "prr": ("PRR", 3), "sel_acc_10": ("SelAcc@10", 3),
     "rc_50_coverage": ("Cov@r*", 3), "rc_50_risk": ("Risk@r*", 3),
     "shift_rc_50_coverage": ("Shift cov@r*", 3), "shift_rc_50_risk": ("Shift risk@r*", 3),
     **{name: (f"Risk@{name[-2:]}", 3) for name in RISK_AT},
@@ -89,13 +93,13 @@ def random_ranking(column: str, row: Mapping[str, Any]) -> float | None:
     """What a score that ranks at random (a constant: one tie group) gets in a ranking column,
     from the row's ID accuracy ``a``: OOD-AUROC 0.5; AURC ``1 − a`` (every coverage carries
     the full error rate); AUGRC ``(1 − a) / 2`` (the generalized risk grows linearly with
-    coverage); selective accuracy ``a``. None for the columns without one."""
+    coverage); selective accuracy ``a``; PRR 0. None for the columns without one."""
     a = _num(row.get("accuracy"))
-    if column == "ood_auroc":
-        return 0.5
+    if column in ("ood_auroc", "prr"):
+        return 0.5 if column == "ood_auroc" else 0.0
     if a is None:
         return None
-    return {"aurc": 1.0 - a, "augrc": (1.0 - a) / 2, "sel_acc_80": a}.get(column)
+    return {"aurc": 1.0 - a, "augrc": (1.0 - a) / 2, "sel_acc_80": a, "sel_acc_10": a}.get(column)
 
 
 def _num(v: Any) -> float | None:

@@ -13,18 +13,27 @@ cannot resolve α (`NotReachable`).
 
 The scores (MAPIE's classes, one interface: `ConformityScore.scores`):
 
-``lac``   1 − p_c (Sadinle et al. 2019).
-``aps``   the mass of the options ranked above c, plus u·p_c (Romano et al. 2020).
-``raps``  APS + λ·(rank_c − k_reg)⁺ (Angelopoulos et al. 2021), λ = `RAPS_LAMBDA`,
-          k_reg = `RAPS_K_REG` (fixed, not tuned: four options leave nothing to tune on).
+``lac``         1 − p_c (Sadinle et al. 2019).
+``aps``         the standard non-randomised APS (Romano et al. 2020; Angelopoulos & Bates 2021,
+                §2.1): calibrated on the mass of the options ranked at or above y, the gold
+                option's own mass included; the set takes options in decreasing probability
+                until their mass reaches q̂, the option that reaches it included: ``{c : mass
+                ranked strictly above c < q̂}`` (MAPIE's APS with u = 0 at calibration and
+                ``include_last_label=True``; `APS.in_set`).
+``aps_strict``  the mass of the options ranked strictly above c (u = 0 below), one score at
+                calibration and prediction: smaller sets than ``aps``, the same guarantee.
+``aps_rand``    the mass ranked strictly above c, plus u·p_c (randomised APS, Romano et al.).
+``raps``        ``aps_strict`` + λ·(rank_c − k_reg)⁺ (Angelopoulos et al. 2021), λ = `RAPS_LAMBDA`,
+                k_reg = `RAPS_K_REG` (fixed, not tuned: four options leave nothing to tune on).
 
 Randomised (``*_rand``, as in the papers): u ~ U(0, 1), drawn from a seeded generator per
-question. Non-randomised: u = 0, so the most probable option is always in the set (for LAC and
-APS the sets of MAPIE's ``include_last_label=True``; for RAPS a subset of them: MAPIE, like the
-paper's "+1" rule, also admits the first option whose penalised mass passes q̂, i.e. k_reg + 1 at
-prediction; ours applies the one score at calibration and prediction alike, which keeps the
-guarantee). A choice of probability 0 (a padded choice of a pooled
-row whose domains have fewer options) is never in a set.
+question. Non-randomised (``aps_strict``, ``raps``): u = 0, so the most probable option is
+always in the set (for RAPS a subset of MAPIE's ``include_last_label=True`` sets: MAPIE, like
+the paper's "+1" rule, also admits the first option whose penalised mass passes q̂, i.e.
+k_reg + 1 at prediction; ours applies the one score at calibration and prediction alike, which
+keeps the guarantee). A choice of probability 0 (a padded choice of a pooled row whose domains
+have fewer options) is never in a set. Whether the gold option is covered is always read off the
+set (`covered`): for every score but ``aps`` that is ``s(x, y, u) ≤ q̂``.
 
 Coverage, mean set size and the worst size-stratified coverage (Angelopoulos & Bates 2021,
 MAPIE's ``classification_ssc_score`` with one bin per set size) are plain functions of the
@@ -80,6 +89,12 @@ class ConformityScore:
     def _scores(self, p: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
         raise NotImplementedError
 
+    def in_set(self, probs: ArrayLike, qhat: ArrayLike, u: ArrayLike | None = None
+               ) -> NDArray[np.bool_]:
+        """(N, C) whether each option is in the set at threshold ``qhat`` (one value, or (N,)
+        one per question): ``s(x, c, u) ≤ q̂``."""
+        return self.scores(probs, u) <= np.asarray(qhat)[..., None]
+
 
 @dataclass(frozen=True)
 class LAC(ConformityScore):
@@ -97,12 +112,41 @@ class APS(ConformityScore):
         return np.zeros(rank.shape)
 
     def _scores(self, p: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
-        order = np.argsort(-p, axis=1, kind="stable")  # rank 1 = most probable
-        rank = np.empty_like(order)
-        np.put_along_axis(rank, order, np.arange(1, p.shape[1] + 1)[None, :], axis=1)
-        sorted_p = np.take_along_axis(p, order, axis=1)
-        above = np.take_along_axis(np.cumsum(sorted_p, axis=1) - sorted_p, rank - 1, axis=1)
+        above, rank = _mass_above(p)
         return above + u[:, None] * p + self.penalty(rank)
+
+
+def _mass_above(p: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
+    """(N, C) the mass of the options ranked strictly above each option, and its rank (1 =
+    most probable; ties keep index order)."""
+    order = np.argsort(-p, axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(1, p.shape[1] + 1)[None, :], axis=1)
+    sorted_p = np.take_along_axis(p, order, axis=1)
+    return np.take_along_axis(np.cumsum(sorted_p, axis=1) - sorted_p, rank - 1, axis=1), rank
+
+
+@dataclass(frozen=True)
+class CumulativeAPS(ConformityScore):
+    """Non-randomised APS: calibrated on ``Σ_{c' ranked at or above y} p_c'``; the set holds
+    the options whose mass ranked strictly above them is ``< q̂``, i.e. the options in
+    decreasing probability up to and including the one whose cumulative mass reaches q̂.
+
+    The gold option is in the set whenever its calibration score is ≤ q̂ (its mass above is
+    that score minus p_y > 0), hence coverage ≥ 1 − α. These are MAPIE's ``APSConformityScore``
+    sets with ``include_last_label=True`` when its calibration draw is u = 0; MAPIE ends the set
+    at the first cumulative mass ≥ q̂ − 1e-8 and adds the options tied in probability with the
+    last one, so the sets can differ where a cumulative mass lies within 1e-8 below q̂ or
+    probabilities tie across the cut."""
+
+    def _scores(self, p: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
+        return _mass_above(p)[0] + p
+
+    def in_set(self, probs: ArrayLike, qhat: ArrayLike, u: ArrayLike | None = None
+               ) -> NDArray[np.bool_]:
+        p = np.asarray(probs, dtype=np.float64)
+        self.scores(p)  # the same checks of the input
+        return (_mass_above(p)[0] < np.asarray(qhat)[..., None]) & (p > 0)
 
 
 @dataclass(frozen=True)
@@ -118,7 +162,8 @@ class RAPS(APS):
 
 #: The table's scores: column prefix -> score.
 SCORES: dict[str, ConformityScore] = {
-    "lac": LAC("lac"), "aps": APS("aps"), "aps_rand": APS("aps_rand", randomized=True),
+    "lac": LAC("lac"), "aps": CumulativeAPS("aps"), "aps_strict": APS("aps_strict"),
+    "aps_rand": APS("aps_rand", randomized=True),
     "raps": RAPS("raps"), "raps_rand": RAPS("raps_rand", randomized=True),
 }
 
@@ -159,16 +204,23 @@ def conformal_quantile(calib_scores: ArrayLike, alpha: float) -> float:
 
 def true_label_scores(score: ConformityScore, probs: ArrayLike, labels: ArrayLike,
                       u: ArrayLike | None = None) -> NDArray[np.float64]:
-    """(N,) ``s(x_i, y_i, u_i)``: the calibration scores, and on a test split whether the gold
-    option is in the set (``≤ q̂``)."""
+    """(N,) ``s(x_i, y_i, u_i)``: the calibration scores (on a test split, ``≤ q̂`` is whether
+    the gold option is in the set for every score but ``aps``: use `covered`)."""
     y = np.asarray(labels, dtype=np.intp).reshape(-1)
     return np.take_along_axis(score.scores(probs, u), y[:, None], axis=1)[:, 0]
 
 
-def prediction_sets(score: ConformityScore, probs: ArrayLike, qhat: float,
+def prediction_sets(score: ConformityScore, probs: ArrayLike, qhat: ArrayLike,
                     u: ArrayLike | None = None) -> NDArray[np.bool_]:
-    """(N, C) membership: ``s(x, c, u) ≤ q̂``; ``qhat`` one value, or (N,) one per question."""
-    return score.scores(probs, u) <= np.asarray(qhat)[..., None]
+    """(N, C) membership (`ConformityScore.in_set`); ``qhat`` one value, or (N,) one per
+    question."""
+    return score.in_set(probs, qhat, u)
+
+
+def covered(sets: NDArray[np.bool_], labels: ArrayLike) -> NDArray[np.bool_]:
+    """(N,) whether each question's set (`prediction_sets`) holds its gold option."""
+    y = np.asarray(labels, dtype=np.intp).reshape(-1)
+    return sets[np.arange(len(y)), y]
 
 
 # --- metrics of the sets: per-question indicators, optional bootstrap resample counts (B, N) ---
@@ -270,7 +322,8 @@ def coverage_curve(calib_scores: ArrayLike, test_scores: ArrayLike, alphas: Arra
     return np.array(nominal), np.array(cov)
 
 
-__all__ = ["ALPHAS", "APS", "LAC", "RAPS", "SCORES", "ConformityScore", "NotReachable",
-           "check_alpha", "conformal_quantile", "coverage", "coverage_curve", "mean_set_size",
+__all__ = ["ALPHAS", "APS", "LAC", "RAPS", "SCORES", "ConformityScore", "CumulativeAPS",
+           "NotReachable", "check_alpha", "conformal_quantile", "coverage", "coverage_curve",
+           "covered", "mean_set_size",
            "prediction_sets", "quantile_rank", "resample_counts", "resample_sums",
            "set_statistics", "true_label_scores", "worst_size_stratified_coverage"]

@@ -8,14 +8,14 @@ Conventions shared by every function here:
 - ``uncertainty``: higher = more uncertain. ``confidence``: in [0, 1], higher = more confident.
   ``correct``: boolean or 0/1, True where the prediction was right.
 - ``*_error``, ``*_loss``-like metrics (ECE, MCE, Brier, NLL, AURC, E-AURC, AUGRC, FPR@95TPR):
-  lower is better. AUROC, AUPR, selective accuracy: higher is better.
+  lower is better. AUROC, AUPR, selective accuracy, PRR: higher is better.
 - OOD detection: the OOD (shifted) split is the **positive** class and the score is the
   uncertainty. The ranking metrics use one private sort-and-group-ties helper
   (:func:`tie_groups`), so tied scores always move together; the ROC / precision-recall counts
   are the same as scikit-learn's (``roc_curve(..., drop_intermediate=False)``,
   ``roc_auc_score``, ``average_precision_score``), which the tests check, but computed without
   scikit-learn's stable argsort so that 10^6 examples take milliseconds. On tied scores AUROC,
-  AURC/E-AURC, AUGRC and selective accuracy equal their expectation over uniformly random
+  AURC/E-AURC, AUGRC, PRR and selective accuracy equal their expectation over uniformly random
   orderings inside the tie groups (AUROC's half credit; AUGRC's errors growing linearly inside
   a group; selective accuracy's pro rata share of a straddling group; AURC's closed form in
   :func:`aurc`); AUPR and FPR@95TPR keep scikit-learn's convention (ties move together).
@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from uqbench.stats.metrics._validation import (
     ECE_BINS,
+    HELM_ECE_BINS,
+    HELM_SELECTIVE_FRACTION,
     NLL_EPS,
     SELECTIVE_COVERAGE,
     UndefinedMetricWarning,
@@ -61,6 +63,8 @@ from uqbench.stats.metrics.selective import (
     augrc,
     aurc,
     e_aurc,
+    helm_selective_accuracy,
+    prediction_rejection_ratio,
     risk_coverage_curve,
     selective_accuracy,
     selective_summary,
@@ -68,6 +72,8 @@ from uqbench.stats.metrics.selective import (
 
 __all__ = [
     "ECE_BINS",
+    "HELM_ECE_BINS",
+    "HELM_SELECTIVE_FRACTION",
     "NLL_EPS",
     "RESAMPLED_OOD_AUROC",
     "SELECTIVE_COVERAGE",
@@ -85,6 +91,7 @@ __all__ = [
     "e_aurc",
     "expected_calibration_error",
     "fpr_at_95_tpr",
+    "helm_selective_accuracy",
     "max_calibration_error",
     "mean_std",
     "negative_log_likelihood",
@@ -93,6 +100,7 @@ __all__ = [
     "paired_bootstrap",
     "paired_difference",
     "per_seed",
+    "prediction_rejection_ratio",
     "reliability_curve",
     "resampled_selective_summary",
     "risk_coverage_curve",

@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike, NDArray
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
-BinStrategy = Literal["uniform", "quantile"]
+BinStrategy = Literal["uniform", "quantile", "midpoint"]
 
 #: Probabilities are clipped to at least this value before the log in
 #: :func:`negative_log_likelihood`, so a zero probability on the true label costs
@@ -24,6 +24,11 @@ ECE_BINS = 12
 #: The benchmark's selective-prediction coverage: the ``sel_acc_80`` columns, the
 #: risk-coverage figure's marked point and the paper's selective claims.
 SELECTIVE_COVERAGE = 0.8
+
+#: HELM's calibration columns: ``ece_10_bin`` has 10 equal-mass bins, ``selective_acc@10`` is
+#: the accuracy of the most confident tenth (the ``ece_10_mass`` and ``sel_acc_10`` columns).
+HELM_ECE_BINS = 10
+HELM_SELECTIVE_FRACTION = 0.1
 
 # Probability rows may deviate from summing to 1 by float32 softmax rounding, not more.
 ROW_SUM_ATOL = 1e-3

@@ -27,11 +27,9 @@ from uqbench.stats.metrics._validation import (
 )
 from uqbench.stats.metrics.ranking import auroc_of_groups, ood_auroc
 from uqbench.stats.metrics.selective import (
-    augrc_of_groups,
-    aurc_of_groups,
-    selective_accuracy_of_groups,
     selective_inputs,
     selective_summary,
+    summary_of_groups,
 )
 
 
@@ -80,8 +78,7 @@ def _selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *, coverage
     groups = _counted_groups(values, group, ~corr)  # hits: the errors
 
     def stat(idx: IntArray) -> FloatArray:
-        g = groups(idx)
-        return np.array([aurc_of_groups(g), augrc_of_groups(g), selective_accuracy_of_groups(g, cov)])
+        return summary_of_groups(groups(idx), cov)
 
     return stat
 

@@ -50,7 +50,17 @@ def _bin_edges(conf: FloatArray, n_bins: int, strategy: str) -> FloatArray:
         edges = np.maximum.accumulate(edges)
         edges[0], edges[-1] = 0.0, 1.0
         return edges
-    raise ValueError(f"strategy must be 'uniform' or 'quantile'; got {strategy!r}")
+    if strategy == "midpoint":
+        # uncertainty-calibration's get_equal_bins: np.array_split of the sorted confidences
+        # into min(n_bins, N) runs, an edge halfway between the last of a run and the first of
+        # the next; with fewer confidences than bins, the bins above 1 stay empty
+        s = np.sort(conf)
+        parts = min(n_bins, s.size)
+        size, longer = divmod(s.size, parts)  # array_split: the first `longer` runs one longer
+        ends = np.cumsum(size + (np.arange(parts) < longer))[:-1]  # (parts - 1,) run starts
+        inner = (s[ends - 1] + s[ends]) / 2.0
+        return np.concatenate([[0.0], inner, np.ones(n_bins - parts + 1)])
+    raise ValueError(f"strategy must be 'uniform', 'quantile' or 'midpoint'; got {strategy!r}")
 
 
 def _bin_ids(conf: FloatArray, edges: FloatArray) -> NDArray[np.integer[Any]]:
@@ -92,12 +102,17 @@ def reliability_curve(
         Boolean or 0/1: whether each prediction was right.
     n_bins : int, default 15
         Number of bins.
-    strategy : {"uniform", "quantile"}, default "uniform"
+    strategy : {"uniform", "quantile", "midpoint"}, default "uniform"
         ``"uniform"``: equal-width edges ``np.linspace(0, 1, n_bins + 1)``.
         ``"quantile"``: equal-mass edges at the quantiles of ``confidence``
         (``np.quantile``, linear interpolation: scikit-learn's
         ``calibration_curve(strategy="quantile")`` edges up to float rounding), with the outer
         edges then set to 0 and 1.
+        ``"midpoint"``: equal-mass edges as ``uncertainty-calibration``'s ``get_equal_bins``
+        (HELM's ``ece_10_bin``): the sorted confidences are cut into ``n_bins`` runs of equal
+        size (``np.array_split``: the first ``N % n_bins`` runs one longer), each inner edge
+        halfway between the last confidence of a run and the first of the next; with
+        ``N < n_bins``, one run per confidence and the bins above them empty.
 
     Returns
     -------
@@ -112,8 +127,8 @@ def reliability_curve(
     netcal bins left-closed, ``[l, u)``; the two agree except for confidences lying exactly on an
     interior edge.
 
-    Ties under ``"quantile"``: examples are binned by value, so a group of equal confidences is
-    never split. When many confidences are tied, several quantiles coincide; the duplicate edges
+    Ties under ``"quantile"`` and ``"midpoint"``: examples are binned by value, so a group of
+    equal confidences is never split. When many confidences are tied, several quantiles coincide; the duplicate edges
     are kept (so there are always ``n_bins`` bins), the whole tie group falls in the lowest bin
     whose upper edge equals its value, and the zero-width bins above it stay empty (count 0). Bin
     masses are then unequal; ECE is unaffected by empty bins.
@@ -168,9 +183,10 @@ def expected_calibration_error(
         Boolean or 0/1: whether each prediction was right.
     n_bins : int, default 15
         Number of bins.
-    strategy : {"uniform", "quantile"}, default "uniform"
+    strategy : {"uniform", "quantile", "midpoint"}, default "uniform"
         Equal-width bins ``(l, u]`` (0 in the first bin) or equal-mass bins (the "adaptive"
-        ECE); see :func:`reliability_curve` for edges and ties.
+        ECE; ``"midpoint"``: HELM's ``ece_10_bin`` at ``n_bins=10``); see
+        :func:`reliability_curve` for edges and ties.
 
     Returns
     -------
@@ -212,7 +228,7 @@ def max_calibration_error(
         Boolean or 0/1: whether each prediction was right.
     n_bins : int, default 15
         Number of bins.
-    strategy : {"uniform", "quantile"}, default "uniform"
+    strategy : {"uniform", "quantile", "midpoint"}, default "uniform"
         See :func:`reliability_curve`.
 
     Returns

@@ -1,7 +1,9 @@
-"""Selective prediction on (uncertainty, correct): risk-coverage, AURC, E-AURC, AUGRC, selective accuracy."""
+"""Selective prediction on (uncertainty, correct): risk-coverage, AURC, E-AURC, AUGRC, PRR,
+selective accuracy (and HELM's form of it)."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -9,9 +11,11 @@ from numpy.typing import ArrayLike
 from uqbench.stats.metrics._ties import TieGroups, tie_groups
 from uqbench.stats.metrics._validation import (
     CEIL_RTOL,
+    HELM_SELECTIVE_FRACTION,
     SELECTIVE_COVERAGE,
     BoolArray,
     FloatArray,
+    UndefinedMetricWarning,
     bool_vector,
     check_fraction,
     check_same_length,
@@ -31,8 +35,9 @@ def _selective_groups(uncertainty: ArrayLike, correct: ArrayLike) -> TieGroups:
     return tie_groups(u[~corr], u[corr])
 
 
-def aurc_of_groups(groups: TieGroups) -> float:
-    """Expected trapezoid AURC over random orderings inside tie groups (see :func:`aurc`)."""
+def expected_risks(groups: TieGroups) -> FloatArray:
+    """(N,) E[r_i]: the selective risk of the i least uncertain examples, i = 1..N, in
+    expectation over random orderings inside tie groups (see :func:`aurc`)."""
     n_upto, errors_upto = groups.n_upto, groups.hits_upto
     n = int(n_upto[-1])
     size = np.diff(n_upto, prepend=0)  # (G,) examples per tie group
@@ -43,10 +48,18 @@ def aurc_of_groups(groups: TieGroups) -> float:
     # Expected errors among the first j of a group of n_g holding e_g errors: j * e_g / n_g.
     errors_before = (errors_upto - group_errors)[group]
     expected_errors = errors_before + into_group * (group_errors / size)[group]
-    risk = expected_errors / accepted  # (N,) E[r_i]
+    return expected_errors / accepted
+
+
+def aurc_of_groups(groups: TieGroups) -> float:
+    """Expected trapezoid AURC over random orderings inside tie groups (see :func:`aurc`)."""
+    return _aurc_of_risks(expected_risks(groups))
+
+
+def _aurc_of_risks(risk: FloatArray) -> float:
     # Trapezoids between consecutive positions plus the rectangle from coverage 0 to 1/N:
     # (1/N) (r_1 + sum_i (r_i + r_{i+1}) / 2) = (1/N) (sum_i r_i + (r_1 - r_N) / 2).
-    return float((np.sum(risk) + (risk[0] - risk[-1]) / 2) / n)
+    return float((np.sum(risk) + (risk[0] - risk[-1]) / 2) / risk.size)
 
 
 def risk_coverage_curve(
@@ -277,8 +290,11 @@ def selective_accuracy(
 
 
 def selective_accuracy_of_groups(groups: TieGroups, cov: float) -> float:
-    n = int(groups.n_upto[-1])
-    k = _n_accepted(cov, n)
+    return _first_k_accuracy(groups, _n_accepted(cov, int(groups.n_upto[-1])))
+
+
+def _first_k_accuracy(groups: TieGroups, k: int) -> float:
+    """Accuracy of the k least uncertain examples, a straddling tie group pro rata."""
     g = int(np.searchsorted(groups.n_upto, k, side="left"))  # the group holding the k-th example
     n_before = int(groups.n_upto[g - 1]) if g else 0
     err_before = int(groups.hits_upto[g - 1]) if g else 0
@@ -288,17 +304,161 @@ def selective_accuracy_of_groups(groups: TieGroups, cov: float) -> float:
     return float((k - errors) / k)
 
 
+def helm_selective_accuracy(
+    uncertainty: ArrayLike, correct: ArrayLike, *, fraction: float = HELM_SELECTIVE_FRACTION
+) -> float:
+    r"""Accuracy on the ``int(fraction * N) + 1`` least uncertain examples (HELM's
+    ``selective_acc@10`` at the default 0.1); higher is better.
+
+    HELM computes ``selective_acc@10`` with ``uncertainty-calibration``'s
+    ``get_selective_stats(max_probs, correct)``: the cumulative accuracies of the examples
+    sorted by descending confidence, read at index ``int(0.1 * N)``, i.e. the accuracy of the
+    ``int(0.1 * N) + 1`` most confident (11 of 100, 1 of 5). This function is that number with
+    the uncertainty as the ranking (least uncertain first); :func:`selective_accuracy` at
+    ``coverage`` accepts ``ceil(coverage * N)`` instead (10 of 100).
+
+    Parameters
+    ----------
+    uncertainty : array-like of shape (N,)
+        Uncertainty of each prediction (higher = more uncertain); for HELM's own number, any
+        decreasing function of its ``max_prob``, e.g. ``1 - max_prob``.
+    correct : array-like of shape (N,)
+        Boolean or 0/1: whether each prediction was right (HELM's ``exact_match``).
+    fraction : float, default 0.1
+        In (0, 1).
+
+    Returns
+    -------
+    float
+
+    Notes
+    -----
+    Ties: HELM orders tied confidences as ``np.argsort`` happens to (quicksort, not stable);
+    here a tie group straddling the cut counts pro rata at its accuracy, the expectation over
+    random orderings inside the group (as :func:`selective_accuracy`). Without ties the two are
+    equal.
+
+    Examples
+    --------
+    N = 5: int(0.5) + 1 = 1 example, the least uncertain (0.1, correct).
+
+    >>> helm_selective_accuracy([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0])
+    1.0
+
+    At fraction 0.4: int(2.0) + 1 = 3 examples; the third is one of the two tied at 0.5.
+
+    >>> round(helm_selective_accuracy([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0],
+    ...                               fraction=0.4), 6)
+    0.833333
+    """
+    frac = check_fraction(fraction, "fraction", open_right=True)
+    groups = _selective_groups(uncertainty, correct)
+    return helm_selective_accuracy_of_groups(groups, frac)
+
+
+def helm_selective_accuracy_of_groups(groups: TieGroups, frac: float) -> float:
+    return _first_k_accuracy(groups, int(frac * int(groups.n_upto[-1])) + 1)
+
+
+def prediction_rejection_ratio(
+    uncertainty: ArrayLike, correct: ArrayLike, *, max_rejection: float = 1.0
+) -> float:
+    r"""Prediction-rejection ratio (PRR), as LM-Polygraph's normalised ``prr``; higher is
+    better, 1 for a perfect ranking, 0 in expectation for a random one (can be negative).
+
+    Rejecting the most uncertain examples first, let :math:`a_k` be the accuracy of the
+    :math:`k` least uncertain. The prediction-rejection area over the last :math:`m =
+    \lfloor \mathrm{max\_rejection}\cdot N 
+floor` points is
+    :math:`\mathrm{PRA} = rac1m \sum_{k=N-m+1}^{N} a_k`, and
+
+    .. math:: \mathrm{PRR} = rac{\mathrm{PRA} - \mathrm{PRA}_\mathrm{random}}
+                                  {\mathrm{PRA}_\mathrm{oracle} - \mathrm{PRA}_\mathrm{random}}
+              = rac{e - R}{e - R_\mathrm{oracle}},
+
+    with the loss ``1 - correct``: :math:`R = 1 - \mathrm{PRA}` the mean selective risk over
+    those points, :math:`e` the error rate (a random ranking's expected risk at every
+    coverage) and :math:`R_\mathrm{oracle}` the oracle's, which accepts every correct
+    prediction first: :math:`r_k = \max(0, k - C)/k` with :math:`C` correct examples.
+
+    This is LM-Polygraph's ``PredictionRejectionArea(max_rejection)`` with target ``correct``
+    (``ue_metrics/pred_rej_area.py``), normalised as its ``UEManager`` reports
+    ``prr_normalized`` (``ue_metrics/ue_metric.py`` ``normalize_metric``), with two
+    differences: the random PRA is the exact expectation :math:`1 - e`, where LM-Polygraph
+    estimates it from 1000 seeded random permutations (``get_random_scores``), so its value
+    differs from this one by that Monte Carlo error; and tied uncertainties are counted in
+    expectation over orderings inside tie groups (as :func:`aurc`), where LM-Polygraph takes
+    ``np.argsort``'s order. Without ties and with the exact random baseline the two are equal.
+
+    Parameters
+    ----------
+    uncertainty : array-like of shape (N,)
+        Uncertainty of each prediction (higher = more uncertain, rejected first).
+    correct : array-like of shape (N,)
+        Boolean or 0/1: whether each prediction was right.
+    max_rejection : float, default 1.0
+        Largest fraction of examples rejected, in (0, 1] (LM-Polygraph's default 1.0: the
+        whole curve, ``prr``; 0.5 gives its ``prr_0.5``).
+
+    Returns
+    -------
+    float
+        NaN, with an `UndefinedMetricWarning`, when every prediction is right or every one is
+        wrong (the oracle is then no better than random; LM-Polygraph returns the
+        unnormalised area there) or when fewer than two points lie on the curve.
+
+    Examples
+    --------
+    Distinct uncertainties, least uncertain first: correct 1, 1, 1, 0, 0 (a perfect ranking)
+    gives 1, and the reverse order gives R = (1 + 1 + 2/3 + 1/2 + 2/5) / 5, e = 0.4,
+    R_oracle = (0 + 0 + 0 + 1/4 + 2/5) / 5: PRR = (0.4 - 0.71333) / (0.4 - 0.13) = -1.16049.
+
+    >>> prediction_rejection_ratio([0.1, 0.2, 0.3, 0.4, 0.5], [1, 1, 1, 0, 0])
+    1.0
+    >>> round(prediction_rejection_ratio([0.5, 0.4, 0.3, 0.2, 0.1], [1, 1, 1, 0, 0]), 5)
+    -1.16049
+    """
+    frac = check_fraction(max_rejection, "max_rejection", open_right=False)
+    return prr_of_groups(_selective_groups(uncertainty, correct), frac)
+
+
+def prr_of_groups(groups: TieGroups, max_rejection: float = 1.0,
+                  risk: FloatArray | None = None) -> float:
+    """:func:`prediction_rejection_ratio` of sorted tie groups (``risk``: their
+    `expected_risks`, if already computed)."""
+    n = int(groups.n_upto[-1])
+    n_errors = int(groups.hits_upto[-1])
+    m = int(max_rejection * n)  # LM-Polygraph's num_rej
+    if m < 2 or n_errors in (0, n):
+        why = (f"only {m} point(s) on the rejection curve (max_rejection * N < 2)" if m < 2
+               else "every prediction is right or every one is wrong")
+        warnings.warn(f"prediction_rejection_ratio: undefined, {why}; returning NaN",
+                      UndefinedMetricWarning, stacklevel=3)
+        return math.nan
+    risk = (expected_risks(groups) if risk is None else risk)[n - m:]  # (m,) E[r_k], k > N-m
+    k = np.arange(n - m + 1, n + 1)
+    oracle = np.maximum(k - (n - n_errors), 0) / k
+    e = n_errors / n
+    return float((e - np.mean(risk)) / (e - np.mean(oracle)))
+
+
 def selective_summary(
     uncertainty: ArrayLike, correct: ArrayLike, *, coverage: float = 0.8
 ) -> FloatArray:
-    """(:func:`aurc`, :func:`augrc`, :func:`selective_accuracy` at ``coverage``) from one sort
-    of the examples: the three of the table, e.g. as one :func:`bootstrap_ci` metric.
+    """(:func:`aurc`, :func:`augrc`, :func:`selective_accuracy` at ``coverage``,
+    :func:`prediction_rejection_ratio`, :func:`helm_selective_accuracy`) from one sort of the
+    examples: the ranking columns of the table, e.g. as one :func:`bootstrap_ci` metric.
 
     >>> selective_summary([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0], coverage=0.6).round(6)
-    array([0.123333, 0.1     , 0.833333])
+    array([0.123333, 0.1     , 0.833333, 0.876543, 1.      ])
     """
     cov = check_fraction(coverage, "coverage", open_right=False)
-    groups = _selective_groups(uncertainty, correct)
-    return np.array([aurc_of_groups(groups), augrc_of_groups(groups), selective_accuracy_of_groups(groups, cov)])
+    return summary_of_groups(_selective_groups(uncertainty, correct), cov)
 
 
+def summary_of_groups(groups: TieGroups, cov: float) -> FloatArray:
+    """:func:`selective_summary` of sorted tie groups."""
+    risk = expected_risks(groups)  # shared by AURC and PRR
+    return np.array([_aurc_of_risks(risk), augrc_of_groups(groups),
+                     selective_accuracy_of_groups(groups, cov), prr_of_groups(groups, 1.0, risk),
+                     helm_selective_accuracy_of_groups(groups, HELM_SELECTIVE_FRACTION)])
