@@ -189,8 +189,9 @@ def test_bad_csv_and_domains_are_refused_before_any_output(tmp_path):
 
 
 def test_outputs_validate_confidence_only_records():
-    ok = dict(ids=np.array(["a", "b"]), labels=None, logits=None, domain=np.array(["d", "d"]),
-              confidence=np.array([0.2, 0.9]), correct=np.array([0, 1]))
+    ok = {"ids": np.array(["a", "b"]), "labels": None, "logits": None,
+          "domain": np.array(["d", "d"]), "confidence": np.array([0.2, 0.9]),
+          "correct": np.array([0, 1])}
     o = Outputs(**ok)
     assert o.n == 2 and o.available() == {"ids", "domain", "confidence", "correct"}
     assert Outputs.concat([o, o.select(np.array([1]))]).confidence.tolist() == [0.2, 0.9, 0.9]

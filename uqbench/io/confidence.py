@@ -243,8 +243,8 @@ def record_set(rows: Iterable[tuple[str, Row]], *, source: str, model_name: str 
     info = {"source": source, "model": model, "questions": len(seen),
             "calib_held_out": {"fraction": calib_fraction, "seed": seed, "ids": held_out}
             if held_out else None, **(meta or {})}
-    for d in held_out:
-        print(f"{d}: no calib rows; held out {len(held_out[d])} of its id questions "
+    for d, cal_ids in held_out.items():
+        print(f"{d}: no calib rows; held out {len(cal_ids)} of its id questions "
               f"(fraction {calib_fraction:g}, seed {seed}) for recalibration", flush=True)
     refs = ReferenceInputs(tuple(domains), n_choices, None, hashes)
     return RecordSet([pair], outputs, 1, refs, 1000, None,

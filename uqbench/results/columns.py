@@ -25,8 +25,8 @@ from numpy.typing import NDArray
 from uqbench.files.rundir import RunFolder
 from uqbench.stats import metrics as M
 from uqbench.stats import risk as R
-from uqbench.stats.metrics._validation import calibration_inputs
 from uqbench.stats.conformal import NotReachable, conformal_quantile
+from uqbench.stats.metrics._validation import calibration_inputs
 
 Split = Literal["id", "shift"]
 #: a `uqbench.results.evaluate.Scored` field, or ``covered_<score>``: whether the gold option is
