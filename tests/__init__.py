@@ -13,7 +13,7 @@ and ``from tests.support import ...`` stay simple); this map is their layout, st
 - ``uqbench/data``: test_loaders, test_data_registry, test_suites, test_fingerprints,
   test_artifacts, test_mathmc, test_codemc, test_sandbox, test_seeds.
 - ``uqbench/results``: test_columns, test_conformal_risk, test_references.
-- ``uqbench/io``: test_records, test_lmeval, test_leaderboard.
+- ``uqbench/io``: test_records, test_lmeval, test_leaderboard, test_confidence_records.
 - ``uqbench/reporting``: test_html, test_paper.
 - ``uqbench/run`` and the CLI: test_runner, test_reliability (bad input, interruptions), test_e2e
   (the real smoke run), test_readme.

@@ -87,7 +87,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("score", help="score forward records made elsewhere (lm-eval samples, "
                         "a uqbench export) into a run folder, with no model work")
     sc.add_argument("source", type=Path, help="a uqbench records folder (uqbench export, or "
-                    "RUN_DIR/records), a run folder, or an lm-eval --output_path folder")
+                    "RUN_DIR/records), a run folder, an lm-eval --output_path folder, a "
+                    "confidence-only .jsonl/.csv file or a folder of HELM runs")
     sc.add_argument("--out", type=Path, required=True, help="the run folder to write")
     sc.add_argument("--domain", action="append", default=[], metavar="NAME=ID:SHIFT[:CALIB]",
                     help="lm-eval: a domain's ID, shifted and (optional) calib task; repeatable")

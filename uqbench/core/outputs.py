@@ -23,7 +23,12 @@ ROUTER_FIELDS = ("route_entropy", "top1_mass", "disagreement", "experts", "n_tok
 REQUIRED_FIELDS = ("ids", "labels", "logits", "domain")
 #: float32 (N, H) per-example features (stored in records like the per-example fields)
 FEATURE_FIELDS = ("features",)
-OPTIONAL_FIELDS = (*ROUTER_FIELDS, "mc_logits", "member_logits", *FEATURE_FIELDS)
+#: a confidence and a correctness per example, for records made without a distribution over
+#: choices (`uqbench.io.confidence`: HELM's ``max_prob``/``exact_match``, API models); such
+#: records have ``logits`` and ``labels`` None
+CONFIDENCE_FIELDS = ("confidence", "correct")
+OPTIONAL_FIELDS = (*ROUTER_FIELDS, "mc_logits", "member_logits", *FEATURE_FIELDS,
+                   *CONFIDENCE_FIELDS)
 #: the training questions' features of the same model x gate x seed, a reference attached by
 #: `with_train` (not per example: `select` and `concat` keep it whole; records do not store it,
 #: they hold the training split's own record)
@@ -37,8 +42,8 @@ class Outputs:
     Attributes
     ----------
     ids : (N,) example ids (str).
-    labels : (N,) int gold choice index in ``[0, C)``.
-    logits : (N, C) float, from the deterministic pass.
+    labels : (N,) int gold choice index in ``[0, C)``; None in confidence-only records.
+    logits : (N, C) float, from the deterministic pass; None in confidence-only records.
     domain : (N,) str domain of each example.
     route_entropy : (N,) normalised router entropy ``H(p)/log N_experts`` in [0, 1].
     top1_mass : (N,) largest router probability in [0, 1].
@@ -54,13 +59,16 @@ class Outputs:
     train_features : (M, H) float32 ``features`` of the M training questions of the same
         model x gate x seed; the feature-space scorers fit on them (`with_train`).
     train_domain : (M,) str domain of each training question.
+    confidence : (N,) a confidence in [0, 1] in the model's answer, recorded where no
+        distribution over choices is (confidence-only records: ``logits`` and ``labels`` None).
+    correct : (N,) 0/1 whether that answer was right; comes with ``confidence``.
     tokens : optional per-token arrays for mechanism figures (name -> 1-D array, plus
         ``"example"`` mapping each token to its example row).
     """
 
     ids: NDArray[Any]
-    labels: NDArray[np.int64]
-    logits: NDArray[np.float64]
+    labels: NDArray[np.int64] | None
+    logits: NDArray[np.float64] | None
     domain: NDArray[Any]
     route_entropy: NDArray[np.float64] | None = None
     top1_mass: NDArray[np.float64] | None = None
@@ -72,15 +80,15 @@ class Outputs:
     features: NDArray[np.float32] | None = None
     train_features: NDArray[np.float32] | None = None
     train_domain: NDArray[Any] | None = None
+    confidence: NDArray[np.float64] | None = None
+    correct: NDArray[np.float64] | None = None
     tokens: Mapping[str, NDArray[Any]] | None = None
 
     def __post_init__(self) -> None:
-        conv = {
-            "ids": np.asarray(self.ids),
-            "labels": np.asarray(self.labels),
-            "logits": np.asarray(self.logits, dtype=np.float64),
-            "domain": np.asarray(self.domain),
-        }
+        conv = {"ids": np.asarray(self.ids), "domain": np.asarray(self.domain)}
+        if self.logits is not None or self.confidence is None:  # else confidence-only
+            conv.update(labels=np.asarray(self.labels),
+                        logits=np.asarray(self.logits, dtype=np.float64))
         for name in (*OPTIONAL_FIELDS, *TRAIN_FIELDS):
             value = getattr(self, name)
             if value is not None:
@@ -92,6 +100,10 @@ class Outputs:
 
     # -- validation ------------------------------------------------------------------------
     def _validate(self) -> None:
+        self._validate_confidence()
+        if self.logits is None:
+            self._validate_features()
+            return
         logits = self.logits
         if logits.ndim != 2 or logits.shape[0] == 0 or logits.shape[1] < 2:
             raise ValueError(f"Outputs.logits must have shape (N>0, C>=2), got {logits.shape}")
@@ -122,6 +134,37 @@ class Outputs:
             _check_finite(name, arr)
         self._validate_features()
 
+    def _validate_confidence(self) -> None:
+        """``confidence`` in [0, 1] and 0/1 ``correct``, (N,) each; a confidence-only record
+        (logits None) holds nothing that needs a distribution over choices."""
+        if self.logits is not None and self.confidence is None and self.correct is None:
+            return
+        n = self.ids.shape[0] if self.ids.ndim == 1 else 0
+        if self.logits is None:
+            if self.correct is None or self.labels is not None or n == 0:
+                raise ValueError("a confidence-only Outputs (logits None) needs N > 0 examples, "
+                                 "confidence and correct, and no labels")
+            present = [f for f in (*ROUTER_FIELDS, "mc_logits", "member_logits")
+                       if getattr(self, f) is not None]
+            if present:
+                raise ValueError(f"a confidence-only Outputs cannot hold {', '.join(present)}")
+            if self.domain.shape != (n,):
+                raise ValueError(f"Outputs.domain must have shape ({n},) like ids, got "
+                                 f"{self.domain.shape}")
+        if (self.confidence is None) != (self.correct is None):
+            raise ValueError("Outputs.confidence and correct come together")
+        if self.confidence is None or self.correct is None:
+            return
+        for name in ("confidence", "correct"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"Outputs.{name} must have shape ({n},) like ids, got "
+                                 f"{getattr(self, name).shape}")
+        _check_finite("confidence", self.confidence)
+        if self.confidence.min() < 0 or self.confidence.max() > 1:
+            raise ValueError("Outputs.confidence must lie in [0, 1]")
+        if not np.isin(self.correct, (0.0, 1.0)).all():
+            raise ValueError("Outputs.correct must be 0 or 1")
+
     def _validate_features(self) -> None:
         n, f, tf, td = self.n, self.features, self.train_features, self.train_domain
         if f is not None and (f.ndim != 2 or f.shape[0] != n or f.shape[1] == 0):
@@ -144,12 +187,14 @@ class Outputs:
     # -- views -----------------------------------------------------------------------------
     @property
     def n(self) -> int:
-        return int(self.logits.shape[0])
+        return len(self.ids)
 
     def available(self) -> frozenset[str]:
-        """Names of the fields that are present (required ones always are)."""
-        present = [f for f in (*OPTIONAL_FIELDS, "train_features") if getattr(self, f) is not None]
-        return frozenset((*REQUIRED_FIELDS, *present))
+        """Names of the fields that are present (required ones always are, but ``logits`` and
+        ``labels`` in confidence-only records)."""
+        present = [f for f in (*REQUIRED_FIELDS, *OPTIONAL_FIELDS, "train_features")
+                   if getattr(self, f) is not None]
+        return frozenset(present)
 
     def select(self, mask: NDArray[Any]) -> Outputs:
         """Rows selected by a boolean mask or index array (e.g. one domain)."""
@@ -177,14 +222,14 @@ class Outputs:
         """
         if not parts:
             raise ValueError("Outputs.concat needs at least one Outputs")
-        c = max(p.logits.shape[1] for p in parts)
+        c = max((p.logits.shape[1] for p in parts if p.logits is not None), default=0)
 
         def pad(a: NDArray[Any]) -> NDArray[Any]:
             width = [(0, 0)] * (a.ndim - 1) + [(0, c - a.shape[-1])]
             return np.pad(a, width, constant_values=PAD_LOGIT)
 
         kw: dict[str, Any] = {}
-        for name in (*REQUIRED_FIELDS, *ROUTER_FIELDS, *FEATURE_FIELDS):
+        for name in (*REQUIRED_FIELDS, *ROUTER_FIELDS, *FEATURE_FIELDS, *CONFIDENCE_FIELDS):
             vals = [getattr(p, name) for p in parts]
             if any(v is None for v in vals) or (
                     name in FEATURE_FIELDS and len({v.shape[1] for v in vals}) > 1):

@@ -188,7 +188,8 @@ def probe_scorers(scorers: Iterable[Scorer], *, timeout: float | None = None) ->
         disagreement=rng.uniform(size=n), experts=rng.uniform(1, 8, n),
         mc_logits=rng.normal(size=(3, n, c)), member_logits=rng.normal(size=(2, n, c)),
         features=rng.normal(size=(n, 6)), train_features=rng.normal(size=(32, 6)),
-        train_domain=np.repeat(["probe_a", "probe_b"], 16))
+        train_domain=np.repeat(["probe_a", "probe_b"], 16), confidence=rng.uniform(size=n),
+        correct=rng.integers(0, 2, n))
     for sc in scorers:
         try:
             run_scorer(sc, probe, timeout=timeout)

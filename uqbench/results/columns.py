@@ -26,6 +26,7 @@ from uqbench.files.rundir import RunFolder
 from uqbench.stats import metrics as M
 from uqbench.stats import risk as R
 from uqbench.stats.conformal import NotReachable, conformal_quantile
+from uqbench.stats.metrics._validation import calibration_inputs
 
 Split = Literal["id", "shift"]
 #: a `uqbench.results.evaluate.Scored` field, or ``covered_<score>``: whether the gold option is
@@ -92,6 +93,14 @@ def _risk_at(coverage: float) -> Callable[..., float]:
     return risk_at
 
 
+def _brier_conf(confidence: NDArray[Any], correct: NDArray[Any]) -> float:
+    """Brier score of the top-label confidence as a binary forecast of correctness,
+    ``mean_i (c_i - correct_i)^2`` in [0, 1] (sklearn's ``brier_score_loss(correct, c)``);
+    unlike ``brier`` it needs no distribution over the choices."""
+    c, ok = calibration_inputs(confidence, correct)
+    return float(np.mean((c - ok) ** 2))
+
+
 def _coverage(covered: NDArray[Any]) -> float:
     return float(np.mean(covered))
 
@@ -107,6 +116,7 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
     Column("ece", M.expected_calibration_error, _ID_CAL, False, "model", binned=True),
     Column("brier", M.brier_score, _ID_PROBS, False, "model"),
     Column("nll", M.negative_log_likelihood, _ID_PROBS, False, "model"),
+    Column("brier_conf", _brier_conf, _ID_CAL, False, "model", ci=False),
     Column("mce", M.max_calibration_error, _ID_CAL, False, "model", binned=True),
     Column("ece_adaptive", _ece_adaptive, _ID_CAL, False, "model", binned=True),
     Column("ece_10_mass", _ece_10_mass, _ID_CAL, False, "model"),
@@ -141,6 +151,26 @@ CONFORMAL_COVERAGE: dict[str, Column] = {c.name: c for c in (
     for s in ("lac", "aps_rand", "raps_rand"))}
 
 
+#: the `uqbench.results.evaluate.Scored` fields made from a record's distribution over choices
+#: (``logits`` and ``labels``): records without one (confidence-only) cannot give the columns
+#: reading them, nor the conformal sets (``cp_*``: `uqbench.results.conformal_risk`)
+NEEDS_DISTRIBUTION = ("probs", "labels")
+
+
+def skipped_columns(fields: frozenset[str]) -> list[dict[str, Any]]:
+    """The columns records holding ``fields`` (`uqbench.core.outputs.Outputs.available`) cannot
+    give, each ``{"columns", "missing", "reason"}`` for run.json ``skipped_columns``: none when
+    the records have logits and labels."""
+    missing = sorted({"logits", "labels"} - fields)
+    if not missing:
+        return []
+    cols = [c.name for c in (*COLUMNS.values(), *CONFORMAL_COVERAGE.values())
+            if any(f in NEEDS_DISTRIBUTION or f.startswith("covered_") for _, f in c.reads)]
+    return [{"columns": [*cols, "cp_* (every conformal-set column)"], "missing": missing,
+             "reason": "needs each question's distribution over its choices and its gold "
+                       "choice; these records hold a confidence and a correctness only"}]
+
+
 def inputs_of(run: RunFolder, method: str, domain: str, col: Column
               ) -> list[NDArray[Any]] | None:
     """The (N, seeds) arrays ``col`` reads for ``method`` on ``domain`` from a finished run's
@@ -166,4 +196,5 @@ def inputs_of(run: RunFolder, method: str, domain: str, col: Column
     return out
 
 
-__all__ = ["COLUMNS", "CONFORMAL_COVERAGE", "CP_ALPHA", "RISK_AT", "Column", "inputs_of"]
+__all__ = ["COLUMNS", "CONFORMAL_COVERAGE", "CP_ALPHA", "NEEDS_DISTRIBUTION", "RISK_AT", "Column",
+           "inputs_of", "skipped_columns"]

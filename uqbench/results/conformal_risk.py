@@ -246,6 +246,10 @@ def conformal_risk_columns(cache: ArrayCache | None, cal: Scored, id_: Scored, s
     got: dict[str, NDArray[Any]] = {}
     for kind, fn, reads in (("conformal", conformal, ("probs", "labels")),
                             ("risk", risk, ("uncertainty", "correct"))):
+        if any(getattr(s, f) is None for s in splits for f in reads):
+            # confidence-only records: no sets to form (run.json skipped_columns says why)
+            got["col|cp_note"] = np.asarray("")
+            continue
         if cache is None:
             got.update(fn())
         else:

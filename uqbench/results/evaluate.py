@@ -61,12 +61,18 @@ class Scored:
             ui, ci = run_scorer(scorer, out, timeout=timeout)
             u.append(ui)
             conf.append(ci)
-            probs.append(scorer.predictive(out))
-            corr.append((probs[-1].argmax(axis=1) == out.labels).astype(float))
+            if out.logits is None:  # confidence-only records: correctness recorded, no probs
+                corr.append(out.correct)
+            else:
+                probs.append(scorer.predictive(out))
+                corr.append((probs[-1].argmax(axis=1) == out.labels).astype(float))
             exp.append(out.experts)
             tok.append(out.n_tokens)
         experts = None if any(e is None for e in exp) else np.stack(exp, axis=1)  # type: ignore[arg-type]
         n_tokens = None if any(t is None for t in tok) else np.stack(tok, axis=1)  # type: ignore[arg-type]
+        if len(probs) < len(per_seed):
+            return Scored(np.stack(u, 1), np.stack(conf, 1), np.stack(corr, 1), experts,
+                          n_tokens)
         labels = np.stack([o.labels for o in per_seed], 1).astype(np.int64)
         return Scored(np.stack(u, 1), np.stack(conf, 1), np.stack(corr, 1), experts, n_tokens,
                       np.stack(probs, 1), labels)
@@ -111,7 +117,8 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
     splits = {"id": id_, "shift": shift}
     if id_.probs is None or id_.labels is None:
         warnings.warn("evaluate: the ID Scored has no predictive distribution (probs/labels); "
-                      "brier and nll are NaN (build it with Scored.of)", stacklevel=2)
+                      "brier and nll are NaN (records without a distribution over choices, or "
+                      "a Scored not built with Scored.of)", stacklevel=2)
     row: dict[str, float] = {}
     # one-sample columns first, then those of ID against shift (the row's column order)
     for col in sorted(METRIC_COLUMNS.values(), key=lambda c: c.two_sample):

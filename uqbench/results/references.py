@@ -103,7 +103,9 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
 
     domains = list(refs.domains)
     rows: list[dict[str, Any]] = []
-    for method in (CHANCE, OPTIONS_ONLY)[:1 if refs.options_only is None else 2]:
+    methods = [m for m, table in ((CHANCE, refs.n_choices), (OPTIONS_ONLY, refs.options_only))
+               if table]  # confidence-only records may not know the option counts
+    for method in methods:
         for dom in [*domains, "pooled"]:
             parts = domains if dom == "pooled" else [dom]
 

@@ -25,6 +25,7 @@ from uqbench.core.registry import import_plugin
 from uqbench.core.scorer import Scorer, get_scorer, list_scorers, probe_scorers
 from uqbench.files.cache import ArrayCache
 from uqbench.io.recordset import RecordSet, new_folder, read_record_set
+from uqbench.results.columns import skipped_columns
 from uqbench.results.rows import score_all
 from uqbench.run.folder import print_summary, write_run
 from uqbench.run.runner import RunResult, RunStats
@@ -75,6 +76,10 @@ def plan_methods(rs: RecordSet, cfg: ScoreConfig
                 wanted.append((m.pair, sc))
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from None
+    if any("confidence" in p.fields for p in pairs):  # confidence-only records' own method
+        from uqbench.io.confidence import ReportedConfidence
+
+        wanted.insert(0, (None, ReportedConfidence()))
     ms: list[Method] = []
     skipped: list[dict[str, Any]] = []
     for pair_name, sc in wanted:
@@ -102,10 +107,22 @@ def plan_methods(rs: RecordSet, cfg: ScoreConfig
 def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Path | None = None,
                  members: Sequence[Path] = (), **lmeval: Any) -> RecordSet:
     """The records at ``source``: a records folder (``manifest.json``), a run folder (its
-    ``records/``), or an lm-eval output folder (then ``domains``/``domains_file`` pair its
-    tasks, ``members`` are other runs of them; ``lmeval``: the other options of
-    `uqbench.io.lmeval.read_lmeval`, unused for uqbench records)."""
+    ``records/``), a confidence-only ``.jsonl``/``.csv`` file (`uqbench.io.confidence`), a
+    folder of HELM runs (`uqbench.io.helm`) or an lm-eval output folder (then
+    ``domains``/``domains_file`` pair its tasks or HELM runs, ``members`` are other runs of
+    them; ``lmeval``: the other options of `uqbench.io.lmeval.read_lmeval`, unused for uqbench
+    records)."""
     from uqbench.io.lmeval import DomainTasks, domains_from_yaml, read_lmeval
+
+    if source.suffix in (".jsonl", ".csv") or source.is_file():
+        from uqbench.io.confidence import read_confidence
+
+        if domains or domains_file or members or lmeval.get("runs"):
+            raise ConfigError(f"{source} holds confidence-only records, which name their "
+                              "domains and splits: drop --domain/--domains/--members/--run")
+        return read_confidence(source, model_name=lmeval.get("model_name"),
+                               calib_fraction=lmeval.get("calib_fraction", 0.2),
+                               seed=lmeval.get("seed", 0))
 
     for folder in (source, source / "records"):
         if (folder / "manifest.json").is_file():
@@ -116,6 +133,14 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
     tasks = [DomainTasks.parse(d) for d in domains]
     if domains_file is not None:
         tasks += domains_from_yaml(domains_file)
+    from uqbench.io.helm import is_helm, read_helm
+
+    if is_helm(source):
+        if members or lmeval.get("runs"):
+            raise ConfigError(f"{source} holds HELM runs: --members and --run are for lm-eval")
+        return read_helm(tasks, source, model_name=lmeval.get("model_name"),
+                         calib_fraction=lmeval.get("calib_fraction", 0.2),
+                         seed=lmeval.get("seed", 0))
     return read_lmeval(tasks, source, members=members, **lmeval)
 
 
@@ -143,16 +168,27 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
         "domains": list(rs.domains), "seeds": rs.seeds, "bootstrap": n_boot,
         "splits": {k: {"hash": h} for k, h in rs.refs.hashes.items()},
         "methods": [m.name for m in ms], "skipped_scorers": skipped, "fallbacks": fallbacks,
-        "references": ["chance"] + (["options-only"] if rs.refs.options_only is not None else []),
+        "references": (["chance"] if rs.refs.n_choices else [])
+        + (["options-only"] if rs.refs.options_only is not None else []),
         "seconds": {"scoring": time.perf_counter() - t0},
     }
     if rs.refs.options_only is None:
         meta["references_skipped"] = {"options-only": "needs the option texts of a train split "
                                       "to fit the options-only classifier; these records have "
                                       "none"}
+    if not rs.refs.n_choices:
+        meta["references_skipped"]["chance"] = "needs each question's option count (n_choices)"
+    fields = frozenset.intersection(*(o.available() for (_, split, _), o in rs.outputs.items()
+                                      if not split.endswith("/train")))
+    if cols := skipped_columns(fields):
+        meta["skipped_columns"] = cols
+        for c in cols:
+            log.warning("columns not computed: %s: %s", ", ".join(c["columns"]), c["reason"])
     with new_folder(cfg.out) as tmp:
         write_run(tmp, rows, arrays, meta, t0=t0, figures=cfg.figures, final=cfg.out)
     print_summary(cfg.out, rows, meta)
+    for c in meta.get("skipped_columns", []):
+        print(f"columns skipped: {', '.join(c['columns'])} ({c['reason']})", flush=True)
     if skipped:
         print("skipped: " + "; ".join(
             f"{s['scorer']} on {s['pair']}: " + (s["reason"] if "reason" in s else

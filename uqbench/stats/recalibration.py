@@ -15,8 +15,9 @@ applied to the ID test split, where ECE is measured with the same 12 bins as the
     constrained optimum is then the bound (an almost uniform distribution). A fit that fails
     (1/T not a finite number) is held at the bound too, and warns and is listed in run.json
     ``fallbacks`` with its reason and seed. A scorer with its
-    own ``confidence`` (not the MSP of its predictive) gets netcal's binary form on that
-    confidence instead, ``sigmoid(logit(c) / T)``.
+    own ``confidence`` (not the MSP of its predictive), or records holding a confidence and a
+    correctness only (`uqbench.io.confidence`), get netcal's binary form on that confidence
+    instead, ``sigmoid(logit(c) / T)`` (Platt scaling without a bias).
 ``hb`` -- histogram binning (``netcal.binning.HistogramBinning``, `HB_BINS` equal-width bins;
     an empty bin keeps its midpoint) of the **top-label confidence**: the confidence of the
     predicted class against whether the prediction was right.
@@ -185,10 +186,13 @@ def recalibrate(scorer: Scorer, calib: Sequence[Outputs], test: Sequence[Outputs
     out: dict[str, list[NDArray[np.float64]]] = {k: [] for k in CALIBRATORS}
     temps, failed = [], []
     for s, (cal, tst) in enumerate(zip(calib, test)):
-        p_cal, p_tst = scorer.predictive(cal), scorer.predictive(tst)
         c_cal, c_tst = calib_confidence[:, s], test_confidence[:, s]
-        right_cal = (p_cal.argmax(axis=1) == cal.labels).astype(np.float64)
-        if _uses_msp(scorer):
+        if cal.logits is None:  # confidence-only records: the binary form, as a scorer's own
+            right_cal = np.asarray(cal.correct, np.float64)
+        else:
+            p_cal, p_tst = scorer.predictive(cal), scorer.predictive(tst)
+            right_cal = (p_cal.argmax(axis=1) == cal.labels).astype(np.float64)
+        if cal.logits is not None and _uses_msp(scorer):
             t, q, why = temperature_scaling(p_cal, cal.labels, p_tst)
             _check_same_prediction(p_tst, q, f"scorer {scorer.name!r}")
             out["ts"].append(q.max(axis=1))
@@ -258,7 +262,8 @@ def recalibrate_cached(cache: ArrayCache | None, scorer: Scorer, calib: Sequence
         h = hashlib.sha256()
         for outs in (calib, test):
             for o in outs:
-                for a in (scorer.predictive(o), o.labels):
+                for a in ((o.confidence, o.correct) if o.logits is None
+                          else (scorer.predictive(o), o.labels)):
                     h.update(np.ascontiguousarray(a).tobytes() + str(a.shape).encode())
         for a in (calib_confidence, test_confidence, test_correct):
             h.update(np.ascontiguousarray(a).tobytes() + str(a.shape).encode())
