@@ -275,5 +275,5 @@ def test_lmeval_bad_input_names_the_file_and_line(tmp_path):
     _bad(tmp_path, [dict(good[0], target="not a choice")], r"line 1: target 'not a choice'")
     with pytest.raises(ConfigError, match="calib task 'easy' is also its ID task"):
         DomainTasks.parse("s=easy:hard:easy")
-    with pytest.raises(UserError, match="no samples_nope_"):
+    with pytest.raises(UserError, match="no samples file of task 'nope'"):
         read_lmeval([DomainTasks.parse("s=nope:hard")], tmp_path)

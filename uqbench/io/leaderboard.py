@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from uqbench.io.lmeval import DATE, NORMALIZE, Parsed, _check_lls, _fail, _logged_metrics
+from uqbench.io.samples import DATE, NORMALIZE, Parsed, check_lls, fail, logged_metrics
 
 #: a v1 details file: ``details_<task>_<date>.parquet``, task e.g. ``harness|arc:challenge|25``
 V1_FILE = re.compile(rf"details_(?P<task>.+)_(?P<date>{DATE})\.parquet")
@@ -62,7 +62,7 @@ def parquet_rows(path: Path, required: Sequence[str | tuple[str, ...]],
     try:
         pf = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
-        raise _fail(path, None, f"not a readable parquet file ({exc})", V1_FIX) from None
+        raise fail(path, None, f"not a readable parquet file ({exc})", V1_FIX) from None
     have = pf.schema_arrow.names
     cols, missing = [], []
     for want in required:
@@ -70,9 +70,9 @@ def parquet_rows(path: Path, required: Sequence[str | tuple[str, ...]],
         col = next((c for c in alts if c in have), None)
         (cols if col else missing).append(col or " or ".join(alts))
     if missing:
-        raise _fail(path, None, f"no column {', '.join(missing)} (its columns: "
-                    f"{', '.join(have)})", "give a file of the published schema (see "
-                    "docs/scoring-elsewhere.md)")
+        raise fail(path, None, f"no column {', '.join(missing)} (its columns: "
+                   f"{', '.join(have)})", "give a file of the published schema (see "
+                   "docs/scoring-elsewhere.md)")
     cols += [c for c in optional if c in have]
     cols += [f for c, f in (fallback or {}).items() if c not in have and f in have]
     cols = list(dict.fromkeys(cols))
@@ -91,33 +91,33 @@ def _v1_sample(path: Path, row: int, d: Mapping[str, Any]) -> Parsed:
     at = f"row {row}"
     choices, preds = d["choices"], d["predictions"]
     if not (isinstance(choices, list) and all(isinstance(c, str) for c in choices)):
-        raise _fail(path, at, f"`choices` is {choices!r:.80}, not a list of texts", V1_FIX)
+        raise fail(path, at, f"`choices` is {choices!r:.80}, not a list of texts", V1_FIX)
     if not isinstance(preds, list):
-        raise _fail(path, at, f"`predictions` is {preds!r:.80}, not one log-likelihood per "
-                    "choice (text here means a generative task, which uqbench does not score)",
-                    V1_FIX)
+        raise fail(path, at, f"`predictions` is {preds!r:.80}, not one log-likelihood per "
+                   "choice (text here means a generative task, which uqbench does not score)",
+                   V1_FIX)
     try:  # lighteval logs [log-likelihood, is_greedy] per choice
         lls = [float(p[0] if isinstance(p, list) else p) for p in preds]
     except (TypeError, ValueError, IndexError):
-        raise _fail(path, at, f"`predictions` {preds!r:.80} holds something other than "
-                    "log-likelihoods", V1_FIX) from None
+        raise fail(path, at, f"`predictions` {preds!r:.80} holds something other than "
+                   "log-likelihoods", V1_FIX) from None
     if len(lls) != len(choices):
-        raise _fail(path, at, f"{len(lls)} predictions for {len(choices)} choices", V1_FIX)
-    _check_lls(path, at, lls, row)
+        raise fail(path, at, f"{len(lls)} predictions for {len(choices)} choices", V1_FIX)
+    check_lls(path, at, lls, row)
     gold = d["gold_index"] if "gold_index" in d else d["gold"]
     if isinstance(gold, list):
         if len(gold) != 1:
-            raise _fail(path, at, f"{len(gold)} gold indices {gold}: several gold answers are "
-                        "not supported", "score a task with one gold choice per question")
+            raise fail(path, at, f"{len(gold)} gold indices {gold}: several gold answers are "
+                       "not supported", "score a task with one gold choice per question")
         gold = gold[0]
     if isinstance(gold, bool) or not isinstance(gold, int) or not 0 <= gold < len(lls):
-        raise _fail(path, at, f"gold {gold!r} is not an index among the {len(lls)} choices",
-                    V1_FIX)
+        raise fail(path, at, f"gold {gold!r} is not an index among the {len(lls)} choices",
+                   V1_FIX)
     metrics = d.get("metrics") if isinstance(d.get("metrics"), dict) else d
-    logged = _logged_metrics(path, at, {k: metrics.get(k) for k in NORMALIZE.values()})
+    logged = logged_metrics(path, at, {k: metrics.get(k) for k in NORMALIZE.values()})
     if not logged:
-        raise _fail(path, at, "neither `acc` nor `acc_norm` is logged, so the gold index cannot "
-                    "be verified", "uqbench refuses labels it cannot verify; " + V1_FIX)
+        raise fail(path, at, "neither `acc` nor `acc_norm` is logged, so the gold index cannot "
+                   "be verified", "uqbench refuses labels it cannot verify; " + V1_FIX)
     doc_hash = hashlib.sha256(str(d.get("example")).encode()).hexdigest()
     return row, gold, lls, choices, doc_hash, False, logged
 

@@ -35,8 +35,9 @@ seeds (``members``) become ``member_logits`` (member 0 is the main source), for 
 scorers. A folder holding several runs of a task (``--output_path`` accumulates them) gives its
 newest, or the one ``runs`` (``--run``) names, and each run's own results file its model. The
 same samples are also read from a JSON array (lm-eval <= 0.4.2), a parquet copy and the Open LLM
-Leaderboard's details (`_runs`, `uqbench.io.leaderboard`). Anything malformed is a `UserError` naming the file, the line and the fix, raised before
-any output is written.
+Leaderboard's details (`_runs`, `uqbench.io.leaderboard`); each sample is parsed and checked by
+`uqbench.io.samples`. Anything malformed is a `UserError` naming the file, the line and the fix,
+raised before any output is written.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ import math
 import re
 import warnings
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -57,10 +58,9 @@ from uqbench.core.errors import ConfigError, UserError
 from uqbench.core.outputs import PAD_LOGIT, Outputs
 from uqbench.core.plan import DET, GateSpec, ModelSpec, Pair
 from uqbench.io.recordset import RecordSet
+from uqbench.io.samples import DATE, NORMALIZE, Parsed, fail, parse_sample
 from uqbench.results.references import ReferenceInputs
 
-#: ``--normalize``: how a choice's log-likelihood becomes its logit (lm-eval's metric beside it)
-NORMALIZE = {"none": "acc", "chars": "acc_norm", "bytes": "acc_bytes"}
 GATES = {"none": "loglik", "chars": "loglik-per-char", "bytes": "loglik-per-byte"}
 
 
@@ -129,121 +129,6 @@ class TaskSamples:
         return self.lls if normalize == "none" else self.lls / self.lengths[normalize]
 
 
-def _fail(path: Path, at: int | str | None, what: str, fix: str) -> UserError:
-    """The error of a bad sample: ``at`` is its line (an int), or where else it is ("row 5")."""
-    where = f"{path}" + ("" if at is None else f", line {at}" if isinstance(at, int) else f", {at}")
-    return UserError(f"{where}: {what}; {fix}")
-
-
-def _argmax(xs: Sequence[float]) -> int:
-    """The first index of the largest value (`numpy.argmax`, which lm-eval uses)."""
-    return max(range(len(xs)), key=xs.__getitem__)
-
-
-def _multiple_input_label(path: Path, line: int | str, lls: list[float], acc: float | None) -> int:
-    """The gold index of a multiple_input sample, from what its own ``acc`` determines."""
-    why = ("a multiple_input task (every choice its own context, one shared continuation), "
-           "whose samples log the continuation as `target`, not the gold index")
-    if acc is None:
-        raise _fail(path, line, f"{why}, and no per-sample `acc` to determine it",
-                    "add `- metric: acc` to the task's metric_list and rerun lm-eval")
-    pred = _argmax(lls)
-    if acc == 1:
-        return pred
-    if len(lls) == 2:
-        return 1 - pred
-    raise _fail(path, line, f"{why}; its acc is 0 among {len(lls)} choices, which leaves the "
-                "gold open", "score such a task with 2 choices per question, or write it as one "
-                "context with a continuation per choice (doc_to_choice the options, "
-                "doc_to_target the gold index) and rerun lm-eval")
-
-
-def _check_lls(path: Path, line: int | str, lls: list[float], doc_id: object) -> None:
-    """Refuse log-likelihoods no choice distribution can be made of."""
-    if not all(math.isfinite(x) for x in lls):
-        raise _fail(path, line, f"non-finite log-likelihood(s) {lls} (doc_id {doc_id})",
-                    "the model produced NaN/inf: check its dtype and weights, and rerun lm-eval")
-    if min(lls) <= PAD_LOGIT:
-        raise _fail(path, line, f"a log-likelihood {min(lls):g} at or below {PAD_LOGIT:g}, the "
-                    "logit uqbench gives an absent choice", "check the model's outputs")
-    if len(lls) < 2:
-        raise _fail(path, line, f"{len(lls)} choice (doc_id {doc_id}): nothing to choose "
-                    "between", "give a multiple-choice task with at least 2 choices per question")
-
-
-def _logged_metrics(path: Path, line: int | str, d: Mapping[str, Any]) -> dict[str, float]:
-    """lm-eval's per-sample acc/acc_norm/acc_bytes of a sample (those it logged), each 0 or 1."""
-    metrics: dict[str, float] = {}
-    for k in NORMALIZE.values():
-        if d.get(k) is not None:
-            if d[k] not in (0, 1):
-                raise _fail(path, line, f"`{k}` is {d[k]!r}, not 0 or 1",
-                            "give the file as it was written, unedited")
-            metrics[k] = float(d[k])
-    return metrics
-
-
-def _parse_line(path: Path, line: int | str, d: Mapping[str, Any], delim: str
-                ) -> tuple[int, int, list[float], list[str], str, bool, dict[str, float]]:
-    """(doc_id, label, log-likelihoods, choice texts, the doc's hash, multiple_input, lm-eval's
-    per-sample metrics) of one sample."""
-    for key in ("doc_id", "target", "filtered_resps", "arguments"):
-        if key not in d:
-            raise _fail(path, line, f"no `{key}` field", "give the samples file lm-eval wrote "
-                        "with --log_samples, unedited")
-    resps = d["filtered_resps"]
-    if not (isinstance(resps, list) and resps and all(
-            isinstance(r, list) and len(r) == 2 for r in resps)):
-        raise _fail(path, line, "`filtered_resps` holds generated text, not one (log-likelihood, "
-                    "is_greedy) pair per choice: this is a generate_until task",
-                    "uqbench score reads multiple-choice tasks (output_type: multiple_choice) "
-                    "only")
-    try:
-        lls = [float(r[0]) for r in resps]
-    except (TypeError, ValueError):
-        raise _fail(path, line, f"a log-likelihood in `filtered_resps` is not a number "
-                    f"({resps!r:.80})", "give the samples file lm-eval wrote") from None
-    _check_lls(path, line, lls, d["doc_id"])
-    args = d["arguments"]
-    if isinstance(args, dict):  # lm-eval >= 0.4.3; a parquet copy holds None for absent choices
-        args = [a for a in (args.get(f"gen_args_{i}") for i in range(len(args))) if a]
-        args = [(a.get("arg_0"), a.get("arg_1")) for a in args]
-    pairs = [tuple(a) for a in args if isinstance(a, (list, tuple)) and len(a) == 2] \
-        if isinstance(args, list) else []  # lm-eval <= 0.4.2: [context, continuation] each
-    if len(pairs) != len(lls) or not all(isinstance(x, str) for p in pairs for x in p):
-        raise _fail(path, line, f"{len(pairs)} arguments for {len(lls)} responses",
-                    "give the samples file lm-eval wrote")
-    half = len(pairs) // 2
-    if d.get("acc_mutual_info") is not None or (len(pairs) % 2 == 0 and half and all(
-            c == "" for c, _ in pairs[half:]) and any(c for c, _ in pairs[:half])):
-        raise _fail(path, line, f"a task scored with acc_mutual_info: its {len(lls)} "
-                    f"log-likelihoods are {half} conditional ones and {half} unconditional "
-                    "ones (empty context), not one per choice",
-                    "uqbench reads one log-likelihood per choice: drop acc_mutual_info from the "
-                    "task's metric_list and rerun lm-eval")
-    metrics = _logged_metrics(path, line, d)
-    contexts, conts = zip(*pairs)
-    multiple_input = len(set(conts)) == 1 and len(set(contexts)) > 1
-    choices = [c.removeprefix(delim) for c in conts]
-    target = str(d["target"]).strip()
-    if multiple_input:
-        label = _multiple_input_label(path, line, lls, metrics.get("acc"))
-    elif target.lstrip("-").isdigit():
-        label = int(target)
-    elif target in choices:
-        label = choices.index(target)  # what lm-eval does with a text target
-    else:
-        raise _fail(path, line, f"target {target[:60]!r} is neither a choice index nor one of "
-                    "the choices (several gold answers are not supported)",
-                    "use a task whose doc_to_target gives one choice")
-    if not 0 <= label < len(lls):
-        raise _fail(path, line, f"target index {label} outside the {len(lls)} choices",
-                    "check the task's doc_to_target")
-    doc_hash = str(d.get("doc_hash") or hashlib.sha256(
-        json.dumps(d.get("doc"), sort_keys=True).encode()).hexdigest())
-    return int(d["doc_id"]), label, lls, choices, doc_hash, multiple_input, metrics
-
-
 def _verify(ts: TaskSamples, lines: np.ndarray, delim: str) -> None:
     """Raise unless each metric lm-eval logged equals uqbench's correctness under that metric's
     normalisation, on every sample (lm-eval 0.4 `ConfigurableTask.process_results`)."""
@@ -263,12 +148,13 @@ def _verify(ts: TaskSamples, lines: np.ndarray, delim: str) -> None:
             f"delimiter {delim!r}) are not the doc_to_choice texts lm-eval divided by: a chat "
             "template or gen_prefix changed the continuations, or the results file beside the "
             "samples names another target_delimiter")
-        raise _fail(ts.path, _at(ts.unit, int(lines[i])), f"lm-eval logged {metric}={theirs[i]:g} for doc_id "
-                    f"{ts.doc_ids[i]}, but uqbench's prediction under {metric}'s normalisation "
-                    f"(--normalize {normalize}) is choice {pred[i]} and its label is "
-                    f"{ts.labels[i]}, so {metric} would be {float(pred[i] == ts.labels[i]):g} "
-                    f"({len(bad)} of {len(ts.labels)} samples disagree)",
-                    f"uqbench refuses labels it cannot verify; likely cause: {cause}")
+        raise fail(ts.path, _at(ts.unit, int(lines[i])),
+                   f"lm-eval logged {metric}={theirs[i]:g} for doc_id {ts.doc_ids[i]}, but "
+                   f"uqbench's prediction under {metric}'s normalisation "
+                   f"(--normalize {normalize}) is choice {pred[i]} and its label is "
+                   f"{ts.labels[i]}, so {metric} would be {float(pred[i] == ts.labels[i]):g} "
+                   f"({len(bad)} of {len(ts.labels)} samples disagree)",
+                   f"uqbench refuses labels it cannot verify; likely cause: {cause}")
 
 
 def _at(unit: str, n: int) -> int | str:
@@ -287,7 +173,7 @@ def _samples(path: Path) -> tuple[str, Iterator[tuple[int, dict[str, Any]]]]:
     try:
         f = path.open(encoding="utf-8")
     except OSError as exc:
-        raise _fail(path, None, f"cannot be read ({exc})", "check the path") from None
+        raise fail(path, None, f"cannot be read ({exc})", "check the path") from None
     return "line", _json_samples(path, f)
 
 
@@ -306,8 +192,8 @@ def _json_samples(path: Path, f: TextIO) -> Iterator[tuple[int, dict[str, Any]]]
             try:
                 yield i, json.loads(raw)
             except ValueError as exc:
-                raise _fail(path, i, f"not JSON ({exc})", "the file is truncated or not a "
-                            "samples file") from None
+                raise fail(path, i, f"not JSON ({exc})", "the file is truncated or not a "
+                           "samples file") from None
 
 
 _SKIP = re.compile(r"[\s,]*")
@@ -325,8 +211,8 @@ def _array_items(path: Path, f: TextIO, chunk: int = 1 << 20
         line, pos = line + buf.count("\n", pos, end), end
         if pos < len(buf) and not opened:
             if buf[pos] != "[":
-                raise _fail(path, line, "not a JSON array of samples", "give the samples file "
-                            "lm-eval wrote")
+                raise fail(path, line, "not a JSON array of samples", "give the samples file "
+                           "lm-eval wrote")
             opened, pos = True, pos + 1
             continue
         if pos < len(buf) and buf[pos] == "]":
@@ -338,9 +224,9 @@ def _array_items(path: Path, f: TextIO, chunk: int = 1 << 20
         except ValueError as exc:  # an element cut by the chunk's end, or bad JSON
             more = f.read(max(chunk, len(buf)))  # doubling: linear time for any element size
             if not more:
-                raise _fail(path, line, f"not JSON ({exc})" if pos < len(buf) else
-                            "the array ends without its closing ]", "the file is truncated "
-                            "or not a samples file") from None
+                raise fail(path, line, f"not JSON ({exc})" if pos < len(buf) else
+                           "the array ends without its closing ]", "the file is truncated "
+                           "or not a samples file") from None
             buf, pos = buf[pos:] + more, 0
             continue
         yield line, item
@@ -357,7 +243,7 @@ def _padded(flat: array[float], n_choices: np.ndarray, fill: float) -> np.ndarra
 
 #: one parsed sample: (doc_id, label, log-likelihoods, choice texts, the doc's hash,
 #: multiple_input, the file's own per-sample metrics)
-Parsed = tuple[int, int, list[float], list[str], str, bool, dict[str, float]]
+
 
 
 def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
@@ -375,9 +261,9 @@ def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
     def parsed() -> Iterator[tuple[int, Parsed]]:
         for i, d in samples:
             if not isinstance(d, dict):
-                raise _fail(path, _at(unit, i), f"a {type(d).__name__}, not a sample object",
-                            "give the samples file lm-eval wrote")
-            yield i, _parse_line(path, _at(unit, i), d, delim)
+                raise fail(path, _at(unit, i), f"a {type(d).__name__}, not a sample object",
+                           "give the samples file lm-eval wrote")
+            yield i, parse_sample(path, _at(unit, i), d, delim)
 
     return collect(path, task, unit, parsed(), delim)
 
@@ -395,13 +281,13 @@ def collect(path: Path, task: str, unit: str, samples: Iterable[tuple[int, Parse
         if first is None:
             first = (i, multi)
         elif multi != first[1]:
-            raise _fail(path, _at(unit, i), f"{'one context per choice' if multi else 'one context'}"
-                        f" where {unit} {first[0]} has "
-                        f"{'one context' if multi else 'one per choice'}",
-                        "give the samples file of one task as lm-eval wrote it")
+            raise fail(path, _at(unit, i), f"{'one context per choice' if multi else 'one context'}"
+                       f" where {unit} {first[0]} has "
+                       f"{'one context' if multi else 'one per choice'}",
+                       "give the samples file of one task as lm-eval wrote it")
         if "" in choices:
-            raise _fail(path, _at(unit, i), "an empty choice text", "length normalisation "
-                        "divides by it; use --normalize none")
+            raise fail(path, _at(unit, i), "an empty choice text", "length normalisation "
+                       "divides by it; use --normalize none")
         content.update(((", " if len(doc_ids) else "") + json.dumps([doc_id, label, h])).encode())
         doc_ids.append(doc_id)
         labels.append(label)
@@ -413,7 +299,7 @@ def collect(path: Path, task: str, unit: str, samples: Iterable[tuple[int, Parse
         for k, v in metrics.items():
             v.append(logged.get(k, math.nan))
     if first is None:
-        raise _fail(path, None, "holds no samples", "rerun lm-eval with --log_samples")
+        raise fail(path, None, "holds no samples", "rerun lm-eval with --log_samples")
     content.update(b"]")
     ids = np.frombuffer(doc_ids, dtype=np.int64)
     at = np.frombuffer(lines, dtype=np.int64)
@@ -421,10 +307,10 @@ def collect(path: Path, task: str, unit: str, samples: Iterable[tuple[int, Parse
     dup = np.flatnonzero(ids[order][1:] == ids[order][:-1])
     if len(dup):  # the earliest line that repeats a doc_id
         j = min(dup, key=lambda j: at[order[j + 1]])
-        raise _fail(path, _at(unit, int(at[order[j + 1]])), f"doc_id {ids[order[j]]} also on "
-                    f"{unit} {at[order[j]]}", "give one samples file per task and run (lm-eval appends "
-                    "to an existing file when a run is repeated with the same output path and "
-                    "date)")
+        raise fail(path, _at(unit, int(at[order[j + 1]])), f"doc_id {ids[order[j]]} also on "
+                   f"{unit} {at[order[j]]}", "give one samples file per task and run (lm-eval "
+                   "appends to an existing file when a run is repeated with the same output path "
+                   "and date)")
     n = np.frombuffer(n_choices, dtype=np.int64)
     lengths = {"chars": _padded(chars, n, 1.0), "bytes": _padded(nbytes, n, 1.0)}
     logged = {k: a for k, v in metrics.items() if np.isfinite(a := np.frombuffer(v)).all()}
@@ -451,10 +337,6 @@ class Source:
     delimiters: dict[str, str]
     other_runs: dict[str, list[str]]  # task -> the timestamps of its runs not chosen
     folder: Path | None = None  # the model's folder (its name names the model without results)
-
-
-#: lm-eval's ``date_id`` in file names (``:`` or ``-`` between hours, minutes and seconds)
-DATE = r"\d{4}-\d\d-\d\dT[\d:.-]+"
 
 
 @dataclass(frozen=True)
@@ -568,7 +450,7 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
                   delims, others, next(iter(folders.values()), None))
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
     """A method-name-safe model name: the last part of a path or hub id."""
     base = name.split("pretrained=")[-1].split(",")[0].rstrip("/").split("/")[-1]
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-") or "lm-eval-model"
@@ -611,8 +493,8 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
                 raise UserError(f"member {s.samples[t]} has other questions than "
                                 f"{srcs[0].samples[t]} for task {t!r}: members must be runs of "
                                 "the same tasks with the same --limit")
-    model = model_name or _slug(srcs[0].model or (srcs[0].folder or srcs[0].root).name
-                                .removeprefix("details_"))
+    model = model_name or slug(srcs[0].model or (srcs[0].folder or srcs[0].root).name
+                               .removeprefix("details_"))
     outputs: dict[tuple[str, str, int], Outputs] = {}
     n_choices, hashes, held_out = {}, {}, {}
     gate = GATES[normalize]

@@ -26,7 +26,6 @@ from uqbench.files.rundir import RunFolder
 from uqbench.stats import metrics as M
 from uqbench.stats import risk as R
 from uqbench.stats.conformal import NotReachable, conformal_quantile
-from uqbench.stats.metrics._validation import calibration_inputs
 
 Split = Literal["id", "shift"]
 #: a `uqbench.results.evaluate.Scored` field, or ``covered_<score>``: whether the gold option is
@@ -97,7 +96,7 @@ def _brier_conf(confidence: NDArray[Any], correct: NDArray[Any]) -> float:
     """Brier score of the top-label confidence as a binary forecast of correctness,
     ``mean_i (c_i - correct_i)^2`` in [0, 1] (sklearn's ``brier_score_loss(correct, c)``);
     unlike ``brier`` it needs no distribution over the choices."""
-    c, ok = calibration_inputs(confidence, correct)
+    c, ok = M.calibration_inputs(confidence, correct)
     return float(np.mean((c - ok) ** 2))
 
 

@@ -36,6 +36,7 @@ from uqbench.stats.metrics._validation import (
     NLL_EPS,
     SELECTIVE_COVERAGE,
     UndefinedMetricWarning,
+    calibration_inputs,
 )
 from uqbench.stats.metrics.bootstrap import (
     RESAMPLED_OOD_AUROC,
@@ -88,6 +89,7 @@ __all__ = [
     "bootstrap_ci",
     "bootstrap_ci_two_sample",
     "brier_score",
+    "calibration_inputs",
     "e_aurc",
     "expected_calibration_error",
     "fpr_at_95_tpr",

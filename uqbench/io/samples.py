@@ -1,0 +1,138 @@
+"""One lm-eval sample, parsed and checked: the per-sample rules every reader of lm-eval-style
+records shares (`uqbench.io.lmeval` for samples files, `uqbench.io.leaderboard` for the Open LLM
+Leaderboard's details). A bad sample is a `UserError` naming the file, the line (or row) and the
+fix."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from uqbench.core.errors import UserError
+from uqbench.core.outputs import PAD_LOGIT
+
+#: ``--normalize``: how a choice's log-likelihood becomes its logit (lm-eval's metric beside it)
+NORMALIZE = {"none": "acc", "chars": "acc_norm", "bytes": "acc_bytes"}
+
+#: lm-eval's ``date_id`` in file names (``:`` or ``-`` between hours, minutes and seconds)
+DATE = r"\d{4}-\d\d-\d\dT[\d:.-]+"
+
+Parsed = tuple[int, int, list[float], list[str], str, bool, dict[str, float]]
+
+
+def fail(path: Path, at: int | str | None, what: str, fix: str) -> UserError:
+    """The error of a bad sample: ``at`` is its line (an int), or where else it is ("row 5")."""
+    where = f"{path}" + ("" if at is None else f", line {at}" if isinstance(at, int) else f", {at}")
+    return UserError(f"{where}: {what}; {fix}")
+
+
+def _argmax(xs: Sequence[float]) -> int:
+    """The first index of the largest value (`numpy.argmax`, which lm-eval uses)."""
+    return max(range(len(xs)), key=xs.__getitem__)
+
+
+def _multiple_input_label(path: Path, line: int | str, lls: list[float], acc: float | None) -> int:
+    """The gold index of a multiple_input sample, from what its own ``acc`` determines."""
+    why = ("a multiple_input task (every choice its own context, one shared continuation), "
+           "whose samples log the continuation as `target`, not the gold index")
+    if acc is None:
+        raise fail(path, line, f"{why}, and no per-sample `acc` to determine it",
+                   "add `- metric: acc` to the task's metric_list and rerun lm-eval")
+    pred = _argmax(lls)
+    if acc == 1:
+        return pred
+    if len(lls) == 2:
+        return 1 - pred
+    raise fail(path, line, f"{why}; its acc is 0 among {len(lls)} choices, which leaves the "
+               "gold open", "score such a task with 2 choices per question, or write it as one "
+               "context with a continuation per choice (doc_to_choice the options, "
+               "doc_to_target the gold index) and rerun lm-eval")
+
+
+def check_lls(path: Path, line: int | str, lls: list[float], doc_id: object) -> None:
+    """Refuse log-likelihoods no choice distribution can be made of."""
+    if not all(math.isfinite(x) for x in lls):
+        raise fail(path, line, f"non-finite log-likelihood(s) {lls} (doc_id {doc_id})",
+                   "the model produced NaN/inf: check its dtype and weights, and rerun lm-eval")
+    if min(lls) <= PAD_LOGIT:
+        raise fail(path, line, f"a log-likelihood {min(lls):g} at or below {PAD_LOGIT:g}, the "
+                   "logit uqbench gives an absent choice", "check the model's outputs")
+    if len(lls) < 2:
+        raise fail(path, line, f"{len(lls)} choice (doc_id {doc_id}): nothing to choose "
+                   "between", "give a multiple-choice task with at least 2 choices per question")
+
+
+def logged_metrics(path: Path, line: int | str, d: Mapping[str, Any]) -> dict[str, float]:
+    """lm-eval's per-sample acc/acc_norm/acc_bytes of a sample (those it logged), each 0 or 1."""
+    metrics: dict[str, float] = {}
+    for k in NORMALIZE.values():
+        if d.get(k) is not None:
+            if d[k] not in (0, 1):
+                raise fail(path, line, f"`{k}` is {d[k]!r}, not 0 or 1",
+                           "give the file as it was written, unedited")
+            metrics[k] = float(d[k])
+    return metrics
+
+
+def parse_sample(path: Path, line: int | str, d: Mapping[str, Any], delim: str
+                 ) -> tuple[int, int, list[float], list[str], str, bool, dict[str, float]]:
+    """(doc_id, label, log-likelihoods, choice texts, the doc's hash, multiple_input, lm-eval's
+    per-sample metrics) of one sample."""
+    for key in ("doc_id", "target", "filtered_resps", "arguments"):
+        if key not in d:
+            raise fail(path, line, f"no `{key}` field", "give the samples file lm-eval wrote "
+                       "with --log_samples, unedited")
+    resps = d["filtered_resps"]
+    if not (isinstance(resps, list) and resps and all(
+            isinstance(r, list) and len(r) == 2 for r in resps)):
+        raise fail(path, line, "`filtered_resps` holds generated text, not one (log-likelihood, "
+                   "is_greedy) pair per choice: this is a generate_until task",
+                   "uqbench score reads multiple-choice tasks (output_type: multiple_choice) "
+                   "only")
+    try:
+        lls = [float(r[0]) for r in resps]
+    except (TypeError, ValueError):
+        raise fail(path, line, f"a log-likelihood in `filtered_resps` is not a number "
+                   f"({resps!r:.80})", "give the samples file lm-eval wrote") from None
+    check_lls(path, line, lls, d["doc_id"])
+    args = d["arguments"]
+    if isinstance(args, dict):  # lm-eval >= 0.4.3; a parquet copy holds None for absent choices
+        args = [a for a in (args.get(f"gen_args_{i}") for i in range(len(args))) if a]
+        args = [(a.get("arg_0"), a.get("arg_1")) for a in args]
+    pairs = [tuple(a) for a in args if isinstance(a, (list, tuple)) and len(a) == 2] \
+        if isinstance(args, list) else []  # lm-eval <= 0.4.2: [context, continuation] each
+    if len(pairs) != len(lls) or not all(isinstance(x, str) for p in pairs for x in p):
+        raise fail(path, line, f"{len(pairs)} arguments for {len(lls)} responses",
+                   "give the samples file lm-eval wrote")
+    half = len(pairs) // 2
+    if d.get("acc_mutual_info") is not None or (len(pairs) % 2 == 0 and half and all(
+            c == "" for c, _ in pairs[half:]) and any(c for c, _ in pairs[:half])):
+        raise fail(path, line, f"a task scored with acc_mutual_info: its {len(lls)} "
+                   f"log-likelihoods are {half} conditional ones and {half} unconditional "
+                   "ones (empty context), not one per choice",
+                   "uqbench reads one log-likelihood per choice: drop acc_mutual_info from the "
+                   "task's metric_list and rerun lm-eval")
+    metrics = logged_metrics(path, line, d)
+    contexts, conts = zip(*pairs)
+    multiple_input = len(set(conts)) == 1 and len(set(contexts)) > 1
+    choices = [c.removeprefix(delim) for c in conts]
+    target = str(d["target"]).strip()
+    if multiple_input:
+        label = _multiple_input_label(path, line, lls, metrics.get("acc"))
+    elif target.lstrip("-").isdigit():
+        label = int(target)
+    elif target in choices:
+        label = choices.index(target)  # what lm-eval does with a text target
+    else:
+        raise fail(path, line, f"target {target[:60]!r} is neither a choice index nor one of "
+                   "the choices (several gold answers are not supported)",
+                   "use a task whose doc_to_target gives one choice")
+    if not 0 <= label < len(lls):
+        raise fail(path, line, f"target index {label} outside the {len(lls)} choices",
+                   "check the task's doc_to_target")
+    doc_hash = str(d.get("doc_hash") or hashlib.sha256(
+        json.dumps(d.get("doc"), sort_keys=True).encode()).hexdigest())
+    return int(d["doc_id"]), label, lls, choices, doc_hash, multiple_input, metrics
