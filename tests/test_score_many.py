@@ -97,7 +97,7 @@ def test_a_folder_of_models_gives_one_model_by_metric_table(scored: Path) -> Non
         (d, m, c) for d in ("pooled", "science") for m in models for c in MODEL_COLUMNS}
     t = read_models(scored)
     assert t is not None
-    for dom, table in t.cells.items():
+    for table in t.cells.values():
         for c in t.columns:
             best = [m for m in models if table[m][c].best]
             assert len(best) == 1
@@ -222,8 +222,8 @@ def test_mismatched_questions_and_models_are_refused_before_any_output(tmp_path,
     a = model_copy(tmp_path / "a", None, None)
     cases = {
         "limit": (model_copy(tmp_path / "limit", "org/x", 1, keep=6), (),
-                  r"not over the same questions.*split science/id.*question ids: \d+ vs \d+ "
-                  r"questions; \d+ only in the first \(e.g. arc_easy_local/"),
+                  (r"not over the same questions.*split science/id.*question ids: \d+ vs \d+ "
+                   r"questions; \d+ only in the first \(e.g. arc_easy_local/")),
         "twice": (model_copy(tmp_path / "twice", None, 3), (),
                   r"both hold model 'tiny-llama/loglik-per-char': two runs of one model"),
         "name": (model_copy(tmp_path / "name", "org/y", 1), ("--model-name", "m"),

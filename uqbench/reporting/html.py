@@ -192,7 +192,12 @@ def render_report(run_dir: str | Path) -> str:
                "recipe": json.dumps(v.get("recipe"), default=str) if v.get("recipe") else ""}
               for k, v in (meta.get("splits") or {}).items()]
     found = [_answer(a) for a in answers(run)] if run.rows else []
-    many = read_models(run.path)  # models.json: a run over several models
+    try:
+        many = read_models(run.path)  # models.json: a run over several models
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        many = None
+        problems["models.json"] = (f"unreadable ({type(exc).__name__}: {exc}): no table of the "
+                                   "models; rerun `uqbench score` over them")
     doms = T.domains_of(run.rows)
     models = [m for m in T.model_rows(run.rows) if not m.reference]
     return _env().get_template("report.html.j2").render(

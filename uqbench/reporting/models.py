@@ -148,9 +148,9 @@ def header(column: str) -> str:
 
 def markdown(t: ModelTable) -> str:
     """One table per domain, models in rows, metrics in columns."""
-    lines = [f"Models ranked: each model's `{t.scorer}` row; cell = value [95% bootstrap CI]; "
-             f"Δ = model − best model of the column, paired bootstrap over the same questions "
-             f"({t.n_boot} resamples), 95% CI; * = CI excludes 0 (worse than the best).", ""]
+    lines = [(f"Models ranked: each model's `{t.scorer}` row; cell = value [95% bootstrap CI]; "
+              "Δ = model − best model of the column, paired bootstrap over the same questions "
+              f"({t.n_boot} resamples), 95% CI; * = CI excludes 0 (worse than the best)."), ""]
     for m, why in t.left_out.items():
         lines += [f"Left out: {m}: {why}.", ""]
     for dom, table in t.cells.items():
