@@ -255,3 +255,16 @@ def test_a_label_that_differs_between_models_is_refused(tmp_path: Path) -> None:
     path.write_text("".join(json.dumps(x) + "\n" for x in rows))
     with pytest.raises(UserError, match=r"split science/shift: .* other contents"):
         load_models([a, b], domains=[DOMAIN], calib_fraction=CALIB)
+
+
+def test_an_unreadable_model_table_is_named_on_the_page(scored: Path, tmp_path: Path) -> None:
+    """report.html of a run whose models.json is corrupt names it and renders the rest."""
+    import shutil
+
+    from uqbench.reporting.html import render_report
+
+    run = Path(shutil.copytree(scored, tmp_path / "run"))
+    (run / "models.json").write_text("{not json")
+    html = render_report(run)
+    assert 'data-part="models.json"' in html and 'id="models-side-by-side"' not in html
+    assert 'id="scorers"' in html
