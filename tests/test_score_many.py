@@ -268,3 +268,23 @@ def test_an_unreadable_model_table_is_named_on_the_page(scored: Path, tmp_path: 
     html = render_report(run)
     assert 'data-part="models.json"' in html and 'id="models-side-by-side"' not in html
     assert 'id="scorers"' in html
+
+
+def test_a_split_listed_in_another_order_is_paired_question_by_question(tmp_path) -> None:
+    """A model whose shifted file lists the questions in reverse is read into the first model's
+    order: its records equal those of the same file in order."""
+    from uqbench.run.score_records import load_models
+
+    a = model_copy(tmp_path / "a", None, None)
+    b = model_copy(tmp_path / "b", "org/b", 1)
+    rev = model_copy(tmp_path / "rev", "org/b", 1)
+    path = next(rev.glob("samples_arc_challenge_local_*.jsonl"))
+    path.write_text("".join(reversed(path.read_text().splitlines(keepends=True))))
+    key = ("b/loglik-per-char", "science/shift", 0)
+    plain = load_models([a, b], domains=[DOMAIN], calib_fraction=CALIB).outputs[key]
+    merged = load_models([a, rev], domains=[DOMAIN], calib_fraction=CALIB)
+    assert merged.outputs[key].ids.tolist() == plain.ids.tolist()
+    assert merged.outputs[key].ids.tolist() != [f"arc_challenge_local/{r['doc_id']}"
+                                                for r in _rows(path)]
+    np.testing.assert_array_equal(merged.outputs[key].logits, plain.logits)
+    np.testing.assert_array_equal(merged.outputs[key].labels, plain.labels)
