@@ -22,7 +22,8 @@ from uqbench.reporting.models import MODEL_COLUMNS, header
 from uqbench.results.columns import COLUMNS
 
 ROW_HEIGHT = 0.22  # inches per model and panel row
-NCOLS = 3
+NCOLS = 2
+CHAR_WIDTH = 0.062  # inches per character of an 8 pt title
 
 
 def _finite(v: Any) -> float | None:
@@ -46,6 +47,9 @@ def ranking_figure(run: RunData) -> Figure | None:
     if len(methods) < 2 or not cols:
         return None
     doms, first = run.domains, run.domains[0]
+    gates = {m.rsplit("/", 1)[-1] for m in methods}
+    # one gate for all (lm-eval: the normalisation): named once in the title, not per label
+    label = {m: m.rsplit("/", 1)[0] if len(gates) == 1 else m for m in methods}
     nrows = math.ceil(len(cols) / NCOLS)
     fig = new_figure(TEXT_WIDTH, nrows * (0.9 + ROW_HEIGHT * len(methods)) + 0.4)
     step = 0.8 / len(doms)
@@ -72,12 +76,13 @@ def ranking_figure(run: RunData) -> Figure | None:
                 ax.plot([v], [y], "o", ms=3.2, color=color, gid=f"{c}|{m}|{dom}")
         if c == "ood_auroc":
             ax.axvline(0.5, color="#8C8C8C", ls="--", lw=0.8)
-        ax.set_yticks(range(len(order)), order)
+        ax.set_yticks(range(len(order)), [label[m] for m in order])
         ax.set_ylim(len(order) - 0.5, -0.5)
         ax.grid(axis="y", visible=False)
         ax.set_title(header(c))
-    fig.suptitle(f"Models ranked on {first} (best at the top; 95% bootstrap CI)", x=0.02,
-                 ha="left")
+    shared = f", all /{next(iter(gates))}" if len(gates) == 1 else ""
+    fig.suptitle(f"Models ranked on {first} (best at the top; 95% bootstrap CI{shared})",
+                 x=0.02, ha="left")
     handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="o", ms=3.2, lw=0.9,
                       label=d) for i, d in enumerate(doms)]
     fig.legend(handles=handles, loc="outside lower center", ncols=len(doms))
@@ -85,12 +90,15 @@ def ranking_figure(run: RunData) -> Figure | None:
 
 
 def models_reliability_figure(run: RunData, domain: str) -> Figure | None:
-    """Every model's reliability diagram on ``domain``'s ID split, side by side; None for one
-    model."""
+    """Every model's reliability diagram on ``domain``'s ID split, side by side (panels wide
+    enough for the models' names); None for one model."""
     methods = model_methods(run)
     if len(methods) < 2:
         return None
-    return reliability_figure(run, domain, list(methods.values()), ncols=min(4, len(methods)))
+    width = max(TEXT_WIDTH / 3, CHAR_WIDTH * max(map(len, methods)))
+    return reliability_figure(run, domain, list(methods.values()),
+                              ncols=min(max(1, round(2 * TEXT_WIDTH / width)), len(methods)),
+                              panel_width=width)
 
 
 __all__ = ["model_methods", "models_reliability_figure", "ranking_figure"]

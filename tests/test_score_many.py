@@ -198,8 +198,9 @@ def test_ranking_figure_draws_the_results_cells(scored: Path) -> None:
             row = run.row(f"{model}/msp", dom)
             assert line.get_xdata()[0] == row[col]
     acc = next(ax for ax in fig.axes if ax.get_title().startswith("Acc"))
-    labels = [t.get_text() for t in acc.get_yticklabels()]
-    vals = [run.row(f"{m}/msp", "pooled")["accuracy"] for m in labels]
+    labels = [t.get_text() for t in acc.get_yticklabels()]  # one gate: named in the title
+    assert "all /loglik-per-char" in fig.get_suptitle()
+    vals = [run.row(f"{m}/loglik-per-char/msp", "pooled")["accuracy"] for m in labels]
     assert vals == sorted(vals, reverse=True)
 
 
