@@ -77,13 +77,14 @@ def _panel_title(method: str) -> str:
 
 
 def reliability_figure(run: RunData, domain: str, methods: Sequence[str], *,
-                       role: str = "id", ncols: int = 3) -> Figure:
+                       role: str = "id", ncols: int = 3,
+                       panel_width: float = TEXT_WIDTH / 3) -> Figure:
     """Grid of reliability diagrams (one per method) on one domain's ``role`` split, each with
-    a bin-count histogram under it."""
+    a bin-count histogram under it; ``panel_width`` in inches."""
     methods = list(methods)
     ncols = max(1, min(ncols, len(methods)))
     nrows = max(1, math.ceil(len(methods) / ncols))
-    panel_w = TEXT_WIDTH / 3
+    panel_w = panel_width
     fig = new_figure(panel_w * ncols, 2.55 * nrows)
     outer = fig.add_gridspec(nrows, ncols)
     handles: list[Artist] = []

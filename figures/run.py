@@ -2,7 +2,8 @@
 
 The run is read by `figures.data` (`load_run`); each figure comes from a panel module
 (`figures.calibration`, `figures.selective`, `figures.ood`, `figures.recalibrated`,
-`figures.conformal`, `figures.forest`, `figures.compute`, `figures.mechanism`, `figures.training`), which
+`figures.conformal`, `figures.forest`, `figures.compute`, `figures.mechanism`, `figures.training`,
+`figures.ranking`), which
 imports `figures.data` and never this module. Figures only *read* the run's records: every
 curve comes from a `uqbench.stats.metrics` (or `uqbench.stats.conformal`) curve function, every table
 number from ``results.jsonl``.
@@ -24,6 +25,7 @@ from figures import (
     forest,
     mechanism,
     ood,
+    ranking,
     recalibrated,
     selective,
     training,
@@ -79,6 +81,10 @@ def figure_plan(run: RunData, *, max_methods: int | None = 8,
         ("mechanism", partial(mechanism.mechanism_figure, run)),
         ("training", partial(training.training_figure, run)),
     ]
+    if ranking.model_methods(run):  # a run over several models (uqbench score SRC1 SRC2 ...)
+        plan += [("models_ranking", partial(ranking.ranking_figure, run)),
+                 *((f"models_reliability_{_slug(d)}",
+                    partial(ranking.models_reliability_figure, run, d)) for d in run.domains)]
     return plan
 
 

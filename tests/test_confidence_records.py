@@ -309,3 +309,27 @@ def test_bad_helm_runs_are_refused_naming_the_file(tmp_path):
     (runs / "c" / "scenario_state.json").write_text(json.dumps({"request_states": []}))
     with pytest.raises(UserError, match="lacks adapter_spec"):
         read_helm(dom, runs)
+
+
+def test_two_confidence_only_models_are_ranked_in_one_table(tmp_path):
+    """Two models' files over the same questions: one run folder, a model table ranked by each
+    model's reported confidence (the default when no MSP can run), accuracy read off `correct`."""
+    from uqbench.reporting.models import read_models
+    from uqbench.run.score_records import load_models
+
+    rows = confidence_rows(record_set())
+    flipped = [{**r, "model": "other", "correct": 1 - r["correct"] if i % 3 == 0 else
+                r["correct"]} for i, r in enumerate(rows)]
+    rs = load_models([write_jsonl(tmp_path / "a.jsonl", rows),
+                      write_jsonl(tmp_path / "b.jsonl", flipped)])
+    out = tmp_path / "run"
+    score(rs, ScoreConfig(out=out, figures=False, bootstrap=50))
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["model_table"]["scorer"] == "reported"
+    assert meta["model_table"]["models"] == ["lora/reported", "other/reported"]
+    t = read_models(out)
+    pooled = t.cells["pooled"]
+    for model, src in (("lora/reported", rows), ("other/reported", flipped)):
+        ids = [r for r in src if r["split"] == "id"]
+        assert pooled[model]["accuracy"].value == pytest.approx(
+            np.mean([r["correct"] for r in ids]))

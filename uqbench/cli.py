@@ -6,8 +6,9 @@
                 [--backend NAME] [--figures NAME] [--compile off|on|auto]
     uqbench list WHAT             # scorers gates sources suites backbones backends figures
                                   # experiments profiles models heads
-    uqbench score SOURCE --out DIR [--domain NAME=ID_TASK:SHIFT_TASK ...] [--members DIR ...]
-                                  # score records made elsewhere: lm-eval samples or an export
+    uqbench score SOURCE [SOURCE ...] --out DIR [--domain NAME=ID_TASK:SHIFT_TASK ...]
+                                  # score records made elsewhere: lm-eval samples or an export;
+                                  # several sources (or a folder of models): one table of models
     uqbench export RUN_DIR DEST   # copy a run's forward records (for `score` elsewhere)
     uqbench report RUN_DIR        # reprint a finished run's tables (--paper: its paper_report.md,
                                   # --html: (re)write its report.html)
@@ -86,9 +87,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
     sc = sub.add_parser("score", help="score forward records made elsewhere (lm-eval samples, "
                         "a uqbench export) into a run folder, with no model work")
-    sc.add_argument("source", type=Path, help="a uqbench records folder (uqbench export, or "
-                    "RUN_DIR/records), a run folder, an lm-eval --output_path folder, a "
-                    "confidence-only .jsonl/.csv file or a folder of HELM runs")
+    sc.add_argument("sources", type=Path, nargs="+", metavar="SOURCE",
+                    help="a uqbench records folder (uqbench export, or RUN_DIR/records), a run "
+                    "folder, an lm-eval --output_path folder, a confidence-only .jsonl/.csv file "
+                    "or a folder of HELM runs; several (one per model), or a folder whose "
+                    "subfolders are models (lm-eval's <out>/<org>__<model>/), score the models "
+                    "side by side: models.{md,csv,json}, a ranking figure")
     sc.add_argument("--out", type=Path, required=True, help="the run folder to write")
     sc.add_argument("--domain", action="append", default=[], metavar="NAME=ID:SHIFT[:CALIB]",
                     help="lm-eval: a domain's ID, shifted and (optional) calib task; repeatable")
@@ -114,6 +118,10 @@ def _build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--scorers", type=_csv, default=(),
                     help="comma-separated (default: the run's methods for uqbench records, all "
                     "scorers for lm-eval)")
+    sc.add_argument("--rank-scorer", metavar="SCORER",
+                    help="several models: the scorer whose rows stand for each model in the "
+                    "model table (default msp, or the reported confidence of confidence-only "
+                    "records)")
     sc.add_argument("--plugin", action="append", default=[], metavar="MODULE")
     sc.add_argument("--bootstrap", type=int, help="bootstrap resamples (default: the records')")
     sc.add_argument("--cache-dir", type=Path, help="memoise rows here, for later calls "
@@ -229,16 +237,17 @@ def main(argv: list[str] | None = None) -> int:
                 progress=not args.no_progress, overwrite=args.overwrite,
                 scorer_timeout=args.scorer_timeout or None))
         elif args.command == "score":
-            from uqbench.run.score_records import ScoreConfig, check_out, load_records, score
+            from uqbench.run.score_records import ScoreConfig, check_out, load_models, score
             check_out(args.out, args.overwrite)  # before reading anything
-            records = load_records(args.source, domains=args.domain, domains_file=args.domains,
-                                   members=args.members, normalize=args.normalize,
-                                   calib_fraction=args.calib_fraction, seed=args.seed,
-                                   model_name=args.model_name, runs=args.run)
+            records = load_models(args.sources, domains=args.domain, domains_file=args.domains,
+                                  members=args.members, normalize=args.normalize,
+                                  calib_fraction=args.calib_fraction, seed=args.seed,
+                                  model_name=args.model_name, runs=args.run)
             score(records, ScoreConfig(
                 out=args.out, scorers=args.scorers, plugins=tuple(args.plugin),
                 bootstrap=args.bootstrap, cache_dir=args.cache_dir, figures=not args.no_figures,
-                overwrite=args.overwrite, scorer_timeout=args.scorer_timeout or None))
+                overwrite=args.overwrite, scorer_timeout=args.scorer_timeout or None,
+                rank_scorer=args.rank_scorer))
         elif args.command == "export":
             from uqbench.io.recordset import export_run
             print(f"wrote {export_run(args.run_dir, args.dest)}")

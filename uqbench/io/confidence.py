@@ -236,8 +236,8 @@ def record_set(rows: Iterable[tuple[str, Row]], *, source: str, model_name: str 
                 domain=np.array([d] * len(part)),
                 confidence=np.array([r.confidence for r in part]),
                 correct=np.array([r.correct for r in part]))
-            hashes[split] = hashlib.sha256(json.dumps(
-                [(r.id, r.confidence, r.correct) for r in part]).encode()).hexdigest()[:16]
+            hashes[split] = hashlib.sha256(json.dumps(  # the questions, not one model's answers
+                [(r.id, r.n_choices) for r in part]).encode()).hexdigest()[:16]
             if all(counted) and role != "calib":
                 n_choices[split] = np.array([r.n_choices for r in part], dtype=np.int64)
     info = {"source": source, "model": model, "questions": len(seen),

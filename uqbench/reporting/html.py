@@ -7,7 +7,9 @@ sorting and the row filter are inline. A part of the run folder that is missing 
 (an interrupted run, a corrupt figure) is named on the page in its section, and the rest still
 renders.
 
-The page opens on the answers (`uqbench.reporting.answers`: per question the best method, its
+A run over several models (``uqbench score SRC1 SRC2 ...``) opens with them side by side:
+the model-by-metric table (`uqbench.reporting.models`), the ranking figure and every model's
+reliability diagram (`figures.ranking`). The page then gives the answers (`uqbench.reporting.answers`: per question the best method, its
 CI, its paired difference to MSP, a verdict) under banners for at-chance models and fallbacks;
 then the model-level and scorer-level tables (`uqbench.results.tables`) with the forest plots
 beside the latter, the figures by question, the paper's verdicts, and at the end, collapsed, the
@@ -31,6 +33,8 @@ import jinja2
 from uqbench.files import rundir
 from uqbench.files.cache import atomic_write_text
 from uqbench.reporting.answers import Answer, answers
+from uqbench.reporting.models import header, read_models
+from uqbench.reporting.models import html_tables as models_html
 from uqbench.results import tables as T
 
 log = logging.getLogger(__name__)
@@ -46,6 +50,7 @@ QUESTIONS = (
 )
 TRAINING_FIGURE = "training"
 FOREST_FIGURE = "forest"  # forest_<column>: beside the scorer-level table
+MODELS_FIGURE = "models"  # models_ranking, models_reliability_<domain>: several models
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -88,7 +93,7 @@ def figure_groups(fig_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] |
     """(one group per question with its figures, the training figure or None, the forest
     plots in `uqbench.results.tables.FOREST_COLUMNS` order)."""
     pngs = sorted(fig_dir.glob("*.png")) if fig_dir.is_dir() else []
-    all_stems = [s for _, stems in QUESTIONS for s in stems] + [FOREST_FIGURE]
+    all_stems = [s for _, stems in QUESTIONS for s in stems] + [FOREST_FIGURE, MODELS_FIGURE]
     groups = []
     for title, stems in QUESTIONS:
         figs = []
@@ -104,6 +109,13 @@ def figure_groups(fig_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] |
     forests = [_figure(p) for p in sorted(pngs, key=lambda p: order.get(p.stem, len(order)))
                if _stem_of(p.stem, all_stems) == FOREST_FIGURE]
     return groups, training, forests
+
+
+def model_figures(fig_dir: Path) -> list[dict[str, Any]]:
+    """The figures of a run over several models (`figures.ranking`): the ranking, then every
+    model's reliability diagrams per domain."""
+    pngs = sorted(fig_dir.glob(f"{MODELS_FIGURE}_*.png")) if fig_dir.is_dir() else []
+    return [_figure(p) for p in sorted(pngs, key=lambda p: "reliability" in p.stem)]
 
 
 def _cell(row: Mapping[str, Any], col: str, digits: int) -> dict[str, Any]:
@@ -180,6 +192,12 @@ def render_report(run_dir: str | Path) -> str:
                "recipe": json.dumps(v.get("recipe"), default=str) if v.get("recipe") else ""}
               for k, v in (meta.get("splits") or {}).items()]
     found = [_answer(a) for a in answers(run)] if run.rows else []
+    try:
+        many = read_models(run.path)  # models.json: a run over several models
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        many = None
+        problems["models.json"] = (f"unreadable ({type(exc).__name__}: {exc}): no table of the "
+                                   "models; rerun `uqbench score` over them")
     doms = T.domains_of(run.rows)
     models = [m for m in T.model_rows(run.rows) if not m.reference]
     return _env().get_template("report.html.j2").render(
@@ -199,7 +217,11 @@ def render_report(run_dir: str | Path) -> str:
         paper=_paper_claims(run.path / rundir.PAPER_REPORT),
         skipped=meta.get("skipped_scorers") or [], fallbacks=meta.get("fallbacks") or [],
         references_skipped=meta.get("references_skipped") or {},
-        scores_present=rundir.SCORES not in problems)
+        scores_present=rundir.SCORES not in problems,
+        many=None if many is None else {
+            "scorer": many.scorer, "n_boot": many.n_boot, "left_out": many.left_out,
+            "headers": [header(c) for c in many.columns], "tables": models_html(many),
+            "figures": model_figures(fig_dir)})
 
 
 def write_report(run_dir: str | Path) -> Path:
@@ -217,5 +239,5 @@ def render_compare(labels: Sequence[str], columns: Sequence[str],
         title="uqbench compare", labels=labels, columns=columns, tables=tables)
 
 
-__all__ = ["QUESTIONS", "figure_groups", "model_tables", "render_compare", "render_report",
+__all__ = ["QUESTIONS", "figure_groups", "model_figures", "model_tables", "render_compare", "render_report",
            "scorer_tables", "write_report"]

@@ -1,6 +1,6 @@
 """``python -m uqbench.reporting.screenshot RUN_DIR OUT.png``: a PNG of the summary that
-``report.html`` opens with (the title, the banners and the answers), as headless Chromium draws
-it; the README's picture (``docs/report.png``) is made this way from a finished run.
+``report.html`` opens with (the title, the banners and the answers, and for a run over several
+models their table and figures), as headless Chromium draws it; the README's picture (``docs/report.png``) is made this way from a finished run.
 
 The page is rendered afresh from the run folder (`uqbench.reporting.html.render_report`) into a
 temporary file, so the picture shows this version's report; the run folder is not written to.
@@ -61,11 +61,15 @@ def screenshot(run_dir: str | Path, out: str | Path, *, browser: Any = None) -> 
         page = browser.new_page(viewport=VIEWPORT)
         try:
             page.goto(page_path.as_uri(), wait_until="load")
-            box = page.locator("#summary").bounding_box()
+            # a run over several models opens with them side by side after the summary
+            last = "#models-side-by-side" if page.locator("#models-side-by-side").count() \
+                else "#summary"
+            box = page.locator(last).bounding_box()
             if box is None:
                 raise UserError(f"the report of {run_dir} has no summary to draw")
-            page.screenshot(path=str(out), clip={"x": 0, "y": 0, "width": VIEWPORT["width"],
-                                                 "height": box["y"] + box["height"] + 4})
+            page.screenshot(path=str(out), full_page=True,
+                            clip={"x": 0, "y": 0, "width": VIEWPORT["width"],
+                                  "height": box["y"] + box["height"] + 4})
         finally:
             page.close()
     return out

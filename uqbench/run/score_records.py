@@ -8,6 +8,13 @@ Scoring, tables, figures and ``run.json`` are those of ``uqbench run`` (`uqbench
 folder is built under a temporary name and renamed into place when complete, so an interrupted
 ``score`` leaves no half-written run folder, and a finished run is replaced only with
 ``overwrite``.
+
+Several models (`load_models`: several sources, or one folder whose subfolders are models, as
+lm-eval's ``--output_path`` holds ``<org>__<model>/``) become the model/gate pairs of one
+`RecordSet` (`merge_models`), scored by the same code path; their questions must be the same
+(ids, labels, choice counts and split contents), each split in one order, so every per-example
+array pairs question with question. `score` then also writes the model-by-metric table
+(`uqbench.reporting.models`) beside the usual tables.
 """
 from __future__ import annotations
 
@@ -19,11 +26,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from uqbench.core.errors import ConfigError, UserError, reset_fallbacks
 from uqbench.core.plan import Method, drop_unusable
 from uqbench.core.registry import import_plugin
 from uqbench.core.scorer import Scorer, get_scorer, list_scorers, probe_scorers
 from uqbench.files.cache import ArrayCache
+from uqbench.files.rundir import RunFolder
 from uqbench.io.recordset import RecordSet, new_folder, read_record_set
 from uqbench.results.columns import skipped_columns
 from uqbench.results.rows import score_all
@@ -31,6 +41,9 @@ from uqbench.run.folder import print_summary, write_run
 from uqbench.run.runner import RunResult, RunStats
 
 log = logging.getLogger(__name__)
+#: the scorer that stands for each model in a many-model table unless --rank-scorer names one:
+#: the MSP, or a confidence-only record's own reported confidence
+RANK_SCORERS = ("msp", "reported")
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,8 @@ class ScoreConfig:
     figures: bool = True
     overwrite: bool = False
     scorer_timeout: float | None = 300.0
+    #: the scorer whose rows stand for each model in the model table (None: `RANK_SCORERS`)
+    rank_scorer: str | None = None
 
 
 def check_out(out: Path, overwrite: bool) -> None:
@@ -144,6 +159,126 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
     return read_lmeval(tasks, source, members=members, **lmeval)
 
 
+def model_sources(source: Path) -> list[Path]:
+    """The models under ``source``: itself when it holds one model's records (a records or run
+    folder, or samples files of its own), else each of its subfolders holding some (lm-eval's
+    ``--output_path`` layout ``<out>/<org>__<model>/samples_*.jsonl``) when there are two or
+    more; itself otherwise (then its reader names what is missing)."""
+    def holds_records(d: Path) -> bool:
+        return (d / "manifest.json").is_file() or (d / "records" / "manifest.json").is_file()
+
+    if not source.is_dir() or holds_records(source) or any(source.glob("samples_*.json*")):
+        return [source]
+    subs = [d for d in sorted(source.iterdir()) if d.is_dir() and (
+        holds_records(d) or next(d.rglob("samples_*.json*"), None) is not None)]
+    return subs if len(subs) > 1 else [source]
+
+
+def load_models(sources: Sequence[Path], *, model_name: str | None = None,
+                members: Sequence[Path] = (), **kw: Any) -> RecordSet:
+    """The records of one or several models: each of ``sources`` (a folder of models counts as
+    its subfolders, `model_sources`) read by `load_records` with the options ``kw``, then
+    merged into one `RecordSet` (`merge_models`). ``model_name`` and ``members`` belong to one
+    model: refused with several."""
+    found = [m for s in sources for m in model_sources(Path(s))]
+    if len(found) == 1:
+        return load_records(found[0], members=members, model_name=model_name, **kw)
+    if len(set(found)) < len(found):
+        raise ConfigError("a source is given twice: " + ", ".join(
+            sorted({str(p) for p in found if found.count(p) > 1})))
+    if model_name is not None or members:
+        raise ConfigError(f"--model-name and --members belong to one model, and the sources "
+                          f"hold {len(found)} ({', '.join(map(str, found))}): models are named "
+                          "from their sources; score one source at a time to use them")
+    loaded = []
+    for p in found:
+        print(f"model {len(loaded) + 1} of {len(found)}: {p}", flush=True)
+        loaded.append((p, load_records(p, **kw)))
+    return merge_models(loaded)
+
+
+def _mismatch(what: str, a: Sequence[str], b: Sequence[str]) -> str:
+    only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+    return (f"{what}: {len(a)} vs {len(b)} questions; " + "; ".join(
+        f"{len(x)} only in {w} (e.g. {', '.join(x[:3])})" for w, x in (("the first", only_a),
+                                                                       ("the other", only_b))
+        if x))
+
+
+def merge_models(loaded: Sequence[tuple[Path, RecordSet]]) -> RecordSet:
+    """One `RecordSet` holding every model/gate pair of ``loaded`` ((source, records) of each
+    model), each split's records in the first source's question order, so that example i is
+    the same question for every model (the model table pairs its bootstrap on it).
+
+    Refused with a `UserError` naming the sources and the mismatch: two sources with a pair of
+    the same name (two runs of one model, or uqbench runs of the same model kinds), other
+    domains or seed counts, or a split whose question ids, labels, choice counts or contents
+    (its hash) differ."""
+    (src0, first), rest = loaded[0], loaded[1:]
+    owner: dict[str, Path] = {}
+    for src, rs in loaded:
+        for p in rs.pairs:
+            if p.name in owner:
+                raise UserError(
+                    f"{owner[p.name]} and {src} both hold model {p.name!r}: two runs of one "
+                    "model cannot be told apart in one table; give one run per model (lm-eval "
+                    "names a model by its model_name; `uqbench compare RUN_A RUN_B` compares "
+                    "two uqbench runs of the same models)")
+            owner[p.name] = src
+    outputs = dict(first.outputs)
+    for src, rs in rest:
+        if rs.domains != first.domains or rs.seeds != first.seeds:
+            raise UserError(f"{src} has domains {list(rs.domains)} and {rs.seeds} seed(s), "
+                            f"{src0} {list(first.domains)} and {first.seeds}: the models must "
+                            "be scored over the same domains (give the same --domain)")
+        for (pair, split, seed), o in rs.outputs.items():
+            if split.endswith("/train"):  # the model's own feature reference: nothing to pair
+                outputs[pair, split, seed] = o
+                continue
+            ref = first.outputs[first.pairs[0].name, split, seed]
+            ids, ref_ids = o.ids.astype(str), ref.ids.astype(str)
+            if set(ids) != set(ref_ids) or len(ids) != len(ref_ids):
+                raise UserError(f"{src} and {src0} are not over the same questions, so their "
+                                f"models cannot be paired: split {split}, "
+                                + _mismatch("question ids", ref_ids.tolist(), ids.tolist())
+                                + "; run lm-eval on the same tasks with the same --limit (and "
+                                "score with the same --calib-fraction and --seed)")
+            if not np.array_equal(ids, ref_ids):  # the same questions in another order
+                at = {q: k for k, q in enumerate(ids)}
+                o = o.select(np.array([at[q] for q in ref_ids]))
+            elif rs.refs.hashes[split] != first.refs.hashes[split]:
+                raise UserError(f"split {split}: {src} and {src0} hold the same question ids "
+                                f"but other contents (hash {rs.refs.hashes[split]} vs "
+                                f"{first.refs.hashes[split]}): the questions' documents or "
+                                "labels differ; score runs over the same data")
+            bad = np.flatnonzero(o.labels != ref.labels) if o.labels is not None else ()
+            if len(bad):  # (confidence-only records hold each model's correctness, no label)
+                raise UserError(f"split {split}: question {ref_ids[bad[0]]} has label "
+                                f"{o.labels[bad[0]]} in {src} and {ref.labels[bad[0]]} in {src0} "
+                                f"({len(bad)} of {len(ref_ids)} differ); score "
+                                "runs of the same task version")
+            outputs[pair, split, seed] = o
+    for src, rs in rest:
+        for split, n in rs.refs.n_choices.items():
+            order = outputs[rs.pairs[0].name, split, 0].ids.astype(str)
+            mine = dict(zip(rs.outputs[rs.pairs[0].name, split, 0].ids.astype(str), n))
+            if [mine[i] for i in order] != list(first.refs.n_choices[split]):
+                raise UserError(f"split {split}: the questions have other choice counts in "
+                                f"{src} than in {src0}; score runs of the same task version")
+    opts = [rs.refs.options_only for _, rs in loaded]
+    refs = replace(first.refs, options_only=opts[0] if all(
+        o is not None and o.keys() == opts[0].keys() and all(  # type: ignore[union-attr]
+            np.array_equal(o[k], opts[0][k]) for k in o) for o in opts) else None)
+    methods = None if any(rs.methods is None for _, rs in loaded) else [
+        m for _, rs in loaded for m in rs.methods or ()]
+    meta = {"source": "several models", "models": {
+        p.name: {"source": str(src), **{k: rs.meta[k] for k in ("source", "lmeval", "suite",
+                                                                  "backbone") if k in rs.meta}}
+        for src, rs in loaded for p in rs.pairs}}
+    return RecordSet([p for _, rs in loaded for p in rs.pairs], outputs, first.seeds, refs,
+                     min(rs.bootstrap for _, rs in loaded), methods, meta, first.protocol)
+
+
 def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
     """Score ``rs`` into the run folder ``cfg.out``: rows, scores, figures and ``run.json``."""
     t0 = time.perf_counter()
@@ -155,6 +290,13 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
         import_plugin(p)
     rs.check()
     ms, skipped = plan_methods(rs, cfg)
+    many = "models" in rs.meta  # several sources merged (`merge_models`): the model table
+    ran = {m.scorer.name for m in ms}
+    rank_scorer = cfg.rank_scorer or next((n for n in RANK_SCORERS if n in ran), "msp")
+    if many and rank_scorer not in ran:
+        raise ConfigError(f"--rank-scorer {rank_scorer!r} is not among the scorers run "
+                          f"({', '.join(dict.fromkeys(m.scorer.name for m in ms))}); the model "
+                          "table ranks each model by that scorer's row")
     scorers: Sequence[Scorer] = list(dict.fromkeys(m.scorer for m in ms))
     probe_scorers(scorers, timeout=cfg.scorer_timeout)
     n_boot = cfg.bootstrap or rs.bootstrap
@@ -184,11 +326,24 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
         meta["skipped_columns"] = cols
         for c in cols:
             log.warning("columns not computed: %s: %s", ", ".join(c["columns"]), c["reason"])
+    table = None
+    if many:
+        from uqbench.reporting.models import FILES, model_table
+        table = model_table(RunFolder(cfg.out, rows, arrays, meta), scorer=rank_scorer,
+                            n_boot=n_boot)
+        meta["model_table"] = {"scorer": table.scorer, "models": table.models,
+                               "left_out": table.left_out, "files": sorted(FILES.values())}
     with new_folder(cfg.out) as tmp:
+        if table is not None:
+            from uqbench.reporting.models import write_models
+            write_models(tmp, table)
         write_run(tmp, rows, arrays, meta, t0=t0, figures=cfg.figures, final=cfg.out)
     print_summary(cfg.out, rows, meta)
     for c in meta.get("skipped_columns", []):
         print(f"columns skipped: {', '.join(c['columns'])} ({c['reason']})", flush=True)
+    if table is not None:
+        from uqbench.reporting.models import markdown
+        print("\n" + markdown(table) + f"\nwrote {cfg.out}/models.{{md,csv,json}}", flush=True)
     if skipped:
         print("skipped: " + "; ".join(
             f"{s['scorer']} on {s['pair']}: " + (s["reason"] if "reason" in s else
@@ -197,4 +352,5 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
     return RunResult(cfg.out, rows, RunStats())
 
 
-__all__ = ["ScoreConfig", "check_out", "load_records", "plan_methods", "score"]
+__all__ = ["ScoreConfig", "check_out", "load_models", "load_records", "merge_models",
+           "model_sources", "plan_methods", "score"]

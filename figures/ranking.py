@@ -1,0 +1,104 @@
+"""Figures of a run over several models (``uqbench score SRC1 SRC2 ...``, whose ``run.json``
+``model_table`` names the models and the scorer that stands for each).
+
+`ranking_figure`: one panel per metric of the model table (`uqbench.reporting.models.
+MODEL_COLUMNS`), the models sorted best first on the first domain (``pooled``), each domain's
+value and 95% bootstrap CI; every number is a cell of ``results.jsonl``, nothing is computed
+here. `models_reliability_figure`: every model's reliability diagram side by side
+(`figures.calibration.reliability_figure` on each model's method).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from figures.calibration import reliability_figure
+from figures.data import RunData
+from figures.style import PALETTE, TEXT_WIDTH, new_figure
+from uqbench.reporting.models import MODEL_COLUMNS, header
+from uqbench.results.columns import COLUMNS
+
+ROW_HEIGHT = 0.22  # inches per model and panel row
+NCOLS = 2
+CHAR_WIDTH = 0.062  # inches per character of an 8 pt title
+
+
+def _finite(v: Any) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def model_methods(run: RunData) -> dict[str, str]:
+    """model -> the method that stands for it (``run.json`` ``model_table``); empty for a run
+    of one model."""
+    t = run.meta.get("model_table") or {}
+    return {m: f"{m}/{t['scorer']}" for m in t.get("models", ())
+            if f"{m}/{t['scorer']}" in run.methods}
+
+
+def ranking_figure(run: RunData) -> Figure | None:
+    """Per metric, every model's value [CI] per domain, best first; None for one model."""
+    methods = model_methods(run)
+    cols = [c for c in MODEL_COLUMNS if any(
+        _finite((run.row(m, d) or {}).get(c)) is not None for m in methods.values()
+        for d in run.domains)]
+    if len(methods) < 2 or not cols:
+        return None
+    doms, first = run.domains, run.domains[0]
+    gates = {m.rsplit("/", 1)[-1] for m in methods}
+    # one gate for all (lm-eval: the normalisation): named once in the title, not per label
+    label = {m: m.rsplit("/", 1)[0] if len(gates) == 1 else m for m in methods}
+    nrows = math.ceil(len(cols) / NCOLS)
+    fig = new_figure(TEXT_WIDTH, nrows * (0.9 + ROW_HEIGHT * len(methods)) + 0.4)
+    step = 0.8 / len(doms)
+    for k, c in enumerate(cols):
+        ax = fig.add_subplot(nrows, min(NCOLS, len(cols)), k + 1)
+        higher = COLUMNS[c].higher_is_better
+
+        def key(m: str, c: str = c, higher: bool = higher) -> tuple[bool, float]:
+            v = _finite((run.row(methods[m], first) or {}).get(c))
+            return (v is None, -v if v is not None and higher else (v or 0.0))
+
+        order = sorted(methods, key=key)  # best first: drawn at the top
+        for i, dom in enumerate(doms):
+            color = PALETTE[i % len(PALETTE)]
+            for j, m in enumerate(order):
+                row = run.row(methods[m], dom) or {}
+                v = _finite(row.get(c))
+                if v is None:
+                    continue
+                y = j - 0.4 + step * (i + 0.5)
+                lo, hi = _finite(row.get(f"{c}_lo")), _finite(row.get(f"{c}_hi"))
+                if lo is not None and hi is not None:
+                    ax.plot([lo, hi], [y, y], color=color, lw=0.9, gid=f"ci|{c}|{m}|{dom}")
+                ax.plot([v], [y], "o", ms=3.2, color=color, gid=f"{c}|{m}|{dom}")
+        if c == "ood_auroc":
+            ax.axvline(0.5, color="#8C8C8C", ls="--", lw=0.8)
+        ax.set_yticks(range(len(order)), [label[m] for m in order])
+        ax.set_ylim(len(order) - 0.5, -0.5)
+        ax.grid(axis="y", visible=False)
+        ax.set_title(header(c))
+    shared = f", all /{next(iter(gates))}" if len(gates) == 1 else ""
+    fig.suptitle(f"Models ranked on {first} (best at the top; 95% bootstrap CI{shared})",
+                 x=0.02, ha="left")
+    handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="o", ms=3.2, lw=0.9,
+                      label=d) for i, d in enumerate(doms)]
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(doms))
+    return fig
+
+
+def models_reliability_figure(run: RunData, domain: str) -> Figure | None:
+    """Every model's reliability diagram on ``domain``'s ID split, side by side (panels wide
+    enough for the models' names); None for one model."""
+    methods = model_methods(run)
+    if len(methods) < 2:
+        return None
+    width = max(TEXT_WIDTH / 3, CHAR_WIDTH * max(map(len, methods)))
+    return reliability_figure(run, domain, list(methods.values()),
+                              ncols=min(max(1, round(2 * TEXT_WIDTH / width)), len(methods)),
+                              panel_width=width)
+
+
+__all__ = ["model_methods", "models_reliability_figure", "ranking_figure"]
