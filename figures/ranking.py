@@ -1,7 +1,7 @@
 """Figures of a run over several models (``uqbench score SRC1 SRC2 ...``, whose ``run.json``
 ``model_table`` names the models and the scorer that stands for each).
 
-`ranking_figure`: one panel per metric of the model table (`uqbench.reporting.models.
+`ranking_figure`: one panel per metric of the model table (`uqbench.results.tables.
 MODEL_COLUMNS`), the models sorted best first on the first domain (``pooled``), each domain's
 value and 95% bootstrap CI; every number is a cell of ``results.jsonl``, nothing is computed
 here. `models_reliability_figure`: every model's reliability diagram side by side
@@ -18,8 +18,8 @@ from matplotlib.lines import Line2D
 from figures.calibration import reliability_figure
 from figures.data import RunData
 from figures.style import PALETTE, TEXT_WIDTH, new_figure
-from uqbench.reporting.models import MODEL_COLUMNS, header
 from uqbench.results.columns import COLUMNS
+from uqbench.results.tables import MODEL_COLUMNS, header
 
 ROW_HEIGHT = 0.22  # inches per model and panel row
 NCOLS = 2

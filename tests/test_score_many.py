@@ -84,7 +84,8 @@ def scored(tmp_path_factory) -> Path:
 def test_a_folder_of_models_gives_one_model_by_metric_table(scored: Path) -> None:
     """One pair per model, named from the results files; models.csv holds every (domain, model,
     metric) once; the best model of a column has no difference, the others one each."""
-    from uqbench.reporting.models import MODEL_COLUMNS, read_models
+    from uqbench.reporting.models import read_models
+    from uqbench.results.tables import MODEL_COLUMNS
 
     meta = json.loads((scored / "run.json").read_text())
     models = ["noisy-a/loglik-per-char", "noisy-b/loglik-per-char",

@@ -33,9 +33,10 @@ import jinja2
 from uqbench.files import rundir
 from uqbench.files.cache import atomic_write_text
 from uqbench.reporting.answers import Answer, answers
-from uqbench.reporting.models import header, read_models
 from uqbench.reporting.models import html_tables as models_html
+from uqbench.reporting.models import read_models
 from uqbench.results import tables as T
+from uqbench.results.tables import header
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,16 @@ from uqbench.core.errors import UserError
 from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import RunFolder
 from uqbench.results.columns import COLUMNS, Column, inputs_of
-from uqbench.results.tables import HEADERS, domains_of, is_reference, pair_of
+from uqbench.results.tables import (
+    HEADERS,
+    MODEL_COLUMNS,
+    domains_of,
+    header,
+    is_reference,
+    pair_of,
+)
 from uqbench.stats import metrics as M
 
-#: the table's columns: those with a CI in the results rows and per-example arrays in
-#: ``scores.npz`` (so the paired difference can be formed), model level then scorer level
-MODEL_COLUMNS = ("accuracy", "ece", "ood_auroc", "aurc", "augrc", "sel_acc_80")
 FILES = {"md": "models.md", "csv": "models.csv", "json": "models.json"}
 
 
@@ -141,11 +145,6 @@ def cell_text(c: ModelCell, column: str) -> str:
     return s
 
 
-def header(column: str) -> str:
-    better = "↑" if COLUMNS[column].higher_is_better else "↓"
-    return f"{HEADERS.get(column, (column, 3))[0]} {better}"
-
-
 def markdown(t: ModelTable) -> str:
     """One table per domain, models in rows, metrics in columns."""
     lines = [(f"Models ranked: each model's `{t.scorer}` row; cell = value [95% bootstrap CI]; "
@@ -208,5 +207,5 @@ def html_tables(t: ModelTable) -> list[dict[str, Any]]:
         for dom, table in t.cells.items()]
 
 
-__all__ = ["FILES", "MODEL_COLUMNS", "ModelCell", "ModelTable", "cell_text", "csv_text",
+__all__ = ["FILES", "ModelCell", "ModelTable", "cell_text", "csv_text",
            "html_tables", "markdown", "model_table", "read_models", "write_models"]

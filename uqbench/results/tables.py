@@ -87,6 +87,16 @@ def shown(level: str) -> tuple[tuple[str, str, int], ...]:
 MODEL_SHOWN, SCORER_SHOWN = shown("model"), shown("scorer")
 #: the ranking columns with a bootstrap CI: one forest plot each (`figures.forest`)
 FOREST_COLUMNS = tuple(c.name for c in COLUMNS.values() if c.level == "scorer" and c.ci)
+#: the many-model table's columns (`uqbench.reporting.models`): those with a CI in the results
+#: rows and per-example arrays in ``scores.npz`` (so the paired difference can be formed), model
+#: level then scorer level
+MODEL_COLUMNS = ("accuracy", "ece", "ood_auroc", "aurc", "augrc", "sel_acc_80")
+
+
+def header(column: str) -> str:
+    """A column's short name with its direction (``ECE ↓``)."""
+    better = "↑" if COLUMNS[column].higher_is_better else "↓"
+    return f"{HEADERS.get(column, (column, 3))[0]} {better}"
 
 
 def random_ranking(column: str, row: Mapping[str, Any]) -> float | None:
