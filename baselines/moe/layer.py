@@ -140,9 +140,10 @@ class _TopKStep(torch.autograd.Function):
         pm = torch.zeros_like(probs).scatter_(1, top.indices, top.values)  # (T, N) p on S
         w = torch.addcdiv(_scalar(0, pm.dtype), pm, top.values.sum(-1, keepdim=True),
                           value=scale)                                    # (T, N) s c p~
-        u = z * w.index_select(1, v.expert_of_col)                        # (T, N*r)
+        w_col = w.index_select(1, v.expert_of_col)                        # (T, N*r)
+        u = z * w_col                                                     # (T, N*r)
         y.addmm_(u, v.b_rows)
-        ctx.save_for_backward(h, hd, keep, z, u, probs, w)
+        ctx.save_for_backward(h, hd, keep, z, u, probs, w, w_col)
         ctx.layer, ctx.scale = layer, scale
         ctx.mark_non_differentiable(w)
         ctx.set_materialize_grads(False)
@@ -151,8 +152,8 @@ class _TopKStep(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, gy: Tensor | None, glogits: Tensor | None, gprobs: Tensor | None,
                  _: Any) -> tuple[Tensor | None, ...]:
-        h, hd, keep, z, u, probs, w = ctx.saved_tensors
-        layer = ctx.layer
+        h, hd, keep, z, u, probs, w, w_col = ctx.saved_tensors
+        layer, scale = ctx.layer, ctx.scale
         v = layer._views()
         N, r = layer.n_experts, layer.rank
         need_h, need_a, need_b, need_r = ctx.needs_input_grad[:4]
@@ -163,10 +164,12 @@ class _TopKStep(torch.autograd.Function):
             if need_b:   # (N*r, O) = lora_B's (N, r, O) storage order: no copy into .grad
                 O = gy.shape[1]
                 gb = torch.mm(u.t(), gy).as_strided((N, O, r), (r * O, 1, O))
-            g = torch.mm(gu * z, v.block_sum)                             # (T, N) dL/dw
-            d = torch.sub(g, (g * w).sum(-1, keepdim=True), alpha=1.0 / ctx.scale)
-            gl = d.mul_(w) if gl is None else torch.addcmul(gl, d, w)     # (T, N) dL/dl
-            gz = gu * w.index_select(1, v.expert_of_col)                  # (T, N*r) dL/dz
+            g = torch.mm(gu * z, layer._block_sum(scale))                 # (T, N) dL/dp~
+            # the renormalised softmax over S: p~ (g - <g, p~>), one kernel
+            pt = w * _scalar(1.0 / scale, w.dtype)                        # (T, N) p~
+            d = torch._softmax_backward_data(g, pt, -1, g.dtype)
+            gl = d if gl is None else gl + d                              # (T, N) dL/dl
+            gz = gu * w_col                                               # (T, N*r) dL/dz
             if need_a:
                 ga = torch.mm(gz.t(), hd).view(layer.lora_A.shape)
             if need_h:
@@ -184,11 +187,9 @@ class _TopKStep(torch.autograd.Function):
         return gh, ga, gb, gr, None, None
 
 
-def _expert_columns(N: int, r: int, dtype: torch.dtype, device: torch.device
-                    ) -> tuple[Tensor, Tensor]:
-    """(N*r,) expert index of each code column and the (N*r, N) 0/1 matrix summing them."""
-    col = torch.arange(N, device=device).repeat_interleave(r)             # (N*r,)
-    return col, F.one_hot(col, N).to(dtype)
+def _expert_columns(N: int, r: int, device: torch.device) -> Tensor:
+    """(N*r,) expert index of each code column."""
+    return torch.arange(N, device=device).repeat_interleave(r)
 
 
 class _Views(NamedTuple):
@@ -203,7 +204,6 @@ class _Views(NamedTuple):
     b_rows: Tensor            # (N*r, O) B_stack^T
     b_rows_t: Tensor          # (O, N*r) B_stack
     expert_of_col: Tensor     # (N*r,) int64: column i*r + j of the codes belongs to expert i
-    block_sum: Tensor         # (N*r, N) 0/1: sums each expert's r columns
 
 
 class MoELoRALinear(nn.Module):
@@ -263,6 +263,7 @@ class MoELoRALinear(nn.Module):
         self._cache: dict[str, tuple[tuple[Any, ...], Tensor]] = {}
         self._fast_aux: tuple[Tensor, Tensor, Tensor, Tensor | None] | None = None
         self._views_cache: tuple[tuple[Any, ...], _Views] | None = None
+        self._block_sums: dict[tuple[Any, ...], Tensor] = {}
 
     def extra_repr(self) -> str:
         return (f"in={self.in_features}, out={self.out_features}, n_experts={self.n_experts}, "
@@ -332,11 +333,23 @@ class MoELoRALinear(nn.Module):
             w, router = base.weight.detach(), self.router.weight.detach()
             views = _Views(w, w.t(), None if base.bias is None else base.bias.detach(), router,
                            router.t(), a, a.t(), b_rows, b_rows.t(),
-                           *_expert_columns(N, r, a.dtype, a.device))
+                           _expert_columns(N, r, a.device))
         aliased = (a.data_ptr() == self.lora_A.data_ptr()
                    and b_rows.data_ptr() == self.lora_B.data_ptr())
         self._views_cache = (key, views) if aliased else None   # copies: remade per call
         return views
+
+    def _block_sum(self, scale: float) -> Tensor:
+        """(N*r, N): ``scale`` where code column ``c`` belongs to expert ``i``, else 0, so
+        ``x @ _block_sum(s)`` sums each expert's r columns times ``s``. Column-major (a
+        transposed view): the CPU matmul then reads it without a ``resolve_conj`` call."""
+        w = self.lora_A
+        key = (scale, w.dtype, w.device)
+        if self._block_sums.get(key) is None:
+            col = _expert_columns(self.n_experts, self.rank, w.device)
+            ind = F.one_hot(col, self.n_experts).T.to(w.dtype) * scale    # (N, N*r)
+            self._block_sums[key] = ind.contiguous().T
+        return self._block_sums[key]
 
     def _fast(self, x: Tensor) -> bool:
         """Whether this forward takes :class:`_TopKStep`: a training forward of the common
