@@ -55,7 +55,8 @@ def test_fast_step_equals_reference(variant: str, make, lb: bool) -> None:
 
 def test_fast_step_only_where_it_applies() -> None:
     """Other gates, statistics, eval and no-grad forwards take the reference path; the fast
-    path's gradient of lora_B lands in lora_B's layout (no copy)."""
+    path's gradients of lora_A and lora_B land in their parameters' layouts (no copy), which
+    make A_stack and B_stack^T column-major views."""
     model = inject(tiny_llama(), MoELoRAConfig(n_experts=4, rank=2, top_k=2)).train()
     layer = moe_layers(model)[0]
     assert layer._fast(torch.zeros(2, 32))
@@ -70,6 +71,10 @@ def test_fast_step_only_where_it_applies() -> None:
     assert layer.lora_B.shape == (4, layer.out_features, 2)
     model(**batch()).last_hidden_state.pow(2).mean().backward()
     assert layer.lora_B.grad.stride() == layer.lora_B.stride()
+    assert layer.lora_A.grad.stride() == layer.lora_A.stride()
+    views = layer._views()
+    for m in (views.a, views.b_rows):   # (N*r, E) and (N*r, O), column-major, no copy
+        assert m.stride(0) == 1 and m._base is not None
 
 
 def _syncs(fn) -> int:
@@ -110,3 +115,23 @@ def test_random_k_accelerator_draws() -> None:
     freq = torch.bincount(ks[0], minlength=4)[1:].double() / ks[0].numel()
     torch.testing.assert_close(freq, torch.tensor([0.2, 0.0, 0.8], dtype=torch.float64),
                                atol=0.01, rtol=0)
+
+
+@pytest.mark.parametrize("variant", ["moe-lora", "hydralora"])
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+@pytest.mark.parametrize("fast", [True, False])
+def test_gradients_land_in_parameter_layouts(variant: str, dropout: float, fast: bool) -> None:
+    """Both paths' gradients of lora_A and lora_B come out in their parameters' layouts:
+    AccumulateGrad copies none of them (it clones a gradient of another layout)."""
+    model = inject(tiny_llama(), MoELoRAConfig(n_experts=4, rank=2, top_k=2, dropout=dropout,
+                                               variant=variant)).train()
+    for layer in moe_layers(model):
+        layer.fast_path = fast
+    loss = model(**batch()).last_hidden_state.pow(2).mean()
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        loss.backward()
+    accumulate = [e for e in p.events() if "AccumulateGrad" in e.name]
+    assert len(accumulate) >= 3 * len(moe_layers(model))
+    copies = [e for e in p.events() if e.name == "aten::copy_" and e.cpu_parent is not None
+              and "AccumulateGrad" in e.cpu_parent.name]
+    assert copies == []

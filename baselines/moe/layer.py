@@ -133,16 +133,20 @@ class _TopKStep(torch.autograd.Function):
         y = torch.mm(h, v.wt) if v.bias is None else torch.addmm(v.bias, h, v.wt)  # (T, O)
         logits = torch.mm(h, v.router_t)                                  # (T, N)
         hd = h if keep is None else torch.where(keep, h, _scalar(0, h.dtype))
-        z = torch.mm(hd, v.a_t)                                           # (T, N*r) A hd
+        hd_t = hd.t()                                                     # (E, T)
+        z = torch.mm(v.a, hd_t).t()               # (T, N*r) A hd, column-major as u and gu
         probs = torch.softmax(logits, -1)                                 # (T, N)
         scale = layer.scaling * (dropout_scale(layer.dropout.p) if keep is not None else 1.0)
         top = probs.topk(layer.gate.k, dim=-1)                            # (T, k)
         pm = torch.zeros_like(probs).scatter_(1, top.indices, top.values)  # (T, N) p on S
         w = torch.addcdiv(_scalar(0, pm.dtype), pm, top.values.sum(-1, keepdim=True),
                           value=scale)                                    # (T, N) s c p~
-        u = z * w.index_select(1, v.expert_of_col)                        # (T, N*r)
+        # (T, N*r) column-major as z and gu: a product of a row- and a column-major operand
+        # runs ~10x slower on CPU than one of two alike
+        w_col = w.t().index_select(0, v.expert_of_col).t()
+        u = z * w_col                                                     # (T, N*r)
         y.addmm_(u, v.b_rows)
-        ctx.save_for_backward(h, hd, keep, z, u, probs, w)
+        ctx.save_for_backward(h, hd_t, keep, z, u, probs, w, w_col)
         ctx.layer, ctx.scale = layer, scale
         ctx.mark_non_differentiable(w)
         ctx.set_materialize_grads(False)
@@ -151,24 +155,28 @@ class _TopKStep(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, gy: Tensor | None, glogits: Tensor | None, gprobs: Tensor | None,
                  _: Any) -> tuple[Tensor | None, ...]:
-        h, hd, keep, z, u, probs, w = ctx.saved_tensors
-        layer = ctx.layer
+        h, hd_t, keep, z, u, probs, w, w_col = ctx.saved_tensors
+        layer, scale = ctx.layer, ctx.scale
         v = layer._views()
         N, r = layer.n_experts, layer.rank
         need_h, need_a, need_b, need_r = ctx.needs_input_grad[:4]
         gh = ga = gb = gr = None
         gl = glogits
         if gy is not None:
-            gu = torch.mm(gy, v.b_rows_t)                                 # (T, N*r) dL/du
-            if need_b:   # (N*r, O) = lora_B's (N, r, O) storage order: no copy into .grad
+            gy_t = gy.t()                                                 # (O, T)
+            gu = torch.mm(v.b_rows, gy_t).t()                             # (T, N*r) dL/du
+            if need_b:   # (O, N*r) = lora_B's (O, N, r) storage order: no copy into .grad
                 O = gy.shape[1]
-                gb = torch.mm(u.t(), gy).as_strided((N, O, r), (r * O, 1, O))
-            g = torch.mm(gu * z, v.block_sum)                             # (T, N) dL/dw
-            d = torch.sub(g, (g * w).sum(-1, keepdim=True), alpha=1.0 / ctx.scale)
-            gl = d.mul_(w) if gl is None else torch.addcmul(gl, d, w)     # (T, N) dL/dl
-            gz = gu * w.index_select(1, v.expert_of_col)                  # (T, N*r) dL/dz
-            if need_a:
-                ga = torch.mm(gz.t(), hd).view(layer.lora_A.shape)
+                gb = torch.mm(gy_t, u).as_strided((N, O, r), (r, N * r, 1))
+            g = torch.mm(gu * z, layer._block_sum(scale))                 # (T, N) dL/dp~
+            # the renormalised softmax over S: p~ (g - <g, p~>), one kernel
+            pt = w * _scalar(1.0 / scale, w.dtype)                        # (T, N) p~
+            d = torch._softmax_backward_data(g, pt, -1, g.dtype)
+            gl = d if gl is None else gl + d                              # (T, N) dL/dl
+            gz = gu * w_col                                               # (T, N*r) dL/dz
+            if need_a:   # (E, N*r) = lora_A's (E, N, r) storage order
+                E = hd_t.shape[0]
+                ga = torch.mm(hd_t, gz).as_strided((N, r, E), (r, 1, N * r))
             if need_h:
                 gh = torch.mm(gz, v.a)                                    # (T, E)
                 if keep is not None:
@@ -176,7 +184,7 @@ class _TopKStep(torch.autograd.Function):
                 gh = gh.addmm_(gy, v.w)
         if gprobs is not None:
             gs = torch._softmax_backward_data(gprobs, probs, -1, probs.dtype)
-            gl = gs if gl is None else gl.add_(gs)
+            gl = gs if gl is None else gl + gs
         if gl is not None and need_r:
             gr = torch.mm(gl.t(), h)                                      # (N, E)
         if gl is not None and need_h:
@@ -184,11 +192,9 @@ class _TopKStep(torch.autograd.Function):
         return gh, ga, gb, gr, None, None
 
 
-def _expert_columns(N: int, r: int, dtype: torch.dtype, device: torch.device
-                    ) -> tuple[Tensor, Tensor]:
-    """(N*r,) expert index of each code column and the (N*r, N) 0/1 matrix summing them."""
-    col = torch.arange(N, device=device).repeat_interleave(r)             # (N*r,)
-    return col, F.one_hot(col, N).to(dtype)
+def _expert_columns(N: int, r: int, device: torch.device) -> Tensor:
+    """(N*r,) expert index of each code column."""
+    return torch.arange(N, device=device).repeat_interleave(r)
 
 
 class _Views(NamedTuple):
@@ -198,12 +204,9 @@ class _Views(NamedTuple):
     bias: Tensor | None       # (O,)
     router: Tensor            # (N, E)
     router_t: Tensor          # (E, N)
-    a: Tensor                 # (N*r, E) lora_A
-    a_t: Tensor               # (E, N*r)
-    b_rows: Tensor            # (N*r, O) B_stack^T
-    b_rows_t: Tensor          # (O, N*r) B_stack
+    a: Tensor                 # (N*r, E) A_stack, column-major
+    b_rows: Tensor            # (N*r, O) B_stack^T, column-major
     expert_of_col: Tensor     # (N*r,) int64: column i*r + j of the codes belongs to expert i
-    block_sum: Tensor         # (N*r, N) 0/1: sums each expert's r columns
 
 
 class MoELoRALinear(nn.Module):
@@ -236,11 +239,17 @@ class MoELoRALinear(nn.Module):
         kw = {"device": w.device, "dtype": w.dtype}
         self.router = nn.Linear(self.in_features, n_experts, bias=False, **kw)
         n_a = 1 if self.shared_a else n_experts
-        self.lora_A = nn.Parameter(torch.empty(n_a, rank, self.in_features, **kw))
-        # stored as (N, r, O): B_stack^T, which the forward multiplies by, is then a view (no
-        # copy per forward) and the gradient of that view has lora_B's layout (no copy back)
-        self.lora_B = nn.Parameter(torch.zeros(n_experts, rank, self.out_features,
-                                               **kw).transpose(1, 2))
+        # lora_A stored as (d, n_A, r) and, with one A per expert, lora_B as (d_out, N, r):
+        # A_stack and B_stack^T are then column-major views, which a CPU matmul reads without
+        # a resolve_conj op, as it reads the column-major codes they make (the gradients come
+        # out in the same layouts: no copy into .grad). HydraLoRA's codes are a broadcast of
+        # one A h, row-major: its lora_B stays (N, r, d_out), B_stack^T row-major.
+        self.lora_A = nn.Parameter(torch.empty(self.in_features, n_a, rank,
+                                               **kw).permute(1, 2, 0))
+        b_order = (0, 2, 1) if self.shared_a else (1, 0, 2)
+        b_shape = (n_experts, rank, self.out_features) if self.shared_a else (
+            self.out_features, n_experts, rank)
+        self.lora_B = nn.Parameter(torch.zeros(b_shape, **kw).permute(*b_order))
         self.dropout = nn.Dropout(dropout)
         bound = 1.0 / math.sqrt(self.in_features)  # nn.Linear / peft kaiming_uniform(a=sqrt(5))
         inits = [self.router.weight, self.lora_A]
@@ -263,6 +272,7 @@ class MoELoRALinear(nn.Module):
         self._cache: dict[str, tuple[tuple[Any, ...], Tensor]] = {}
         self._fast_aux: tuple[Tensor, Tensor, Tensor, Tensor | None] | None = None
         self._views_cache: tuple[tuple[Any, ...], _Views] | None = None
+        self._block_sums: dict[tuple[Any, ...], Tensor] = {}
 
     def extra_repr(self) -> str:
         return (f"in={self.in_features}, out={self.out_features}, n_experts={self.n_experts}, "
@@ -305,8 +315,8 @@ class MoELoRALinear(nn.Module):
         return self.lora_B.permute(1, 0, 2).reshape(O, N * r)
 
     def _b_rows(self) -> Tensor:
-        """``b_stack().T`` as a contiguous (N*r, d_out) matrix (cached while ``lora_B`` is
-        unchanged and needs no gradient)."""
+        """``b_stack().T`` (N*r, d_out), a view of ``lora_B`` (column-major; HydraLoRA:
+        row-major; cached while ``lora_B`` is unchanged and needs no gradient)."""
         N, O, r = self.lora_B.shape
         return self._derived("b_rows", (self.lora_B,),
                              lambda: self.lora_B.transpose(1, 2).reshape(N * r, O))
@@ -331,12 +341,24 @@ class MoELoRALinear(nn.Module):
             b_rows = self.lora_B.detach().transpose(1, 2).reshape(N * r, self.out_features)
             w, router = base.weight.detach(), self.router.weight.detach()
             views = _Views(w, w.t(), None if base.bias is None else base.bias.detach(), router,
-                           router.t(), a, a.t(), b_rows, b_rows.t(),
-                           *_expert_columns(N, r, a.dtype, a.device))
+                           router.t(), a, b_rows,
+                           _expert_columns(N, r, a.device))
         aliased = (a.data_ptr() == self.lora_A.data_ptr()
                    and b_rows.data_ptr() == self.lora_B.data_ptr())
         self._views_cache = (key, views) if aliased else None   # copies: remade per call
         return views
+
+    def _block_sum(self, scale: float) -> Tensor:
+        """(N*r, N): ``scale`` where code column ``c`` belongs to expert ``i``, else 0, so
+        ``x @ _block_sum(s)`` sums each expert's r columns times ``s``. Column-major (a
+        transposed view): the CPU matmul then reads it without a ``resolve_conj`` call."""
+        w = self.lora_A
+        key = (scale, w.dtype, w.device)
+        if self._block_sums.get(key) is None:
+            col = _expert_columns(self.n_experts, self.rank, w.device)
+            ind = F.one_hot(col, self.n_experts).T.to(w.dtype) * scale    # (N, N*r)
+            self._block_sums[key] = ind.contiguous().T
+        return self._block_sums[key]
 
     def _fast(self, x: Tensor) -> bool:
         """Whether this forward takes :class:`_TopKStep`: a training forward of the common
@@ -391,11 +413,23 @@ class MoELoRALinear(nn.Module):
             y, fresh = F.linear(h, base.weight, base.bias), True
         else:
             y, fresh = base(x).reshape(T, O), False
-        if self.dropout.training and self.dropout.p > 0:
+        dropout = self.dropout.training and self.dropout.p > 0
+        train = torch.is_grad_enabled() and (self.lora_A.requires_grad
+                                             or self.router.weight.requires_grad)
+        if dropout or train:
             logits = self.router(h)                                       # (T, N)
-            a = self.lora_A.reshape(-1, E) * dropout_scale(self.dropout.p)   # scale in A
-            z = F.linear(fast_dropout(h, self.dropout.p, scaled=False), a)  # (T, n_A*r)
-        else:                             # dropout is the identity: one matmul for both
+            a = self.lora_A.reshape(-1, E)                                # (n_A*r, E)
+            hd = h
+            if dropout:
+                a = a * dropout_scale(self.dropout.p)                     # scale in A
+                hd = fast_dropout(h, self.dropout.p, scaled=False)        # (T, E)
+            # (T, n_A*r) A hd. Training with one A per expert: column-major like A_stack, so
+            # u is too and the matmul by B_stack^T and its backward need no resolve_conj (see
+            # __init__). Otherwise row-major: a GEMM with the tokens as rows rounds each row
+            # alike for any number of rows, which stacked MC-dropout passes rely on
+            z = (torch.mm(a, hd.t()).t() if train and not self.shared_a
+                 else F.linear(hd, a))
+        else:                             # no gradient, no dropout: one matmul for both
             rz = F.linear(h, self._router_a())                            # (T, N + n_A*r)
             logits, z = rz[:, :N], rz[:, N:]
         probs = F.softmax(logits.to(cdt), dim=-1)                         # (T, N)
@@ -411,7 +445,7 @@ class MoELoRALinear(nn.Module):
 
         w = probs * sel.mask                                              # (T, N)
         w = w * (self.scaling / w.sum(-1, keepdim=True))                  # scaling * p~
-        u = (w.to(z.dtype).unsqueeze(-1) * z3).reshape(T, N * r)          # (T, N*r)
+        u = (z3 * w.to(z.dtype).unsqueeze(-1)).reshape(T, N * r)          # (T, N*r) as z
         b_rows = self._b_rows()                                           # (N*r, O)
         y = y.addmm_(u, b_rows) if fresh else torch.addmm(y, u, b_rows)   # (T, O)
         y = y.view(*lead, O)
