@@ -204,6 +204,20 @@ def test_the_answers_name_the_best_method_and_pair_it_with_msp(runs) -> None:
     assert all(q.text in summary for q in QUESTIONS)
 
 
+def test_an_answer_without_values_says_why_from_the_rows_note(runs) -> None:
+    """A calib split too small for alpha = 0.1 leaves no coverage value: the verdict quotes the
+    rows' `cp_note` (the reason), not only that the column is missing."""
+    from dataclasses import replace
+
+    run = read_run(runs[0])
+    col = QUESTIONS[3].column.name
+    why = "alpha=0.1 not reachable: 8 calibration questions, split conformal needs n >= 9"
+    rows = [{**r, col: math.nan, "cp_note": why} for r in run.rows]
+    got = [a for a in answers(replace(run, rows=rows), n_boot=50) if a.question is QUESTIONS[3]]
+    assert got and all(a.verdict == "unclear" and a.line.endswith(f"on {a.domain}: {why}")
+                       for a in got)
+
+
 def test_a_broken_run_folder_names_each_missing_part_and_renders_the_rest(runs, tmp_path):
     d = tmp_path / "broken"
     shutil.copytree(runs[0], d)

@@ -48,6 +48,7 @@ class Question:
     text: str
     column: Column
     higher_is_better: bool
+    note: str = ""  # the row field that says why a value is missing (``cp_note``)
 
     def reference(self, row: Mapping[str, Any]) -> float:
         """The value a "yes" must beat, for ``row``."""
@@ -61,7 +62,8 @@ QUESTIONS = (
     Question("calibration", "Are the confidences calibrated?", COLUMNS["ece"], False),
     Question("shift", "Does uncertainty rise under shift?", COLUMNS["ood_auroc"], True),
     Question("abstain", "Does abstaining on the uncertain help?", COLUMNS["aurc"], False),
-    Question("coverage", "Does conformal coverage survive the shift?", SHIFT_COVERAGE, True),
+    Question("coverage", "Does conformal coverage survive the shift?", SHIFT_COVERAGE, True,
+             "cp_note"),
 )
 
 
@@ -152,8 +154,10 @@ def answers(run: RunFolder, *, n_boot: int | None = None) -> list[Answer]:
             cands = [r for r in here if _num(r.get(q.column.name)) is not None
                      and (q.column.level == "scorer" or r["method"] in labels)]
             if not cands:
+                note = next((str(r[q.note]) for r in here if q.note and r.get(q.note)), "")
                 out.append(Answer(q, dom, "", None, None, None, "", "unclear",
-                                  f"No method of this run has {q.column.name} on {dom}."))
+                                  f"No method of this run has {q.column.name} on {dom}"
+                                  + (f": {note}" if note else ".")))
                 continue
             sign = -1 if q.higher_is_better else 1
             best = min(cands, key=lambda r: sign * r[q.column.name])
