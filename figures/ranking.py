@@ -13,12 +13,11 @@ import math
 from typing import Any
 
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
 from figures.calibration import reliability_figure
 from figures.data import RunData
-from figures.style import PALETTE, TEXT_WIDTH, new_figure
-from uqbench.results.columns import COLUMNS
+from figures.forest import best_first, domain_handles, draw_intervals
+from figures.style import TEXT_WIDTH, new_figure
 from uqbench.results.tables import MODEL_COLUMNS, header
 
 ROW_HEIGHT = 0.22  # inches per model and panel row
@@ -52,40 +51,16 @@ def ranking_figure(run: RunData) -> Figure | None:
     label = {m: m.rsplit("/", 1)[0] if len(gates) == 1 else m for m in methods}
     nrows = math.ceil(len(cols) / NCOLS)
     fig = new_figure(TEXT_WIDTH, nrows * (0.9 + ROW_HEIGHT * len(methods)) + 0.4)
-    step = 0.8 / len(doms)
     for k, c in enumerate(cols):
         ax = fig.add_subplot(nrows, min(NCOLS, len(cols)), k + 1)
-        higher = COLUMNS[c].higher_is_better
-
-        def key(m: str, c: str = c, higher: bool = higher) -> tuple[bool, float]:
-            v = _finite((run.row(methods[m], first) or {}).get(c))
-            return (v is None, -v if v is not None and higher else (v or 0.0))
-
-        order = sorted(methods, key=key)  # best first: drawn at the top
-        for i, dom in enumerate(doms):
-            color = PALETTE[i % len(PALETTE)]
-            for j, m in enumerate(order):
-                row = run.row(methods[m], dom) or {}
-                v = _finite(row.get(c))
-                if v is None:
-                    continue
-                y = j - 0.4 + step * (i + 0.5)
-                lo, hi = _finite(row.get(f"{c}_lo")), _finite(row.get(f"{c}_hi"))
-                if lo is not None and hi is not None:
-                    ax.plot([lo, hi], [y, y], color=color, lw=0.9, gid=f"ci|{c}|{m}|{dom}")
-                ax.plot([v], [y], "o", ms=3.2, color=color, gid=f"{c}|{m}|{dom}")
-        if c == "ood_auroc":
-            ax.axvline(0.5, color="#8C8C8C", ls="--", lw=0.8)
-        ax.set_yticks(range(len(order)), [label[m] for m in order])
-        ax.set_ylim(len(order) - 0.5, -0.5)
-        ax.grid(axis="y", visible=False)
+        order = best_first(run, list(methods), c, methods.__getitem__)  # best at the top
+        draw_intervals(ax, run, c, [(m, methods[m]) for m in order], tag=f"{c}|")
+        ax.set_yticklabels([label[m] for m in order])
         ax.set_title(header(c))
     shared = f", all /{next(iter(gates))}" if len(gates) == 1 else ""
     fig.suptitle(f"Models ranked on {first} (best at the top; 95% bootstrap CI{shared})",
                  x=0.02, ha="left")
-    handles = [Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="o", ms=3.2, lw=0.9,
-                      label=d) for i, d in enumerate(doms)]
-    fig.legend(handles=handles, loc="outside lower center", ncols=len(doms))
+    fig.legend(handles=domain_handles(doms), loc="outside lower center", ncols=len(doms))
     return fig
 
 
