@@ -206,13 +206,14 @@ def test_the_answers_name_the_best_method_and_pair_it_with_msp(runs) -> None:
 
 def test_an_answer_without_values_says_why_from_the_rows_note(runs) -> None:
     """A calib split too small for alpha = 0.1 leaves no coverage value: the verdict quotes the
-    rows' `cp_note` (the reason), not only that the column is missing."""
+    rows' `cp_note` for that alpha (the reason), not only that the column is missing."""
     from dataclasses import replace
 
     run = read_run(runs[0])
     col = QUESTIONS[3].column.name
     why = "alpha=0.1 not reachable: 8 calibration questions, split conformal needs n >= 9"
-    rows = [{**r, col: math.nan, "cp_note": why} for r in run.rows]
+    other = "alpha=0.05 not reachable: 8 calibration questions, split conformal needs n >= 19"
+    rows = [{**r, col: math.nan, "cp_note": f"{other} | {why}"} for r in run.rows]
     got = [a for a in answers(replace(run, rows=rows), n_boot=50) if a.question is QUESTIONS[3]]
     assert got and all(a.verdict == "unclear" and a.line.endswith(f"on {a.domain}: {why}")
                        for a in got)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from uqbench.files.rundir import RunFolder
-from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE, Column, inputs_of
+from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE, CP_ALPHA, Column, inputs_of
 from uqbench.results.tables import (
     chance_reasons,
     domains_of,
@@ -154,7 +154,10 @@ def answers(run: RunFolder, *, n_boot: int | None = None) -> list[Answer]:
             cands = [r for r in here if _num(r.get(q.column.name)) is not None
                      and (q.column.level == "scorer" or r["method"] in labels)]
             if not cands:
-                note = next((str(r[q.note]) for r in here if q.note and r.get(q.note)), "")
+                notes = [p for r in here if q.note and r.get(q.note)  # one per alpha
+                         for p in str(r[q.note]).split(" | ")]
+                note = next((p for p in notes if p.startswith(f"alpha={CP_ALPHA:g} ")),
+                            notes[0] if notes else "")
                 out.append(Answer(q, dom, "", None, None, None, "", "unclear",
                                   f"No method of this run has {q.column.name} on {dom}"
                                   + (f": {note}" if note else ".")))
