@@ -140,11 +140,11 @@ def collect_mc(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: S
     Every dropout draw of the stacked forward (the ``nn.Dropout`` modules in train mode and the
     MoE-LoRA layers' keep masks, through `baselines.moe.MoELoRALinear.mask_draws`) is split by
     copy and each block drawn from its copy's own stream, seeded as the sequential pass would
-    be, so copy ``t`` gets the masks of ``collect(..., seed=seeds[t])``. The records equal the sequential passes' within float
-    rounding: a GEMM over T times the rows may round its last bits otherwise (on CPU the encoder
-    heads' records were bit for bit in the measured runs, tiny-bert and MiniLM; a decoder's
-    logits differ by <= 3e-8; once a full-suite run saw `features` differ). On an accelerator,
-    kernels chosen by shape may round differently too.
+    be, so copy ``t`` gets the masks of ``collect(..., seed=seeds[t])``. The records equal the
+    sequential passes' within float rounding: a GEMM over T times the rows may round its last
+    bits otherwise (on CPU the encoder heads' records were bit for bit in the measured runs,
+    tiny-bert and MiniLM; a decoder's logits differ by <= 3e-8; once a full-suite run saw
+    `features` differ). On an accelerator, kernels chosen by shape may round differently too.
 
     Sequential passes instead (same records, slower) when a gate draws from its own generator
     (`baselines.gates.RandomK`: its draws follow the order of the passes), and, with a warning
@@ -324,6 +324,7 @@ def _per_copy_draws(model: MultipleChoiceModel, seeds: list[int], dev: torch.dev
     from baselines.moe import MoELoRALinear
 
     layers = [m for m in model.moe_layers() if isinstance(m, MoELoRALinear)]
+    own = [layer.__dict__.get("mask_draws") for layer in layers]   # put back after, if any
     patched = [m for m in model.modules() if isinstance(m, nn.Dropout) and m.training]
     for m in patched:   # an instance attribute shadows the class's forward for this block
         m.forward = functools.partial(split, type(m).forward.__get__(m))  # type: ignore[method-assign]
@@ -332,8 +333,11 @@ def _per_copy_draws(model: MultipleChoiceModel, seeds: list[int], dev: torch.dev
     try:
         yield
     finally:
-        for layer in layers:
-            del layer.mask_draws
+        for layer, draws in zip(layers, own):
+            if draws is None:
+                del layer.mask_draws
+            else:
+                layer.mask_draws = draws
         for m in patched:
             del m.forward
     check()
