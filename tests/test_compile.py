@@ -188,3 +188,22 @@ def test_compiled_dropout_stays_in_the_graph_and_draws_as_eager_rand(heavy_compu
     for n, g in eager.items():
         assert torch.allclose(comp[n], g, rtol=1e-4, atol=1e-7), n
     assert not all(torch.allclose(own[n], g, rtol=1e-4, atol=1e-7) for n, g in eager.items())
+
+
+def test_compiled_fast_dropout_is_one_graph_at_its_keep_rate() -> None:
+    """`fast_dropout` compiles whole (``fullgraph``: no break) and, with inductor's own random
+    numbers, keeps elements at its rate ``1 - round(p * 2**16) / 2**16`` (within 6 standard
+    errors over 2**18 elements) and scales the kept ones as eager does; seeded draws repeat."""
+    from baselines.moe import dropout_scale, fast_dropout
+
+    p = 0.05
+    drop = torch.compile(lambda h: fast_dropout(h, p), fullgraph=True, dynamic=False)
+    h = torch.randn(512, 512)
+    torch.manual_seed(3)
+    out = drop(h)
+    kept = out != 0
+    rate, n = 1 - round(p * 65536) / 65536, h.numel()
+    assert abs(kept.float().mean().item() - rate) < 6 * (rate * (1 - rate) / n) ** 0.5
+    assert torch.equal(out[kept], h[kept] * dropout_scale(p))
+    torch.manual_seed(3)
+    assert torch.equal(drop(h), out)
