@@ -138,13 +138,13 @@ def collect_mc(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: S
     after copy, so every layer sees the copies as consecutive blocks of rows) instead of one.
 
     Every dropout draw of the stacked forward (the ``nn.Dropout`` modules in train mode and the
-    MoE-LoRA layers' `baselines.moe.layer.fast_dropout`) is split by copy and each block drawn from
-    its copy's own stream, seeded as the sequential pass would be, so copy ``t`` gets the masks
-    of ``collect(..., seed=seeds[t])``. The records equal the sequential passes' within float
-    rounding: a GEMM over T times the rows may round its last bits otherwise (on CPU the encoder
-    heads' records were bit for bit in the measured runs, tiny-bert and MiniLM; a decoder's
-    logits differ by <= 3e-8; once a full-suite run saw `features` differ). On an accelerator,
-    kernels chosen by shape may round differently too.
+    MoE-LoRA layers' keep masks, through `baselines.moe.MoELoRALinear.mask_draws`) is split by
+    copy and each block drawn from its copy's own stream, seeded as the sequential pass would
+    be, so copy ``t`` gets the masks of ``collect(..., seed=seeds[t])``. The records equal the
+    sequential passes' within float rounding: a GEMM over T times the rows may round its last
+    bits otherwise (on CPU the encoder heads' records were bit for bit in the measured runs,
+    tiny-bert and MiniLM; a decoder's logits differ by <= 3e-8; once a full-suite run saw
+    `features` differ). On an accelerator, kernels chosen by shape may round differently too.
 
     Sequential passes instead (same records, slower) when a gate draws from its own generator
     (`baselines.gates.RandomK`: its draws follow the order of the passes), and, with a warning
@@ -291,9 +291,10 @@ def _per_copy_draws(model: MultipleChoiceModel, seeds: list[int], dev: torch.dev
     """Within the block, every dropout draw of ``model`` on an input whose rows are
     ``len(seeds)`` stacked copies is made block by block, copy ``t``'s from the default
     generator(s) in copy ``t``'s own state (first seeded with ``seeds[t]``), as ``t``'s
-    sequential pass draws them. Raises `_UnsplitDraw` on exit if anything else drew."""
-    from baselines.moe import layer as moe  # the module whose fast_dropout the layers call
-
+    sequential pass draws them: the MoE-LoRA layers' keep masks through their ``mask_draws``
+    (`baselines.moe.layer.MaskDraws`), set for the block; each ``nn.Dropout`` in train mode
+    through a ``forward`` set on the instance for the block (its class's, per copy). Raises
+    `_UnsplitDraw` on exit if anything else drew."""
     states = []
     for s in seeds:
         torch.manual_seed(s)
@@ -305,7 +306,7 @@ def _per_copy_draws(model: MultipleChoiceModel, seeds: list[int], dev: torch.dev
         now = _rng_state(dev)
         if not all(a is None or torch.equal(a, b) for a, b in zip(now, sentinel)):
             raise _UnsplitDraw("a random draw other than nn.Dropout's and the MoE-LoRA "
-                               "layers' fast_dropout ran in the stacked forward")
+                               "layers' dropout masks ran in the stacked forward")
 
     def split(draw: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
         check()
@@ -320,16 +321,23 @@ def _per_copy_draws(model: MultipleChoiceModel, seeds: list[int], dev: torch.dev
         _set_rng_state(sentinel, dev)
         return torch.cat(parts)
 
-    fast_dropout = moe.fast_dropout
+    from baselines.moe import MoELoRALinear
+
+    layers = [m for m in model.moe_layers() if isinstance(m, MoELoRALinear)]
+    own = [layer.__dict__.get("mask_draws") for layer in layers]   # put back after, if any
     patched = [m for m in model.modules() if isinstance(m, nn.Dropout) and m.training]
     for m in patched:   # an instance attribute shadows the class's forward for this block
         m.forward = functools.partial(split, type(m).forward.__get__(m))  # type: ignore[method-assign]
-    moe.fast_dropout = lambda h, p, *, scaled=True: split(   # type: ignore[assignment]
-        lambda c: fast_dropout(c, p, scaled=scaled), h)
+    for layer in layers:
+        layer.mask_draws = split
     try:
         yield
     finally:
-        moe.fast_dropout = fast_dropout
+        for layer, draws in zip(layers, own):
+            if draws is None:
+                del layer.mask_draws
+            else:
+                layer.mask_draws = draws
         for m in patched:
             del m.forward
     check()

@@ -1,8 +1,11 @@
 """The compiled training path (``TrainConfig.compile``) against eager, through
 the real training loop in one run on one device: compile time (the wall time of the steps that
 compiled) apart from the step time, the compiled steps' seconds against eager ones, compiles
-per epoch (the second epoch must compile nothing), graph breaks, and how far the compiled
-losses are from eager ones (same seed, same records).
+per epoch (the second epoch must compile nothing), recompiles (dynamo's compiles of a frame it
+had compiled before, with their distinct guard failures), graph breaks, and how far the
+compiled losses are from eager ones (same seed, same records; the compiled dropout masks come
+from inductor's own random numbers, so this includes dropout noise: tests/test_compile.py
+compares equal draws).
 
 The model is the ``full`` profile's MoE-LoRA (`bench_train_step`'s backbone: SmolLM2 on a GPU
 where installed, else the 2-layer random ``tiny-llama``) on synthetic questions of up to
@@ -17,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch._dynamo.utils
 
 from benchmarks.bench_train_step import BATCH, MAX_LENGTH, step_backbone, synthetic_records
 
@@ -39,12 +43,18 @@ def run() -> Iterator[dict[str, Any]]:
     load_before = os.getloadavg()[0]
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     res = {}
+    dynamo = torch._dynamo.utils
+    dynamo.set_compilation_metrics_limit(100_000)   # one entry per compile (default: last 64)
     for key, c in (("eager", cfg), ("compiled", on)):
         sync()
+        dynamo.clear_compilation_metrics()
         t = time.perf_counter()
         res[key] = train(make_moe(bb, MoELoRAConfig()), records, c, progress=False)
         sync()
         res[key + "_s"] = time.perf_counter() - t
+    # each recompile's first failed guard, without the source line dynamo appends after '#'
+    reasons = [m.recompile_reason.splitlines()[0].split("#")[0].strip()
+               for m in dynamo.get_compilation_metrics() if m.recompile_reason is not None]
     eager, comp = res["eager"], res["compiled"]
     log = comp.compile
     eager_step = res["eager_s"] / eager.steps
@@ -58,7 +68,8 @@ def run() -> Iterator[dict[str, Any]]:
            "ratio_compiled_to_eager": round(comp_step / eager_step, 3) if comp_step else None,
            "compile_s": round(log["compile_steps_seconds"], 2),
            "compile_steps": log["compile_steps"],
-           "compiles_per_epoch": log["compiles_per_epoch"],
+           "compiles_per_epoch": log["compiles_per_epoch"], "recompiles": len(reasons),
+           "recompile_reasons": sorted(set(reasons)),
            "graph_breaks": log["graph_breaks"], "blocks": log["blocks"],
            "max_abs_loss_diff": diff, "total_s": {k: round(res[k + "_s"], 2)
                                                   for k in ("eager", "compiled")},

@@ -146,3 +146,64 @@ def test_compile_option_plumbing() -> None:
     assert not compile_enabled(auto, torch.device("cpu"))
     assert compile_enabled(auto, torch.device("cuda"))
     assert compile_enabled(TrainConfig(compile="on"), torch.device("cpu"))
+
+
+def test_compiled_dropout_stays_in_the_graph_and_draws_as_eager_rand(heavy_compute) -> None:
+    """Dropout 0.05 under inductor on the CPU: the MoE-LoRA keep masks are drawn out of place in
+    the graph (no graph break). With ``fallback_random`` inductor draws through aten, so one
+    step's gradients equal eager ones whose masks come from the same ``torch.rand`` form (set
+    through ``mask_draws``) within the float tolerance above (rtol 1e-4); eager's own draws
+    (in-place 16-bit) give other masks, hence other gradients."""
+    import torch._inductor.config
+
+    from baselines.moe import moe_layers
+
+    moe = MoELoRAConfig(n_experts=4, rank=2, top_k=2, dropout=0.05)
+    recs = toy_records(5, seed=3)
+    labels = torch.tensor([r.answer for r in recs])
+    thr = round(moe.dropout * 65536) / 65536
+
+    def rand_form(mask_of, h):   # the compiled path's mask, drawn eagerly
+        return torch.rand(h.shape, device=h.device) >= thr
+
+    def step(draws, compiled: bool):
+        torch.manual_seed(7)
+        model = make_moe(tiny_backbone("decoder", layers=1), moe, mode="letters").train()
+        for layer in moe_layers(model.backbone):   # lora_B != 0: the masks reach every grad
+            torch.nn.init.normal_(layer.lora_B, std=0.1)
+            layer.mask_draws = draws
+        batch = _padded(model, recs, 8, 64)        # the same shapes, hence the same draws
+        with torch.random.fork_rng(), _compiled(model, compiled) as log, \
+                torch._inductor.config.patch(fallback_random=True):
+            torch.manual_seed(0)
+            logits = model(batch)[:5]
+            (F.cross_entropy(logits, labels) + load_balance_loss(model.backbone)).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return grads, log
+
+    (comp, log), (eager, _), (own, _) = (step(None, True), step(rand_form, False),
+                                        step(None, False))
+    assert log.to_json()["graph_breaks"] == 0
+    assert comp.keys() == eager.keys() and any("lora_A" in n for n in comp)
+    for n, g in eager.items():
+        assert torch.allclose(comp[n], g, rtol=1e-4, atol=1e-7), n
+    assert not all(torch.allclose(own[n], g, rtol=1e-4, atol=1e-7) for n, g in eager.items())
+
+
+def test_compiled_fast_dropout_is_one_graph_at_its_keep_rate() -> None:
+    """`fast_dropout` compiles whole (``fullgraph``: no break) and, with inductor's own random
+    numbers, keeps elements at its rate ``1 - round(p * 2**16) / 2**16`` (within 6 standard
+    errors over 2**18 elements) and scales the kept ones as eager does; seeded draws repeat."""
+    from baselines.moe import dropout_scale, fast_dropout
+
+    p = 0.05
+    drop = torch.compile(lambda h: fast_dropout(h, p), fullgraph=True, dynamic=False)
+    h = torch.randn(512, 512)
+    torch.manual_seed(3)
+    out = drop(h)
+    kept = out != 0
+    rate, n = 1 - round(p * 65536) / 65536, h.numel()
+    assert abs(kept.float().mean().item() - rate) < 6 * (rate * (1 - rate) / n) ** 0.5
+    assert torch.equal(out[kept], h[kept] * dropout_scale(p))
+    torch.manual_seed(3)
+    assert torch.equal(drop(h), out)

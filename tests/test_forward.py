@@ -143,16 +143,25 @@ def test_real_minilm_with_moe(minilm) -> None:
 
 
 def test_stacked_mc_passes_equal_the_sequential_ones_bitwise(model: MultipleChoiceModel) -> None:
-    """T copies in one forward, each with its own dropout stream: every field of every pass
-    equals the pass run alone, with the same pass count: integer fields exactly, float fields
-    within float rounding (a GEMM over 3x the rows may round its last bit otherwise: bitwise in
-    most runs, once a `features` difference in a full-suite run; decoder logits <= 3e-8)."""
+    """T copies in one forward, each with its own dropout stream (the MoE-LoRA layers' through
+    ``mask_draws``, set for the passes only): every field of every pass equals the pass run
+    alone, with the same pass count: integer fields exactly, float fields within float rounding
+    (a GEMM over 3x the rows may round its last bit otherwise: bitwise in most runs, once a
+    `features` difference in a full-suite run; decoder logits <= 3e-8)."""
     seeds = [0, 1, 5]
     seq = [collect(model, RECS, batch_size=8, progress=False, mode="mc_dropout", seed=s)
            for s in seeds]
+    layers = model.moe_layers()
+
+    def own(mask_of, h):   # a layer's own setting: replaced for the stacked passes, then kept
+        raise AssertionError("a layer's own mask_draws ran in the stacked passes")
+
+    layers[0].mask_draws = own
     before = FORWARD_PASSES["mc_dropout"]
     stacked = collect_mc(model, RECS, seeds, batch_size=8, progress=False)
     assert FORWARD_PASSES["mc_dropout"] == before + len(seeds)
+    assert layers[0].__dict__.pop("mask_draws") is own
+    assert not any("mask_draws" in layer.__dict__ for layer in layers)
     assert len(stacked) == len(seeds)
     for s, a, b in zip(seeds, seq, stacked):
         assert set(a) == set(b)

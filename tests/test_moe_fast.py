@@ -135,3 +135,51 @@ def test_gradients_land_in_parameter_layouts(variant: str, dropout: float, fast:
     copies = [e for e in p.events() if e.name == "aten::copy_" and e.cpu_parent is not None
               and "AccumulateGrad" in e.cpu_parent.name]
     assert copies == []
+
+
+def _keep_mask_before(h: torch.Tensor, p: float) -> torch.Tensor:
+    """The keep mask eager training drew before masks could be drawn by copy or in a compiled
+    graph (the code as it was): 16-bit draws, four per in-place 64-bit ``random_``."""
+    thr = round(p * 65536)
+    *lead, d = h.shape
+    if d % 4 == 0:
+        bits = torch.empty((*lead, d // 4), dtype=torch.int64, device=h.device)
+        bits = bits.random_(-2**63, None).view(torch.int16)
+    else:
+        n = h.numel()
+        bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=h.device).random_(-2**63, None)
+        bits = bits.view(torch.int16)[:n].view(h.shape)
+    return bits >= torch.tensor(thr - 32768, dtype=torch.int16)
+
+
+def test_training_draws_the_masks_it_drew_before() -> None:
+    """Real training of a tiny Llama MoE-LoRA (fast step, dropout 0.05): with the same seed the
+    losses, auxiliary losses and trained weights are bit for bit those of the same training
+    whose masks come from the code as it was (set through ``mask_draws``), and not those of a
+    training without dropout masks."""
+    from baselines.backbones import tiny_backbone
+    from baselines.heads import make_moe
+    from baselines.train import TrainConfig, train
+    from tests.support.data import toy_records
+
+    cfg = MoELoRAConfig(n_experts=4, rank=2, top_k=2, dropout=0.05)
+    recs = toy_records(12, seed=3)
+
+    def run(draws):
+        torch.manual_seed(5)
+        model = make_moe(tiny_backbone("decoder", layers=2), cfg, mode="letters")
+        for layer in moe_layers(model.backbone):
+            layer.mask_draws = draws
+        res = train(model, recs, TrainConfig(lr=5e-3, epochs=2, batch_size=8, max_length=48,
+                                             seed=11), progress=False)
+        return res, {n: p.detach().clone() for n, p in model.named_parameters()
+                     if p.requires_grad}
+
+    before = run(lambda mask_of, h: _keep_mask_before(h, cfg.dropout))
+    now = run(None)
+    assert now[0].losses == before[0].losses and now[0].aux_losses == before[0].aux_losses
+    assert now[1].keys() == before[1].keys()
+    assert all(torch.equal(now[1][n], w) for n, w in before[1].items())
+    assert any("lora_B" in n and w.abs().sum() > 0 for n, w in now[1].items())   # it trained
+    kept = run(lambda mask_of, h: torch.ones_like(h, dtype=torch.bool))   # the masks matter
+    assert kept[0].losses != now[0].losses

@@ -4,6 +4,7 @@ training step of the common path (`_TopKStep`) beside the autograd reference."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -44,29 +45,49 @@ def gram_disagreement(weights: Tensor, z: Tensor, gram: Tensor, *, eps: float = 
     return ((m2 - mean2) / (m2 + eps)).clamp(0.0, 1.0)
 
 
-def fast_dropout(h: Tensor, p: float, *, scaled: bool = True) -> Tensor:
+#: ``draws(mask_of, h)``: the keep mask of the (T, E) input ``h``, made by calling ``mask_of``
+#: (the layer's own mask drawing) on row blocks of ``h``, each under its own random stream, and
+#: concatenating the masks (`MoELoRALinear.mask_draws`; `baselines.forward.collect_mc`)
+MaskDraws = Callable[[Callable[[Tensor], Tensor], Tensor], Tensor]
+
+
+def fast_dropout(h: Tensor, p: float, *, scaled: bool = True,
+                 draws: MaskDraws | None = None) -> Tensor:
     """Inverted dropout with 16-bit uniform draws: each element is zeroed with probability
     ``round(p * 2**16) / 2**16`` (0.0500030 for p = 0.05) and the kept ones scaled by
     :func:`dropout_scale`, the inverse keep rate, so ``E[out] = h``; ``scaled=False`` leaves the
     scaling to the caller (the MoE layer folds it into the small ``A``, sparing a (T, d) pass).
     One 64-bit draw of torch's default generator serves four elements, and the mask is applied
     by one ``where`` (its backward saves a bool mask): about 2x cheaper than ``nn.Dropout``,
-    whose draws were the largest cost of an MoE-LoRA training step on CPU after the matmuls."""
+    whose draws were the largest cost of an MoE-LoRA training step on CPU after the matmuls.
+    ``draws`` (:data:`MaskDraws`) splits the mask's drawing into row blocks; under
+    ``torch.compile`` the mask is drawn out of place (see ``_keep_mask``)."""
     if round(p * 65536) >= 65536:
         return torch.zeros_like(h)
-    keep = _keep_mask(h, p)
+    keep = _keep_mask(h, p, draws)
     if keep is None:
         return h
     out = torch.where(keep, h, _scalar(0, h.dtype))
     return out * dropout_scale(p) if scaled else out
 
 
-def _keep_mask(h: Tensor, p: float) -> Tensor | None:
-    """The bool keep mask of :func:`fast_dropout` (None when nothing is dropped; ``p`` rounds
-    below 1 in 2**16): 16-bit draws, four per 64-bit draw, in ``h``'s element order."""
+def _keep_mask(h: Tensor, p: float, draws: MaskDraws | None = None) -> Tensor | None:
+    """The bool keep mask of :func:`fast_dropout` (None when nothing is dropped: ``p`` rounds
+    below 1 in 2**16), ``P(keep) = 1 - thr / 2**16`` with ``thr = round(p * 2**16)``.
+
+    Eager: 16-bit draws, four per 64-bit in-place ``random_`` of the default generator, in
+    ``h``'s element order. Under ``torch.compile``: ``torch.rand(h.shape) >= thr / 2**16`` (the
+    same probability, exactly: float32 uniforms are multiples of 2**-24), an out-of-place draw
+    that dynamo keeps in the graph (the in-place one breaks it) and inductor generates itself, so
+    compiled masks are not eager ones; with inductor's ``fallback_random`` they are the masks
+    eager ``torch.rand`` draws. ``draws`` (:data:`MaskDraws`): the mask drawn block by block."""
     thr = round(p * 65536)
     if thr <= 0:
         return None
+    if draws is not None:
+        return draws(lambda part: _keep_mask(part, p), h)
+    if torch.compiler.is_compiling():
+        return torch.rand(h.shape, device=h.device) >= thr / 65536
     *lead, d = h.shape
     if d % 4 == 0:   # draw in h's shape: no slice, same draws as the flat layout below
         bits = torch.empty((*lead, d // 4), dtype=torch.int64, device=h.device)
@@ -224,6 +245,10 @@ class MoELoRALinear(nn.Module):
     #: training forwards of the common layer take :class:`_TopKStep` (False: always the
     #: autograd reference, :meth:`_forward_reference`)
     fast_path: bool = True
+    #: how the dropout's keep masks are drawn: None, by :func:`fast_dropout` from torch's
+    #: default generator; set for a pass (`baselines.forward.collect_mc` gives each of the
+    #: stacked copies its own stream), a :data:`MaskDraws`
+    mask_draws: MaskDraws | None = None
 
     def __init__(self, base_layer: nn.Linear, *, n_experts: int = 16, rank: int = 8,
                  alpha: float = 16.0, dropout: float = 0.05, gate: Gate | None = None,
@@ -393,7 +418,8 @@ class MoELoRALinear(nn.Module):
         if not self._fast(x):
             return self._forward_reference(x)
         h = x.reshape(-1, self.in_features)                               # (T, E)
-        keep = _keep_mask(h, self.dropout.p) if self.dropout.training else None
+        keep = (_keep_mask(h, self.dropout.p, self.mask_draws) if self.dropout.training
+                else None)
         y, logits, probs, w = _TopKStep.apply(h, self.lora_A, self.lora_B, self.router.weight,
                                               self, keep)
         self._aux_args, self._fast_aux = None, (logits, probs, w, self.token_mask)
@@ -422,7 +448,8 @@ class MoELoRALinear(nn.Module):
             hd = h
             if dropout:
                 a = a * dropout_scale(self.dropout.p)                     # scale in A
-                hd = fast_dropout(h, self.dropout.p, scaled=False)        # (T, E)
+                hd = fast_dropout(h, self.dropout.p, scaled=False,        # (T, E)
+                                  draws=self.mask_draws)
             # (T, n_A*r) A hd. Training with one A per expert: column-major like A_stack, so
             # u is too and the matmul by B_stack^T and its backward need no resolve_conj (see
             # __init__). Otherwise row-major: a GEMM with the tokens as rows rounds each row
