@@ -432,7 +432,8 @@ def test_fused_path_gradients_equal_unfused_path(monkeypatch) -> None:
         if fused:
             layer.dropout.p = 0.0
         else:                               # dropout path with an identity dropout
-            monkeypatch.setattr(moe_mod, "fast_dropout", lambda h, p, scaled=True: h)
+            layer.dropout.p = 0.1
+            monkeypatch.setattr(moe_mod, "fast_dropout", lambda h, p, **kw: h)
             monkeypatch.setattr(moe_mod, "dropout_scale", lambda p: 1.0)
         h = torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True)
         y = layer(h)
