@@ -321,6 +321,16 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path, smoke_s
     yield root, env, proc
 
 
+@pytest.fixture(scope="module")
+def png_figures() -> Iterator[None]:
+    """Run figures drawn as PNG only, for the rest of the module: the reports inline the PNGs
+    and never read the PDFs, which take more than half of the drawing time. Writing both
+    formats is checked by test_figures' `draw_run` tests and the smoke run (test_e2e)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("figures.run.FORMATS", ("png",))
+        yield
+
+
 @pytest.fixture
 def outputs() -> Outputs:
     return make_outputs(n=37, seed=1)

@@ -56,7 +56,7 @@ def write_csv(path: Path, rows: list[dict], fields=None) -> Path:
     return path
 
 
-def test_confidence_only_records_give_the_full_runs_columns(tmp_path):
+def test_confidence_only_records_give_the_full_runs_columns(tmp_path, png_figures):
     rs = record_set()
     rs.pairs = [DENSE]
     rs.outputs = {k: o for k, o in rs.outputs.items() if k[0] == DENSE.name}

@@ -93,7 +93,7 @@ def assert_numbers_equal_results_csv(html: str, run: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory, png_figures: None) -> tuple[Path, Path]:
     """Two run folders over the same splits: 1 seed (with figures) and 2 seeds."""
     root = tmp_path_factory.mktemp("runs")
     score(record_set(1), ScoreConfig(out=root / "seed1", scorers=SCORERS, figures=True))
@@ -275,7 +275,7 @@ def test_skipped_scorers_and_fallbacks_show_what_and_why(runs, tmp_path):
 
 
 def test_compare_pairs_the_runs_examples_and_writes_three_files(runs, tmp_path, capsys):
-    c = compare(runs, n_boot=100)
+    c = compare(runs, n_boot=50)
     assert c.labels == ["seed1", "seeds2"] and {"accuracy", "ece", "ood_auroc", "aurc", "augrc",
                                                 "risk_at_80", "cp_lac_10_cov"} <= set(c.columns)
     first, second = c.table["science"]["moe-lora/top4/msp"]

@@ -251,7 +251,7 @@ def test_evaluation_cache_is_keyed_by_content_and_options(tmp_path):
     assert len(list((tmp_path / "evaluate").iterdir())) == 3
 
 
-def test_figures_are_drawn_once_and_redrawn_when_missing(env, cold, monkeypatch):
+def test_figures_are_drawn_once_and_redrawn_when_missing(env, cold, monkeypatch, png_figures):
     import figures
 
     out = env[0] / "out-fig"
