@@ -21,7 +21,8 @@ from uqbench.results.tables import FOREST_COLUMNS, HEADERS, chance_reasons, rand
 ROW_HEIGHT = 0.17  # inches per method
 
 
-def _finite(v: Any) -> float | None:
+def finite(v: Any) -> float | None:
+    """``v`` as a float, or None where it is missing or NaN (a results cell)."""
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
@@ -32,7 +33,7 @@ def best_first(run: RunData, names: Sequence[str], column: str,
     higher = COLUMNS[column].higher_is_better
 
     def key(n: str) -> tuple[bool, float]:
-        v = _finite((run.row(method(n), run.domains[0]) or {}).get(column))
+        v = finite((run.row(method(n), run.domains[0]) or {}).get(column))
         return (v is None, -v if v is not None and higher else (v or 0.0))
 
     return sorted(names, key=key)
@@ -49,11 +50,11 @@ def draw_intervals(ax: Axes, run: RunData, column: str, order: Sequence[tuple[st
         color = PALETTE[i % len(PALETTE)]
         for j, (label, m) in enumerate(order):
             row = run.row(m, dom) or {}
-            v = _finite(row.get(column))
+            v = finite(row.get(column))
             if v is None:
                 continue
             y = j - 0.4 + step * (i + 0.5)
-            lo, hi = _finite(row.get(f"{column}_lo")), _finite(row.get(f"{column}_hi"))
+            lo, hi = finite(row.get(f"{column}_lo")), finite(row.get(f"{column}_hi"))
             if lo is not None and hi is not None:
                 ax.plot([lo, hi], [y, y], color=color, lw=0.9, gid=f"ci|{tag}{label}|{dom}")
             ax.plot([v], [y], "o", ms=3.2, color=color,
@@ -79,7 +80,7 @@ def forest_figure(run: RunData, column: str) -> Figure | None:
     """``column``'s value [CI] of every method on every domain; None without any value."""
     doms = run.domains
     methods = [m for m in run.methods
-               if any(_finite((run.row(m, d) or {}).get(column)) is not None for d in doms)]
+               if any(finite((run.row(m, d) or {}).get(column)) is not None for d in doms)]
     if not methods:
         return None
     higher, first = COLUMNS[column].higher_is_better, doms[0]

@@ -10,23 +10,18 @@ here. `models_reliability_figure`: every model's reliability diagram side by sid
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from matplotlib.figure import Figure
 
 from figures.calibration import reliability_figure
 from figures.data import RunData
-from figures.forest import best_first, domain_handles, draw_intervals
+from figures.forest import best_first, domain_handles, draw_intervals, finite
 from figures.style import TEXT_WIDTH, new_figure
 from uqbench.results.tables import MODEL_COLUMNS, header
 
 ROW_HEIGHT = 0.22  # inches per model and panel row
 NCOLS = 2
 CHAR_WIDTH = 0.062  # inches per character of an 8 pt title
-
-
-def _finite(v: Any) -> float | None:
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
 def model_methods(run: RunData) -> dict[str, str]:
@@ -41,7 +36,7 @@ def ranking_figure(run: RunData) -> Figure | None:
     """Per metric, every model's value [CI] per domain, best first; None for one model."""
     methods = model_methods(run)
     cols = [c for c in MODEL_COLUMNS if any(
-        _finite((run.row(m, d) or {}).get(c)) is not None for m in methods.values()
+        finite((run.row(m, d) or {}).get(c)) is not None for m in methods.values()
         for d in run.domains)]
     if len(methods) < 2 or not cols:
         return None
