@@ -7,7 +7,10 @@ arithmetic needs ~10 ms: the step is bound by kernel launches. This benchmark is
 script to measure that on a lent GPU in one call, before and after a change: no data and no
 cache needed (synthetic questions of ``max_length`` tokens), the backbone SmolLM2 where it is
 installed and a GPU is found, else the 2-layer random ``tiny-llama`` (a CPU smoke of the same
-path). ``UQBENCH_BENCH_BACKBONE`` names another backbone. Goal (``ratio``, MoE-LoRA step over
+path). ``UQBENCH_BENCH_BACKBONE`` names another backbone, or a folder holding a decoder's
+``config.json`` and tokenizer files but no weights: that architecture with random weights (a
+step's time does not depend on the weights' values; a lease then carries a few MB, not the
+weights). Goal (``ratio``, MoE-LoRA step over
 the dense LoRA step): <= 1.5 on 2 CPU cores, <= 1.3 on a GPU; the line also has tokens/s.
 """
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,6 +47,8 @@ def step_backbone() -> tuple[str, Any]:
 
     gpu = torch.cuda.is_available()
     name = os.environ.get("UQBENCH_BENCH_BACKBONE")
+    if name is not None and architecture_only(Path(name)):
+        return f"{Path(name).name} (random weights)", random_backbone(Path(name), gpu)
     if name is None:
         try:
             check_backbone("smollm2")
@@ -50,6 +56,27 @@ def step_backbone() -> tuple[str, Any]:
         except ConfigError:
             name = "tiny-llama"
     return name, load_backbone(name, device="cuda" if gpu else None)
+
+
+def architecture_only(folder: Path) -> bool:
+    """A folder with ``config.json`` and no weight files."""
+    return (folder / "config.json").is_file() and not any(
+        f.suffix in (".safetensors", ".bin", ".gguf") for f in folder.iterdir())
+
+
+def random_backbone(folder: Path, gpu: bool) -> Any:
+    """The decoder ``folder``'s config describes, randomly initialised (seed 0), with its
+    tokenizer; bfloat16 on a GPU as `baselines.backbones.load_backbone` places real weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from baselines.backbones import from_model
+
+    config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if gpu else torch.float32)
+    return from_model(model.to("cuda" if gpu else "cpu"), tokenizer, name=folder.name,
+                      kind="decoder")
 
 
 def _seconds_per_step(model: Any, records: list[Any]) -> float:

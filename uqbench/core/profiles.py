@@ -87,28 +87,9 @@ _BUILTIN_PROFILES = {
 #: in <= 8 minutes including data, with a 0.5B decoder that can learn (``make gpu-bundle`` and
 #: ``make gpu-check`` run it on ``qwen2.5-coder-0.5b``).
 #:
-#: PROVISIONAL SIZES, NOT MEASURED ON A GPU. No GPU was lent when they were chosen; they come
-#: from the one H200 measurement on record and the arithmetic of the 0.5B model:
-#:
-#: - the H200 trained SmolLM2's ``full`` adapter (210 adapted linears) at 1.4 steps/s, ~0.7 s a
-#:   step of ~50k leaf ops: ~14 us per op, launch-bound. Qwen2.5-0.5B has 24 blocks; adapting the
-#:   FFN (3 linears) of the top 8 blocks is 24 linears: at ~240 ops per linear plus a frozen
-#:   step of a few thousand ops, ~9k ops, ~0.12 s a step (44 ops per linear since the
-#:   hand-written step: docs/benchmarks.md);
-#: - the arithmetic: ~0.36B non-embedding parameters, 16 x <= 256 tokens a step, forward through
-#:   all blocks and backward through the top 8: ~3 TFLOP a step, ~10 ms at 300 TFLOP/s bf16;
-#: - 3 x 800 + 173 training questions (code keeps 173 once calib has its 200) in 1 epoch are
-#:   ~160 steps a model; LoRA + 3 MoE-LoRA members are ~650 steps, ~80 s; the passes
-#:   (deterministic, CARE and its thermostat on calib, T=8 MC-dropout, 3 members) over
-#:   ~3,000 calib/ID/shift questions are ~1,500 batches of 64, ~75 s;
-#:   plus ~40 s to dequantise and load the GGUF, the scoring and bootstrap on the CPU:
-#:   ~5-6 minutes, leaving room under 8.
-#:
-#: The next lease must measure, on the bundle (``make gpu-bundle PROFILE=gpu``): seconds per
-#: training step and per pass batch of qwen2.5-coder-0.5b at these settings, and the run's wall
-#: time by phase (``run_seconds`` of the ``gpu`` step of ``make gpu-check``); then set train_cap,
-#: epochs, top_layers and max_length from that table (largest train_cap x epochs that keeps the
-#: run under 8 minutes) and drop this note.
+#: These sizes ran within the 8 minutes on one H200 (docs/gpu.md has the run's phases and
+#: accuracies); the adapters barely trained at them, so epochs and lr are the next lease's to
+#: measure (the time left under 8 minutes is in the same table).
 GPU = Profile("gpu", train_cap=800, calib_cap=200, id_cap=300, shift_cap=300, epochs=1,
               max_length=256, batch_size=16, eval_batch_size=64, mc_passes=8,
               ensemble_members=3, seeds=1, bootstrap=1000, lr=5e-4, head_lr=0.1,

@@ -1,0 +1,44 @@
+"""The step benchmarks' architecture-only backbone: a folder with a decoder's config.json and
+tokenizer but no weights gives that architecture with random weights (a lease carries a few MB,
+not the weights), and a folder with weights is not mistaken for one."""
+from __future__ import annotations
+
+import shutil
+
+import torch
+from transformers import LlamaConfig
+
+from baselines.backbones import minilm_path
+from benchmarks.bench_train_step import architecture_only, step_backbone
+
+
+def _arch_folder(tmp_path):
+    folder = tmp_path / "tiny-arch"
+    folder.mkdir()
+    LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
+                num_key_value_heads=2, vocab_size=30522, pad_token_id=0,
+                architectures=["LlamaForCausalLM"]).save_pretrained(folder)
+    for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (minilm_path() / f).is_file():
+            shutil.copy(minilm_path() / f, folder / f)
+    return folder
+
+
+def test_a_config_folder_gives_its_architecture_with_random_weights(tmp_path, monkeypatch):
+    folder = _arch_folder(tmp_path)
+    assert architecture_only(folder)
+    monkeypatch.setenv("UQBENCH_BENCH_BACKBONE", str(folder))
+    name, bb = step_backbone()
+    assert name == "tiny-arch (random weights)"
+    assert bb.kind == "decoder" and bb.model.config.num_hidden_layers == 3
+    assert bb.model.dtype == torch.float32            # no GPU here: float32, as real weights
+    assert not any(p.requires_grad for p in bb.model.parameters())
+    # seeded: the same folder gives the same weights (identities match across calls)
+    assert step_backbone()[1].identity == bb.identity
+
+
+def test_a_folder_with_weights_is_not_architecture_only(tmp_path):
+    folder = _arch_folder(tmp_path)
+    (folder / "model.safetensors").write_bytes(b"")
+    assert not architecture_only(folder)
+    assert not architecture_only(tmp_path / "missing")
