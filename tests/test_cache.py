@@ -28,6 +28,32 @@ def test_round_trip_and_hit(tmp_path):
     assert not list((tmp_path / "fwd").glob("*.tmp"))
 
 
+def test_scalars_share_one_member_and_come_back_exactly(tmp_path):
+    """0-d arrays (a scoring entry has hundreds) are one JSON member, read back bit for bit
+    with their dtypes; arrays stay npz members; an entry written one member per scalar (the
+    format before) still reads."""
+    import json
+    import zipfile
+
+    from uqbench.files.cache import SCALARS
+
+    arrays = {"f": np.float64(0.1 + 0.2), "nan": np.float64("nan"), "inf": np.float64("-inf"),
+              "f32": np.float32(1 / 3), "i": np.int64(-7), "b": np.bool_(True),
+              "s": np.asarray("a | b"), "empty": np.asarray(""), "v": np.arange(3.0)}
+    c = ArrayCache(tmp_path)
+    path = c.put("k", {"m": 1}, arrays)
+    assert sorted(zipfile.ZipFile(path).namelist()) == sorted([f"{SCALARS}.npy", "__key__.npy", "v.npy"])
+    got = c.get("k", {"m": 1})
+    assert got.keys() == arrays.keys()
+    for name, a in arrays.items():
+        assert got[name].dtype == a.dtype and got[name].shape == np.shape(a), name
+        assert got[name].tobytes() == np.asarray(a).tobytes(), name
+    old = c.path("k", {"m": 2})   # the format before: one member per scalar
+    with open(old, "wb") as f:
+        np.savez(f, __key__=np.array(json.dumps({"m": 2})), x=np.float64(2.5))
+    assert c.get("k", {"m": 2}) == {"x": 2.5}
+
+
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
 def test_corrupt_entry_is_recomputed(tmp_path, damage):
     c = ArrayCache(tmp_path)

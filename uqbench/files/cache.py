@@ -143,8 +143,13 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+#: the member of an `ArrayCache` entry holding its 0-d arrays as JSON ``{name: [dtype, value]}``
+SCALARS = "__scalars__"
+
+
 class ArrayCache:
-    """``kind/<hash>.npz`` entries of named numpy arrays plus their key material."""
+    """``kind/<hash>.npz`` entries of named numpy arrays plus their key material; 0-d arrays
+    are stored together in one JSON member (`SCALARS`) and read back with their dtypes."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -160,6 +165,9 @@ class ArrayCache:
             with np.load(path, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}  # reads every member: catches truncation
             stored = json.loads(str(arrays.pop("__key__")))
+            if SCALARS in arrays:
+                arrays.update({k: np.asarray(v, dtype=t) for k, (t, v)
+                               in json.loads(str(arrays.pop(SCALARS))).items()})
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
             self._discard(path, f"unreadable ({type(exc).__name__}: {exc})")
             return None
@@ -171,10 +179,17 @@ class ArrayCache:
     def put(self, kind: str, material: Mapping[str, Any], arrays: Mapping[str, NDArray[Any]]) -> Path:
         path = self.path(kind, material)
         key = np.array(json.dumps(material, sort_keys=True, default=str))
+        # 0-d numbers and strings go into one JSON member: an npz member costs a header parse
+        # on every read, and a scoring entry holds hundreds of scalar columns
+        as_arrays = {k: np.asarray(v) for k, v in arrays.items()}
+        scalars = {k: (a.dtype.str, a.item()) for k, a in as_arrays.items()
+                   if a.ndim == 0 and a.dtype.kind in "biufU"}
+        rest = {k: v for k, v in arrays.items() if k not in scalars}
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:  # a file object: np.savez would append .npz to a name
-                np.savez(f, __key__=key, **arrays)  # type: ignore[arg-type]
+                np.savez(f, __key__=key, **({SCALARS: np.array(json.dumps(scalars))}
+                                            if scalars else {}), **rest)  # type: ignore[arg-type]
 
         atomic_write(path, write)
         return path
