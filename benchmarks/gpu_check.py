@@ -204,8 +204,8 @@ def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
         conf = {"backbone": backbone, "profile": profile, "caps": caps, "models": [],
                 "scorers": [], "seeds": None, "cache": str(cache), "out": str(work / name),
                 "threads": None, "compare": True}
-        if not gpu:   # the dry run: the smallest runs through the same functions, 1 thread
-            conf.update(models=["moe-lora"], scorers=list(DRY_SCORERS), seeds=1, threads=1)
+        if not gpu:   # the dry run: the smallest runs through the same functions
+            conf.update(models=["moe-lora"], scorers=list(DRY_SCORERS), seeds=1)
         return {**conf, **kw}
 
     steps: dict[str, tuple[dict[str, Any] | None, str | None]] = {"env": ({}, None)}
@@ -237,7 +237,7 @@ def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
         why = f"needs 2 GPUs, found {n_gpus}"
     steps["accelerate"] = (None, why) if why else (run_conf(
         "accelerate", accelerate_backbone, "smoke", models=["moe-lora"], scorers=list(DRY_SCORERS),
-        seeds=1, compare=False), None)
+        seeds=1, compare=False, threads=None if gpu else 1), None)   # 2 processes, 1 core each
     return steps
 
 

