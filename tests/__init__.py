@@ -21,7 +21,7 @@ and ``from tests.support import ...`` stay simple); this map is their layout, st
   test_head_selection, test_prefix, test_forward, test_train, test_compile, test_dense,
   test_variants, test_checkpoint, test_backbones, test_mpnet, test_smollm2, test_accelerate,
   test_recipe.
-- ``figures``: test_figures. ``benchmarks``: test_gpu_check, test_gpu_bundle.
+- ``figures``: test_figures. ``benchmarks``: test_gpu_check, test_gpu_bundle, test_bench_backbone.
 - the layering rule: test_layers.
 
 Shared helpers live in ``tests/support/`` (suite YAML, small inputs); the README's examples in
