@@ -11,6 +11,8 @@ training and evaluation. The `cpu` profile's recipe (`uqbench.core.profiles`) is
 A candidate is ``name:key=value,key=value`` or a preset name from `PRESETS`; keys: head
 (bi_encoder | cross_encoder | cross_encoder_cls), lr, head_lr, epochs (0 = no training),
 train_cap, targets (auto | ffn), top (adapt the last N blocks; 0 = all), batch, backbone.
+On a GPU (``--profile gpu --candidates gpu-zero,gpu,gpu-lr2e-3,...``, `GPU_PRESETS`) the
+backbone goes to the GPU in bfloat16, as the runner places it.
 """
 from __future__ import annotations
 
@@ -45,13 +47,28 @@ PRESETS: dict[str, dict[str, Any]] = {
     "bi-ffn": {"targets": "ffn"},
     "bi-mpnet": {"backbone": "mpnet"},
 }
+#: the ``gpu`` profile's recipe on its backbone (`uqbench.core.profiles.GPU`, letters head) and
+#: its variants: what a GPU lease measures to choose that profile's epochs and lr (docs/gpu.md);
+#: not in the default list, which runs on the CPU
+GPU_BASE: dict[str, Any] = {"head": "letters", "lr": 5e-4, "head_lr": 0.1, "epochs": 1,
+                            "train_cap": 800, "targets": "ffn", "top": 8, "batch": 16,
+                            "backbone": "qwen2.5-coder-0.5b"}
+GPU_PRESETS: dict[str, dict[str, Any]] = {
+    "gpu-zero": {**GPU_BASE, "epochs": 0},
+    "gpu": GPU_BASE,
+    "gpu-lr2e-3": {**GPU_BASE, "lr": 2e-3},
+    "gpu-ep3": {**GPU_BASE, "epochs": 3},
+    "gpu-lr2e-3-ep2": {**GPU_BASE, "lr": 2e-3, "epochs": 2},
+    "gpu-all-blocks": {**GPU_BASE, "targets": "auto", "top": 0},
+}
 
 
 def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
     name, _, rest = text.partition(":")
-    cand = {**BASE, **PRESETS.get(name, {})}
-    if not rest and name not in PRESETS:
-        raise SystemExit(f"unknown preset {name!r}; valid: {', '.join(PRESETS)} "
+    presets = {**PRESETS, **GPU_PRESETS}
+    cand = {**BASE, **presets.get(name, {})}
+    if not rest and name not in presets:
+        raise SystemExit(f"unknown preset {name!r}; valid: {', '.join(presets)} "
                          "(or name:key=value,...)")
     for kv in filter(None, rest.split(",")):
         k, _, v = kv.partition("=")
@@ -79,8 +96,10 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     prof = dataclasses.replace(get_profile(profile), train_cap=int(cand["train_cap"]))
     suite = build_suite("pooled", prof, data_dir=data_dir, cache_dir=f"{cache_dir}/splits",
                         progress=False)
-    if cand["backbone"] not in backbones:
-        backbones[cand["backbone"]] = load_backbone(cand["backbone"], cache_dir=cache_dir)
+    if cand["backbone"] not in backbones:   # on the GPU where there is one (bfloat16)
+        backbones[cand["backbone"]] = load_backbone(
+            cand["backbone"], cache_dir=cache_dir,
+            device="cuda" if torch.cuda.is_available() else None)
     torch.manual_seed(0)
     heads.PREFIX_CACHE.clear()  # each candidate pays for its own frozen-prefix states
     model = heads.make_moe(backbones[cand["backbone"]],
@@ -95,7 +114,8 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
                                 batch_size=int(cand["batch"]), max_length=prof.max_length, seed=0)
         losses = train.train(model, records, cfg, progress=False).losses
     t_train = time.perf_counter() - t0
-    row: dict[str, Any] = {"candidate": name, **cand, "train_records": len(records),
+    row: dict[str, Any] = {"candidate": name, **cand, "device": str(model.device),
+                           "train_records": len(records),
                            "steps": len(losses),
                            "final_loss": float(np.mean(losses[-10:])) if losses else None,
                            "first_loss": float(np.mean(losses[:10])) if losses else None,

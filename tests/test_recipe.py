@@ -78,3 +78,22 @@ def test_the_cpu_recipe_learns_science(real_data_dir, tmp_path) -> None:
     correct = (logits.argmax(1) == np.array([r.answer for r in test])).astype(float)
     assert beats_chance(correct, test), (f"science ID accuracy {correct.mean():.3f} is within "
                                          f"chance (bound {chance_threshold(test, ALPHA):.3f})")
+
+
+def test_the_gpu_presets_start_from_the_gpu_profile() -> None:
+    """The recipe search's ``gpu`` candidate is the ``gpu`` profile's recipe on its backbone,
+    so a lease's table compares variants against what `--profile gpu` runs."""
+    from benchmarks.gpu_bundle import GPU_BACKBONE
+    from benchmarks.recipe_search import parse_candidate
+    from uqbench.core.profiles import get_profile
+
+    g = get_profile("gpu")
+    _, c = parse_candidate("gpu")
+    assert (c["lr"], c["head_lr"], c["epochs"], c["train_cap"], c["targets"], c["top"],
+            c["batch"], c["backbone"]) == (g.lr, g.head_lr, g.epochs, g.train_cap,
+                                           g.target_modules, g.top_layers, g.batch_size,
+                                           GPU_BACKBONE)
+    _, c = parse_candidate("gpu-lr2e-3:epochs=2")
+    assert (c["lr"], c["epochs"], c["head"], c["top"]) == (2e-3, 2, "letters", 8)
+    with pytest.raises(SystemExit, match="unknown preset 'gpu-typo'"):
+        parse_candidate("gpu-typo")

@@ -41,9 +41,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="train/load models, score uncertainty, write the report")
     run.add_argument("--suite", default="pooled", help="built-in suite name or a suite YAML file")
-    run.add_argument("--profile", default="cpu", help="smoke | cpu | full")
+    run.add_argument("--profile", default="cpu",
+                     help="smoke | cpu | full | gpu, or a plugin's (uqbench list profiles)")
     run.add_argument("--backbone", default="minilm",
-                     help="minilm | smollm2 | a Hugging Face model id or local path")
+                     help="a registered backbone (uqbench list backbones: minilm, smollm2, "
+                          "qwen2.5-coder-0.5b, ...), a Hugging Face model id or a local path")
     run.add_argument("--scorers", type=_csv, default=(), help="comma-separated (default: all)")
     run.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                      help="import MODULE (a module name, found also in the current folder, or "
