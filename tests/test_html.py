@@ -309,6 +309,23 @@ def test_compare_refuses_one_run_and_runs_over_other_splits(runs, tmp_path):
         compare([runs[0], other])
 
 
+def test_compare_refuses_runs_whose_columns_mean_other_things(runs, tmp_path):
+    """A run folder written before a column changed its definition (no ``results_schema`` in
+    its run.json: schema 1, when ``cp_aps_*`` were the strict sets) is not compared with one
+    written after, though its column names match."""
+    from uqbench.results.columns import RESULTS_SCHEMA
+
+    assert json.loads((runs[0] / "run.json").read_text())["results_schema"] == RESULTS_SCHEMA
+    old = tmp_path / "old"
+    shutil.copytree(runs[1], old)
+    meta = json.loads((old / "run.json").read_text())
+    del meta["results_schema"]
+    (old / "run.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match=r"different schemas \(seed1: 2, old: 1\): cp_aps_\* "
+                                        r"became the standard, inclusive APS"):
+        compare([runs[0], old])
+
+
 # -- the real browser --------------------------------------------------------------------------
 @slow_fixture(scope="session", reason="drives a headless Chromium")
 def browser():

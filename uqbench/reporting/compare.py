@@ -25,7 +25,15 @@ from typing import Any
 from uqbench.core.errors import UserError
 from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import RunFolder, read_run
-from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE, RISK_AT, Column, inputs_of
+from uqbench.results.columns import (
+    COLUMNS,
+    CONFORMAL_COVERAGE,
+    RISK_AT,
+    SCHEMA_CHANGES,
+    Column,
+    inputs_of,
+    results_schema,
+)
 from uqbench.results.tables import is_reference
 from uqbench.stats import metrics as M
 
@@ -60,8 +68,18 @@ def _split_hashes(run: RunFolder) -> dict[str, str]:
 
 
 def check_comparable(runs: Sequence[RunFolder], labels: Sequence[str]) -> None:
-    """Each domain over the same ID and shifted splits in every run; else a `UserError` naming
-    the differing split hashes."""
+    """Every run's results under one schema (a column that changed its definition would be
+    compared with itself under another name) and each domain over the same ID and shifted
+    splits in every run; else a `UserError` naming what differs."""
+    schemas = {label: results_schema(run.meta) for run, label in zip(runs, labels)}
+    if len(set(schemas.values())) > 1:
+        lo, hi = min(schemas.values()), max(schemas.values())
+        changes = "; ".join(SCHEMA_CHANGES[v] for v in range(lo + 1, hi + 1))
+        raise UserError(
+            "the runs' results were written under different schemas ("
+            + ", ".join(f"{k}: {v}" for k, v in schemas.items()) + f"): {changes}. Score the "
+            "older run again with this version (`uqbench run` with the same options reuses its "
+            "cached models and forward records) and compare the new folders")
     base = _split_hashes(runs[0])
     bad = []
     for run, label in zip(runs[1:], labels[1:]):

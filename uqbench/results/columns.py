@@ -195,5 +195,21 @@ def inputs_of(run: RunFolder, method: str, domain: str, col: Column
     return out
 
 
-__all__ = ["COLUMNS", "CONFORMAL_COVERAGE", "CP_ALPHA", "NEEDS_DISTRIBUTION", "RISK_AT", "Column",
-           "inputs_of", "skipped_columns"]
+#: the results table's schema, recorded in run.json (``results_schema``): raised whenever a
+#: column keeps its name but changes its definition, with what changed in `SCHEMA_CHANGES`, so
+#: that no reader puts two definitions side by side (`uqbench.reporting.compare`). A run folder
+#: without the field was written under schema 1.
+RESULTS_SCHEMA = 2
+SCHEMA_CHANGES = {
+    2: "cp_aps_* became the standard, inclusive APS sets (schema 1's cp_aps_* are schema 2's "
+       "cp_aps_strict_*)",
+}
+
+
+def results_schema(meta: dict[str, Any]) -> int:
+    """The schema a run folder's run.json says its results were written under."""
+    return int(meta.get("results_schema", 1))
+
+
+__all__ = ["COLUMNS", "CONFORMAL_COVERAGE", "CP_ALPHA", "NEEDS_DISTRIBUTION", "RESULTS_SCHEMA",
+           "RISK_AT", "SCHEMA_CHANGES", "Column", "inputs_of", "results_schema", "skipped_columns"]

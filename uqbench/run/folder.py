@@ -16,6 +16,7 @@ import numpy as np
 from uqbench.core.engine import get_drawer
 from uqbench.files import rundir
 from uqbench.files.cache import atomic_write_text
+from uqbench.results.columns import RESULTS_SCHEMA
 from uqbench.results.references import warn_at_chance
 from uqbench.results.tables import summary, write_results
 
@@ -28,6 +29,7 @@ def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.nda
     """Write a run folder's tables, ``run.json`` (with ``at_chance`` and ``seconds``), scores,
     figures (drawn by the figure set ``figure_set``) and ``report.html``; ``t0``: when the run started (``perf_counter``), for
     ``seconds.total``; ``final``: where ``out`` will be renamed to (messages name it)."""
+    meta["results_schema"] = RESULTS_SCHEMA
     meta["at_chance"] = warn_at_chance(rows)  # one WARNING listing every method at chance
     meta["seconds"]["total"] = time.perf_counter() - t0
     write_results(out, rows, meta)
