@@ -126,6 +126,9 @@ def draw_run(run_dir: str | Path, *, max_methods: int | None = 8,
                 p = out / f"{stem}.{fmt}"
                 fig.savefig(p, format=fmt)
                 paths.append(p)
+                # the other formats keep the layout the first one computed: the same picture,
+                # and constrained layout run again on a laid-out forest plot collapses its axes
+                fig.set_layout_engine("none")
             fig.clear()  # figures live outside pyplot: dropping the reference frees them
     return paths
 

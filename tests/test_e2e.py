@@ -39,6 +39,8 @@ def test_smoke_run_writes_every_table_and_figure(smoke_run):
     assert set(meta["training"]) == set(meta["trained"]) and "at_chance" in meta
     pngs = list((run / "figures").glob("*.png"))
     assert pngs and all(p.with_suffix(".pdf").exists() for p in pngs)
+    # each PDF keeps its PNG's layout: laid out again, the forest plots' axes collapsed
+    assert "constrained_layout not applied" not in proc.stderr
 
 
 def test_warm_rerun_does_no_forward_pass_and_report_reprints(smoke_run, procs):
