@@ -65,6 +65,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Start each `EARLY` fixture's subprocess as soon as the selected tests are known, when
     one of them needs it and it can run here: beside the test process, whose torch runs one
     thread (`_one_torch_thread`), on the 2 cores that most tests leave half idle."""
+    if session.config.option.collectonly:
+        return
     data = data_dir()
     used = {n for i in session.items for n in getattr(i, "fixturenames", ())}
     for name, early in EARLY.items():
