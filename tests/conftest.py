@@ -318,15 +318,16 @@ def smollm2_cold(tmp_path_factory: pytest.TempPathFactory, real_weights: None
     return backbone, time.perf_counter() - t, cache
 
 
-@slow_fixture(scope="session", reason="builds the real pooled suite at smoke (code MC runs tests)")
-def smoke_splits(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> Path:
-    """The pooled suite's splits at the smoke profile, built once per session into a split
-    cache (``<folder>/pooled/*.json``), for the tests that read splits in process (the smoke
-    run, a subprocess started early, builds its own)."""
-    from uqbench.data.suites import build_suite
+@slow_fixture(scope="session", reason="the splits of the real smoke run")
+def smoke_splits(tmp_path_factory: pytest.TempPathFactory,
+                 smoke_run: tuple[Path, dict[str, str], subprocess.CompletedProcess]) -> Path:
+    """The pooled suite's splits at the smoke profile (``<folder>/pooled/*.json``, verified
+    code/math multiple choice included), for the tests that read splits in process: a copy of
+    the split cache the cold smoke run built, so they are built once per session."""
+    import shutil
 
     cache = tmp_path_factory.mktemp("smoke-splits")
-    build_suite("pooled", "smoke", data_dir=real_data, cache_dir=cache, progress=False)
+    shutil.copytree(smoke_run[0] / "cache" / "splits", cache, dirs_exist_ok=True)
     return cache
 
 
