@@ -207,3 +207,27 @@ def test_compiled_fast_dropout_is_one_graph_at_its_keep_rate() -> None:
     assert torch.equal(out[kept], h[kept] * dropout_scale(p))
     torch.manual_seed(3)
     assert torch.equal(drop(h), out)
+
+
+def test_blocks_share_their_graphs_whatever_the_depth(monkeypatch) -> None:
+    """One graph per input kind (the first block's input needs no gradient, the others' do),
+    not one per block: a training forward builds no KV cache, whose per-layer state dynamo
+    would guard on (a 30-block model then compiled ~30 graphs per shape). Dynamo's eager
+    backend: the guards are dynamo's, the same under inductor."""
+    import functools
+
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    recs = toy_records(4, seed=1)
+    frames = {}
+    for layers in (2, 5):
+        torch._dynamo.reset()
+        model = make_moe(tiny_backbone("decoder", layers=layers), MOE, mode="letters").train()
+        batch = _padded(model, recs, 4, 64)
+        seen = counters["frames"]["ok"]
+        with _compiled(model, True) as log:
+            model(batch).sum().backward()
+        frames[layers] = counters["frames"]["ok"] - seen
+        assert log.to_json()["graph_breaks"] == 0
+    assert frames == {2: 2, 5: 2}

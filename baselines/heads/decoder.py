@@ -44,7 +44,8 @@ class DecoderHead(Head):
 
     def score_sequences(self, model: HeadedModel, batch: Mapping[str, Tensor],
                         ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
-        h = model.backbone.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        h = model.backbone.base_model(input_ids=ids, attention_mask=mask,
+                                      use_cache=False).last_hidden_state
         return self.score_states(model, batch, h, ids, mask, n_choices)
 
     def score_states(self, model: HeadedModel, batch: Mapping[str, Tensor], h: Tensor,
