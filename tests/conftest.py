@@ -297,12 +297,12 @@ def uqbench_env(**extra: str) -> dict[str, str]:
 
 @slow_fixture(scope="session", reason="dequantises SmolLM2's GGUF file (real weights)")
 def smollm2_cold(tmp_path_factory: pytest.TempPathFactory, real_weights: None
-                 ) -> tuple[Any, float, Path]:
+                 ) -> tuple[Any, list[str], Path]:
     """SmolLM2 loaded once from an empty cache (the GGUF file dequantised into
-    ``<cache>/backbones/``): (backbone, seconds of that cold load, cache). The smollm2 tests
-    check the cold and warm loads on it; the gpu-check dry run starts from a copy of its
-    cache instead of converting again."""
-    import time
+    ``<cache>/backbones/``): (backbone, the files ``gguf.GGUFReader`` parsed meanwhile, cache).
+    The smollm2 tests check the cold and warm loads on it; the gpu-check dry run starts from a
+    copy of its cache instead of converting again."""
+    import gguf
 
     from baselines.backbones import load_backbone
     from baselines.weights import smollm2_gguf
@@ -313,9 +313,17 @@ def smollm2_cold(tmp_path_factory: pytest.TempPathFactory, real_weights: None
     except ConfigError as exc:
         pytest.skip(str(exc))
     cache = tmp_path_factory.mktemp("smollm2-cache")
-    t = time.perf_counter()
-    backbone = load_backbone("smollm2", cache_dir=cache)
-    return backbone, time.perf_counter() - t, cache
+    parsed: list[str] = []
+    real = gguf.GGUFReader
+
+    def counted(path: Any, *args: Any) -> Any:
+        parsed.append(Path(path).name)
+        return real(path, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gguf, "GGUFReader", counted)
+        backbone = load_backbone("smollm2", cache_dir=cache)
+    return backbone, parsed, cache
 
 
 @slow_fixture(scope="session", reason="the splits of the real smoke run")

@@ -41,17 +41,19 @@ def test_missing_package_names_the_pip_command(monkeypatch) -> None:
 def smollm2(smollm2_cold):
     import baselines.weights as B
 
-    first, _, cache = smollm2_cold                         # dequantised the GGUF file
+    first, parsed, cache = smollm2_cold                    # dequantised the GGUF file
     converted = []
     with pytest.MonkeyPatch.context() as mp:               # the cached Hugging Face folder
         mp.setattr(B, "_convert_gguf", lambda *a: converted.append(a))
         again = load_backbone("smollm2", cache_dir=cache)
-    return first, again, converted, cache
+    return first, again, converted, cache, parsed
 
 
 @needs_smollm2
 def test_loads_cached_as_hf_folder(smollm2) -> None:
-    first, again, converted, cache = smollm2
+    first, again, converted, cache, parsed = smollm2
+    # config, tokenizer and weights from one parse of the file (transformers reads it thrice)
+    assert len(parsed) == 1 and parsed[0].endswith(".gguf")
     assert first.kind == "decoder"
     assert first.identity["model_type"] == "llama"
     assert (first.identity["hidden_size"], first.identity["num_layers"]) == (576, 30)
