@@ -24,6 +24,8 @@ import numpy as np
 from uqbench.core.errors import (
     ConfigError,
     FallbackWarning,
+    UserError,
+    add_fallback,
     record_fallback,
     reset_fallbacks,
 )
@@ -135,7 +137,8 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
             if i >= len(results):  # it raised on this method: as the serial path would
                 for f in futures.values():
                     f.cancel()
-                error.add_note(f"raised in a scoring worker process:\n{tb}")
+                if not isinstance(error, UserError):  # a bug: where it happened
+                    error.add_note(f"raised in a scoring worker process:\n{tb}")
                 raise error
             r, a, caught, fallbacks = results[i]
             _reemit(caught, fallbacks)
@@ -233,17 +236,17 @@ def _score_group(group: Sequence[Method], outs: Mapping[tuple[str, str, int], Ou
 
 def _reemit(caught: Iterable[Caught], fallbacks: Sequence[dict[str, str]]) -> None:
     """Warn ``caught`` here as if raised at their place (this process's filters and
-    once-per-place registries); a `record_fallback` warning is recorded here instead, and a
-    conformal note warned once per process (neither repeats what this process did already, as
-    in one process)."""
+    once-per-place registries); a `record_fallback` warning is recorded here too; neither it
+    nor a conformal note (once per process) repeats what this process did already, as in one
+    process."""
     from uqbench.results.conformal_risk import ConformalNote, seen_note
 
     entries = {f"{e['what']} ({e['where']}): {e['reason']}": e for e in fallbacks}
     modules: dict[str, Any] = {}
     for category, message, filename, lineno in caught:
-        if issubclass(category, FallbackWarning) and message in entries:
-            record_fallback(**entries.pop(message))
-            continue
+        if issubclass(category, FallbackWarning) and message in entries \
+                and not add_fallback(entries.pop(message)):
+            continue  # recorded (and warned) already, as in one process
         if issubclass(category, ConformalNote) and seen_note(message):
             continue  # once per process, as in one process: another worker warned it too
         if not modules:
