@@ -163,3 +163,27 @@ def test_auto_scores_small_runs_in_process_and_caps_at_pairs_and_cores(tmp_path)
     for bad in (0, -1, "4", 1.5, True):
         with pytest.raises(ConfigError, match="--score-workers"):
             check_workers(bad)
+
+
+def test_a_run_scored_by_workers_writes_the_files_of_one_process(tmp_path, real_data):
+    """`uqbench run` on tiny-bert (real data: the slow tier), scored in this process, then
+    again from the same forward records by two workers."""
+    import shutil
+
+    from tests.support.suites import arc_suite
+    from uqbench.run.runner import RunConfig, run
+
+    (tmp_path / "tiny.yaml").write_text(arc_suite())
+    base = dict(suite=str(tmp_path / "tiny.yaml"), profile="smoke", backbone="tiny-bert",
+                scorers=builtin_scorers(), data_dir=real_data, figures=False, progress=False)
+    run(RunConfig(out=tmp_path / "serial", cache_dir=tmp_path / "cache", score_workers=1,
+                  **base))
+    # the models and forward records without the memoised rows: every row computed again
+    shutil.copytree(tmp_path / "cache", tmp_path / "cache2", ignore=shutil.ignore_patterns(
+        "evaluate", "recalibrate", "conformal", "risk"))
+    par = run(RunConfig(out=tmp_path / "par", cache_dir=tmp_path / "cache2", score_workers=2,
+                        **base))
+    assert par.stats.total() == 0 and par.stats.trained == []
+    assert json.loads((tmp_path / "par" / "run.json").read_text())["score_workers"] == 2
+    for f in FILES:
+        assert (tmp_path / "serial" / f).read_bytes() == (tmp_path / "par" / f).read_bytes(), f
