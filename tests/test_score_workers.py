@@ -111,8 +111,8 @@ def test_workers_write_the_serial_files_warnings_and_fallbacks_and_share_the_cac
 
 
 @pytest.mark.parametrize("scorer, timeout, message", [
-    ("sw_raising", 300.0, r"^scorer 'sw_raising' raised while computing uncertainty: "
-                          r"ValueError: no good on \d+ examples$"),
+    ("sw_raising", 300.0, (r"^scorer 'sw_raising' raised while computing uncertainty: "
+                           r"ValueError: no good on \d+ examples$")),
     ("sw_slow", 0.5, r"^scorer 'sw_slow' took longer than 0.5 s to compute uncertainty"),
 ])
 def test_a_scorer_error_in_a_worker_stops_with_the_serial_message(tmp_path, plugin, scorer,
@@ -134,15 +134,15 @@ def test_a_scorer_that_cannot_be_sent_is_scored_in_process_and_said_so(tmp_path,
             return 1.0 - self.predictive(outputs).max(axis=1)
 
     meta, caught = _score(tmp_path / "o", plugin, 2, ("msp", "sw_local"), seeds=1)
-    assert [w[1] for w in caught if w[0] == "FallbackWarning"] == [
+    assert [w[1] for w in caught if w[0] == "FallbackWarning"] == [(
         "scoring in worker processes (scorer 'sw_local'): the scorer cannot be sent to another "
         "process (Can't pickle local object 'test_a_scorer_that_cannot_be_sent_is_scored_in_"
         "process_and_said_so.<locals>.Local'); scored in this process instead, one method after "
-        "another. Define its class in an importable module and load it with --plugin MODULE"]
+        "another. Define its class in an importable module and load it with --plugin MODULE")]
     assert meta["score_workers"] == 1
     assert [f["what"] for f in meta["fallbacks"]] == ["scoring in worker processes"]
     assert "sw_local" in meta["fallbacks"][0]["where"]
-    serial, _ = _score(tmp_path / "serial", plugin, 1, ("msp", "sw_local"), seeds=1)
+    _score(tmp_path / "serial", plugin, 1, ("msp", "sw_local"), seeds=1)
     for f in FILES:
         assert (tmp_path / "o" / f).read_bytes() == (tmp_path / "serial" / f).read_bytes(), f
 
@@ -174,8 +174,9 @@ def test_a_run_scored_by_workers_writes_the_files_of_one_process(tmp_path, real_
     from uqbench.run.runner import RunConfig, run
 
     (tmp_path / "tiny.yaml").write_text(arc_suite())
-    base = dict(suite=str(tmp_path / "tiny.yaml"), profile="smoke", backbone="tiny-bert",
-                scorers=builtin_scorers(), data_dir=real_data, figures=False, progress=False)
+    base = {"suite": str(tmp_path / "tiny.yaml"), "profile": "smoke", "backbone": "tiny-bert",
+            "scorers": builtin_scorers(), "data_dir": real_data, "figures": False,
+            "progress": False}
     run(RunConfig(out=tmp_path / "serial", cache_dir=tmp_path / "cache", score_workers=1,
                   **base))
     # the models and forward records without the memoised rows: every row computed again

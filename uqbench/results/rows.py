@@ -80,7 +80,7 @@ def score_workers(requested: int | str, ms: Sequence[Method],
             if type(m.scorer).__module__ == "__main__":  # another process cannot import it
                 raise pickle.PicklingError("its class is defined in __main__")
             pickle.dumps(m)
-        except Exception as exc:  # pickle raises many types (PicklingError, AttributeError...)
+        except Exception as exc:  # noqa: BLE001 -- pickle raises many types
             record_fallback("scoring in worker processes", f"scorer {m.scorer.name!r}",
                             f"the scorer cannot be sent to another process ({exc}); scored in "
                             "this process instead, one method after another. Define its class "
@@ -120,7 +120,6 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
         groups.setdefault(m.pair.name, []).append(m)
     torch = sys.modules.get("torch")  # recalibration's netcal runs on torch: the same threads
     threads = torch.get_num_threads() if torch is not None else None
-    done: dict[int, tuple[Rows, Arrays, list[Caught], list[dict[str, str]]]] = {}
     with ProcessPoolExecutor(min(workers, len(groups)), mp_context=get_context("spawn"),
                              initializer=_init_worker, initargs=(tuple(plugins), threads)) as ex:
         futures: dict[str, Future[Any]] = {
@@ -137,9 +136,9 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
             if i >= len(results):  # it raised on this method: as the serial path would
                 for f in futures.values():
                     f.cancel()
-                if not isinstance(error, UserError):  # a bug: where it happened
-                    error.add_note(f"raised in a scoring worker process:\n{tb}")
-                raise error
+                if isinstance(error, UserError):  # bad input: its message says it all
+                    raise error
+                raise error from RuntimeError(f"in a scoring worker process:\n{tb}")  # a bug
             r, a, caught, fallbacks = results[i]
             _reemit(caught, fallbacks)
             rows += r
@@ -229,7 +228,7 @@ def _score_group(group: Sequence[Method], outs: Mapping[tuple[str, str, int], Ou
                 r, a = _score_method(m, outs, *job)
             results.append((r, a, [(w.category, str(w.message), w.filename, w.lineno)
                                    for w in caught], list(fallbacks)))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 -- raised in the parent, where serial would
         return results, exc, traceback.format_exc()
     return results, None, ""
 
