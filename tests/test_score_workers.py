@@ -120,7 +120,7 @@ def test_a_scorer_error_in_a_worker_stops_with_the_serial_message(tmp_path, plug
     errors = []
     for workers in (1, 2):
         with pytest.raises(PluginError, match=message) as exc:
-            _score(tmp_path / f"w{workers}", plugin, workers, ("msp", scorer),
+            _score(tmp_path / f"w{workers}", plugin, workers, (scorer,), seeds=1,
                    scorer_timeout=timeout)
         errors.append(str(exc.value))
         assert not (tmp_path / f"w{workers}").exists()
