@@ -153,13 +153,14 @@ def test_a_scorer_that_cannot_be_sent_is_scored_in_process_and_said_so(tmp_path,
         assert score_workers(2, ms, rs.outputs, 50) == 1
 
 
-def test_auto_scores_small_runs_in_process_and_caps_at_pairs_and_cores(tmp_path):
+def test_auto_scores_small_runs_in_process_and_caps_at_tasks_and_cores(tmp_path):
     rs = record_set(1)
     ms, _ = plan_methods(rs, ScoreConfig(out=tmp_path / "x", scorers=("msp", "entropy")))
     assert score_workers("auto", ms, rs.outputs, 50) == 1  # 4 methods x 152 examples x 50
     cores = len(os.sched_getaffinity(0))
-    assert score_workers("auto", ms, rs.outputs, 10**6) == min(cores, 2)  # 2 pairs
-    assert score_workers(8, ms, rs.outputs, 50) == 2
+    tasks = 2 * (2 + 1)  # 2 pairs x (science, math, pooled)
+    assert score_workers("auto", ms, rs.outputs, 10**6) == min(cores, tasks)
+    assert score_workers(8, ms, rs.outputs, 50) == tasks
     for bad in (0, -1, "4", 1.5, True):
         with pytest.raises(ConfigError, match="--score-workers"):
             check_workers(bad)
