@@ -34,9 +34,9 @@ def _csv(s: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in s.split(",") if x.strip())
 
 
-SCORE_WORKERS_HELP = ("processes scoring the methods, one model/gate pair each: auto (the cores "
-                      "this process may use; 1 for small runs) or N (1: in this process); the "
-                      "rows are the same")
+SCORE_WORKERS_HELP = ("processes scoring the methods, a model/gate pair on a domain at a time: "
+                      "auto (the cores this process may use; 1 for small runs) or N (1: in this "
+                      "process); the rows are the same")
 
 
 def _workers(s: str) -> int | str:
