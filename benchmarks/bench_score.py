@@ -4,7 +4,11 @@ and a shifted task of 40,000), every logits-only scorer, figures included. Goal:
 cores. One JSON line: seconds to read the files, to score (rows and their bootstrap intervals)
 and to draw the figures (from ``run.json``), in all, the ratio to the goal, and the machine's
 1-minute load average before and after (a shared machine's numbers are only comparable at a
-similar load)."""
+similar load).
+
+``score_workers``: the same cpu-like records (`cpu_like_records`) scored in this process and
+by worker processes (`uqbench.results.rows.score_workers`), in one run: both times, their
+ratio, and whether the files are byte-identical."""
 from __future__ import annotations
 
 import json
@@ -38,6 +42,10 @@ def write_samples(folder: Path, task: str, n: int, seed: int) -> None:
 
 
 def run() -> list[dict[str, Any]]:
+    return [lmeval_line(), score_workers_line()]
+
+
+def lmeval_line() -> dict[str, Any]:
     from uqbench.run.score_records import ScoreConfig, load_records, score
 
     load = os.getloadavg()[0]
@@ -52,9 +60,82 @@ def run() -> list[dict[str, Any]]:
         total = time.perf_counter() - t0
         figures = len(list((root / "out" / "figures").glob("*.png")))
         phases = json.loads((root / "out" / "run.json").read_text())["seconds"]
-    return [{"benchmark": "score_lmeval_100k", "questions": 100_000, "choices": 4,
+    return {"benchmark": "score_lmeval_100k", "questions": 100_000, "choices": 4,
              "read_s": round(t_read, 2), "scoring_s": round(phases["scoring"], 2),
              "figures_s": round(phases["figures"], 2),
              "score_and_figures_s": round(total - t_read, 2), "total_s": round(total, 2),
              "figures": figures, "goal_s": GOAL_S, "ratio_to_goal": round(total / GOAL_S, 3),
-             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}]
+             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
+
+
+def cpu_like_records(*, domains: int = 4, sizes: tuple[int, int, int] = (120, 120, 200),
+                     n_train: int = 100, seed: int = 0) -> Any:
+    """Random records shaped like the cpu profile's (``sizes``: ID, shift, calib questions per
+    domain; 4 choices): LoRA (dense gate) and MoE-LoRA under two gates, every field the
+    built-in scorers read (router statistics, 5 MC-dropout passes, 3 members, features and
+    the training reference)."""
+    from uqbench.core.outputs import Outputs, with_train
+    from uqbench.core.plan import DET, ROUTER, GateSpec, ModelSpec, Pair
+    from uqbench.io.recordset import RecordSet
+    from uqbench.results.references import ReferenceInputs
+
+    extra = frozenset({"mc_logits", "member_logits", "features"})
+    moe = ModelSpec("moe-lora", "moe")
+    pairs = [Pair(ModelSpec("lora", "lora"), GateSpec("dense", "dense"), DET | extra),
+             Pair(moe, GateSpec("top4", "topk", params={"k": 4}), ROUTER | extra),
+             Pair(moe, GateSpec("care", "care", budget=4.0), ROUTER | extra)]
+    rng = np.random.default_rng(seed)
+    outputs, n_choices, hashes = {}, {}, {}
+    names = [f"d{i}" for i in range(domains)]
+    for d in names:
+        for role, n in zip(("id", "shift", "calib", "train"), (*sizes, n_train)):
+            split = f"{d}/{role}"
+            hashes[split] = f"{d}-{role}"
+            labels = rng.integers(0, 4, n)
+            n_choices[split] = np.full(n, 4)
+            for p in pairs:
+                logits = rng.normal(size=(n, 4)) * 2
+                logits[np.arange(n), labels] += 1.0  # better than chance
+                router = p.gate.name != "dense"
+                outputs[p.name, split, 0] = Outputs(
+                    ids=np.array([f"{split}/{i}" for i in range(n)]), labels=labels,
+                    logits=logits, domain=np.full(n, d),
+                    route_entropy=rng.uniform(size=n) if router else None,
+                    top1_mass=rng.uniform(0.1, 1, n) if router else None,
+                    disagreement=rng.uniform(size=n) if router else None,
+                    experts=rng.uniform(1, 8, n) if router else None,
+                    n_tokens=rng.integers(5, 60, n).astype(float) if router else None,
+                    mc_logits=logits + rng.normal(size=(5, n, 4)),
+                    member_logits=logits + rng.normal(size=(3, n, 4)),
+                    features=rng.normal(size=(n, 32)))
+    refs = ReferenceInputs(tuple(names), {k: v for k, v in n_choices.items()
+                                          if k.endswith(("/id", "/shift"))}, None, hashes)
+    return RecordSet(pairs, with_train(outputs), 1, refs, bootstrap=1000, meta={})
+
+
+def score_workers_line() -> dict[str, Any]:
+    """Serial (``--score-workers 1``) against parallel (``auto``) scoring of the same
+    cpu-like records, every built-in scorer, 1000 resamples: seconds of each, the ratio, the
+    workers used and whether the results are byte-identical."""
+    from uqbench.run.score_records import ScoreConfig, score
+
+    rs = cpu_like_records()
+    load, seconds, workers, csv = os.getloadavg()[0], {}, {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in (1, "auto"):
+            out = Path(tmp) / str(mode)
+            t0 = time.perf_counter()
+            score(rs, ScoreConfig(out=out, figures=False, score_workers=mode))
+            seconds[mode] = time.perf_counter() - t0
+            meta = json.loads((out / "run.json").read_text())
+            workers[mode] = meta["score_workers"]
+            csv[mode] = (out / "results.csv").read_bytes() + (out / "scores.npz").read_bytes()
+    return {"benchmark": "score_workers", "methods": len(meta["methods"]),
+            "questions_per_pair": sum(o.n for (p, s, _), o in rs.outputs.items()
+                                      if p == rs.pairs[0].name and not s.endswith("/train")),
+            "bootstrap": 1000, "serial_s": round(seconds[1], 2),
+            "parallel_s": round(seconds["auto"], 2), "workers": workers["auto"],
+            "cores": len(os.sched_getaffinity(0)),
+            "ratio_parallel_to_serial": round(seconds["auto"] / seconds[1], 3),
+            "identical": csv[1] == csv["auto"],
+            "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}

@@ -34,6 +34,19 @@ def _csv(s: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in s.split(",") if x.strip())
 
 
+SCORE_WORKERS_HELP = ("processes scoring the methods, a model/gate pair on a domain at a time: "
+                      "auto (the cores this process may use; 1 for small runs) or N (1: in this "
+                      "process); the rows are the same")
+
+
+def _workers(s: str) -> int | str:
+    """``auto`` or an int (the runner checks its range: `uqbench.results.rows.check_workers`)."""
+    try:
+        return s if s == "auto" else int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r}: give auto or a whole number >= 1") from None
+
+
 def _build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="uqbench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,6 +92,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="torch intra-op threads (default: the cores this process may use, "
                      "os.sched_getaffinity; on a machine shared with other busy processes 1 "
                      "avoids threads spinning on a busy core)")
+    run.add_argument("--score-workers", type=_workers, default="auto", metavar="N",
+                     help=SCORE_WORKERS_HELP)
     run.add_argument("--compile", choices=list(COMPILE),
                      help="torch.compile each transformer block in training, with static "
                      "shapes: auto = on where CUDA is available (default: the profile's, auto)")
@@ -129,6 +144,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--cache-dir", type=Path, help="memoise rows here, for later calls "
                     "(default: for this call only)")
     sc.add_argument("--scorer-timeout", type=float, default=300.0, metavar="SECONDS")
+    sc.add_argument("--score-workers", type=_workers, default="auto", metavar="N",
+                    help=SCORE_WORKERS_HELP)
     sc.add_argument("--no-figures", action="store_true")
     sc.add_argument("--overwrite", action="store_true")
 
@@ -237,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                 head=args.head, threads=args.threads, compile=args.compile,
                 figures=not args.no_figures,
                 progress=not args.no_progress, overwrite=args.overwrite,
-                scorer_timeout=args.scorer_timeout or None))
+                scorer_timeout=args.scorer_timeout or None, score_workers=args.score_workers))
         elif args.command == "score":
             from uqbench.run.score_records import ScoreConfig, check_out, load_models, score
             check_out(args.out, args.overwrite)  # before reading anything
@@ -249,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                 out=args.out, scorers=args.scorers, plugins=tuple(args.plugin),
                 bootstrap=args.bootstrap, cache_dir=args.cache_dir, figures=not args.no_figures,
                 overwrite=args.overwrite, scorer_timeout=args.scorer_timeout or None,
-                rank_scorer=args.rank_scorer))
+                rank_scorer=args.rank_scorer, score_workers=args.score_workers))
         elif args.command == "export":
             from uqbench.io.recordset import export_run
             print(f"wrote {export_run(args.run_dir, args.dest)}")

@@ -53,11 +53,17 @@ def record_fallback(what: str, where: str, reason: str) -> None:
     equal to one already recorded in this run (the same split read by several passes) is not
     repeated.
     """
-    entry = {"what": what, "where": where, "reason": reason}
+    if add_fallback({"what": what, "where": where, "reason": reason}):
+        warnings.warn(f"{what} ({where}): {reason}", FallbackWarning, stacklevel=2)
+
+
+def add_fallback(entry: dict[str, str]) -> bool:
+    """Record ``entry`` (``{what, where, reason}``, e.g. one a worker process recorded) unless
+    this run recorded it already; whether it is new (the caller warns)."""
     if entry in _FALLBACKS:
-        return
-    warnings.warn(f"{what} ({where}): {reason}", FallbackWarning, stacklevel=2)
+        return False
     _FALLBACKS.append(entry)
+    return True
 
 
 def reset_fallbacks() -> list[dict[str, str]]:

@@ -46,6 +46,17 @@ SPLITS = (("", "id"), ("shift_", "shift"))
 _WARNED: set[str] = set()
 
 
+class ConformalNote(UserWarning):
+    """Why a conformal or risk-control cell is empty: warned once per reason and process."""
+
+
+def seen_note(msg: str) -> bool:
+    """Whether this process warned the note ``msg`` already; marks it warned."""
+    seen = msg in _WARNED
+    _WARNED.add(msg)
+    return seen
+
+
 def _pct(x: float) -> str:
     return f"{round(x * 100):02d}"
 
@@ -266,16 +277,17 @@ def conformal_risk_columns(cache: ArrayCache | None, cal: Scored, id_: Scored, s
             arrays[score_key(*owner, role, name)] = v
     for kind in ("cp", "rc"):
         for msg in filter(None, row[f"{kind}_note"].split(" | ")):
-            if msg not in _WARNED:  # once per distinct reason and process, not once per row
-                _WARNED.add(msg)
-                warnings.warn(msg, UserWarning, stacklevel=2)
+            if not seen_note(msg):  # once per distinct reason and process, not once per row
+                warnings.warn(msg, ConformalNote, stacklevel=2)
     return row
 
 
 __all__ = [
     "FIGURE_SCORES",
+    "ConformalNote",
     "compute",
     "conformal_columns",
     "conformal_risk_columns",
     "risk_columns",
+    "seen_note",
 ]

@@ -1,13 +1,34 @@
 """The rows of the results table: every method on every domain and ``pooled``, then the
 reference rows, from the forward records of a run (or of records made elsewhere), with the
-per-example arrays the figures and verdicts read (``scores.npz``)."""
+per-example arrays the figures and verdicts read (``scores.npz``).
+
+Methods are scored in worker processes (`score_workers`), one task per model/gate pair and
+domain (``pooled`` included), so that the pair's scorers share the bootstrap intervals memoised
+in their process (`uqbench.results.evaluate`). Every interval is seeded on its own, so the rows and arrays are
+those of the serial path, bit for bit; the workers' warnings are re-emitted here, and their
+`record_fallback` entries recorded here, in the serial order."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+import pickle
+import sys
+import traceback
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from multiprocessing import get_context
 from typing import Any
 
 import numpy as np
 
+from uqbench.core.errors import (
+    ConfigError,
+    FallbackWarning,
+    UserError,
+    add_fallback,
+    record_fallback,
+    reset_fallbacks,
+)
 from uqbench.core.outputs import Outputs
 from uqbench.core.plan import Method
 from uqbench.files.cache import PROTOCOL_VERSION, ArrayCache
@@ -16,73 +37,227 @@ from uqbench.results.evaluate import Scored, evaluate_cached
 from uqbench.results.references import ReferenceInputs, reference_rows
 from uqbench.stats.metrics import ECE_BINS
 
+Rows = list[dict[str, Any]]
+Arrays = dict[str, np.ndarray]
+#: a warning raised in a worker: (category, message, filename, lineno)
+Caught = tuple[type[Warning], str, str, int]
+#: ``auto`` scores in the calling process below this much work: methods x one pair's examples
+#: (ID, shift and calib of every domain and seed) x bootstrap resamples (the smoke profile:
+#: ~2e6, the cpu profile: ~7e7). Starting a worker (imports, netcal) costs seconds on 2 cores,
+#: more than a small run's whole scoring.
+AUTO_MIN_WORK = 1e7
+
+
+def check_workers(requested: int | str) -> None:
+    """A `ConfigError` unless ``requested`` is ``"auto"`` or a whole number >= 1."""
+    if requested != "auto" and (isinstance(requested, bool) or not isinstance(requested, int)
+                                or requested < 1):
+        raise ConfigError(f"--score-workers {requested!r}: give a number of processes >= 1 "
+                          "(1 scores in this process), or auto")
+
+
+def score_workers(requested: int | str, ms: Sequence[Method],
+                  outs: Mapping[tuple[str, str, int], Outputs], n_boot: int) -> int:
+    """The number of worker processes `score_all` should use: ``requested`` (``"auto"``:
+    the cores this process may use (``os.sched_getaffinity``), at most one per task (model/gate
+    pair and domain), and 1 below `AUTO_MIN_WORK`; 1 = in this process), or 1 with a warning
+    and a run.json ``fallbacks`` entry when a scorer cannot be sent to another process."""
+    check_workers(requested)
+    pairs = len(dict.fromkeys(m.pair.name for m in ms))
+    domains = {split.split("/")[0] for _, split, _ in outs}
+    groups = pairs * (len(domains - {"train"}) + 1)   # + pooled
+    if requested == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1
+        examples = sum(o.n for (pair, split, _), o in outs.items()  # every pair's
+                       if not split.endswith("/train")) / max(pairs, 1)
+        work = len(ms) * examples * n_boot
+        n = 1 if work < AUTO_MIN_WORK else min(cores, groups)
+    else:
+        n = min(int(requested), groups)
+    if n <= 1:
+        return 1
+    for m in ms:
+        try:
+            if type(m.scorer).__module__ == "__main__":  # another process cannot import it
+                raise pickle.PicklingError("its class is defined in __main__")
+            pickle.dumps(m)
+        except Exception as exc:  # noqa: BLE001 -- pickle raises many types
+            record_fallback("scoring in worker processes", f"scorer {m.scorer.name!r}",
+                            f"the scorer cannot be sent to another process ({exc}); scored in "
+                            "this process instead, one method after another. Define its class "
+                            "in an importable module and load it with --plugin MODULE")
+            return 1
+    return n
+
 
 def score_all(ms: Sequence[Method], refs: ReferenceInputs,
               outs: Mapping[tuple[str, str, int], Outputs], n_seeds: int, n_boot: int,
               cache: ArrayCache | None = None, scorer_timeout: float | None = None,
-              protocol: str = PROTOCOL_VERSION
+              protocol: str = PROTOCOL_VERSION, *, workers: int = 1,
+              plugins: Sequence[str] = ()
               ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """One row per method per domain of ``refs`` and ``pooled``, then the reference rows
     (``chance``, ``options-only``: `uqbench.results.references`); also the per-example arrays for
     figures. ``outs`` is keyed ``(pair name, "domain/role", seed)``; ``n_boot`` bootstrap
     resamples. With ``cache``, rows already evaluated on identical scores are read back.
     ``protocol``: the forward-record protocol the rows name (records made elsewhere keep the
-    one they were made under).
+    one they were made under). ``workers`` > 1: that many worker processes (`score_workers`),
+    each of which imports ``plugins`` first (the modules defining the methods' scorers); the
+    result is the same.
 
     ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
     ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.stats.recalibration`)."""
+    job = (refs, n_seeds, n_boot, cache, scorer_timeout, protocol)
+    rows: Rows = []
+    arrays: Arrays = {}
+    domains = [*refs.domains, "pooled"]
+    if workers <= 1:
+        for m in ms:
+            for dom in domains:
+                r, a = _score_method(m, dom, outs, *job)
+                rows.append(r)
+                arrays.update(a)
+        return rows + reference_rows(refs, n_boot=n_boot, seed=0, protocol=protocol), arrays
+    groups: dict[str, list[Method]] = {}
+    for m in ms:
+        groups.setdefault(m.pair.name, []).append(m)
+    torch = sys.modules.get("torch")  # recalibration's netcal runs on torch: the same threads
+    threads = torch.get_num_threads() if torch is not None else None
+    with ProcessPoolExecutor(min(workers, len(groups) * len(domains)),
+                             mp_context=get_context("spawn"), initializer=_init_worker,
+                             initargs=(tuple(plugins), threads)) as ex:
+        futures: dict[tuple[str, str], Future[Any]] = {   # the pooled (largest) tasks first
+            (name, dom): ex.submit(_score_group, group, dom, {
+                k: o for k, o in outs.items()
+                if k[0] == name and dom in ("pooled", k[1].split("/")[0])}, job)
+            for dom in domains[::-1] for name, group in groups.items()}
+        with warnings.catch_warnings(record=True) as ref_caught:  # re-emitted after the methods'
+            warnings.simplefilter("always")
+            refs_rows = reference_rows(refs, n_boot=n_boot, seed=0, protocol=protocol)
+        at = {id(m): i for name, group in groups.items() for i, m in enumerate(group)}
+        for m in ms:  # the serial order: rows, arrays, warnings and fallbacks
+            for dom in domains:
+                results, error, tb = futures[m.pair.name, dom].result()
+                i = at[id(m)]
+                if i >= len(results):  # it raised on this method: as the serial path would
+                    for f in futures.values():
+                        f.cancel()
+                    if isinstance(error, UserError):  # bad input: its message says it all
+                        raise error
+                    raise error from RuntimeError(f"in a scoring worker process:\n{tb}")  # a bug
+                r, a, caught, fallbacks = results[i]
+                _reemit(caught, fallbacks)
+                rows.append(r)
+                arrays.update(a)
+    _reemit([(w.category, str(w.message), w.filename, w.lineno) for w in ref_caught], [])
+    return rows + refs_rows, arrays
+
+
+def _score_method(m: Method, dom: str, outs: Mapping[tuple[str, str, int], Outputs],
+                  refs: ReferenceInputs, n_seeds: int, n_boot: int, cache: ArrayCache | None,
+                  scorer_timeout: float | None, protocol: str) -> tuple[dict[str, Any], Arrays]:
+    """The row of ``m`` on ``dom`` (a domain of ``refs`` or ``pooled``) and the arrays it adds."""
     from uqbench.results.conformal_risk import conformal_risk_columns
     from uqbench.stats.recalibration import CALIBRATORS, recalibrate_cached
 
-    rows: list[dict[str, Any]] = []
-    arrays: dict[str, np.ndarray] = {}
+    arrays: Arrays = {}
     domains = list(refs.domains)
-    for m in ms:
-        for dom in [*domains, "pooled"]:
-            parts = domains if dom == "pooled" else [dom]
+    parts = domains if dom == "pooled" else [dom]
 
-            id_outs, sh_outs, cal_outs = (
-                [Outputs.concat([outs[m.pair.name, f"{d}/{role}", r] for d in parts])
-                 for r in range(n_seeds)]
-                for role in ("id", "shift", "calib"))
-            id_s, sh_s, cal_s = (Scored.of(m.scorer, o, timeout=scorer_timeout)
-                                 for o in (id_outs, sh_outs, cal_outs))
-            metrics = evaluate_cached(cache, id_s, sh_s, n_bins=ECE_BINS, n_boot=n_boot, seed=0)
-            recal, recal_conf = recalibrate_cached(
-                cache, m.scorer, cal_outs, id_outs, cal_s.confidence, id_s.confidence,
-                id_s.correct, where=f"{m.name} on {dom}", n_bins=ECE_BINS, n_boot=n_boot, seed=0)
-            at = list(metrics).index("ece_hi") + 1  # the recalibrated ECEs beside the raw one
-            row: dict[str, Any] = {
-                "method": m.name, "model": m.pair.model.name, "gate": m.pair.gate.name,
-                "scorer": m.scorer.name, "domain": dom,
-                **dict(list(metrics.items())[:at]), **recal, **dict(list(metrics.items())[at:]),
-                "forward_passes": m.scorer.passes(id_outs[0]),
-                "n_id": id_outs[0].n, "n_shift": sh_outs[0].n, "n_calib": cal_outs[0].n,
-                "seeds": n_seeds, "protocol": protocol,
-                "split_hashes": ",".join(refs.hashes[f"{d}/{r}"] for d in parts
-                                         for r in ("id", "shift")),
-                "calib_hashes": ",".join(refs.hashes[f"{d}/calib"] for d in parts),
-            }
-            # conformal sets and selective risk control, fitted on calib
-            groups = {r: o[0].domain for r, o in (("calib", cal_outs), ("id", id_outs),
-                                                   ("shift", sh_outs))} if len(parts) > 1 else None
-            row.update(conformal_risk_columns(cache, cal_s, id_s, sh_s, n_boot=n_boot,
-                                       arrays=arrays, owner=(m.name, dom), groups=groups))
-            rows.append(row)
-            # per-example arrays are (N, seeds): verdicts and figures pool every seed
-            for kind in CALIBRATORS:
-                arrays[score_key(m.name, dom, "id", f"confidence_{kind}")] = \
-                    recal_conf.confidence[kind]
-            for role, os_ in (("id", id_outs), ("shift", sh_outs)):
-                for f in ("route_entropy", "top1_mass", "disagreement", "experts", "labels"):
-                    if getattr(os_[0], f) is not None:
-                        arrays[score_key(m.pair.name, dom, role, f)] = np.stack(
-                            [getattr(o, f) for o in os_], 1)
-            for role, sc in (("id", id_s), ("shift", sh_s)):
-                for f in SCORE_FIELDS:
-                    arrays[score_key(m.name, dom, role, f)] = getattr(sc, f)
-    rows += reference_rows(refs, n_boot=n_boot, seed=0, protocol=protocol)  # chance, options-only
-    return rows, arrays
+    id_outs, sh_outs, cal_outs = (
+        [Outputs.concat([outs[m.pair.name, f"{d}/{role}", r] for d in parts])
+         for r in range(n_seeds)]
+        for role in ("id", "shift", "calib"))
+    id_s, sh_s, cal_s = (Scored.of(m.scorer, o, timeout=scorer_timeout)
+                         for o in (id_outs, sh_outs, cal_outs))
+    metrics = evaluate_cached(cache, id_s, sh_s, n_bins=ECE_BINS, n_boot=n_boot, seed=0)
+    recal, recal_conf = recalibrate_cached(
+        cache, m.scorer, cal_outs, id_outs, cal_s.confidence, id_s.confidence,
+        id_s.correct, where=f"{m.name} on {dom}", n_bins=ECE_BINS, n_boot=n_boot, seed=0)
+    at = list(metrics).index("ece_hi") + 1  # the recalibrated ECEs beside the raw one
+    row: dict[str, Any] = {
+        "method": m.name, "model": m.pair.model.name, "gate": m.pair.gate.name,
+        "scorer": m.scorer.name, "domain": dom,
+        **dict(list(metrics.items())[:at]), **recal, **dict(list(metrics.items())[at:]),
+        "forward_passes": m.scorer.passes(id_outs[0]),
+        "n_id": id_outs[0].n, "n_shift": sh_outs[0].n, "n_calib": cal_outs[0].n,
+        "seeds": n_seeds, "protocol": protocol,
+        "split_hashes": ",".join(refs.hashes[f"{d}/{r}"] for d in parts
+                                 for r in ("id", "shift")),
+        "calib_hashes": ",".join(refs.hashes[f"{d}/calib"] for d in parts),
+    }
+    # conformal sets and selective risk control, fitted on calib
+    groups = {r: o[0].domain for r, o in (("calib", cal_outs), ("id", id_outs),
+                                           ("shift", sh_outs))} if len(parts) > 1 else None
+    row.update(conformal_risk_columns(cache, cal_s, id_s, sh_s, n_boot=n_boot,
+                                      arrays=arrays, owner=(m.name, dom), groups=groups))
+    # per-example arrays are (N, seeds): verdicts and figures pool every seed
+    for kind in CALIBRATORS:
+        arrays[score_key(m.name, dom, "id", f"confidence_{kind}")] = \
+            recal_conf.confidence[kind]
+    for role, os_ in (("id", id_outs), ("shift", sh_outs)):
+        for f in ("route_entropy", "top1_mass", "disagreement", "experts", "labels"):
+            if getattr(os_[0], f) is not None:
+                arrays[score_key(m.pair.name, dom, role, f)] = np.stack(
+                    [getattr(o, f) for o in os_], 1)
+    for role, sc in (("id", id_s), ("shift", sh_s)):
+        for f in SCORE_FIELDS:
+            arrays[score_key(m.name, dom, role, f)] = getattr(sc, f)
+    return row, arrays
 
 
-__all__ = ["score_all"]
+def _init_worker(plugins: Sequence[str], threads: int | None) -> None:
+    """A scoring worker's start: the parent's torch threads (netcal's fits give the same bits),
+    then the plugins, so that their scorers unpickle."""
+    from uqbench.core.registry import import_plugin
+
+    if threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # read when netcal first imports torch
+    for p in plugins:
+        import_plugin(p)
+
+
+def _score_group(group: Sequence[Method], dom: str,
+                 outs: Mapping[tuple[str, str, int], Outputs], job: tuple[Any, ...]
+                 ) -> tuple[list[Any], BaseException | None, str]:
+    """In a worker: the row on ``dom`` of each method of one model/gate pair, with the warnings
+    it raised and the fallbacks it recorded; on an error, the methods done before it, the error
+    and its traceback (the parent raises it where the serial path would)."""
+    results: list[Any] = []
+    try:
+        for m in group:
+            fallbacks = reset_fallbacks()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")  # every one goes back; the parent filters
+                r, a = _score_method(m, dom, outs, *job)
+            results.append((r, a, [(w.category, str(w.message), w.filename, w.lineno)
+                                   for w in caught], list(fallbacks)))
+    except Exception as exc:  # noqa: BLE001 -- raised in the parent, where serial would
+        return results, exc, traceback.format_exc()
+    return results, None, ""
+
+
+def _reemit(caught: Iterable[Caught], fallbacks: Sequence[dict[str, str]]) -> None:
+    """Warn ``caught`` here as if raised at their place (this process's filters and
+    once-per-place registries); a `record_fallback` warning is recorded here too; neither it
+    nor a conformal note (once per process) repeats what this process did already, as in one
+    process."""
+    from uqbench.results.conformal_risk import ConformalNote, seen_note
+
+    entries = {f"{e['what']} ({e['where']}): {e['reason']}": e for e in fallbacks}
+    modules: dict[str, Any] = {}
+    for category, message, filename, lineno in caught:
+        if issubclass(category, FallbackWarning) and message in entries \
+                and not add_fallback(entries.pop(message)):
+            continue  # recorded (and warned) already, as in one process
+        if issubclass(category, ConformalNote) and seen_note(message):
+            continue  # once per process, as in one process: another worker warned it too
+        if not modules:
+            modules = {getattr(mod, "__file__", None): mod for mod in list(sys.modules.values())}
+        module = modules.get(filename)
+        registry = vars(module).setdefault("__warningregistry__", {}) if module else None
+        warnings.warn_explicit(message, category, filename, lineno, registry=registry)
+
+
+__all__ = ["AUTO_MIN_WORK", "check_workers", "score_all", "score_workers"]

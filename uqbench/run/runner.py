@@ -44,7 +44,7 @@ from uqbench.io.recordset import RecordSet, method_entries, write_record_set
 from uqbench.results.references import (
     reference_inputs,
 )
-from uqbench.results.rows import score_all
+from uqbench.results.rows import check_workers, score_all, score_workers
 from uqbench.run.folder import print_summary, write_run
 
 log = logging.getLogger(__name__)
@@ -78,12 +78,15 @@ class RunConfig:
     scorer_timeout: float | None = 300.0  # seconds per scorer call; None: no limit
     threads: int | None = None  # torch intra-op threads; None: the cores we may use
     compile: str | None = None  # off | on | auto: compiled training; None: the profile's
+    #: processes scoring the methods (`uqbench.results.rows.score_workers`): auto, or N (1: in
+    #: this process); the rows are the same
+    score_workers: int | str = "auto"
 
     def identity(self) -> dict[str, Any]:
         """What must match for an existing --out folder to be refreshed in place."""
         d = asdict(self)
         for k in ("out", "cache_dir", "data_dir", "figures", "figure_set", "progress",
-                  "overwrite", "scorer_timeout", "threads"):
+                  "overwrite", "scorer_timeout", "threads", "score_workers"):
             d.pop(k)
         for k, default in (("models", ()), ("gates", ()), ("backend", "torch")):
             if d[k] == default:  # runs without these options keep the identity they had
@@ -193,6 +196,7 @@ def _check_numbers(cfg: RunConfig, n_experts: int) -> None:
     if cfg.threads is not None and cfg.threads < 1:
         raise ConfigError(f"--threads {cfg.threads}: give at least 1 thread (or leave it out for "
                           "the cores this process may use)")
+    check_workers(cfg.score_workers)
     if cfg.scorer_timeout is not None and not cfg.scorer_timeout > 0:
         raise ConfigError(f"--scorer-timeout {cfg.scorer_timeout:g}: give a positive number of "
                           "seconds, or 0 on the command line for no limit")
@@ -244,8 +248,10 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     if not backend.is_main():  # every process holds every record; process 0 reports
         return RunResult(out, [], stats)
     refs = reference_inputs(suite)
+    workers = score_workers(cfg.score_workers, ms, outs, prof.bootstrap)
     rows, arrays = score_all(ms, refs, outs, n_seeds, prof.bootstrap, cache=ArrayCache(cache),
-                             scorer_timeout=cfg.scorer_timeout)
+                             scorer_timeout=cfg.scorer_timeout, workers=workers,
+                             plugins=cfg.plugins)
     stats.seconds["scoring"] = time.perf_counter() - t_score
     meta = {
         "config": cfg.identity(), "protocol": PROTOCOL_VERSION, "profile": prof.name,
@@ -263,6 +269,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
         "environment": environment(threads, n_seeds, engine.training_log,
                                    (s.recipe for s in suite.splits.values())),
         "seconds": {**stats.seconds},
+        "score_workers": workers,  # processes that scored (`score_workers`)
     }
     # the forward records themselves, so that `uqbench score`/`export` need no model work
     records = RecordSet(pairs, dict(outs), n_seeds, refs,

@@ -36,7 +36,7 @@ from uqbench.files.cache import ArrayCache
 from uqbench.files.rundir import RunFolder
 from uqbench.io.recordset import RecordSet, new_folder, read_record_set
 from uqbench.results.columns import skipped_columns
-from uqbench.results.rows import score_all
+from uqbench.results.rows import check_workers, score_all, score_workers
 from uqbench.run.folder import print_summary, write_run
 from uqbench.run.runner import RunResult, RunStats
 
@@ -58,6 +58,8 @@ class ScoreConfig:
     scorer_timeout: float | None = 300.0
     #: the scorer whose rows stand for each model in the model table (None: `RANK_SCORERS`)
     rank_scorer: str | None = None
+    #: processes scoring the methods (`uqbench.results.rows.score_workers`): auto, or N
+    score_workers: int | str = "auto"
 
 
 def check_out(out: Path, overwrite: bool) -> None:
@@ -286,6 +288,7 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
     check_out(cfg.out, cfg.overwrite)
     if cfg.bootstrap is not None and cfg.bootstrap < 1:
         raise ConfigError(f"--bootstrap {cfg.bootstrap}: give at least 1 resample")
+    check_workers(cfg.score_workers)
     for p in cfg.plugins:
         import_plugin(p)
     rs.check()
@@ -300,11 +303,13 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
     scorers: Sequence[Scorer] = list(dict.fromkeys(m.scorer for m in ms))
     probe_scorers(scorers, timeout=cfg.scorer_timeout)
     n_boot = cfg.bootstrap or rs.bootstrap
+    workers = score_workers(cfg.score_workers, ms, rs.outputs, n_boot)
     with tempfile.TemporaryDirectory() as scratch:  # rows are memoised by content: with one
         # domain, `pooled` holds the same examples and is read back, not bootstrapped twice
         rows, arrays = score_all(ms, rs.refs, rs.outputs, rs.seeds, n_boot,
                                  cache=ArrayCache(cfg.cache_dir or scratch),
-                                 scorer_timeout=cfg.scorer_timeout, protocol=rs.protocol)
+                                 scorer_timeout=cfg.scorer_timeout, protocol=rs.protocol,
+                                 workers=workers, plugins=cfg.plugins)
     meta: dict[str, Any] = {
         **rs.meta, "scored_from": rs.meta.get("source", "uqbench records"),
         "domains": list(rs.domains), "seeds": rs.seeds, "bootstrap": n_boot,
@@ -312,7 +317,7 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
         "methods": [m.name for m in ms], "skipped_scorers": skipped, "fallbacks": fallbacks,
         "references": (["chance"] if rs.refs.n_choices else [])
         + (["options-only"] if rs.refs.options_only is not None else []),
-        "seconds": {"scoring": time.perf_counter() - t0},
+        "seconds": {"scoring": time.perf_counter() - t0}, "score_workers": workers,
     }
     if rs.refs.options_only is None:
         meta["references_skipped"] = {"options-only": "needs the option texts of a train split "
