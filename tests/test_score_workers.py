@@ -83,9 +83,13 @@ def _entries(cache: Path) -> dict[str, tuple[int, int]]:
 def test_workers_write_the_serial_files_warnings_and_fallbacks_and_share_the_cache(
         tmp_path, plugin, monkeypatch):
     import uqbench.results.conformal_risk as CR
+    import uqbench.results.evaluate as EV
 
     names = (*builtin_scorers(), "sw_fallback")
-    monkeypatch.setattr(CR, "_WARNED", set())  # conformal notes: once per process
+    # as in a fresh process: conformal notes are warned once per process, and an interval
+    # memoised by an earlier test would warn nothing
+    for module, name, empty in ((CR, "_WARNED", set), (EV, "_INTERVALS", dict)):
+        monkeypatch.setattr(module, name, empty())
     serial, serial_w = _score(tmp_path / "serial", plugin, 1, names)
     monkeypatch.setattr(CR, "_WARNED", set())
     par, par_w = _score(tmp_path / "par", plugin, 2, names, cache_dir=tmp_path / "cache")
