@@ -93,7 +93,32 @@ def test_the_gpu_presets_start_from_the_gpu_profile() -> None:
             c["batch"], c["backbone"]) == (g.lr, g.head_lr, g.epochs, g.train_cap,
                                            g.target_modules, g.top_layers, g.batch_size,
                                            GPU_BACKBONE)
+    _, c15 = parse_candidate("gpu15")
+    assert c15 == {**parse_candidate("gpu")[1], "backbone": "qwen2.5-coder-1.5b"}
     _, c = parse_candidate("gpu-lr2e-3:epochs=2")
     assert (c["lr"], c["epochs"], c["head"], c["top"]) == (2e-3, 2, "letters", 8)
     with pytest.raises(SystemExit, match="unknown preset 'gpu-typo'"):
         parse_candidate("gpu-typo")
+
+
+def test_id_cap_scores_the_first_questions_of_each_domain(smoke_splits, real_data, tmp_path,
+                                                         capsys) -> None:
+    """``--id-cap N``: a zero-shot candidate scored on the first N ID questions of each domain
+    (the smoke run's splits, a random tiny Llama under the letters head); a cap below 1 is
+    refused before any work."""
+    import json
+    import shutil
+
+    from benchmarks.recipe_search import main
+
+    shutil.copytree(smoke_splits, tmp_path / "splits")
+    argv = ["--profile", "smoke", "--data-dir", str(real_data), "--cache-dir", str(tmp_path),
+            "--candidates", "t:head=letters,epochs=0,backbone=tiny-llama"]
+    assert main([*argv, "--id-cap", "3"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    doms = [k for k in row if k.startswith("acc_") and k != "acc_pooled"]
+    assert row["id_cap"] == 3 and row["id_questions"] == 3 * len(doms) == 12
+    assert row["steps"] == 0 and row["final_loss"] is None
+    with pytest.raises(SystemExit):
+        main([*argv, "--id-cap", "0"])
+    assert "--id-cap 0" in capsys.readouterr().err
