@@ -64,8 +64,8 @@ def score_workers(requested: int | str, ms: Sequence[Method],
     and a run.json ``fallbacks`` entry when a scorer cannot be sent to another process."""
     check_workers(requested)
     pairs = len(dict.fromkeys(m.pair.name for m in ms))
-    domains = {split.split("/")[0] for _, split, _ in outs}
-    groups = pairs * (len(domains - {"train"}) + 1)   # + pooled
+    domains = {split.split("/")[0] for _, split, _ in outs}   # split names: "domain/role"
+    groups = pairs * (len(domains) + 1)   # + pooled
     if requested == "auto":
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
             else os.cpu_count() or 1
