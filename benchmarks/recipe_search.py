@@ -102,10 +102,13 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     prof = dataclasses.replace(get_profile(profile), train_cap=int(cand["train_cap"]))
     suite = build_suite("pooled", prof, data_dir=data_dir, cache_dir=f"{cache_dir}/splits",
                         progress=False)
+    load_s = None   # seconds loading the backbone (a GGUF converted on a first load)
     if cand["backbone"] not in backbones:   # on the GPU where there is one (bfloat16)
+        t0 = time.perf_counter()
         backbones[cand["backbone"]] = load_backbone(
             cand["backbone"], cache_dir=cache_dir,
             device="cuda" if torch.cuda.is_available() else None)
+        load_s = round(time.perf_counter() - t0, 1)
     torch.manual_seed(0)
     heads.PREFIX_CACHE.clear()  # each candidate pays for its own frozen-prefix states
     model = heads.make_moe(backbones[cand["backbone"]],
@@ -121,7 +124,7 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
         losses = train.train(model, records, cfg, progress=False).losses
     t_train = time.perf_counter() - t0
     row: dict[str, Any] = {"candidate": name, **cand, "device": str(model.device),
-                           "profile": profile, "id_cap": id_cap,
+                           "profile": profile, "id_cap": id_cap, "backbone_load_s": load_s,
                            "train_records": len(records),
                            "steps": len(losses),
                            "final_loss": float(np.mean(losses[-10:])) if losses else None,

@@ -118,7 +118,7 @@ def test_id_cap_scores_the_first_questions_of_each_domain(smoke_splits, real_dat
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     doms = [k for k in row if k.startswith("acc_") and k != "acc_pooled"]
     assert row["id_cap"] == 3 and row["id_questions"] == 3 * len(doms) == 12
-    assert row["steps"] == 0 and row["final_loss"] is None
+    assert row["steps"] == 0 and row["final_loss"] is None and row["backbone_load_s"] >= 0
     with pytest.raises(SystemExit):
         main([*argv, "--id-cap", "0"])
     assert "--id-cap 0" in capsys.readouterr().err
