@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-import traceback
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -24,7 +23,6 @@ import numpy as np
 from uqbench.core.errors import (
     ConfigError,
     FallbackWarning,
-    UserError,
     add_fallback,
     record_fallback,
     reset_fallbacks,
@@ -82,7 +80,7 @@ def score_workers(requested: int | str, ms: Sequence[Method],
             if type(m.scorer).__module__ == "__main__":  # another process cannot import it
                 raise pickle.PicklingError("its class is defined in __main__")
             pickle.dumps(m)
-        except Exception as exc:  # noqa: BLE001 -- pickle raises many types
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:  # what pickle raises
             record_fallback("scoring in worker processes", f"scorer {m.scorer.name!r}",
                             f"the scorer cannot be sent to another process ({exc}); scored in "
                             "this process instead, one method after another. Define its class "
@@ -128,28 +126,25 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
                              mp_context=get_context("spawn"), initializer=_init_worker,
                              initargs=(tuple(plugins), threads)) as ex:
         futures: dict[tuple[str, str], Future[Any]] = {   # the pooled (largest) tasks first
-            (name, dom): ex.submit(_score_group, group, dom, {
-                k: o for k, o in outs.items()
-                if k[0] == name and dom in ("pooled", k[1].split("/")[0])}, job)
+            (name, dom): ex.submit(_score_group, group, dom, {  # the records the task reads
+                k: o for k, o in outs.items() if k[0] == name and not k[1].endswith("/train")
+                and dom in ("pooled", k[1].split("/")[0])}, job)
             for dom in domains[::-1] for name, group in groups.items()}
         with warnings.catch_warnings(record=True) as ref_caught:  # re-emitted after the methods'
             warnings.simplefilter("always")
             refs_rows = reference_rows(refs, n_boot=n_boot, seed=0, protocol=protocol)
         at = {id(m): i for name, group in groups.items() for i, m in enumerate(group)}
-        for m in ms:  # the serial order: rows, arrays, warnings and fallbacks
-            for dom in domains:
-                results, error, tb = futures[m.pair.name, dom].result()
-                i = at[id(m)]
-                if i >= len(results):  # it raised on this method: as the serial path would
-                    for f in futures.values():
-                        f.cancel()
-                    if isinstance(error, UserError):  # bad input: its message says it all
-                        raise error
-                    raise error from RuntimeError(f"in a scoring worker process:\n{tb}")  # a bug
-                r, a, caught, fallbacks = results[i]
-                _reemit(caught, fallbacks)
-                rows.append(r)
-                arrays.update(a)
+        try:
+            for m in ms:  # the serial order: rows, arrays, warnings and fallbacks
+                for dom in domains:
+                    # a worker's error is raised here, its remote traceback as the cause
+                    r, a, caught, fallbacks = futures[m.pair.name, dom].result()[at[id(m)]]
+                    _reemit(caught, fallbacks)
+                    rows.append(r)
+                    arrays.update(a)
+        except BaseException:  # the run stops: no task that has not started yet starts
+            ex.shutdown(cancel_futures=True)
+            raise
     _reemit([(w.category, str(w.message), w.filename, w.lineno) for w in ref_caught], [])
     return rows + refs_rows, arrays
 
@@ -220,22 +215,18 @@ def _init_worker(plugins: Sequence[str], threads: int | None) -> None:
 
 def _score_group(group: Sequence[Method], dom: str,
                  outs: Mapping[tuple[str, str, int], Outputs], job: tuple[Any, ...]
-                 ) -> tuple[list[Any], BaseException | None, str]:
+                 ) -> list[Any]:
     """In a worker: the row on ``dom`` of each method of one model/gate pair, with the warnings
-    it raised and the fallbacks it recorded; on an error, the methods done before it, the error
-    and its traceback (the parent raises it where the serial path would)."""
+    it raised and the fallbacks it recorded (an error reaches the parent through its future)."""
     results: list[Any] = []
-    try:
-        for m in group:
-            fallbacks = reset_fallbacks()
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")  # every one goes back; the parent filters
-                r, a = _score_method(m, dom, outs, *job)
-            results.append((r, a, [(w.category, str(w.message), w.filename, w.lineno)
-                                   for w in caught], list(fallbacks)))
-    except Exception as exc:  # noqa: BLE001 -- raised in the parent, where serial would
-        return results, exc, traceback.format_exc()
-    return results, None, ""
+    for m in group:
+        fallbacks = reset_fallbacks()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # every one goes back; the parent filters
+            r, a = _score_method(m, dom, outs, *job)
+        results.append((r, a, [(w.category, str(w.message), w.filename, w.lineno)
+                               for w in caught], list(fallbacks)))
+    return results
 
 
 def _reemit(caught: Iterable[Caught], fallbacks: Sequence[dict[str, str]]) -> None:
