@@ -60,8 +60,8 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
     "gpu-ep3": {**GPU_BASE, "epochs": 3},
     "gpu-lr2e-3-ep2": {**GPU_BASE, "lr": 2e-3, "epochs": 2},
     "gpu-all-blocks": {**GPU_BASE, "targets": "auto", "top": 0},
-    # Qwen2.5-Coder-1.5B: zero-shot it beat the 0.5B by 0.47 in science and 0.28 in knowledge
-    # on the same 60 questions a domain (docs/gpu.md); its training time is a lease's to measure
+    # Qwen2.5-Coder-1.5B, the stronger backbone zero-shot (docs/gpu.md has the table); its
+    # training time is a lease's to measure
     "gpu15-zero": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b", "epochs": 0},
     "gpu15": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b"},
     "gpu15-lr2e-3": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b", "lr": 2e-3},

@@ -300,8 +300,7 @@ def smollm2_cold(tmp_path_factory: pytest.TempPathFactory, real_weights: None
                  ) -> tuple[Any, list[str], Path]:
     """SmolLM2 loaded once from an empty cache (the GGUF file dequantised into
     ``<cache>/backbones/``): (backbone, the files ``gguf.GGUFReader`` parsed meanwhile, cache).
-    The smollm2 tests check the cold and warm loads on it; the gpu-check dry run starts from a
-    copy of its cache instead of converting again."""
+    The smollm2 tests check the cold and warm loads on it."""
     import gguf
 
     from baselines.backbones import load_backbone
