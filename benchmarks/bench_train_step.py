@@ -12,11 +12,21 @@ path). ``UQBENCH_BENCH_BACKBONE`` names another backbone, or a folder holding a 
 step's time does not depend on the weights' values; a lease then carries a few MB, not the
 weights). Goal (``ratio``, MoE-LoRA step over
 the dense LoRA step): <= 1.5 on 2 CPU cores, <= 1.3 on a GPU; the line also has tokens/s.
+
+On a CPU without ``UQBENCH_BENCH_BACKBONE`` it times three cases, one line each:
+
+- ``tiny-llama`` (hidden 32): the adapter's arithmetic dominates there, since the 16 experts' 128
+  code columns are 4x the model's width, so this line is the MoE layer's worst case;
+- ``tiny-llama`` with 4 experts of which the gate admits all 4: the arithmetic a path computing
+  only the top-4 experts would do, at no gather cost; the floor of any sparse path;
+- SmolLM2 (where installed: the ``full`` profile's backbone), at the smaller CPU batch
+  ``CPU_SHAPE``: the ratio at the width the profile trains.
 """
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +38,8 @@ GOAL_RATIO = {"cpu": 1.5, "cuda": 1.3}
 #: the ``full`` profile's batch and sequence length
 BATCH, MAX_LENGTH = 16, 256
 STEPS = 8
+#: SmolLM2's (batch, max_length, steps) on a CPU: an eighth of the GPU's 16 x 256 tokens a step
+CPU_SHAPE = (4, 128, 3)
 
 
 def synthetic_records(n: int, words: int) -> list[Any]:
@@ -79,11 +91,11 @@ def random_backbone(folder: Path, gpu: bool) -> Any:
                       kind="decoder")
 
 
-def _seconds_per_step(model: Any, records: list[Any]) -> float:
+def _seconds_per_step(model: Any, records: list[Any], batch: int, max_length: int) -> float:
     from baselines.train import TrainConfig, train
 
-    cfg = TrainConfig(epochs=1, batch_size=BATCH, max_length=MAX_LENGTH, bucket=False)
-    train(model, records[:2 * BATCH], cfg, progress=False)               # warm-up
+    cfg = TrainConfig(epochs=1, batch_size=batch, max_length=max_length, bucket=False)
+    train(model, records[:2 * batch], cfg, progress=False)               # warm-up
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     t = time.perf_counter()
@@ -94,21 +106,46 @@ def _seconds_per_step(model: Any, records: list[Any]) -> float:
 
 
 def run() -> Iterator[dict[str, Any]]:
+    from baselines.backbones import check_backbone, load_backbone
+    from uqbench.core.errors import ConfigError
+
+    if torch.cuda.is_available() or "UQBENCH_BENCH_BACKBONE" in os.environ:
+        name, bb = step_backbone()
+        yield _ratio_line(name, bb)
+        return
+    tiny = load_backbone("tiny-llama")
+    yield _ratio_line("tiny-llama", tiny)
+    yield _ratio_line("tiny-llama", tiny, n_experts=4)
+    try:
+        check_backbone("smollm2")
+    except ConfigError as e:
+        warnings.warn(f"train_step: no SmolLM2 line: {e}", stacklevel=1)
+        yield {"benchmark": "train_step_moe_vs_lora", "backbone": "smollm2", "skipped": str(e)}
+        return
+    yield _ratio_line("smollm2", load_backbone("smollm2"), *CPU_SHAPE)
+
+
+def _ratio_line(name: str, bb: Any, batch: int = BATCH, max_length: int = MAX_LENGTH,
+                steps: int = STEPS, n_experts: int = 16) -> dict[str, Any]:
     from baselines.dense import make_dense
     from baselines.heads import make_moe
     from baselines.moe import MoELoRAConfig, moe_layers
 
-    name, bb = step_backbone()
-    records = synthetic_records(BATCH * STEPS, MAX_LENGTH)
-    moe = make_moe(bb, MoELoRAConfig())
+    records = synthetic_records(batch * steps, max_length)
+    cfg = MoELoRAConfig() if n_experts == 16 else MoELoRAConfig(n_experts=n_experts,
+                                                                top_k=min(4, n_experts))
+    moe = make_moe(bb, cfg)
     lora = make_dense(bb, "lora")
-    s = {"moe": _seconds_per_step(moe, records), "lora": _seconds_per_step(lora, records)}
+    s = {"moe": _seconds_per_step(moe, records, batch, max_length),
+         "lora": _seconds_per_step(lora, records, batch, max_length)}
     dev = next(moe.parameters()).device
-    yield {"benchmark": "train_step_moe_vs_lora", "backbone": name, "device": str(dev),
-           "dtype": str(next(moe.parameters()).dtype).replace("torch.", ""),
-           "batch": BATCH, "max_length": MAX_LENGTH, "steps": STEPS,
-           "adapted_linears": len(moe_layers(moe.backbone)),
-           "moe_s_per_step": round(s["moe"], 4), "lora_s_per_step": round(s["lora"], 4),
-           "moe_tokens_per_s": round(BATCH * MAX_LENGTH / s["moe"]),
-           "ratio": round(s["moe"] / s["lora"], 3), "goal_ratio": GOAL_RATIO[dev.type],
-           "met": s["moe"] / s["lora"] <= GOAL_RATIO[dev.type]}
+    return {"benchmark": "train_step_moe_vs_lora", "backbone": name, "device": str(dev),
+            "dtype": str(next(moe.parameters()).dtype).replace("torch.", ""),
+            "batch": batch, "max_length": max_length, "steps": steps,
+            "adapted_linears": len(moe_layers(moe.backbone)), "n_experts": cfg.n_experts,
+            "top_k": cfg.top_k,
+            "moe_s_per_step": round(s["moe"], 4), "lora_s_per_step": round(s["lora"], 4),
+            "moe_tokens_per_s": round(batch * max_length / s["moe"]),
+            "ratio": round(s["moe"] / s["lora"], 3), "goal_ratio": GOAL_RATIO[dev.type],
+            "met": s["moe"] / s["lora"] <= GOAL_RATIO[dev.type],
+            "load": round(os.getloadavg()[0], 2)}
