@@ -23,10 +23,13 @@ def test_scores_by_hand() -> None:
     u = np.array([0.5, 0.0, 1.0])
     np.testing.assert_allclose(C.SCORES["aps_rand"].scores(P, u),
                                [[0.25, 0.65, 0.9], [0.9, 0, 0.6], [0.75, 1.0, 0.5]])
-    # RAPS: + 0.1 * (rank - 1)+
+    # RAPS: + 0.1 * (rank - 1)+ (ranks [1, 2, 3], [3, 1, 2], [2, 3, 1]), to aps and aps_strict
     np.testing.assert_allclose(C.SCORES["raps"].scores(P),
+                               [[0.5, 0.9, 1.2], [1.2, 0.6, 1.0], [0.85, 1.2, 0.5]])
+    np.testing.assert_allclose(C.SCORES["raps_strict"].scores(P),
                                [[0, 0.6, 1.0], [1.1, 0, 0.7], [0.6, 0.95, 0]])
-    assert np.array_equal(C.RAPS("r", lam=0.0).scores(P), C.SCORES["aps_strict"].scores(P))
+    assert np.array_equal(C.APS("r").scores(P), C.SCORES["aps_strict"].scores(P))
+    assert np.array_equal(C.CumulativeAPS("r").scores(P), C.SCORES["aps"].scores(P))
     with pytest.raises(ValueError, match="needs u"):
         C.SCORES["raps_rand"].scores(P)
 
@@ -50,7 +53,16 @@ def test_aps_sets_take_options_until_their_mass_reaches_qhat() -> None:
     sets = C.prediction_sets(aps, P, 0.7)
     assert C.covered(sets, [1, 2, 1]).tolist() == [True, True, False]
     assert (C.true_label_scores(aps, P, [1, 2, 1]) <= 0.7).tolist() == [False, False, False]
-    for name in ("lac", "aps_strict", "raps"):  # the others: covered <=> s(x, y) <= q̂
+    # RAPS: the mass above plus the penalty at the rank above, 0.1 * (rank - 2)+: [0, .5, .9],
+    # [1.0, 0, .6], [.5, .85, 0]; at q̂ = .85 APS takes row 0's third option (.8 < .85), RAPS not
+    raps = C.SCORES["raps"]
+    assert C.prediction_sets(aps, P, 0.85).tolist() == [
+        [True, True, True], [False, True, True], [True, True, True]]
+    assert C.prediction_sets(raps, P, 0.85).tolist() == [
+        [True, True, False], [False, True, True], [True, False, True]]
+    # the gold option of row 2 (label 1, calibration score 1.2) is out: 0.85 is not < 0.85
+    assert C.covered(C.prediction_sets(raps, P, 0.85), [1, 2, 1]).tolist() == [True, True, False]
+    for name in ("lac", "aps_strict", "raps_strict"):  # covered <=> s(x, y) <= q̂
         sets = C.prediction_sets(C.SCORES[name], P, 0.7)
         assert np.array_equal(C.covered(sets, [1, 2, 1]),
                               C.true_label_scores(C.SCORES[name], P, [1, 2, 1]) <= 0.7)
@@ -189,29 +201,31 @@ def test_sets_equal_mapies(name: str, alpha: float) -> None:
 
 
 class _Recorded(np.random.RandomState):
-    """A RandomState whose ``uniform`` draws come from a seeded generator and are recorded, given
-    to MAPIE as ``1 - u`` (MAPIE's U is our 1 - u); u = 0 throughout when not randomised. Its
-    shuffles are RandomState(0)'s, so MAPIE's RAPS split can be redrawn."""
+    """A RandomState whose ``uniform`` draws are MAPIE's U for our score ``name``, our u recorded:
+    ``raps_rand``, u from a seeded generator and U = 1 - u (MAPIE's U is our 1 - u);
+    ``raps_strict``, u = 0 (U = 1); ``raps``, U = 0 (MAPIE's calibration score is then the mass
+    up to y). Its shuffles are RandomState(0)'s, so MAPIE's RAPS split can be redrawn."""
 
-    def __init__(self, randomized: bool) -> None:
+    def __init__(self, name: str) -> None:
         super().__init__(0)
-        self.randomized, self.us, self._gen = randomized, [], np.random.default_rng(1)
+        self.name, self.us, self._gen = name, [], np.random.default_rng(1)
 
     def uniform(self, low=0.0, high=1.0, size=None):
-        u = self._gen.random(size) if self.randomized else np.zeros(size)
+        u = self._gen.random(size) if self.name == "raps_rand" else np.zeros(size)
         self.us.append(u)
-        return 1 - u
+        return u if self.name == "raps" else 1 - u
 
 
 @pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:invalid value")
 @pytest.mark.parametrize("alpha", C.ALPHAS)
-@pytest.mark.parametrize("randomized", [False, True])
-def test_raps_equals_mapies(alpha: float, randomized: bool) -> None:
+@pytest.mark.parametrize("name", ["raps", "raps_strict", "raps_rand"])
+def test_raps_equals_mapies(alpha: float, name: str) -> None:
     """MAPIE tunes RAPS's k_reg and λ on a held-out part of the calib split; with the k and λ it
-    chose, our quantile on the rest equals its quantile, and our randomised sets equal its sets.
-    Non-randomised, MAPIE's sets (``include_last_label=True``, the paper's "+1" rule) also hold
-    the first option whose penalised mass passes q̂: they are ours with k_reg + 1 at prediction,
-    a superset of ours."""
+    chose, our quantile on the rest equals its quantile, and our ``raps`` and ``raps_rand``
+    sets equal its sets (``include_last_label=True``, the paper's "+1" rule, and
+    ``"randomized"``). ``raps_strict``, calibrated on the mass strictly above y, applies one
+    score at calibration and prediction: MAPIE's "+1" sets on that calibration are ours with
+    k_reg + 1 at prediction, a superset of ours."""
     pytest.importorskip("mapie", reason="MAPIE is a test dependency: pip install -e '.[test]'")
     from mapie.classification import SplitConformalClassifier
     from mapie.conformity_scores import RAPSConformityScore
@@ -219,7 +233,7 @@ def test_raps_equals_mapies(alpha: float, randomized: bool) -> None:
 
     n_cal, n_test = 400, 300
     Given, probs, y, x_cal, x_test = _mapie_problem(n_cal, n_test)
-    draws = _Recorded(randomized)
+    draws = _Recorded(name)
     mapie = SplitConformalClassifier(
         Given(probs), confidence_level=1 - alpha, conformity_score=RAPSConformityScore(0.25),
         prefit=True, random_state=draws).conformalize(x_cal, y[:n_cal])
@@ -228,17 +242,18 @@ def test_raps_equals_mapies(alpha: float, randomized: bool) -> None:
                    .split(x_cal, y[:n_cal]))
     with np.errstate(all="ignore"):
         _, mapie_sets = mapie.predict_set(x_test, conformity_score_params={
-            "include_last_label": "randomized" if randomized else True})
+            "include_last_label": "randomized" if name == "raps_rand" else True})
     mapie_sets = mapie_sets[:, :, 0]
     k_reg, lam = int(np.ravel(fitted.k_star)[0]), float(np.ravel(fitted.lambda_star)[0])
-    score = C.RAPS("raps", randomized=randomized, lam=lam, k_reg=k_reg)
-    u_test = draws.us[-1] if randomized else None
+    score = replace(C.SCORES[name], lam=lam, k_reg=k_reg)
+    u_test = draws.us[-1] if name == "raps_rand" else None
     qhat = C.conformal_quantile(
         C.true_label_scores(score, probs[rest], y[rest], draws.us[0]), alpha)
     assert qhat == pytest.approx(float(np.ravel(fitted.quantiles_)[0]), abs=1e-12)
     sets = C.prediction_sets(score, probs[n_cal:], qhat, u_test)
-    if randomized:
-        assert np.array_equal(sets, mapie_sets)
-    else:
+    if name == "raps_strict":
         plus_one = C.prediction_sets(replace(score, k_reg=k_reg + 1), probs[n_cal:], qhat)
         assert np.array_equal(plus_one, mapie_sets) and np.all(sets <= mapie_sets)
+        assert not np.array_equal(sets, mapie_sets)
+    else:
+        assert np.array_equal(sets, mapie_sets)

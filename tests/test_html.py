@@ -321,8 +321,8 @@ def test_compare_refuses_runs_whose_columns_mean_other_things(runs, tmp_path):
     meta = json.loads((old / "run.json").read_text())
     del meta["results_schema"]
     (old / "run.json").write_text(json.dumps(meta))
-    with pytest.raises(UserError, match=r"different schemas \(seed1: 2, old: 1\): cp_aps_\* "
-                                        r"became the standard, inclusive APS"):
+    with pytest.raises(UserError, match=rf"different schemas \(seed1: {RESULTS_SCHEMA}, old: 1\): "
+                                        r"cp_aps_\* became the standard, inclusive APS"):
         compare([runs[0], old])
 
 

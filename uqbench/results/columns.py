@@ -143,8 +143,9 @@ RISK_AT: dict[str, Column] = {c.name: c for c in (
 #: the miscoverage level of the coverage columns below
 CP_ALPHA = 0.1
 #: ``cp_<score>_10_cov``: empirical coverage of the conformal sets at alpha = 0.1 on ID; only
-#: scores whose sets are ``{c : s(x, c, u) <= q̂}`` (not ``aps``: `uqbench.stats.conformal`), as
-#: `inputs_of` reads the gold option's coverage off its stored conformity score
+#: scores whose sets are ``{c : s(x, c, u) <= q̂}`` (not ``aps``, ``raps``:
+#: `uqbench.stats.conformal`), as `inputs_of` reads the gold option's coverage off its stored
+#: conformity score
 CONFORMAL_COVERAGE: dict[str, Column] = {c.name: c for c in (
     Column(f"cp_{s}_10_cov", _coverage, (("id", f"covered_{s}"),), True, "model")
     for s in ("lac", "aps_rand", "raps_rand"))}
@@ -199,10 +200,12 @@ def inputs_of(run: RunFolder, method: str, domain: str, col: Column
 #: column keeps its name but changes its definition, with what changed in `SCHEMA_CHANGES`, so
 #: that no reader puts two definitions side by side (`uqbench.reporting.compare`). A run folder
 #: without the field was written under schema 1.
-RESULTS_SCHEMA = 2
+RESULTS_SCHEMA = 3
 SCHEMA_CHANGES = {
     2: "cp_aps_* became the standard, inclusive APS sets (schema 1's cp_aps_* are schema 2's "
        "cp_aps_strict_*)",
+    3: "cp_raps_* became the standard, inclusive RAPS sets (schema 2's cp_raps_* are schema 3's "
+       "cp_raps_strict_*)",
 }
 
 

@@ -23,17 +23,20 @@ The scores (MAPIE's classes, one interface: `ConformityScore.scores`):
 ``aps_strict``  the mass of the options ranked strictly above c (u = 0 below), one score at
                 calibration and prediction: smaller sets than ``aps``, the same guarantee.
 ``aps_rand``    the mass ranked strictly above c, plus u·p_c (randomised APS, Romano et al.).
-``raps``        ``aps_strict`` + λ·(rank_c − k_reg)⁺ (Angelopoulos et al. 2021), λ = `RAPS_LAMBDA`,
-                k_reg = `RAPS_K_REG` (fixed, not tuned: four options leave nothing to tune on).
+``raps``        the standard non-randomised RAPS (Angelopoulos et al. 2021): ``aps`` plus the
+                penalty λ·(rank − k_reg)⁺, λ = `RAPS_LAMBDA`, k_reg = `RAPS_K_REG` (fixed, not
+                tuned: four options leave nothing to tune on); calibrated on the penalised mass
+                at y, the set keeps the option whose penalised mass reaches q̂ (the paper's
+                "+1" rule; MAPIE's RAPS with u = 0 at calibration and
+                ``include_last_label=True``).
+``raps_strict`` ``aps_strict`` + λ·(rank_c − k_reg)⁺, one score at calibration and prediction.
+``raps_rand``   ``aps_rand`` + λ·(rank_c − k_reg)⁺.
 
 Randomised (``*_rand``, as in the papers): u ~ U(0, 1), drawn from a seeded generator per
-question. Non-randomised (``aps_strict``, ``raps``): u = 0, so the most probable option is
-always in the set (for RAPS a subset of MAPIE's ``include_last_label=True`` sets: MAPIE, like
-the paper's "+1" rule, also admits the first option whose penalised mass passes q̂, i.e.
-k_reg + 1 at prediction; ours applies the one score at calibration and prediction alike, which
-keeps the guarantee). A choice of probability 0 (a padded choice of a pooled row whose domains
+question. Non-randomised (``aps_strict``, ``raps_strict``): u = 0, so the most probable option
+is always in the set. A choice of probability 0 (a padded choice of a pooled row whose domains
 have fewer options) is never in a set. Whether the gold option is covered is always read off the
-set (`covered`): for every score but ``aps`` that is ``s(x, y, u) ≤ q̂``.
+set (`covered`): for every score but ``aps`` and ``raps`` that is ``s(x, y, u) ≤ q̂``.
 
 Coverage, mean set size and the worst size-stratified coverage (Angelopoulos & Bates 2021,
 MAPIE's ``classification_ssc_score`` with one bin per set size) are plain functions of the
@@ -106,10 +109,14 @@ class LAC(ConformityScore):
 
 @dataclass(frozen=True)
 class APS(ConformityScore):
-    """``Σ_{c' ranked above c} p_c' + u·p_c``, plus `penalty` (zero for APS)."""
+    """``Σ_{c' ranked above c} p_c' + u·p_c``, plus `penalty` ``lam·(rank_c − k_reg)⁺`` (zero
+    for APS; RAPS: `RAPS_LAMBDA`, `RAPS_K_REG`)."""
+
+    lam: float = 0.0
+    k_reg: int = 0
 
     def penalty(self, rank: NDArray[np.intp]) -> NDArray[np.float64]:
-        return np.zeros(rank.shape)
+        return self.lam * np.maximum(rank - self.k_reg, 0).astype(np.float64)
 
     def _scores(self, p: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
         above, rank = _mass_above(p)
@@ -127,44 +134,40 @@ def _mass_above(p: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np
 
 
 @dataclass(frozen=True)
-class CumulativeAPS(ConformityScore):
-    """Non-randomised APS: calibrated on ``Σ_{c' ranked at or above y} p_c'``; the set holds
-    the options whose mass ranked strictly above them is ``< q̂``, i.e. the options in
-    decreasing probability up to and including the one whose cumulative mass reaches q̂.
+class CumulativeAPS(APS):
+    """Non-randomised (R)APS: calibrated on ``Σ_{c' ranked at or above y} p_c'`` + the penalty
+    at y's rank; the set holds the options whose mass ranked strictly above them, plus the
+    penalty at the rank above theirs, is ``< q̂``: the options in decreasing probability up to
+    and including the one whose penalised cumulative mass reaches q̂.
 
-    The gold option is in the set whenever its calibration score is ≤ q̂ (its mass above is
-    that score minus p_y > 0), hence coverage ≥ 1 − α. These are MAPIE's ``APSConformityScore``
-    sets with ``include_last_label=True`` when its calibration draw is u = 0; MAPIE ends the set
-    at the first cumulative mass ≥ q̂ − 1e-8 and adds the options tied in probability with the
-    last one, so the sets can differ where a cumulative mass lies within 1e-8 below q̂ or
+    The gold option is in the set whenever its calibration score is ≤ q̂ (its set score is that
+    score minus p_y > 0, minus the penalty's last step), hence coverage ≥ 1 − α. These are
+    MAPIE's ``APSConformityScore`` and ``RAPSConformityScore`` sets with
+    ``include_last_label=True`` when its calibration draw is u = 0; MAPIE ends the set at the
+    first cumulative mass ≥ q̂ − 1e-8 and adds the options tied in probability with the last
+    one, so the sets can differ where a cumulative mass lies within 1e-8 below q̂ or
     probabilities tie across the cut."""
 
     def _scores(self, p: NDArray[np.float64], u: NDArray[np.float64]) -> NDArray[np.float64]:
-        return _mass_above(p)[0] + p
+        above, rank = _mass_above(p)
+        return above + p + self.penalty(rank)
 
     def in_set(self, probs: ArrayLike, qhat: ArrayLike, u: ArrayLike | None = None
                ) -> NDArray[np.bool_]:
         p = np.asarray(probs, dtype=np.float64)
         self.scores(p)  # the same checks of the input
-        return (_mass_above(p)[0] < np.asarray(qhat)[..., None]) & (p > 0)
+        above, rank = _mass_above(p)
+        return (above + self.penalty(rank - 1) < np.asarray(qhat)[..., None]) & (p > 0)
 
 
-@dataclass(frozen=True)
-class RAPS(APS):
-    """APS + ``lam·(rank_c − k_reg)⁺``."""
-
-    lam: float = RAPS_LAMBDA
-    k_reg: int = RAPS_K_REG
-
-    def penalty(self, rank: NDArray[np.intp]) -> NDArray[np.float64]:
-        return self.lam * np.maximum(rank - self.k_reg, 0).astype(np.float64)
-
-
+#: RAPS's penalty (`APS.lam`, `APS.k_reg`) at the table's λ and k_reg
+_RAPS = {"lam": RAPS_LAMBDA, "k_reg": RAPS_K_REG}
 #: The table's scores: column prefix -> score.
 SCORES: dict[str, ConformityScore] = {
     "lac": LAC("lac"), "aps": CumulativeAPS("aps"), "aps_strict": APS("aps_strict"),
     "aps_rand": APS("aps_rand", randomized=True),
-    "raps": RAPS("raps"), "raps_rand": RAPS("raps_rand", randomized=True),
+    "raps": CumulativeAPS("raps", **_RAPS), "raps_strict": APS("raps_strict", **_RAPS),
+    "raps_rand": APS("raps_rand", randomized=True, **_RAPS),
 }
 
 
@@ -322,7 +325,7 @@ def coverage_curve(calib_scores: ArrayLike, test_scores: ArrayLike, alphas: Arra
     return np.array(nominal), np.array(cov)
 
 
-__all__ = ["ALPHAS", "APS", "LAC", "RAPS", "SCORES", "ConformityScore", "CumulativeAPS",
+__all__ = ["ALPHAS", "APS", "LAC", "SCORES", "ConformityScore", "CumulativeAPS",
            "NotReachable", "check_alpha", "conformal_quantile", "coverage", "coverage_curve",
            "covered", "mean_set_size",
            "prediction_sets", "quantile_rank", "resample_counts", "resample_sums",
