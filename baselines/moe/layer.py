@@ -102,9 +102,13 @@ def _keep_mask(h: Tensor, p: float, draws: MaskDraws | None = None) -> Tensor | 
 _SCALARS: dict[tuple[float, torch.dtype], Tensor] = {}
 
 
-def _scalar(value: float, dtype: torch.dtype) -> Tensor:
+def _scalar(value: float, dtype: torch.dtype) -> Tensor | float:
     """A cached 0-dim CPU tensor: an op reads it as a scalar on any device (no copy, no sync)
-    and, unlike a Python number, does not wrap it into a new tensor on every call."""
+    and, unlike a Python number, does not wrap it into a new tensor on every call. Under
+    ``torch.compile``, ``value`` itself: a graph holds it as a constant, where a read of the
+    cache would make dynamo guard on the cache's contents and compile again once it fills."""
+    if torch.compiler.is_compiling():
+        return value
     key = (value, dtype)
     if key not in _SCALARS:
         _SCALARS[key] = torch.tensor(value, dtype=dtype)
