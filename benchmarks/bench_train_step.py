@@ -132,8 +132,7 @@ def _ratio_line(name: str, bb: Any, batch: int = BATCH, max_length: int = MAX_LE
     from baselines.moe import MoELoRAConfig, moe_layers
 
     records = synthetic_records(batch * steps, max_length)
-    cfg = MoELoRAConfig() if n_experts == 16 else MoELoRAConfig(n_experts=n_experts,
-                                                                top_k=min(4, n_experts))
+    cfg = MoELoRAConfig(n_experts=n_experts, top_k=min(4, n_experts))   # 16: the default
     moe = make_moe(bb, cfg)
     lora = make_dense(bb, "lora")
     s = {"moe": _seconds_per_step(moe, records, batch, max_length),
