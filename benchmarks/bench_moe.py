@@ -364,6 +364,7 @@ def bench_train_step_ops(batch: tuple[int, int] = (4, 32)) -> dict[str, Any]:
     """Ops and host syncs of a MoE-LoRA training step vs the plain full-gradient step."""
     from baselines.backbones import tiny_backbone
     from baselines.gates import Care
+    from baselines.heads.decoder import attention_mask
     from baselines.moe import (
         MoELoRAConfig,
         inject,
@@ -385,11 +386,12 @@ def bench_train_step_ops(batch: tuple[int, int] = (4, 32)) -> dict[str, Any]:
     mask = torch.ones_like(ids)
     mask[1:, batch[1] // 2:] = 0                                          # padded rows
     set_token_mask(moe, mask.bool())
+    att = attention_mask(plain.config, mask)   # as the decoder heads call the backbone
 
     def step(m: Any, lb: bool) -> Any:
         def f() -> None:
             m.zero_grad(set_to_none=True)
-            loss = m(input_ids=ids, attention_mask=mask).last_hidden_state.pow(2).mean()
+            loss = m(input_ids=ids, attention_mask=att).last_hidden_state.pow(2).mean()
             if lb:
                 loss = loss + config.lb_coef * load_balance_loss(m)
             loss.backward()
@@ -404,7 +406,7 @@ def bench_train_step_ops(batch: tuple[int, int] = (4, 32)) -> dict[str, Any]:
     def forward(m: Any) -> Any:
         def f() -> None:
             with torch.no_grad():
-                m(input_ids=ids, attention_mask=mask)
+                m(input_ids=ids, attention_mask=att)
         return f
 
     # one forward pass as the runner makes it: eval, CARE gate, statistics recorded

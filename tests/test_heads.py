@@ -162,6 +162,54 @@ def test_cloze_score_is_mean_token_loglik(decoder: Backbone) -> None:
         assert torch.allclose(got[j], want, atol=1e-5)
 
 
+def test_decoder_calls_take_the_mask_transformers_builds_for_sdpa(decoder: Backbone) -> None:
+    """The (S, 1, L, L) causal mask without padded keys that a decoder call is given: the hidden
+    states equal those of transformers' own path from the 2D mask, exactly with padding (it then
+    builds the same mask), to float tolerance without (it then uses sdpa's is_causal)."""
+    from baselines.heads.decoder import attention_mask
+
+    config = decoder.model.config
+    assert config._attn_implementation == "sdpa"
+    ids = torch.randint(5, 1000, (3, 9), generator=torch.Generator().manual_seed(0))
+    padded = torch.ones_like(ids)
+    padded[1, 6:] = 0
+    padded[2, 2:] = 0
+    base = decoder.model.base_model
+    with torch.no_grad():
+        for mask, exact in ((padded, True), (torch.ones_like(ids), False)):
+            m4 = attention_mask(config, mask)
+            assert m4.shape == (3, 1, 9, 9) and m4.dtype == torch.bool
+            got = base(input_ids=ids, attention_mask=m4, use_cache=False).last_hidden_state
+            want = base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+            assert torch.equal(got, want) if exact else torch.allclose(got, want, atol=1e-6)
+    assert not m4[0, 0, 3, 4] and m4[0, 0, 4, 3]                 # causal
+    assert not attention_mask(config, padded)[2, 0, 5, 3]         # no padded key
+    eager = type(config).from_dict({**config.to_dict(), "_attn_implementation": "eager"})
+    assert attention_mask(eager, padded) is padded                 # its own mask format
+
+
+def test_a_letters_training_step_reads_nothing_back(decoder: Backbone) -> None:
+    """No op of a letters head's training forward and backward, MoE-LoRA or LoRA, waits for the
+    device (the profiler's ``_local_scalar_dense``: ``item``, ``bool`` of a tensor, ...): on a
+    GPU nothing stalls the launches, and the step can be captured as a CUDA graph."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from baselines.dense import make_dense
+
+    batch_recs = toy_records(6, seed=1, n_choices=(2, 3, 4))
+    for model in (make_moe(decoder, SMALL_MOE, mode="letters"),
+                  make_dense(decoder, "lora", mode="letters")):
+        model.train()
+        batch = model.encode(batch_recs, 64)
+        assert not batch["attention_mask"].all()                   # padded rows
+        model(batch).sum().backward()                              # warm-up
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            model(batch).sum().backward()
+        names = [e.name for e in prof.events()]
+        assert names.count("aten::mm") > 0
+        assert names.count("aten::_local_scalar_dense") == 0, type(model).__name__
+
+
 def _mean_pooled(bb: Backbone, texts: list[str]) -> torch.Tensor:
     enc = bb.tokenizer(texts, padding=True, truncation=True, max_length=64, return_tensors="pt")
     h = bb.model(**enc).last_hidden_state

@@ -37,6 +37,22 @@ def _lm_logits(model: HeadedModel, h: Tensor) -> Tensor:
     return torch.tanh(logits / cap) * cap if cap else logits
 
 
+def attention_mask(config: Any, mask: Tensor) -> Tensor:
+    """What a decoder call is given as its attention mask for the right-padded ``mask`` (S, L).
+
+    Under sdpa attention, the (S, 1, L, L) bool mask, causal and without the padded keys, that
+    transformers builds for sdpa itself when a batch has padding. Given the 2D mask, transformers
+    first reads whether it is all ones, to leave the mask out and use sdpa's ``is_causal``: a
+    read that waits for the device (twice a call), cannot be captured in a CUDA graph, and makes a
+    compiled block see two kinds of batch (with and without a mask). Other attention
+    implementations want their own mask format and get the 2D mask."""
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return mask
+    L = mask.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=mask.device).tril_()
+    return causal & mask.bool()[:, None, None, :]
+
+
 class DecoderHead(Head):
     """A decoder head: scores from the final hidden states of one backbone call."""
 
@@ -44,8 +60,9 @@ class DecoderHead(Head):
 
     def score_sequences(self, model: HeadedModel, batch: Mapping[str, Tensor],
                         ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
-        h = model.backbone.base_model(input_ids=ids, attention_mask=mask,
-                                      use_cache=False).last_hidden_state
+        h = model.backbone.base_model(
+            input_ids=ids, attention_mask=attention_mask(model.backbone.config, mask),
+            use_cache=False).last_hidden_state
         return self.score_states(model, batch, h, ids, mask, n_choices)
 
     def score_states(self, model: HeadedModel, batch: Mapping[str, Tensor], h: Tensor,
