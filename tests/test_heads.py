@@ -184,8 +184,13 @@ def test_decoder_calls_take_the_mask_transformers_builds_for_sdpa(decoder: Backb
             assert torch.equal(got, want) if exact else torch.allclose(got, want, atol=1e-6)
     assert not m4[0, 0, 3, 4] and m4[0, 0, 4, 3]                 # causal
     assert not attention_mask(config, padded)[2, 0, 5, 3]         # no padded key
-    eager = type(config).from_dict({**config.to_dict(), "_attn_implementation": "eager"})
-    assert attention_mask(eager, padded) is padded                 # its own mask format
+    def like(**kw):
+        return type(config).from_dict({**config.to_dict(), "_attn_implementation": "sdpa", **kw})
+
+    assert attention_mask(like(), padded).shape == (3, 1, 9, 9)
+    assert attention_mask(like(_attn_implementation="eager"), padded) is padded  # its format
+    assert attention_mask(like(sliding_window=8), padded) is padded  # a window shorter than L
+    assert attention_mask(like(sliding_window=9), padded).shape == (3, 1, 9, 9)  # no effect
 
 
 def test_a_letters_training_step_reads_nothing_back(decoder: Backbone) -> None:

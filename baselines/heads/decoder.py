@@ -45,10 +45,14 @@ def attention_mask(config: Any, mask: Tensor) -> Tensor:
     first reads whether it is all ones, to leave the mask out and use sdpa's ``is_causal``: a
     read that waits for the device (twice a call), cannot be captured in a CUDA graph, and makes a
     compiled block see two kinds of batch (with and without a mask). Other attention
-    implementations want their own mask format and get the 2D mask."""
-    if getattr(config, "_attn_implementation", None) != "sdpa":
-        return mask
+    implementations want their own mask format, and a model whose layers attend within a window
+    (``sliding_window``, ``attention_chunk_size``) shorter than the batch wants a mask per layer
+    kind: both get the 2D mask."""
     L = mask.shape[1]
+    windows = [getattr(config, k, None) for k in ("sliding_window", "attention_chunk_size")]
+    if getattr(config, "_attn_implementation", None) != "sdpa" or any(
+            w is not None and w < L for w in windows):
+        return mask
     causal = torch.ones(L, L, dtype=torch.bool, device=mask.device).tril_()
     return causal & mask.bool()[:, None, None, :]
 
