@@ -166,6 +166,8 @@ def test_decoder_calls_take_the_mask_transformers_builds_for_sdpa(decoder: Backb
     """The (S, 1, L, L) causal mask without padded keys that a decoder call is given: the hidden
     states equal those of transformers' own path from the 2D mask, exactly with padding (it then
     builds the same mask), to float tolerance without (it then uses sdpa's is_causal)."""
+    from transformers import GPT2Config
+
     from baselines.heads.decoder import attention_mask
 
     config = decoder.model.config
@@ -184,6 +186,7 @@ def test_decoder_calls_take_the_mask_transformers_builds_for_sdpa(decoder: Backb
             assert torch.equal(got, want) if exact else torch.allclose(got, want, atol=1e-6)
     assert not m4[0, 0, 3, 4] and m4[0, 0, 4, 3]                 # causal
     assert not attention_mask(config, padded)[2, 0, 5, 3]         # no padded key
+
     def like(**kw):
         return type(config).from_dict({**config.to_dict(), "_attn_implementation": "sdpa", **kw})
 
@@ -191,6 +194,9 @@ def test_decoder_calls_take_the_mask_transformers_builds_for_sdpa(decoder: Backb
     assert attention_mask(like(_attn_implementation="eager"), padded) is padded  # its format
     assert attention_mask(like(sliding_window=8), padded) is padded  # a window shorter than L
     assert attention_mask(like(sliding_window=9), padded).shape == (3, 1, 9, 9)  # no effect
+    gpt2 = GPT2Config.from_dict({"_attn_implementation": "sdpa"})
+    assert gpt2._attn_implementation == "sdpa"
+    assert attention_mask(gpt2, padded) is padded                  # reshapes the mask itself
 
 
 def test_a_letters_training_step_reads_nothing_back(decoder: Backbone) -> None:

@@ -37,6 +37,11 @@ def _lm_logits(model: HeadedModel, h: Tensor) -> Tensor:
     return torch.tanh(logits / cap) * cap if cap else logits
 
 
+#: decoders that take a 4D attention mask as it is and read nothing else from it (transformers'
+#: Llama family; GPT-2 reshapes the mask to 2D, Falcon and BLOOM build ALiBi from it)
+MASK_4D_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"})
+
+
 def attention_mask(config: Any, mask: Tensor) -> Tensor:
     """What a decoder call is given as its attention mask for the right-padded ``mask`` (S, L).
 
@@ -44,14 +49,15 @@ def attention_mask(config: Any, mask: Tensor) -> Tensor:
     transformers builds for sdpa itself when a batch has padding. Given the 2D mask, transformers
     first reads whether it is all ones, to leave the mask out and use sdpa's ``is_causal``: a
     read that waits for the device (twice a call), cannot be captured in a CUDA graph, and makes a
-    compiled block see two kinds of batch (with and without a mask). Other attention
-    implementations want their own mask format, and a model whose layers attend within a window
-    (``sliding_window``, ``attention_chunk_size``) shorter than the batch wants a mask per layer
-    kind: both get the 2D mask."""
+    compiled block see two kinds of batch (with and without a mask). These get the 2D mask:
+    other attention implementations (their own mask formats), decoders outside
+    `MASK_4D_MODEL_TYPES`, and a model whose layers attend within a window (``sliding_window``,
+    ``attention_chunk_size``) shorter than the batch (a mask per layer kind)."""
     L = mask.shape[1]
     windows = [getattr(config, k, None) for k in ("sliding_window", "attention_chunk_size")]
-    if getattr(config, "_attn_implementation", None) != "sdpa" or any(
-            w is not None and w < L for w in windows):
+    if (getattr(config, "_attn_implementation", None) != "sdpa"
+            or getattr(config, "model_type", None) not in MASK_4D_MODEL_TYPES
+            or any(w is not None and w < L for w in windows)):
         return mask
     causal = torch.ones(L, L, dtype=torch.bool, device=mask.device).tril_()
     return causal & mask.bool()[:, None, None, :]
