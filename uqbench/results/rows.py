@@ -142,9 +142,8 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
                     _reemit(caught, fallbacks)
                     rows.append(r)
                     arrays.update(a)
-        except BaseException:  # the run stops: no task that has not started yet starts
+        finally:  # after an error no task that has not started yet starts (none is left else)
             ex.shutdown(cancel_futures=True)
-            raise
     _reemit([(w.category, str(w.message), w.filename, w.lineno) for w in ref_caught], [])
     return rows + refs_rows, arrays
 
