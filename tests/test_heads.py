@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from baselines.backbones import Backbone, tiny_backbone
 from baselines.heads import HEADS, MultipleChoiceModel, make_moe, make_plain
+from baselines.heads.prefix import MASK_4D_ENCODER_TYPES
 from baselines.moe import moe_layers
 from tests.support.data import SMALL_MOE, toy_records
 from uqbench.core.errors import ConfigError
@@ -199,17 +200,21 @@ def test_decoder_calls_take_the_mask_transformers_builds_for_sdpa(decoder: Backb
     assert attention_mask(gpt2, padded) is padded                  # reshapes the mask itself
 
 
-def test_a_letters_training_step_reads_nothing_back(decoder: Backbone) -> None:
-    """No op of a letters head's training forward and backward, MoE-LoRA or LoRA, waits for the
-    device (the profiler's ``_local_scalar_dense``: ``item``, ``bool`` of a tensor, ...): on a
-    GPU nothing stalls the launches, and the step can be captured as a CUDA graph."""
+@pytest.mark.parametrize("mode", sorted(HEADS.names()))
+def test_a_training_step_reads_nothing_back(request, mode: str) -> None:
+    """No op of a head's training forward and backward, MoE-LoRA or LoRA, waits for the device
+    (the profiler's ``_local_scalar_dense``: ``item``, ``bool`` of a tensor, ...; ``nonzero``):
+    on a GPU nothing stalls the launches, and the step can be captured as a CUDA graph. The
+    encoders' adapters sit in every block here: a frozen prefix reads its rows back by design
+    (`baselines.heads.PrefixCache`)."""
     from torch.profiler import ProfilerActivity, profile
 
     from baselines.dense import make_dense
 
+    bb = request.getfixturevalue(HEADS.get(mode).kind)
     batch_recs = toy_records(6, seed=1, n_choices=(2, 3, 4))
-    for model in (make_moe(decoder, SMALL_MOE, mode="letters"),
-                  make_dense(decoder, "lora", mode="letters")):
+    for model in (make_moe(bb, SMALL_MOE, mode=mode), make_dense(bb, "lora", mode=mode)):
+        assert model.prefix_start == 0
         model.train()
         batch = model.encode(batch_recs, 64)
         assert not batch["attention_mask"].all()                   # padded rows
@@ -218,7 +223,37 @@ def test_a_letters_training_step_reads_nothing_back(decoder: Backbone) -> None:
             model(batch).sum().backward()
         names = [e.name for e in prof.events()]
         assert names.count("aten::mm") > 0
-        assert names.count("aten::_local_scalar_dense") == 0, type(model).__name__
+        for sync in ("aten::_local_scalar_dense", "aten::nonzero"):
+            assert names.count(sync) == 0, (type(model).__name__, sync)
+
+
+@pytest.mark.parametrize("model_type", sorted(MASK_4D_ENCODER_TYPES))
+def test_encoder_calls_take_the_mask_transformers_builds_for_sdpa(model_type: str) -> None:
+    """The (S, 1, L, L) mask without padded keys that an encoder call is given: the hidden states
+    equal those of transformers' own path from the 2D mask, with padding and without (it then
+    leaves the mask out), for every model type it is given to (random weights)."""
+    from transformers import AutoConfig, AutoModel
+
+    from baselines.heads.prefix import encoder_attention_mask
+
+    config = AutoConfig.for_model(model_type, vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=64,
+                                  max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = AutoModel.from_config(config, attn_implementation="sdpa").eval()
+    ids = torch.randint(5, 100, (3, 9), generator=torch.Generator().manual_seed(0))
+    padded = torch.ones_like(ids)
+    padded[1, 6:] = 0
+    with torch.no_grad():
+        for mask in (padded, torch.ones_like(ids)):
+            m4 = encoder_attention_mask(model.config, mask)
+            assert m4.shape == (3, 1, 9, 9) and m4.dtype == torch.bool
+            got = model(input_ids=ids, attention_mask=m4).last_hidden_state
+            want = model(input_ids=ids, attention_mask=mask).last_hidden_state
+            assert torch.allclose(got, want, atol=1e-6)
+    assert not encoder_attention_mask(model.config, padded)[1, 0, 2, 7]   # no padded key
+    eager = type(config).from_dict({**config.to_dict(), "_attn_implementation": "eager"})
+    assert encoder_attention_mask(eager, padded) is padded              # its own format
 
 
 def _mean_pooled(bb: Backbone, texts: list[str]) -> torch.Tensor:

@@ -76,19 +76,22 @@ def mean_pool(h: Tensor, mask: Tensor) -> Tensor:
 
 
 def per_example_mean(states: Tensor, n_choices: Tensor) -> Tensor:
-    """(S, H) states of the option sequences -> (B, H) float32 mean over each example's."""
-    ex = torch.repeat_interleave(torch.arange(n_choices.numel(), device=states.device), n_choices)
+    """(S, H) states of the option sequences -> (B, H) float32 mean over each example's (the
+    output size given: nothing read back from the device)."""
+    ex = torch.arange(n_choices.numel(), device=states.device)
+    ex = torch.repeat_interleave(ex, n_choices, output_size=states.shape[0])
     total = states.new_zeros((n_choices.numel(), states.shape[1]), dtype=torch.float32)
     return total.index_add_(0, ex, states.float()) / n_choices[:, None].float()
 
 
-def scatter_choices(scores: Tensor, n_choices: Tensor) -> Tensor:
-    """(S,) scores of the real options, S = sum(n_choices) -> (B, C_max), PAD_LOGIT elsewhere."""
-    b, c = n_choices.numel(), int(n_choices.max())
-    col = torch.arange(c, device=n_choices.device)
-    present = col[None, :] < n_choices[:, None]                          # (B, C)
-    out = scores.new_full((b, c), PAD_LOGIT)
-    return out.masked_scatter(present, scores)                           # row-major fill
+def scatter_choices(scores: Tensor, n_choices: Tensor, slots: Tensor) -> Tensor:
+    """(S,) scores of the real options, S = sum(n_choices) -> (B, C_max), PAD_LOGIT elsewhere;
+    ``slots`` is the batch's ``choice_slot`` (C_max,) (0, 1, ..., C_max - 1), on the device."""
+    present = slots[None, :] < n_choices[:, None]                        # (B, C)
+    first = torch.cumsum(n_choices, 0) - n_choices                       # (B,) its first row
+    rows = (first[:, None] + slots[None, :]).clamp_max(scores.shape[0] - 1)
+    # a gather, not masked_scatter: that one's backward sizes its output from the mask's count
+    return torch.where(present, scores[rows], PAD_LOGIT)
 
 
 class Head:

@@ -106,20 +106,23 @@ class Cloze(DecoderHead):
                 targets.append([0] * len(ctx) + [1] * len(cont))
                 q_cut[-1] |= len(ctx) < len(prompt)
                 o_cut[-1] |= len(cont) < len(full)
-        return {**_token_rows(tok, ids), "target_mask": pad_rows(targets, 0).bool(),
-                "cut": cut_codes(q_cut, o_cut)}
+        target = pad_rows(targets, 0).bool()
+        row, col = target.nonzero(as_tuple=True)    # here, on the host: the step reads nothing
+        return {**_token_rows(tok, ids), "target_mask": target, "target_row": row,
+                "target_col": col, "cut": cut_codes(q_cut, o_cut)}
 
     def score_states(self, model: HeadedModel, batch: Mapping[str, Tensor], h: Tensor,
                      ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:
+        dev = ids.device
         features = per_example_mean(mean_pool(h, mask).detach(), n_choices)
-        target = batch["target_mask"].to(ids.device)
-        # token t is predicted from position t-1: only the scored positions go through the head
-        pred_pos = target[:, 1:]                                          # (S, L-1)
-        rows, cols = pred_pos.nonzero(as_tuple=True)                      # (K,), (K,)
-        logp = F.log_softmax(_lm_logits(model, h[rows, cols]), dim=-1)    # (K, V)
-        tok_logp = logp.gather(1, ids[rows, cols + 1].unsqueeze(1)).squeeze(1)  # (K,)
-        total = torch.zeros(ids.shape[0], device=h.device).index_add(0, rows, tok_logp)
-        return scatter_choices(total / pred_pos.sum(1).clamp_min(1), n_choices), features
+        # the K scored tokens (row, col), col >= 1 (a prompt comes first); token t is predicted
+        # from position t-1: only those positions go through the head
+        rows, cols = batch["target_row"].to(dev), batch["target_col"].to(dev)   # (K,), (K,)
+        logp = F.log_softmax(_lm_logits(model, h[rows, cols - 1]), dim=-1)    # (K, V)
+        tok_logp = logp.gather(1, ids[rows, cols].unsqueeze(1)).squeeze(1)     # (K,)
+        total = torch.zeros(ids.shape[0], device=dev).index_add(0, rows, tok_logp)
+        count = batch["target_mask"].to(dev).sum(1).clamp_min(1)            # (S,)
+        return scatter_choices(total / count, n_choices, batch["choice_slot"].to(dev)), features
 
 
 class Letters(DecoderHead):
@@ -179,6 +182,6 @@ class Letters(DecoderHead):
         h_last = h[torch.arange(h.shape[0], device=dev), last]            # (B, H)
         letters = batch["letter_ids"].to(dev)                             # (C,)
         logits = _lm_logits(model, h_last)[:, letters]                    # (B, C)
-        col = torch.arange(letters.numel(), device=dev)
+        col = batch["choice_slot"].to(dev)                                # (C,)
         return (logits.masked_fill(col[None, :] >= n_choices[:, None], PAD_LOGIT),
                 h_last.detach().float())

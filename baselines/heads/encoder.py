@@ -125,10 +125,10 @@ class BiEncoder(EncoderHead):
                               F.pad(so[k], (0, width - so[k].shape[1]))]) for k in sq}
             terms = [a[i] for a in aux if a[i] is not None]
             layer._aux = torch.stack(terms).mean() if terms else None
-        q = embs[0].repeat_interleave(n_choices, dim=0)                   # (S, H)
+        q = embs[0].repeat_interleave(n_choices, dim=0, output_size=embs[1].shape[0])  # (S, H)
         assert model.logit_scale is not None and features is not None
         scores = model.logit_scale.exp() * (q * embs[1]).sum(-1)          # (S,)
-        return scatter_choices(scores, n_choices), features
+        return scatter_choices(scores, n_choices, batch["choice_slot"].to(dev)), features
 
 
 class CrossEncoder(EncoderHead):
@@ -198,7 +198,8 @@ class CrossEncoder(EncoderHead):
         features = per_example_mean(pooled.detach(), n_choices)
         assert model.head is not None
         scores = model.head(model.dropout(pooled)).squeeze(-1)            # (S,)
-        return scatter_choices(scores.float(), n_choices), features
+        slots = batch["choice_slot"].to(ids.device)
+        return scatter_choices(scores.float(), n_choices, slots), features
 
 
 class CrossEncoderCLS(CrossEncoder):

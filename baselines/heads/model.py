@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from baselines.backbones import Backbone
-from baselines.heads.prefix import PREFIX_CACHE, run_blocks
+from baselines.heads.prefix import PREFIX_CACHE, encoder_attention_mask, run_blocks
 from baselines.heads.registry import DEFAULT_HEADS, HEADS, head_class, heads_for
 from uqbench.core.errors import ConfigError
 from uqbench.data.records import MCRecord
@@ -131,7 +131,8 @@ class MultipleChoiceModel(nn.Module):
         start = self.prefix_start
         if not start or any(m.training for p in self._prefix_modules() for m in p.modules()):
             extra = {} if token_types is None else {"token_type_ids": token_types}
-            return self.backbone(input_ids=ids, attention_mask=mask, **extra).last_hidden_state
+            att = encoder_attention_mask(self.backbone.config, mask)
+            return self.backbone(input_ids=ids, attention_mask=att, **extra).last_hidden_state
         h = PREFIX_CACHE.states(self, start, ids, mask, token_types)
         return run_blocks(self.backbone, h, mask, start, None)
 
@@ -164,10 +165,12 @@ class MultipleChoiceModel(nn.Module):
         Returns
         -------
         dict with ``input_ids``, ``attention_mask`` (and ``token_type_ids`` for BERT-like
-        tokenizers) of shape (S, L), right-padded to the longest sequence; ``n_choices`` (B,).
+        tokenizers) of shape (S, L), right-padded to the longest sequence; ``n_choices`` (B,);
+        ``choice_slot`` (C_max,), 0 to C_max - 1: the logits' columns, carried as a shape so
+        that no head reads C_max back from the device.
         ``S = sum(n_choices)`` (one sequence per option) except for ``letters`` where S = B.
-        ``cloze`` adds ``target_mask`` (S, L) bool: the option tokens whose log-likelihood is
-        scored. ``letters`` adds ``letter_ids`` (C_max,). ``bi_encoder`` encodes the B questions
+        ``cloze`` adds ``target_mask`` (S, L) bool, the option tokens whose log-likelihood is
+        scored, and their positions ``target_row`` and ``target_col`` (K,). ``letters`` adds ``letter_ids`` (C_max,). ``bi_encoder`` encodes the B questions
         and the S options separately (``q_*`` and ``o_*`` keys, each padded to its own longest
         sequence); its ``attention_mask`` is the (B + S, L) stack of both masks, the layout of
         its router statistics (`seq_example`).
@@ -182,6 +185,7 @@ class MultipleChoiceModel(nn.Module):
         n_choices = torch.tensor([len(r.choices) for r in records], dtype=torch.long)
         batch = self.scoring.encode(self.tokenizer, records, max_length)
         batch["n_choices"] = n_choices
+        batch["choice_slot"] = torch.arange(int(n_choices.max()))
         return batch
 
     def seq_example(self, batch: Mapping[str, Tensor]) -> Tensor:

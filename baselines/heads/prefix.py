@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -84,6 +85,24 @@ class PrefixCache:
 
 
 PREFIX_CACHE = PrefixCache(float(os.environ.get("UQBENCH_PREFIX_CACHE_MB", "4096")))
+
+
+#: encoders that take a 4D attention mask as it is (transformers' BERT and its copies)
+MASK_4D_ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "electra"})
+
+
+def encoder_attention_mask(config: Any, mask: Tensor) -> Tensor:
+    """What an encoder call is given as its attention mask for the padding ``mask`` (S, L).
+
+    Under sdpa attention, for `MASK_4D_ENCODER_TYPES`, the (S, 1, L, L) bool mask without the
+    padded keys that transformers builds for sdpa itself when a batch has padding. Given the 2D
+    mask, transformers first reads whether it is all ones (to leave the mask out): a read that
+    waits for the device. Other models and attention implementations get the 2D mask."""
+    if (getattr(config, "_attn_implementation", None) != "sdpa"
+            or getattr(config, "model_type", None) not in MASK_4D_ENCODER_TYPES):
+        return mask
+    S, L = mask.shape
+    return mask.bool()[:, None, None, :].expand(S, 1, L, L)
 
 
 def run_blocks(bert: nn.Module, h: Tensor, mask: Tensor, start: int, stop: int | None) -> Tensor:
