@@ -55,12 +55,13 @@ def _timed(fn: Callable[[], Any], n: int, sync: Callable[[], None]) -> float:
     return (time.perf_counter() - t) / n
 
 
-def measure(model: Any, records: list[Any]) -> dict[str, Any]:
+def fixed_step(model: Any, records: list[Any], **adamw: Any
+               ) -> tuple[Callable[[], torch.Tensor], Callable[[], None], int]:
+    """(the training step of ``model`` on one fixed batch of ``records`` (the training gate set,
+    ``adamw`` given to AdamW), a device sync, the batch's token count)."""
     from baselines.moe import MoELoRAConfig, set_gate, train_gate
-    from baselines.train import deterministic_training
 
     cuda = model.device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     lb_coef = 0.0
     if model.has_moe:
         cfg = model.adapter["config"]
@@ -68,12 +69,20 @@ def measure(model: Any, records: list[Any]) -> dict[str, Any]:
         set_gate(model.backbone, train_gate(MoELoRAConfig.from_dict(cfg)))
     enc = {k: v.to(model.device) for k, v in model.encode(records, MAX_LENGTH).items()}
     labels = torch.tensor([r.answer for r in records], device=model.device)
-    opt = torch.optim.AdamW(model.trainable_parameters(), lr=1e-4,
-                            **({"fused": True, "capturable": True} if cuda else {}))
-    row: dict[str, Any] = {"tokens": int(enc["input_ids"].numel())}
+    opt = torch.optim.AdamW(model.trainable_parameters(), lr=1e-4, **adamw)
     model.train()
+    return (_step(model, enc, labels, opt, lb_coef),
+            torch.cuda.synchronize if cuda else (lambda: None), int(enc["input_ids"].numel()))
+
+
+def measure(model: Any, records: list[Any]) -> dict[str, Any]:
+    from baselines.train import deterministic_training
+
+    cuda = model.device.type == "cuda"
+    step, sync, tokens = fixed_step(model, records,
+                                    **({"fused": True, "capturable": True} if cuda else {}))
+    row: dict[str, Any] = {"tokens": tokens}
     with deterministic_training():
-        step = _step(model, enc, labels, opt, lb_coef)
         for _ in range(WARMUP):
             step()
         row["eager_s_per_step"] = round(_timed(step, STEPS if cuda else 1, sync), 4)
@@ -101,7 +110,10 @@ def measure(model: Any, records: list[Any]) -> dict[str, Any]:
     return row
 
 
-def run() -> Iterator[dict[str, Any]]:
+def step_models() -> Iterator[tuple[dict[str, Any], Any, list[Any]]]:
+    """(the fields naming the case, the model, the batch's records): the ``full`` profile's
+    MoE-LoRA, then dense LoRA on the same linears, on `step_backbone`; one model alive at a
+    time."""
     from baselines.dense import make_dense
     from baselines.heads import make_moe
     from baselines.moe import MoELoRAConfig
@@ -111,7 +123,11 @@ def run() -> Iterator[dict[str, Any]]:
     for kind, make in (("moe-lora", lambda: make_moe(bb, MoELoRAConfig())),
                        ("lora", lambda: make_dense(bb, "lora"))):
         model = make()
-        yield {"benchmark": "train_step_cuda_graph", "model": kind, "backbone": name,
-               "device": str(model.device), "batch": BATCH, "max_length": MAX_LENGTH,
-               **measure(model, records)}
+        yield ({"model": kind, "backbone": name, "device": str(model.device), "batch": BATCH,
+                "max_length": MAX_LENGTH}, model, records)
         del model
+
+
+def run() -> Iterator[dict[str, Any]]:
+    for case, model, records in step_models():
+        yield {"benchmark": "train_step_cuda_graph", **case, **measure(model, records)}

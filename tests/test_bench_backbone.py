@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 import torch
 from transformers import LlamaConfig
 
@@ -42,3 +43,22 @@ def test_a_folder_with_weights_is_not_architecture_only(tmp_path):
     (folder / "model.safetensors").write_bytes(b"")
     assert not architecture_only(folder)
     assert not architecture_only(tmp_path / "missing")
+
+
+@pytest.mark.slow
+def test_the_step_profile_lists_the_ops_and_finds_no_sync(tmp_path, monkeypatch):
+    """`python -m benchmarks step_profile` on the CPU: a line for MoE-LoRA and one for dense LoRA,
+    the ops taking most time, and no op waiting for the device in either step (the letters
+    head's forward and backward read nothing back)."""
+    from benchmarks import bench_step_profile
+
+    monkeypatch.setenv("UQBENCH_BENCH_BACKBONE", str(_arch_folder(tmp_path)))
+    lines = list(bench_step_profile.run())
+    assert [ln["model"] for ln in lines] == ["moe-lora", "lora"]
+    for ln in lines:
+        assert ln["time"] == "cpu" and ln["tokens"] == 16 * ln["max_length"]
+        assert len(ln["top_ops"]) == bench_step_profile.TOP
+        assert "aten::mm" in {op["name"] for op in ln["top_ops"]}
+        assert ln["step_syncs_per_step"] == {}
+        assert ln["s_per_step"] > 0 and ln["s_per_step_deterministic"] > 0
+    assert lines[0]["aten_ops_per_step"] > lines[1]["aten_ops_per_step"]
