@@ -170,8 +170,9 @@ class MultipleChoiceModel(nn.Module):
         that no head reads C_max back from the device.
         ``S = sum(n_choices)`` (one sequence per option) except for ``letters`` where S = B.
         ``cloze`` adds ``target_mask`` (S, L) bool, the option tokens whose log-likelihood is
-        scored, and their positions ``target_row`` and ``target_col`` (K,). ``letters`` adds ``letter_ids`` (C_max,). ``bi_encoder`` encodes the B questions
-        and the S options separately (``q_*`` and ``o_*`` keys, each padded to its own longest
+        scored, and their positions ``target_row`` and ``target_col`` (K,). ``letters`` adds
+        ``letter_ids`` (C_max,). ``bi_encoder`` encodes the B questions and the S options
+        separately (``q_*`` and ``o_*`` keys, each padded to its own longest
         sequence); its ``attention_mask`` is the (B + S, L) stack of both masks, the layout of
         its router statistics (`seq_example`).
         """
