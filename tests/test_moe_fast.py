@@ -183,3 +183,47 @@ def test_training_draws_the_masks_it_drew_before() -> None:
     assert any("lora_B" in n and w.abs().sum() > 0 for n, w in now[1].items())   # it trained
     kept = run(lambda mask_of, h: torch.ones_like(h, dtype=torch.bool))   # the masks matter
     assert kept[0].losses != now[0].losses
+
+
+#: ops that deterministic mode (every training runs in it) replaces on CUDA by slower ones,
+#: e.g. a scatter of a tensor by a sorting index_put: (op, overload), None for every overload
+DETERMINISTIC_DETOURS = {("scatter", "src"), ("scatter_", "src"), ("scatter_add", None),
+                         ("scatter_add_", None), ("scatter_reduce", None),
+                         ("scatter_reduce_", None), ("index_add", None), ("index_add_", None),
+                         ("index_put", None), ("index_put_", None), ("_index_put_impl_", None),
+                         ("index_copy", None), ("index_copy_", None), ("put", None),
+                         ("put_", None)}
+
+
+def test_fast_step_takes_no_op_deterministic_mode_replaces_on_cuda() -> None:
+    """The hand-written step's forward and backward (with the Switch loss) call none of the
+    ops that deterministic mode reroutes on CUDA (`DETERMINISTIC_DETOURS`). It scattered the
+    top-k probabilities (a tensor) into the mixture weights, which the check sees."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: set[tuple[str, str]] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.add((func.overloadpacket.__name__, func._overloadname))
+            return func(*args, **(kwargs or {}))
+
+    def detours(fn) -> set[tuple[str, str]]:
+        with Ops() as ops:
+            fn()
+        return {(op, o) for op, o in ops.seen
+                if (op, o) in DETERMINISTIC_DETOURS or (op, None) in DETERMINISTIC_DETOURS}
+
+    model = inject(tiny_llama(), MoELoRAConfig(n_experts=4, rank=2, top_k=2)).train()
+    b = batch()
+    set_token_mask(model, b["attention_mask"].bool())
+    assert moe_layers(model)[0]._fast(torch.zeros(2, 32, requires_grad=True))
+    step = lambda: (model(**b).last_hidden_state.pow(2).mean()
+                    + 0.01 * load_balance_loss(model)).backward()
+    assert detours(step) == set()
+    probs = torch.rand(5, 4)
+    top = probs.topk(2, dim=-1)
+    assert detours(lambda: torch.zeros_like(probs).scatter_(1, top.indices, top.values)) == {
+        ("scatter_", "src")}

@@ -163,7 +163,10 @@ class _TopKStep(torch.autograd.Function):
         probs = torch.softmax(logits, -1)                                 # (T, N)
         scale = layer.scaling * (dropout_scale(layer.dropout.p) if keep is not None else 1.0)
         top = probs.topk(layer.gate.k, dim=-1)                            # (T, k)
-        pm = torch.zeros_like(probs).scatter_(1, top.indices, top.values)  # (T, N) p on S
+        # p on S. The mask scatters a constant: a scatter_ of the top values (a tensor) would take
+        # deterministic mode's sorting index_put on CUDA, and training runs in that mode
+        admitted = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, top.indices, True)
+        pm = torch.where(admitted, probs, _scalar(0, probs.dtype))        # (T, N)
         w = torch.addcdiv(_scalar(0, pm.dtype), pm, top.values.sum(-1, keepdim=True),
                           value=scale)                                    # (T, N) s c p~
         # (T, N*r) column-major as z and gu: a product of a row- and a column-major operand
