@@ -10,10 +10,13 @@ time (CPU time without CUDA), per step, and the calls that wait for the device
 the forward and backward, and in the optimizer's step apart), the kernel launches per step, and
 the step's seconds with and without deterministic algorithms
 (`baselines.train.deterministic_training`, which every training runs in: some CUDA ops take
-slower deterministic kernels there).
+slower deterministic kernels there, and unless ``CUBLAS_WORKSPACE_CONFIG`` is ``:4096:8`` or
+``:16:8`` every cuBLAS call raises a warning, and its matmuls stay nondeterministic). Run it
+once with that variable set and once without to see both.
 """
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -40,7 +43,10 @@ def profile_step(model: Any, records: list[Any]) -> dict[str, Any]:
             step()
         return round(_timed(step, STEPS + 3, sync), 4)
 
-    row: dict[str, Any] = {"tokens": tokens, "s_per_step": seconds()}
+    # deterministic mode alerts on every cuBLAS call unless this names a deterministic workspace
+    row: dict[str, Any] = {"tokens": tokens,
+                           "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+                           "s_per_step": seconds()}
     with deterministic_training():
         row["s_per_step_deterministic"] = seconds()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
