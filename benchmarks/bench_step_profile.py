@@ -2,7 +2,7 @@
 
 On an H200 the ``full`` adapter's eager step on SmolLM2's architecture took 0.41 s and dense
 LoRA's 0.20 s (docs/benchmarks.md): 1 ms more per adapted linear, where the MoE layer's ~15
-kernels and ~38 leaf ops (`python -m benchmarks moe`) would cost a fraction of that to launch.
+kernels and ~39 leaf ops (`python -m benchmarks moe`) would cost a fraction of that to launch.
 This benchmark tells in one lease call what the difference is made of: for the step that
 `bench_graph_step` times (fixed batch, loss, backward, AdamW), the ops that take the most device
 time (CPU time without CUDA), per step, and the calls that wait for the device
@@ -11,7 +11,7 @@ the forward and backward, and in the optimizer's step apart), the kernel launche
 the step's seconds with and without deterministic algorithms
 (`baselines.train.deterministic_training`, which every training runs in: some CUDA ops take
 slower deterministic kernels there, and unless ``CUBLAS_WORKSPACE_CONFIG`` is ``:4096:8`` or
-``:16:8`` every cuBLAS call raises a warning, and its matmuls stay nondeterministic). Run it
+``:16:8`` every cuBLAS call issues a warning, and its matmuls stay nondeterministic). Run it
 once with that variable set and once without to see both.
 """
 from __future__ import annotations

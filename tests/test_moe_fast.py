@@ -195,7 +195,7 @@ DETERMINISTIC_DETOURS = {("scatter", "src"), ("scatter_", "src"), ("scatter_add"
                          ("put_", None)}
 
 
-def test_fast_step_takes_no_op_deterministic_mode_replaces_on_cuda() -> None:
+def test_fast_step_takes_no_op_deterministic_mode_replaces_on_cuda(monkeypatch) -> None:
     """The hand-written step's forward and backward (with the Switch loss) call none of the
     ops that deterministic mode reroutes on CUDA (`DETERMINISTIC_DETOURS`). It scattered the
     top-k probabilities (a tensor) into the mixture weights, which the check sees."""
@@ -216,13 +216,17 @@ def test_fast_step_takes_no_op_deterministic_mode_replaces_on_cuda() -> None:
         return {(op, o) for op, o in ops.seen
                 if (op, o) in DETERMINISTIC_DETOURS or (op, None) in DETERMINISTIC_DETOURS}
 
+    from baselines.moe.layer import _TopKStep
+
     model = inject(tiny_llama(), MoELoRAConfig(n_experts=4, rank=2, top_k=2)).train()
     b = batch()
     set_token_mask(model, b["attention_mask"].bool())
-    assert moe_layers(model)[0]._fast(torch.zeros(2, 32, requires_grad=True))
+    calls, apply = [], _TopKStep.apply
+    monkeypatch.setattr(_TopKStep, "apply", lambda *a: calls.append(1) or apply(*a))
     step = lambda: (model(**b).last_hidden_state.pow(2).mean()
                     + 0.01 * load_balance_loss(model)).backward()
     assert detours(step) == set()
+    assert len(calls) == len(moe_layers(model))                   # every layer took the step
     probs = torch.rand(5, 4)
     top = probs.topk(2, dim=-1)
     assert detours(lambda: torch.zeros_like(probs).scatter_(1, top.indices, top.values)) == {
