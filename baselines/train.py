@@ -18,6 +18,7 @@ computed on each process's share of the batch and averaged (Switch Transformer's
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -31,7 +32,7 @@ from tqdm.auto import tqdm
 from baselines import distributed
 from baselines.heads import MultipleChoiceModel
 from uqbench.core.config import help_field
-from uqbench.core.errors import ConfigError
+from uqbench.core.errors import ConfigError, record_fallback
 from uqbench.data.records import MCRecord
 
 #: `TrainConfig.compile` values
@@ -219,7 +220,8 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     rows = math.ceil(config.batch_size / world)
     compile_log = None
     try:
-        with torch.random.fork_rng(devices=_devices(model)), deterministic_training(), \
+        with torch.random.fork_rng(devices=_devices(model)), \
+                deterministic_training(model.device), \
                 _compiled(model, compiled) as compile_log:
             torch.manual_seed(config.seed)
             gen = torch.Generator().manual_seed(config.seed)
@@ -481,11 +483,18 @@ def _to_device(batch: dict[str, Tensor], labels: Tensor, device: torch.device
     return {k: move(v) for k, v in batch.items()}, move(labels)
 
 
+#: the cuBLAS workspace settings under which CUDA matmuls are deterministic
+CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")
+
+
 @contextmanager
-def deterministic_training() -> Iterator[None]:
+def deterministic_training(device: torch.device | None = None) -> Iterator[None]:
     """Deterministic algorithms for a training loop, the previous settings restored after.
 
-    ``warn_only``: some CUDA kernels have no deterministic version; CPU ones all do. Without
+    ``warn_only``: some CUDA kernels have no deterministic version; CPU ones all do. On CUDA
+    (``device``), matmuls are deterministic only when ``CUBLAS_WORKSPACE_CONFIG`` is one of
+    `CUBLAS_DETERMINISTIC` before the process first uses cuBLAS; otherwise PyTorch warns on
+    every cuBLAS call, and run.json ``fallbacks`` records that the training was not. Without
     deterministic mode's NaN fill of every new allocation
     (``torch.utils.deterministic.fill_uninitialized_memory``): it is one extra kernel per
     ``torch.empty`` (14k of a SmolLM2 MoE-LoRA step's 55k ops) and changes no value here, as
@@ -494,6 +503,12 @@ def deterministic_training() -> Iterator[None]:
     before = (torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled(),
               torch.utils.deterministic.fill_uninitialized_memory)
+    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if device is not None and device.type == "cuda" and config not in CUBLAS_DETERMINISTIC:
+        record_fallback("deterministic training", "cuBLAS",
+                        f"CUBLAS_WORKSPACE_CONFIG is {config!r}, not one of "
+                        f"{' or '.join(CUBLAS_DETERMINISTIC)}: the GPU's matmuls are not "
+                        "deterministic; set it before the run for a deterministic training")
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = False
     try:

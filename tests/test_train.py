@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -114,6 +116,35 @@ def test_deterministic_settings_restored_and_no_nan_fill_while_training(monkeypa
     assert (torch.are_deterministic_algorithms_enabled(),
             torch.is_deterministic_algorithms_warn_only_enabled(),
             det.fill_uninitialized_memory) == before
+
+
+@pytest.mark.parametrize(("device", "config", "recorded"),
+                         [("cuda", None, True), ("cuda", ":4096:8", False),
+                          ("cuda", ":16:8", False), ("cuda", ":1024:2", True),
+                          ("cpu", None, False)])
+def test_nondeterministic_gpu_matmuls_are_recorded(monkeypatch, device, config,
+                                                   recorded) -> None:
+    """A training on CUDA without a deterministic cuBLAS workspace is not deterministic (PyTorch
+    only warns, on each matmul): it goes to run.json ``fallbacks``, naming the variable's value
+    and the settings that would make it deterministic. No CUDA is touched."""
+    from baselines.train import deterministic_training
+    from uqbench.core.errors import FallbackWarning, reset_fallbacks
+
+    if config is None:
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", config)
+    fallbacks = reset_fallbacks()
+    with pytest.warns(FallbackWarning) if recorded else warnings.catch_warnings():
+        if not recorded:
+            warnings.simplefilter("error", FallbackWarning)
+        with deterministic_training(torch.device(device)):
+            assert torch.are_deterministic_algorithms_enabled()
+    assert len(fallbacks) == recorded
+    if recorded:
+        assert fallbacks[0]["where"] == "cuBLAS"
+        assert repr(config) in fallbacks[0]["reason"] and ":4096:8" in fallbacks[0]["reason"]
+    reset_fallbacks()
 
 
 def test_trains_with_topk_gate(monkeypatch) -> None:
