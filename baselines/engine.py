@@ -54,6 +54,9 @@ class TorchBackend:
         return list_backbones()
 
     def set_threads(self, n: int | None) -> int:
+        """Also, before any model work touches the GPU, its deterministic cuBLAS workspace
+        (`baselines.train.deterministic_cublas`)."""
+        train.deterministic_cublas()
         if not n:
             n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
                 else os.cpu_count()

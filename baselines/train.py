@@ -487,14 +487,33 @@ def _to_device(batch: dict[str, Tensor], labels: Tensor, device: torch.device
 CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")
 
 
+def deterministic_cublas() -> bool:
+    """Make this process's CUDA matmuls deterministic while that is still possible: set
+    ``CUBLAS_WORKSPACE_CONFIG`` to ``:4096:8`` where a GPU is present, the variable is unset
+    and CUDA has not started (cuBLAS and PyTorch read it once, at the first matmul). Returns
+    whether it set it; a value already set is kept, and `deterministic_training` records one
+    that is not deterministic.
+
+    ``:4096:8`` rather than ``:16:8``: NVIDIA's cuBLAS guide (Results reproducibility) gives it
+    a cost of about 24 MiB of GPU memory, where ``:16:8`` may limit performance; it is also
+    PyTorch's default workspace (32 MiB) on Hopper and Blackwell GPUs, and larger than its
+    default on older ones, so no matmul loses workspace."""
+    if ("CUBLAS_WORKSPACE_CONFIG" in os.environ or not torch.cuda.is_available()
+            or torch.cuda.is_initialized()):
+        return False
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_DETERMINISTIC[0]
+    return True
+
+
 @contextmanager
 def deterministic_training(device: torch.device | None = None) -> Iterator[None]:
     """Deterministic algorithms for a training loop, the previous settings restored after.
 
     ``warn_only``: some CUDA kernels have no deterministic version; CPU ones all do. On CUDA
     (``device``), matmuls are deterministic only when ``CUBLAS_WORKSPACE_CONFIG`` is one of
-    `CUBLAS_DETERMINISTIC` before the process first uses cuBLAS; otherwise PyTorch warns on
-    every cuBLAS call, and run.json ``fallbacks`` records that the training was not. Without
+    `CUBLAS_DETERMINISTIC` before the process first uses cuBLAS (a run sets it:
+    `deterministic_cublas`); otherwise PyTorch warns on every cuBLAS call, and run.json
+    ``fallbacks`` records that the training was not. Without
     deterministic mode's NaN fill of every new allocation
     (``torch.utils.deterministic.fill_uninitialized_memory``): it is one extra kernel per
     ``torch.empty`` (14k of a SmolLM2 MoE-LoRA step's 55k ops) and changes no value here, as

@@ -11,8 +11,10 @@ the forward and backward, and in the optimizer's step apart), the kernel launche
 the step's seconds with and without deterministic algorithms
 (`baselines.train.deterministic_training`, which every training runs in: some CUDA ops take
 slower deterministic kernels there, and unless ``CUBLAS_WORKSPACE_CONFIG`` is ``:4096:8`` or
-``:16:8`` every cuBLAS call issues a warning, and its matmuls stay nondeterministic). Run it
-once with that variable set and once without to see both.
+``:16:8`` every cuBLAS call issues a warning, and its matmuls stay nondeterministic). It runs
+under the setting a run makes (`baselines.train.deterministic_cublas`: ``:4096:8`` where
+unset); run it again with ``CUBLAS_WORKSPACE_CONFIG=`` (empty: PyTorch's default workspace,
+nondeterministic matmuls) to see the other.
 """
 from __future__ import annotations
 

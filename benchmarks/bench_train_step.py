@@ -53,10 +53,13 @@ def synthetic_records(n: int, words: int) -> list[Any]:
 
 def step_backbone() -> tuple[str, Any]:
     """``UQBENCH_BENCH_BACKBONE``, else SmolLM2 on a GPU where it is installed, else tiny-llama
-    (the line names which)."""
+    (the line names which), under the cuBLAS setting a run makes
+    (`baselines.train.deterministic_cublas`)."""
     from baselines.backbones import check_backbone, load_backbone
+    from baselines.train import deterministic_cublas
     from uqbench.core.errors import ConfigError
 
+    deterministic_cublas()
     gpu = torch.cuda.is_available()
     name = os.environ.get("UQBENCH_BENCH_BACKBONE")
     if name is not None and architecture_only(Path(name)):

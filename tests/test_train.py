@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -144,6 +145,40 @@ def test_nondeterministic_gpu_matmuls_are_recorded(monkeypatch, device, config,
     if recorded:
         assert fallbacks[0]["where"] == "cuBLAS"
         assert repr(config) in fallbacks[0]["reason"] and ":4096:8" in fallbacks[0]["reason"]
+    reset_fallbacks()
+
+
+@pytest.mark.parametrize(("gpu", "started", "before", "after"),
+                         [(True, False, None, ":4096:8"), (True, False, ":1024:2", ":1024:2"),
+                          (True, False, "", ""), (True, True, None, None),
+                          (False, False, None, None)])
+def test_a_run_makes_gpu_matmuls_deterministic_before_cuda_starts(monkeypatch, gpu, started,
+                                                                  before, after) -> None:
+    """The torch backend's process setup (`TorchBackend.set_threads`, before any model work)
+    sets ``CUBLAS_WORKSPACE_CONFIG`` to ``:4096:8`` only where a GPU is present, CUDA has not
+    started (cuBLAS reads it once) and the user set nothing; then a CUDA training records no
+    fallback. No CUDA is touched: availability and start are faked."""
+    from baselines.engine import TorchBackend
+    from baselines.train import deterministic_training
+    from uqbench.core.errors import reset_fallbacks
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: started)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", before or "")  # restored after, set or not
+    if before is None:
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    threads = torch.get_num_threads()
+    try:
+        assert TorchBackend().set_threads(1) == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert os.environ.get("CUBLAS_WORKSPACE_CONFIG") == after
+    fallbacks = reset_fallbacks()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with deterministic_training(torch.device("cuda")):
+            pass
+    assert len(fallbacks) == (after != ":4096:8")
     reset_fallbacks()
 
 
