@@ -39,7 +39,10 @@
    and ``nonzero`` (boolean indexing; a device-to-host sync on a GPU). Counts, not times: a
    GPU step of a big adapter is launch-bound, and the counts do not depend on the machine.
    ``moe_kernel_ops_per_layer`` leaves out the leaves that make a view or check a flag (no kernel
-   on a device). Measured values over time: docs/benchmarks.md.
+   on a device). A second line (``dtype: bfloat16``) runs the same step on a bfloat16 backbone,
+   the GPU's, whose float32 adapter (`baselines.moe.trainable_dtype`) adds casts; there the
+   CPU runs each mixed-dtype in-place add as the add into a float32 temporary plus a copy,
+   which CUDA does in one kernel. Measured values over time: docs/benchmarks.md.
 
 Timings run single-threaded (``torch.set_num_threads(1)``, restored afterwards): on a shared
 2-core machine, intra-op thread hand-offs make timings swing by 2-5x, which would swamp a
@@ -360,8 +363,10 @@ def _op_counts(fn: Any) -> tuple[int, int, dict[str, int]]:
             {s.removeprefix("aten::"): sum(e.name == s for e in ev) for s in SYNC_OPS})
 
 
-def bench_train_step_ops(batch: tuple[int, int] = (4, 32)) -> dict[str, Any]:
-    """Ops and host syncs of a MoE-LoRA training step vs the plain full-gradient step."""
+def bench_train_step_ops(batch: tuple[int, int] = (4, 32),
+                         dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Ops and host syncs of a MoE-LoRA training step vs the plain full-gradient step, the
+    backbone in ``dtype`` (bfloat16: a GPU's, the adapter then in float32)."""
     from baselines.backbones import tiny_backbone
     from baselines.gates import Care
     from baselines.heads.decoder import attention_mask
@@ -377,8 +382,8 @@ def bench_train_step_ops(batch: tuple[int, int] = (4, 32)) -> dict[str, Any]:
     from baselines.train import deterministic_training
 
     config = MoELoRAConfig()
-    plain = tiny_backbone("decoder").model.model.train()     # LlamaModel: hidden states
-    moe = inject(tiny_backbone("decoder").model.model, config).train()
+    plain = tiny_backbone("decoder").model.model.to(dtype).train()   # LlamaModel: states
+    moe = inject(tiny_backbone("decoder").model.model.to(dtype), config).train()
     for p in plain.parameters():
         p.requires_grad_(True)
     g = torch.Generator().manual_seed(0)
@@ -391,7 +396,8 @@ def bench_train_step_ops(batch: tuple[int, int] = (4, 32)) -> dict[str, Any]:
     def step(m: Any, lb: bool) -> Any:
         def f() -> None:
             m.zero_grad(set_to_none=True)
-            loss = m(input_ids=ids, attention_mask=att).last_hidden_state.pow(2).mean()
+            h = m(input_ids=ids, attention_mask=att).last_hidden_state
+            loss = (h if h.dtype == torch.float32 else h.float()).pow(2).mean()
             if lb:
                 loss = loss + config.lb_coef * load_balance_loss(m)
             loss.backward()
@@ -418,6 +424,7 @@ def bench_train_step_ops(batch: tuple[int, int] = (4, 32)) -> dict[str, Any]:
         fn()
         total[name], kernels[name], syncs[name] = _op_counts(fn)
     return {"name": "moe_train_step_ops", "model": "tiny-llama", "batch": list(batch),
+            "dtype": str(dtype).removeprefix("torch."),
             "moe_layers": len(moe_layers(moe)), "n_experts": config.n_experts,
             "rank": config.rank, "moe_leaf_ops": total["moe"], "plain_leaf_ops": total["plain"],
             "moe_leaf_ops_per_layer": round((total["moe"] - total["plain"])
@@ -439,6 +446,7 @@ def run() -> Iterator[dict[str, Any]]:
     from baselines.moe import MoELoRAConfig
 
     yield bench_train_step_ops()
+    yield bench_train_step_ops(dtype=torch.bfloat16)
     with _threads(THREADS):
         yield from bench_forward()
         yield bench_layer()

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from baselines.gates import Care, NucleusOnly, RandomK, TopK
 from baselines.moe import (
     MoELoRAConfig,
+    MoELoRALinear,
     inject,
     load_balance_loss,
     moe_layers,
@@ -51,6 +53,44 @@ def test_fast_step_equals_reference(variant: str, make, lb: bool) -> None:
     scale = max(float(g.abs().max()) for g in ref[1].values())
     for name, g in ref[1].items():
         torch.testing.assert_close(fast[1][name], g, rtol=1e-9, atol=1e-12 * scale, msg=name)
+
+
+@pytest.mark.parametrize("variant", ["moe-lora", "mixlora"])
+def test_fast_step_on_a_bfloat16_base_equals_reference(variant: str) -> None:
+    """A bfloat16 base layer (a GPU's backbone) with float32 adapters (`trainable_dtype`) takes
+    the fast step. Against the reference, with the layer's Switch loss: the float32 parameters'
+    gradients equal to float32 rounding (1e-5 of the largest), the bfloat16 output to one
+    bfloat16 rounding (2**-7 relative), the input gradient to one rounding of its largest
+    element: the fast step adds the base's part of dL/dh to the rounded adapter's part in one
+    addmm, where autograd rounds both parts, so where they cancel the two differ by a rounding
+    of the parts, not of the sum."""
+    torch.manual_seed(0)
+    E, O, T = 48, 40, 64
+    base = nn.Linear(E, O).to(torch.bfloat16).requires_grad_(False)
+    layer = MoELoRALinear(base, n_experts=6, rank=3, gate=TopK(2), dropout=0.2,
+                          variant=variant).train()
+    with torch.no_grad():
+        layer.lora_B.normal_(0, 0.1)
+    assert {p.dtype for p in layer.parameters() if p.requires_grad} == {torch.float32}
+    x, gy = torch.randn(T, E, dtype=torch.bfloat16), torch.randn(T, O)
+    assert layer._fast(x)
+    out = {}
+    for fast in (True, False):
+        layer.fast_path = fast
+        layer.zero_grad(set_to_none=True)
+        xi = x.clone().requires_grad_(True)
+        torch.manual_seed(5)
+        y = layer(xi)
+        ((y.float() * gy).sum() + layer._aux).backward()
+        out[fast] = y.detach(), xi.grad, {n: p.grad for n, p in layer.named_parameters()
+                                          if p.grad is not None}
+    (y, gx, grads), (y_ref, gx_ref, grads_ref) = out[True], out[False]
+    assert y.dtype == gx.dtype == torch.bfloat16 and len(grads_ref) == 3
+    torch.testing.assert_close(y, y_ref, rtol=2**-7, atol=1e-5)
+    torch.testing.assert_close(gx, gx_ref, rtol=0, atol=2**-7 * float(gx_ref.abs().max()))
+    for name, g in grads_ref.items():
+        torch.testing.assert_close(grads[name], g, rtol=0, atol=1e-5 * float(g.abs().max()),
+                                   msg=name)
 
 
 def test_fast_step_only_where_it_applies() -> None:

@@ -9,7 +9,7 @@ import torch
 from baselines.backbones import tiny_backbone
 from baselines.gates import Care, TopK
 from baselines.heads import make_moe
-from baselines.moe import MoELoRAConfig, get_gates, set_gate
+from baselines.moe import MoELoRAConfig, get_gates, moe_layers, set_gate
 from baselines.train import TrainConfig, batch_order, train
 from tests.support.data import SMALL_MOE, toy_records
 from uqbench.core.errors import ConfigError
@@ -180,6 +180,32 @@ def test_a_run_makes_gpu_matmuls_deterministic_before_cuda_starts(monkeypatch, g
             pass
     assert len(fallbacks) == (after != ":4096:8")
     reset_fallbacks()
+
+
+def test_adapters_on_a_bfloat16_backbone_train_in_float32(monkeypatch) -> None:
+    """On a 16-bit backbone (a GPU's bfloat16) the MoE-LoRA parameters are float32, as peft makes
+    the dense LoRA baseline's, and the training takes the hand-written step: a small AdamW step
+    moves every router weight the Switch loss reaches, where in bfloat16 (|w| ~ 0.1, spacing
+    ~5e-4) a 1e-5 update rounds away."""
+    from baselines.moe import layer as moe_layer
+
+    bb = tiny_backbone("decoder")
+    bb.model.to(torch.bfloat16)
+    model = make_moe(bb, SMALL_MOE)
+    params = dict((n, p) for n, p in model.named_parameters() if p.requires_grad)
+    assert {p.dtype for p in params.values()} == {torch.float32}
+    assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}
+    steps = []
+    apply = moe_layer._TopKStep.apply
+    monkeypatch.setattr(moe_layer._TopKStep, "apply",
+                        lambda *a: steps.append(1) or apply(*a))
+    before = {n: p.detach().clone() for n, p in params.items()}
+    train(model, toy_records(8), TrainConfig(epochs=1, batch_size=8, lr=1e-5, warmup_ratio=0.0,
+                                             max_length=32), progress=False)
+    assert len(steps) == len(moe_layers(model))
+    routers = [n for n in params if n.endswith("router.weight")]
+    moved = [float((params[n] != before[n]).float().mean()) for n in routers]
+    assert routers and min(moved) > 0.9, moved
 
 
 def test_trains_with_topk_gate(monkeypatch) -> None:

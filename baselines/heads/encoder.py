@@ -19,6 +19,7 @@ from baselines.heads.base import (
     per_question_flags,
     scatter_choices,
 )
+from baselines.moe import trainable_dtype
 from uqbench.data.records import MCRecord
 
 #: initial ``exp(logit_scale)`` of the bi-encoder head
@@ -145,7 +146,8 @@ class CrossEncoder(EncoderHead):
     def add_modules(self, model: HeadedModel, hidden: int, like: Tensor, seed: int,
                     dropout: float) -> None:
         super().add_modules(model, hidden, like, seed, dropout)
-        model.head = nn.Linear(hidden, 1, bias=False, device=like.device, dtype=like.dtype)
+        model.head = nn.Linear(hidden, 1, bias=False, device=like.device,
+                               dtype=trainable_dtype(like.dtype))
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():   # BERT's initializer_range
             model.head.weight.copy_(torch.randn(model.head.weight.shape, generator=gen) * 0.02)
@@ -197,6 +199,7 @@ class CrossEncoder(EncoderHead):
         pooled = self.pool(model.encoder_states(ids, mask, tt), mask)     # (S, H)
         features = per_example_mean(pooled.detach(), n_choices)
         assert model.head is not None
+        pooled = pooled.to(model.head.weight.dtype)   # float32 on a 16-bit backbone
         scores = model.head(model.dropout(pooled)).squeeze(-1)            # (S,)
         slots = batch["choice_slot"].to(ids.device)
         return scatter_choices(scores.float(), n_choices, slots), features

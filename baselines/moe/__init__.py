@@ -60,6 +60,7 @@ from baselines.moe.layer import (
     dropout_scale,
     fast_dropout,
     gram_disagreement,
+    trainable_dtype,
 )
 from baselines.moe.losses import (
     HMORA_GAMMA,
@@ -111,6 +112,7 @@ __all__ = [
     "switch_tsallis",
     "token_mean",
     "train_gate",
+    "trainable_dtype",
     "trainable_parameters",
     "valid_tokens",
 ]

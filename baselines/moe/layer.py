@@ -132,6 +132,15 @@ class _Probe:
         return gram_disagreement(self.probs * mask, self.z, gram)
 
 
+def trainable_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the trainable parameters added to a backbone whose weights are ``dtype``:
+    float32 on a 16-bit backbone (bfloat16 on a GPU), as peft's ``autocast_adapter_dtype`` makes
+    the dense LoRA baseline's, else ``dtype``. A 16-bit parameter loses every AdamW update
+    smaller than half its rounding step; the adapter's maths then run in float32 too, its input
+    cast up and its output added to the frozen layer's before rounding down, as peft does."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
 class _TopKStep(torch.autograd.Function):
     """The common training forward of :class:`MoELoRALinear` (fixed top-k gate, the Switch
     loss's inputs, dropout folded in) with a hand-written backward: a fraction of the ops
@@ -148,6 +157,11 @@ class _TopKStep(torch.autograd.Function):
     the router ``logits`` and ``probs`` (T, N) (both differentiable: the fused Switch loss
     (:class:`SwitchLoss`) sends its gradient to the logits, a per-layer loss to the probs) and
     ``w`` (T, N) (the admitted set is ``w > 0``; no gradient).
+
+    On a 16-bit base (`trainable_dtype`) every term but ``W0 h`` and ``W0^T dL/dy`` is computed
+    in the adapter's float32, and ``y`` and ``dL/dh`` are the base's term plus the adapter's,
+    added in float32 and rounded once to the base's dtype (as peft adds its LoRA term; autograd
+    rounds the adapter's part of ``dL/dh`` before adding it).
     """
 
     @staticmethod
@@ -156,6 +170,9 @@ class _TopKStep(torch.autograd.Function):
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         v = layer._views()
         y = torch.mm(h, v.wt) if v.bias is None else torch.addmm(v.bias, h, v.wt)  # (T, O)
+        base_dtype = h.dtype
+        if v.a.dtype != base_dtype:   # a 16-bit base: the adapter's maths in its float32
+            h = h.to(v.a.dtype)
         logits = torch.mm(h, v.router_t)                                  # (T, N)
         hd = h if keep is None else torch.where(keep, h, _scalar(0, h.dtype))
         hd_t = hd.t()                                                     # (E, T)
@@ -173,9 +190,12 @@ class _TopKStep(torch.autograd.Function):
         # runs ~10x slower on CPU than one of two alike
         w_col = w.t().index_select(0, v.expert_of_col).t()
         u = z * w_col                                                     # (T, N*r)
-        y.addmm_(u, v.b_rows)
+        if base_dtype == h.dtype:
+            y.addmm_(u, v.b_rows)
+        else:                         # W0 h + B u added in float32, rounded to the base's dtype
+            y.add_(torch.mm(u, v.b_rows))
         ctx.save_for_backward(h, hd_t, keep, z, u, probs, w, w_col)
-        ctx.layer, ctx.scale = layer, scale
+        ctx.layer, ctx.scale, ctx.base_dtype = layer, scale, base_dtype
         ctx.mark_non_differentiable(w)
         ctx.set_materialize_grads(False)
         return y, logits, probs, w
@@ -188,9 +208,13 @@ class _TopKStep(torch.autograd.Function):
         v = layer._views()
         N, r = layer.n_experts, layer.rank
         need_h, need_a, need_b, need_r = ctx.needs_input_grad[:4]
+        mixed = ctx.base_dtype != h.dtype             # a 16-bit base, a float32 adapter
         gh = ga = gb = gr = None
         gl = glogits
         if gy is not None:
+            gy_base = gy
+            if mixed:
+                gy = gy.to(h.dtype)
             gy_t = gy.t()                                                 # (O, T)
             gu = torch.mm(v.b_rows, gy_t).t()                             # (T, N*r) dL/du
             if need_b:   # (O, N*r) = lora_B's (O, N, r) storage order: no copy into .grad
@@ -209,7 +233,8 @@ class _TopKStep(torch.autograd.Function):
                 gh = torch.mm(gz, v.a)                                    # (T, E)
                 if keep is not None:
                     gh = torch.where(keep, gh, _scalar(0, gh.dtype))
-                gh = gh.addmm_(gy, v.w)
+                if not mixed:
+                    gh = gh.addmm_(gy, v.w)
         if gprobs is not None:
             gs = torch._softmax_backward_data(gprobs, probs, -1, probs.dtype)
             gl = gs if gl is None else gl + gs
@@ -217,6 +242,8 @@ class _TopKStep(torch.autograd.Function):
             gr = torch.mm(gl.t(), h)                                      # (N, E)
         if gl is not None and need_h:
             gh = torch.mm(gl, v.router) if gh is None else gh.addmm_(gl, v.router)
+        if mixed and gh is not None:  # the base's part plus the adapter's, rounded once
+            gh = gh.to(ctx.base_dtype) if gy is None else torch.mm(gy_base, v.w).add_(gh)
         return gh, ga, gb, gr, None, None
 
 
@@ -268,7 +295,7 @@ class MoELoRALinear(nn.Module):
         self.variant, spec = variant, VARIANTS[variant]
         self.shared_a, self.task_routed = spec.shared_a, spec.task_router
         w = base_layer.weight
-        kw = {"device": w.device, "dtype": w.dtype}
+        kw = {"device": w.device, "dtype": trainable_dtype(w.dtype)}
         self.router = nn.Linear(self.in_features, n_experts, bias=False, **kw)
         n_a = 1 if self.shared_a else n_experts
         # lora_A stored as (d, n_A, r) and, with one A per expert, lora_B as (d_out, N, r):
@@ -399,7 +426,8 @@ class MoELoRALinear(nn.Module):
         return (self.fast_path and torch.is_grad_enabled() and not self.record
                 and type(self.gate) is TopK and type(base) is nn.Linear
                 and VARIANTS[self.variant] == Variant()
-                and x.dtype in (torch.float32, torch.float64)
+                and x.dtype == base.weight.dtype
+                and self.lora_A.dtype in (torch.float32, torch.float64)
                 and not base.weight.requires_grad
                 and (base.bias is None or not base.bias.requires_grad)
                 and round(self.dropout.p * 65536) < 65536
@@ -449,6 +477,8 @@ class MoELoRALinear(nn.Module):
         dropout = self.dropout.training and self.dropout.p > 0
         train = torch.is_grad_enabled() and (self.lora_A.requires_grad
                                              or self.router.weight.requires_grad)
+        if self.lora_A.dtype != h.dtype:  # a 16-bit base: the adapter's maths in its float32
+            h = h.to(self.lora_A.dtype)
         if dropout or train:
             logits = self.router(h)                                       # (T, N)
             a = self.lora_A.reshape(-1, E)                                # (n_A*r, E)
@@ -481,7 +511,10 @@ class MoELoRALinear(nn.Module):
         w = w * (self.scaling / w.sum(-1, keepdim=True))                  # scaling * p~
         u = (z3 * w.to(z.dtype).unsqueeze(-1)).reshape(T, N * r)          # (T, N*r) as z
         b_rows = self._b_rows()                                           # (N*r, O)
-        y = y.addmm_(u, b_rows) if fresh else torch.addmm(y, u, b_rows)   # (T, O)
+        if y.dtype != u.dtype:        # W0 h + B u added in float32, rounded to the base's dtype
+            y = y.add_(torch.mm(u, b_rows)) if fresh else (y + torch.mm(u, b_rows)).to(y.dtype)
+        else:
+            y = y.addmm_(u, b_rows) if fresh else torch.addmm(y, u, b_rows)   # (T, O)
         y = y.view(*lead, O)
 
         self._aux_args, self._fast_aux = (probs, sel.mask, valid, p_task), None
@@ -556,9 +589,10 @@ class FlyLoRALinear(nn.Module):
         cols = torch.rand(R, d, generator=generator).topk(nnz, dim=-1).indices      # (R, nnz)
         vals = torch.randn(R, nnz, generator=generator) / R
         a = torch.zeros(R, d).scatter_(-1, cols, vals)
-        self.register_buffer("lora_A", a.to(device=w.device, dtype=w.dtype))
+        dtype = trainable_dtype(w.dtype)
+        self.register_buffer("lora_A", a.to(device=w.device, dtype=dtype))
         self.lora_B = nn.Parameter(torch.zeros(self.out_features, R, device=w.device,
-                                               dtype=w.dtype))
+                                               dtype=dtype))
         self.dropout = nn.Dropout(dropout)
 
     def extra_repr(self) -> str:
@@ -567,7 +601,8 @@ class FlyLoRALinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.base_layer(x)                                            # (*, O)
-        z = F.linear(self.dropout(x), self.lora_A)                        # (*, R)
+        z = F.linear(self.dropout(x.to(self.lora_B.dtype)), self.lora_A)  # (*, R)
         idx = z.abs().topk(self.top_k, dim=-1).indices                    # (*, k) active ranks
         u = torch.zeros_like(z).scatter(-1, idx, z.gather(-1, idx))       # (*, R)
-        return y + self.scaling * F.linear(u, self.lora_B)
+        # on a 16-bit base (`trainable_dtype`), W0 h + B u rounded once to its dtype
+        return (y + self.scaling * F.linear(u, self.lora_B)).to(y.dtype)
