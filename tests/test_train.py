@@ -192,7 +192,7 @@ def test_adapters_on_a_bfloat16_backbone_train_in_float32(monkeypatch) -> None:
     bb = tiny_backbone("decoder")
     bb.model.to(torch.bfloat16)
     model = make_moe(bb, SMALL_MOE)
-    params = dict((n, p) for n, p in model.named_parameters() if p.requires_grad)
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     assert {p.dtype for p in params.values()} == {torch.float32}
     assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}
     steps = []

@@ -67,7 +67,7 @@ def fast_dropout(h: Tensor, p: float, *, scaled: bool = True,
     keep = _keep_mask(h, p, draws)
     if keep is None:
         return h
-    out = torch.where(keep, h, _scalar(0, h.dtype))
+    out = torch.where(keep, h, _scalar(0, h))
     return out * dropout_scale(p) if scaled else out
 
 
@@ -96,22 +96,24 @@ def _keep_mask(h: Tensor, p: float, draws: MaskDraws | None = None) -> Tensor | 
         n = h.numel()
         bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=h.device).random_(-2**63, None)
         bits = bits.view(torch.int16)[:n].view(h.shape)
-    return bits >= _scalar(thr - 32768, torch.int16)                       # P = 1 - thr/2^16
+    return bits >= _scalar(thr - 32768, bits)                       # P = 1 - thr/2^16
 
 
-_SCALARS: dict[tuple[float, torch.dtype], Tensor] = {}
+_SCALARS: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
 
 
-def _scalar(value: float, dtype: torch.dtype) -> Tensor | float:
-    """A cached 0-dim CPU tensor: an op reads it as a scalar on any device (no copy, no sync)
-    and, unlike a Python number, does not wrap it into a new tensor on every call. Under
-    ``torch.compile``, ``value`` itself: a graph holds it as a constant, where a read of the
-    cache would make dynamo guard on the cache's contents and compile again once it fills."""
+def _scalar(value: float, like: Tensor) -> Tensor | float:
+    """``value`` as a cached 0-dim tensor of ``like``'s dtype and device: unlike a Python
+    number, it is not wrapped into a new tensor on every call, and unlike a CPU tensor it is
+    never copied to the device (``where`` copies a CPU operand with a stream sync; a ternary op
+    such as ``addcdiv`` refuses one). Under ``torch.compile``, ``value`` itself: a graph holds
+    it as a constant, where a read of the cache would make dynamo guard on the cache's contents
+    and compile again once it fills."""
     if torch.compiler.is_compiling():
         return value
-    key = (value, dtype)
+    key = (value, like.dtype, like.device)
     if key not in _SCALARS:
-        _SCALARS[key] = torch.tensor(value, dtype=dtype)
+        _SCALARS[key] = torch.tensor(value, dtype=like.dtype, device=like.device)
     return _SCALARS[key]
 
 
@@ -174,7 +176,7 @@ class _TopKStep(torch.autograd.Function):
         if v.a.dtype != base_dtype:   # a 16-bit base: the adapter's maths in its float32
             h = h.to(v.a.dtype)
         logits = torch.mm(h, v.router_t)                                  # (T, N)
-        hd = h if keep is None else torch.where(keep, h, _scalar(0, h.dtype))
+        hd = h if keep is None else torch.where(keep, h, _scalar(0, h))
         hd_t = hd.t()                                                     # (E, T)
         z = torch.mm(v.a, hd_t).t()               # (T, N*r) A hd, column-major as u and gu
         probs = torch.softmax(logits, -1)                                 # (T, N)
@@ -183,8 +185,8 @@ class _TopKStep(torch.autograd.Function):
         # p on S. The mask scatters a constant: a scatter_ of the top values (a tensor) would take
         # deterministic mode's sorting index_put on CUDA, and training runs in that mode
         admitted = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, top.indices, True)
-        pm = torch.where(admitted, probs, _scalar(0, probs.dtype))        # (T, N)
-        w = torch.addcdiv(_scalar(0, pm.dtype), pm, top.values.sum(-1, keepdim=True),
+        pm = torch.where(admitted, probs, _scalar(0, probs))        # (T, N)
+        w = torch.addcdiv(_scalar(0, pm), pm, top.values.sum(-1, keepdim=True),
                           value=scale)                                    # (T, N) s c p~
         # (T, N*r) column-major as z and gu: a product of a row- and a column-major operand
         # runs ~10x slower on CPU than one of two alike
@@ -222,7 +224,7 @@ class _TopKStep(torch.autograd.Function):
                 gb = torch.mm(gy_t, u).as_strided((N, O, r), (r, N * r, 1))
             g = torch.mm(gu * z, layer._block_sum(scale))                 # (T, N) dL/dp~
             # the renormalised softmax over S: p~ (g - <g, p~>), one kernel
-            pt = w * _scalar(1.0 / scale, w.dtype)                        # (T, N) p~
+            pt = w * _scalar(1.0 / scale, w)                        # (T, N) p~
             d = torch._softmax_backward_data(g, pt, -1, g.dtype)
             gl = d if gl is None else gl + d                              # (T, N) dL/dl
             gz = gu * w_col                                               # (T, N*r) dL/dz
@@ -232,7 +234,7 @@ class _TopKStep(torch.autograd.Function):
             if need_h:
                 gh = torch.mm(gz, v.a)                                    # (T, E)
                 if keep is not None:
-                    gh = torch.where(keep, gh, _scalar(0, gh.dtype))
+                    gh = torch.where(keep, gh, _scalar(0, gh))
                 if not mixed:
                     gh = gh.addmm_(gy, v.w)
         if gprobs is not None:
