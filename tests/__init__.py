@@ -25,7 +25,8 @@ and ``from tests.support import ...`` stay simple); this map is their layout, st
 - ``figures``: test_figures. ``benchmarks``: test_gpu_check, test_gpu_bundle, test_bench_backbone.
 - the layering rule: test_layers.
 
-Shared helpers live in ``tests/support/`` (suite YAML, small inputs); the README's examples in
+Shared helpers live in ``tests/support/`` (suite YAML, small inputs, a check for CPU tensors
+reaching device ops); the README's examples in
 ``tests/example_*.py``; ``tests/lmeval.py`` runs lm-evaluation-harness for the lm-eval tests and
 ``tests/dist_worker.py`` is the 2-process worker of test_accelerate.
 """

@@ -227,6 +227,37 @@ def test_a_training_step_reads_nothing_back(request, mode: str) -> None:
             assert names.count(sync) == 0, (type(model).__name__, sync)
 
 
+@pytest.mark.parametrize("mode", sorted(HEADS.names()))
+def test_no_cpu_tensor_reaches_a_device_op(mode: str) -> None:
+    """Every head, run on the meta device (standing in for a GPU) with the batch moved there as
+    training moves it: a MoE-LoRA and a LoRA training step (with the Switch loss) and a MoE-LoRA
+    eval pass under CARE with statistics hand no op a CPU tensor (`CpuOperands`)."""
+    from baselines.dense import make_dense
+    from baselines.gates import Care
+    from baselines.moe import load_balance_loss, record_stats, set_gate
+    from tests.support.devices import CpuOperands
+
+    recs = toy_records(6, seed=1, n_choices=(2, 3, 4))
+    kind = HEADS.get(mode).kind
+    for make in (make_moe, make_dense):
+        model = make(tiny_backbone(kind), SMALL_MOE if make is make_moe else "lora", mode=mode)
+        model.to("meta").train()
+        batch = {k: v.to("meta") for k, v in model.encode(recs, 64).items()}
+        ops = CpuOperands()
+        with ops:
+            loss = model(batch).sum()
+            if model.has_moe:
+                loss = loss + load_balance_loss(model.backbone)
+            loss.backward()
+            if model.has_moe:
+                model.eval()
+                set_gate(model.backbone, Care(0.6, k_max=SMALL_MOE.n_experts))
+                record_stats(model.backbone, True)
+                with torch.no_grad():
+                    model(batch)
+        assert ops.ops == [], (make.__name__, ops.ops)
+
+
 @pytest.mark.parametrize("model_type", sorted(MASK_4D_ENCODER_TYPES))
 def test_encoder_calls_take_the_mask_transformers_builds_for_sdpa(model_type: str) -> None:
     """The (S, 1, L, L) mask without padded keys that an encoder call is given: the hidden states

@@ -5,8 +5,6 @@ import pytest
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
-from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from baselines.gates import Care, NucleusOnly, RandomK, TopK
 from baselines.moe import (
@@ -19,6 +17,7 @@ from baselines.moe import (
     set_gate,
     set_token_mask,
 )
+from tests.support.devices import CpuOperands
 from tests.test_moe import batch, randomize, tiny_bert, tiny_llama
 
 
@@ -95,30 +94,14 @@ def test_fast_step_on_a_bfloat16_base_equals_reference(variant: str) -> None:
                                    msg=name)
 
 
-class _CpuOperands(TorchDispatchMode):
-    """Records every op that receives a CPU tensor beside tensors of another device."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        leaves = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        if len({t.device.type for t in leaves}) > 1:
-            self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_no_cpu_tensor_reaches_a_device_op(dtype) -> None:
-    """On a GPU a CPU tensor among device operands is either an error (a ternary op such as
-    addcdiv) or copied to the device with a stream sync (``where``); only binary ops read a
-    0-dim one as a scalar. The fast step, the reference path and an eval pass with statistics,
-    run on the meta device (standing in for a GPU), hand no op a CPU tensor."""
+    """The fast step, the reference path and an eval pass with statistics, run on the meta
+    device (standing in for a GPU), hand no op a CPU tensor (`CpuOperands`)."""
     base = nn.Linear(48, 40, device="meta", dtype=dtype).requires_grad_(False)
     layer = MoELoRALinear(base, n_experts=6, rank=3, gate=TopK(2), dropout=0.2).train()
     x = torch.randn(64, 48, device="meta", dtype=dtype, requires_grad=True)
-    mode = _CpuOperands()
+    mode = CpuOperands()
     for fast in (True, False):
         layer.fast_path = fast
         with mode:
