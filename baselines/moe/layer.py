@@ -96,7 +96,7 @@ def _keep_mask(h: Tensor, p: float, draws: MaskDraws | None = None) -> Tensor | 
         n = h.numel()
         bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=h.device).random_(-2**63, None)
         bits = bits.view(torch.int16)[:n].view(h.shape)
-    return bits >= _scalar(thr - 32768, bits)                       # P = 1 - thr/2^16
+    return bits >= _scalar(thr - 32768, bits)                             # P = 1 - thr/2^16
 
 
 _SCALARS: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
@@ -185,7 +185,7 @@ class _TopKStep(torch.autograd.Function):
         # p on S. The mask scatters a constant: a scatter_ of the top values (a tensor) would take
         # deterministic mode's sorting index_put on CUDA, and training runs in that mode
         admitted = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, top.indices, True)
-        pm = torch.where(admitted, probs, _scalar(0, probs))        # (T, N)
+        pm = torch.where(admitted, probs, _scalar(0, probs))              # (T, N)
         w = torch.addcdiv(_scalar(0, pm), pm, top.values.sum(-1, keepdim=True),
                           value=scale)                                    # (T, N) s c p~
         # (T, N*r) column-major as z and gu: a product of a row- and a column-major operand
@@ -224,7 +224,7 @@ class _TopKStep(torch.autograd.Function):
                 gb = torch.mm(gy_t, u).as_strided((N, O, r), (r, N * r, 1))
             g = torch.mm(gu * z, layer._block_sum(scale))                 # (T, N) dL/dp~
             # the renormalised softmax over S: p~ (g - <g, p~>), one kernel
-            pt = w * _scalar(1.0 / scale, w)                        # (T, N) p~
+            pt = w * _scalar(1.0 / scale, w)                              # (T, N) p~
             d = torch._softmax_backward_data(g, pt, -1, g.dtype)
             gl = d if gl is None else gl + d                              # (T, N) dL/dl
             gz = gu * w_col                                               # (T, N*r) dL/dz
