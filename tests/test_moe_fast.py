@@ -255,10 +255,12 @@ DETERMINISTIC_DETOURS = {("scatter", "src"), ("scatter_", "src"), ("scatter_add"
                          ("put_", None)}
 
 
-def test_fast_step_takes_no_op_deterministic_mode_replaces_on_cuda(monkeypatch) -> None:
-    """The hand-written step's forward and backward (with the Switch loss) call none of the
-    ops that deterministic mode reroutes on CUDA (`DETERMINISTIC_DETOURS`). It scattered the
-    top-k probabilities (a tensor) into the mixture weights, which the check sees."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fast_step_takes_no_op_deterministic_mode_replaces_on_cuda(monkeypatch, dtype) -> None:
+    """The hand-written step's forward and backward (with the Switch loss), on a float32
+    backbone and on a GPU's bfloat16 one, call none of the ops that deterministic mode reroutes
+    on CUDA (`DETERMINISTIC_DETOURS`). It scattered the top-k probabilities (a tensor) into the
+    mixture weights, which the check sees."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Ops(TorchDispatchMode):
@@ -278,12 +280,12 @@ def test_fast_step_takes_no_op_deterministic_mode_replaces_on_cuda(monkeypatch) 
 
     from baselines.moe.layer import _TopKStep
 
-    model = inject(tiny_llama(), MoELoRAConfig(n_experts=4, rank=2, top_k=2)).train()
+    model = inject(tiny_llama().to(dtype), MoELoRAConfig(n_experts=4, rank=2, top_k=2)).train()
     b = batch()
     set_token_mask(model, b["attention_mask"].bool())
     calls, apply = [], _TopKStep.apply
     monkeypatch.setattr(_TopKStep, "apply", lambda *a: calls.append(1) or apply(*a))
-    step = lambda: (model(**b).last_hidden_state.pow(2).mean()
+    step = lambda: (model(**b).last_hidden_state.float().pow(2).mean()
                     + 0.01 * load_balance_loss(model)).backward()
     assert detours(step) == set()
     assert len(calls) == len(moe_layers(model))                   # every layer took the step
