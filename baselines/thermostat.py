@@ -99,15 +99,18 @@ def measure_k(model: nn.Module, batches: Sequence[Any], forward: Forward | None 
                     forward(model, batch)
                 except _StopForward:
                     pass
-                for i, (acc, layer) in enumerate(zip(out, layers)):
-                    if only_layer is not None and i != only_layer:
-                        continue
-                    st = layer.last_stats
-                    if st is None:
+                measured = range(len(layers)) if only_layer is None else [only_layer]
+                ks = []
+                for i in measured:
+                    if layers[i].last_stats is None:
                         raise ValueError(f"measure_k: MoE layer {i} did not run in forward()")
-                    k = st["k"]
-                    keep = am.bool().to(k.device) if am is not None else torch.ones_like(k).bool()
-                    acc.append(k[keep].round().long().cpu())
+                    ks.append(layers[i].last_stats["k"])
+                k = torch.stack(ks)                                       # (layers, *lead)
+                keep = (am.bool().to(k.device) if am is not None
+                        else torch.ones(k.shape[1:], dtype=torch.bool, device=k.device))
+                # every layer's tokens read back at once: one wait for a GPU per batch
+                for i, row in zip(measured, k[:, keep].round().long().cpu()):
+                    out[i].append(row)
     finally:
         if hook is not None:
             hook.remove()

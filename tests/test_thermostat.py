@@ -105,6 +105,20 @@ def test_padding_is_not_counted(model, batches) -> None:
     assert ks[0].numel() == int(b["attention_mask"].sum())
 
 
+def test_measure_k_reads_back_once_per_batch(model, batches) -> None:
+    """Every layer's tokens are selected and read back at once: one boolean indexing (a wait
+    for the device on a GPU) per batch, not one per MoE layer; the same values as per layer."""
+    from torch.profiler import ProfilerActivity, profile
+
+    set_gate(model, Care(0.6))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        ks = measure_k(model, batches)
+    assert [e.name for e in prof.events()].count("aten::nonzero") == len(batches)
+    assert len(ks) == len(moe_layers(model)) > 1
+    for i in (0, len(ks) - 1):
+        assert torch.equal(measure_k(model, batches, only_layer=i)[i], ks[i])
+
+
 def test_custom_forward_and_mode_restored(model, batches) -> None:
     calls = []
 
