@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     # a list of preset names is comma-separated
     sep = ";" if ";" in args.candidates or ":" in args.candidates else ","
     cands = [parse_candidate(c) for c in args.candidates.split(sep) if c]
+    from baselines.train import deterministic_cublas
+    deterministic_cublas()   # before the backbone starts CUDA, as a run sets it
     backbones: dict[str, Any] = {}
     for name, cand in cands:
         row = run_candidate(name, cand, args.profile, args.data_dir, args.cache_dir, backbones,
