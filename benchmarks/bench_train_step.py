@@ -141,10 +141,15 @@ def _ratio_line(name: str, bb: Any, batch: int = BATCH, max_length: int = MAX_LE
     s = {"moe": _seconds_per_step(moe, records, batch, max_length),
          "lora": _seconds_per_step(lora, records, batch, max_length)}
     dev = next(moe.parameters()).device
+    layers = moe_layers(moe.backbone)
     return {"benchmark": "train_step_moe_vs_lora", "backbone": name, "device": str(dev),
             "dtype": str(next(moe.parameters()).dtype).replace("torch.", ""),
+            "adapter_dtype": str(layers[0].lora_A.dtype).replace("torch.", ""),
+            # the layers whose last training forward took the hand-written step
+            "fast_step_layers": sum(layer.took_fast_step for layer in layers),
+            "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
             "batch": batch, "max_length": max_length, "steps": steps,
-            "adapted_linears": len(moe_layers(moe.backbone)), "n_experts": cfg.n_experts,
+            "adapted_linears": len(layers), "n_experts": cfg.n_experts,
             "top_k": cfg.top_k,
             "moe_s_per_step": round(s["moe"], 4), "lora_s_per_step": round(s["lora"], 4),
             "moe_tokens_per_s": round(batch * max_length / s["moe"]),

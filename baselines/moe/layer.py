@@ -334,6 +334,8 @@ class MoELoRALinear(nn.Module):
         self._fast_aux: tuple[Tensor, Tensor, Tensor, Tensor | None] | None = None
         self._views_cache: tuple[tuple[Any, ...], _Views] | None = None
         self._block_sums: dict[tuple[Any, ...], Tensor] = {}
+        #: whether the last forward took :class:`_TopKStep` (benchmarks report it)
+        self.took_fast_step = False
 
     def extra_repr(self) -> str:
         return (f"in={self.in_features}, out={self.out_features}, n_experts={self.n_experts}, "
@@ -452,7 +454,8 @@ class MoELoRALinear(nn.Module):
             raise ValueError(f"token mask of shape {tuple(self.token_mask.shape)} does not "
                              f"match this input's {tuple(lead)}: call set_token_mask(model, "
                              "mask) with the current batch's mask, or None")
-        if not self._fast(x):
+        self.took_fast_step = self._fast(x)
+        if not self.took_fast_step:
             return self._forward_reference(x)
         h = x.reshape(-1, self.in_features)                               # (T, E)
         keep = (_keep_mask(h, self.dropout.p, self.mask_draws) if self.dropout.training
