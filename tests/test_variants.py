@@ -75,6 +75,24 @@ def test_variant_trains_and_loss_decreases(trained, name) -> None:
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
+def test_variant_trains_float32_adapters_on_a_bfloat16_backbone(name) -> None:
+    """On a GPU's bfloat16 backbone every variant's trainable parameters are float32
+    (`baselines.moe.trainable_dtype`, as peft makes dense LoRA's), two training steps move
+    every one of them, and an eval pass gives finite logits."""
+    bb = tiny_backbone("encoder")
+    bb.model.to(torch.bfloat16)
+    model = make_moe(bb, variant_config(name), mode="cross_encoder")
+    params = model.trainable_parameters()
+    assert {p.dtype for p in params} == {torch.float32}
+    before = [p.detach().clone() for p in params]
+    train(model, toy_records(16, seed=1),
+          TrainConfig(epochs=1, batch_size=8, max_length=48, warmup_ratio=0.0), progress=False)
+    assert all(not torch.equal(p, b) for p, b in zip(params, before))
+    assert np.isfinite(collect(model, toy_records(4, seed=2), batch_size=4,
+                               progress=False)["logits"]).all()
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
 def test_outputs_carry_router_fields_and_every_scorer_runs(trained, name) -> None:
     model, _ = trained[name]
     recs = toy_records(6, seed=3)
