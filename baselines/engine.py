@@ -145,9 +145,10 @@ class TorchEngine:
                 material["top_layers"] = p.top_layers
         material["head"] = self.head_mode()
         dtype = self.backbone().model.dtype
-        if moe.trainable_dtype(dtype) != dtype:   # a 16-bit backbone: since adapters on one
-            # train in float32, their checkpoints are not those trained in its dtype before
-            material["adapter_dtype"] = str(moe.trainable_dtype(dtype)).removeprefix("torch.")
+        adapter_dtype = moe.trainable_dtype(dtype)
+        if adapter_dtype != dtype:   # a 16-bit backbone: since adapters on one train in
+            # float32, their checkpoints are not those trained in its dtype before
+            material["adapter_dtype"] = str(adapter_dtype).removeprefix("torch.")
 
         def write(tmp: Path) -> None:
             t = time.perf_counter()

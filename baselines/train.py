@@ -487,22 +487,19 @@ def _to_device(batch: dict[str, Tensor], labels: Tensor, device: torch.device
 CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")
 
 
-def deterministic_cublas() -> bool:
+def deterministic_cublas() -> None:
     """Make this process's CUDA matmuls deterministic while that is still possible: set
     ``CUBLAS_WORKSPACE_CONFIG`` to ``:4096:8`` where a GPU is present, the variable is unset
-    and CUDA has not started (cuBLAS and PyTorch read it once, at the first matmul). Returns
-    whether it set it; a value already set is kept, and `deterministic_training` records one
-    that is not deterministic.
+    and CUDA has not started (cuBLAS and PyTorch read it once, at the first matmul). A value
+    already set is kept, and `deterministic_training` records one that is not deterministic.
 
     ``:4096:8`` rather than ``:16:8``: NVIDIA's cuBLAS guide (Results reproducibility) gives it
     a cost of about 24 MiB of GPU memory, where ``:16:8`` may limit performance; it is also
     PyTorch's default workspace (32 MiB) on Hopper and Blackwell GPUs, and larger than its
     default on older ones, so no matmul loses workspace."""
-    if ("CUBLAS_WORKSPACE_CONFIG" in os.environ or not torch.cuda.is_available()
-            or torch.cuda.is_initialized()):
-        return False
-    os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_DETERMINISTIC[0]
-    return True
+    if ("CUBLAS_WORKSPACE_CONFIG" not in os.environ and torch.cuda.is_available()
+            and not torch.cuda.is_initialized()):
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_DETERMINISTIC[0]
 
 
 @contextmanager

@@ -62,9 +62,9 @@ def test_fast_step_on_a_bfloat16_base_equals_reference(variant: str) -> None:
     the fast step. Against the reference, with the layer's Switch loss: the float32 parameters'
     gradients equal to float32 rounding (1e-5 of the largest), the bfloat16 output to one
     bfloat16 rounding (2**-7 relative), the input gradient to one rounding of its largest
-    element: the fast step adds the base's part of dL/dh to the rounded adapter's part in one
-    addmm, where autograd rounds both parts, so where they cancel the two differ by a rounding
-    of the parts, not of the sum."""
+    element: the fast step adds the adapter's float32 part of dL/dh to the base's part and
+    rounds once, where autograd rounds the adapter's part first, so where the parts cancel the
+    two differ by a rounding of the parts, not of the sum."""
     torch.manual_seed(0)
     E, O, T = 48, 40, 64
     base = nn.Linear(E, O).to(torch.bfloat16).requires_grad_(False)
