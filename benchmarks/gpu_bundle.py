@@ -156,20 +156,6 @@ def _data_folders(suite: Any, data_dir: Path) -> list[str]:
     return sorted(folders)
 
 
-def _split_files(suite: Any, splits_dir: Path) -> dict[str, Path]:
-    """The split cache entries of ``suite``: ``<splits_dir>/<suite>/*.json`` whose domain, role
-    and content hash are one of the suite's splits."""
-    want = {(d, r): s.hash for (d, r), s in suite.splits.items()}
-    found: dict[str, Path] = {}
-    for path in sorted((splits_dir / suite.name).glob("*.json")):
-        d = json.loads(path.read_text(encoding="utf-8"))
-        if want.get((d.get("domain"), d.get("role"))) == d.get("hash"):
-            found[f"{d['domain']}/{d['role']}"] = path
-    if missing := sorted(f"{d}/{r}" for d, r in want if f"{d}/{r}" not in found):
-        raise BundleError(f"no split cache entry in {splits_dir} for {missing}")
-    return found
-
-
 def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
          backbone: str = GPU_BACKBONE, cache_dir: Path | None = None,
          data_dir: Path | None = None, wheels: bool = True, part_mib: float = PART_MIB,
@@ -178,6 +164,7 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
     from baselines.backbones import BACKBONES, check_backbone
     from uqbench.core.profiles import get_profile
     from uqbench.data.sources import resolve_data_dir
+    from uqbench.data.split_cache import SplitCache
     from uqbench.data.suites import build_suite
     from uqbench.files.cache import resolve_cache_dir
 
@@ -194,11 +181,10 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
     if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         raise BundleError(f"{out} is not empty and holds no bundle ({MANIFEST}): refusing to "
                           "replace it; give another --out")
-    cache = resolve_cache_dir(cache_dir)
+    splits = SplitCache(resolve_cache_dir(cache_dir) / "splits")
     t0 = time.perf_counter()
-    built = build_suite(suite, profile, data_dir=data, cache_dir=cache / "splits",
-                        progress=progress)
-    files = _split_files(built, cache / "splits")
+    built = build_suite(suite, profile, data_dir=data, cache_dir=splits, progress=progress)
+    files = splits.used   # the entries a run of this profile reads, not another's
     folders = _data_folders(built, data)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -219,7 +205,7 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
             ti = tarfile.TarInfo(INFO)
             ti.size = len(blob)
             tar.addfile(ti, io.BytesIO(blob))
-            for key, path in files.items():
+            for path in files.values():
                 tar.add(path, f"cache/splits/{built.name}/{path.name}")
             for name in ("manifest.json", "MANIFEST.txt"):
                 if (data / name).is_file():

@@ -68,11 +68,19 @@ def test_stash_refuses_parts_of_another_bundle(tmp_path) -> None:
 
 def test_bundle_round_trip_on_the_cpu(tmp_path, real_data, smoke_splits, procs) -> None:
     """The smoke profile's bundle (tiny-llama: no weights; --no-wheels), carried one part at a
-    time into a fresh folder, unpacked elsewhere and dry-run: the same splits, none rebuilt."""
+    time into a fresh folder, unpacked elsewhere and dry-run: the same splits, none rebuilt.
+    The cache also holds another profile's entry of every split, same records under another
+    key, as a shared cache does: the bundle carries the entries this profile's run reads."""
     from uqbench.data.suites import build_suite
+    from uqbench.files.cache import key_hash
 
     cache = tmp_path / "cache"
     shutil.copytree(smoke_splits, cache / "splits")   # the profile's splits, built once
+    for path in sorted((cache / "splits" / "pooled").glob("*.json")):
+        entry = json.loads(path.read_text())
+        entry["key"]["caps"]["train"] = 4
+        other = f"{entry['domain']}-{entry['role']}-{key_hash(entry['key'])[:24]}.json"
+        (path.parent / other).write_text(json.dumps(entry))
     out = tmp_path / "bundle"
     assert gpu_bundle.main(["make", "--profile", "smoke", "--backbone", "tiny-llama",
                             "--no-wheels", "--part-mib", "1", "--cache-dir", str(cache),

@@ -38,10 +38,13 @@ def canon(x: Any) -> Any:
 
 class SplitCache:
     """``root/<suite>/<domain>-<role>-<keyhash>.json`` entries (see the module doc); no root:
-    nothing is cached."""
+    nothing is cached. ``used`` maps (domain, role) to the entry this cache last served or
+    wrote: the files a suite was built from (another profile's entry of the same split has
+    another key)."""
 
     def __init__(self, root: str | Path | None) -> None:
         self.root = Path(root) if root is not None else None
+        self.used: dict[tuple[str, str], Path] = {}
 
     def path(self, suite: str, domain: str, role: str, material: Mapping[str, Any]) -> Path:
         assert self.root is not None
@@ -66,6 +69,7 @@ class SplitCache:
             if (split.domain, split.role) != (domain, role):
                 raise ValueError("domain/role mismatch")
             int(split.recipe["selection"]["stop"])
+            self.used[domain, role] = path
             return split
         except (OSError, ValueError, KeyError, TypeError) as exc:
             warnings.warn(f"cached split {path} is corrupt or stale ({type(exc).__name__}: "
@@ -81,6 +85,7 @@ class SplitCache:
                 "role": split.role, "hash": split.hash, "recipe": canon(split.recipe),
                 "records": [r.to_json() for r in split.records]}
         atomic_write_text(path, json.dumps(blob, ensure_ascii=False, sort_keys=True))
+        self.used[split.domain, split.role] = path
 
 
 __all__ = ["CACHE_FORMAT", "SplitCache", "canon"]

@@ -404,8 +404,9 @@ def _check_disjoint(suite: str, dom: str, splits: Mapping[str, Split]) -> None:
 
 
 def build_suite(name_or_path: str | Path | SuiteSpec, profile: Profile | str, *,
-                data_dir: str | Path | None = None, cache_dir: str | Path | None = None,
-                seed: int = 0, progress: bool = True, verify: bool = True,
+                data_dir: str | Path | None = None,
+                cache_dir: str | Path | SplitCache | None = None, seed: int = 0,
+                progress: bool = True, verify: bool = True,
                 hub_loader: HubLoader | None = None) -> Suite:
     """Build (or load from the cache) every split of a suite.
 
@@ -418,8 +419,9 @@ def build_suite(name_or_path: str | Path | SuiteSpec, profile: Profile | str, *,
         a suite's own ``caps`` override them.
     data_dir : path, optional
         Local data folder (default ``$UQBENCH_DATA``; neither: the Hugging Face hub).
-    cache_dir : path, optional
-        Where built splits are cached as JSON (None: no cache).
+    cache_dir : path or SplitCache, optional
+        Where built splits are cached as JSON (None: no cache); a `SplitCache` also tells
+        which entries the suite was built from (``used``).
     seed : int
         Seeds the pool orders, halves and distractor builders.
     progress : bool
@@ -447,8 +449,8 @@ def build_suite(name_or_path: str | Path | SuiteSpec, profile: Profile | str, *,
                                    "id": prof.id_cap, "shift": prof.shift_cap}
     caps.update(spec.caps)
     root = sources.resolve_data_dir(data_dir)
-    maker = _SplitMaker(spec, caps, seed, root, verify, SplitCache(cache_dir), progress,
-                        hub_loader)
+    cache = cache_dir if isinstance(cache_dir, SplitCache) else SplitCache(cache_dir)
+    maker = _SplitMaker(spec, caps, seed, root, verify, cache, progress, hub_loader)
     # everything that can fail cheaply fails here, before any split is built
     dom_files = {dom.name: {f: h for role in ROLES for f, h in maker.files(dom.roles[role]).items()}
                  for dom in spec.domains}
