@@ -270,6 +270,9 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                         aux = distributed.all_sum(weight * aux) / world
                         right = distributed.all_sum(right)
                     loss.backward()
+                    if model.has_moe:   # no graph outlives its step
+                        from baselines.moe import forget_aux
+                        forget_aux(model.backbone)
                     if config.grad_clip is not None:
                         torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
                     opt.step()

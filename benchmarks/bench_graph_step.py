@@ -40,6 +40,9 @@ def _step(model: Any, enc: dict[str, torch.Tensor], labels: torch.Tensor,
             from baselines.moe import load_balance_loss
             loss = loss + lb_coef * load_balance_loss(model.backbone)
         loss.backward()
+        if model.has_moe:   # as the training loop: no graph outlives its step
+            from baselines.moe import forget_aux
+            forget_aux(model.backbone)
         opt.step()
         opt.zero_grad(set_to_none=False)   # gradients stay where the graph wrote them
         return loss.detach()

@@ -208,6 +208,54 @@ def test_adapters_on_a_bfloat16_backbone_train_in_float32(monkeypatch) -> None:
     assert routers and min(moved) > 0.9, moved
 
 
+def _graph_holders(model: torch.nn.Module) -> list[str]:
+    """The attributes of ``model``'s modules that hold a tensor of an autograd graph."""
+    found: list[str] = []
+
+    def walk(name: str, value: object) -> None:
+        if isinstance(value, torch.Tensor):
+            if value.grad_fn is not None:
+                found.append(name)
+        elif isinstance(value, (tuple, list)):
+            for i, v in enumerate(value):
+                walk(f"{name}[{i}]", v)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{name}[{k!r}]", v)
+
+    for mod_name, mod in model.named_modules():
+        for key, value in vars(mod).items():
+            walk(f"{mod_name or 'model'}.{key}", value)
+    return found
+
+
+@pytest.mark.parametrize(("kind", "mode", "variant"), [
+    ("decoder", "letters", "moe-lora"), ("decoder", "cloze", "loramoe"),
+    ("encoder", "cross_encoder", "moe-lora"), ("decoder", "letters", None)])
+def test_no_autograd_graph_outlives_its_training_step(monkeypatch, kind, mode, variant) -> None:
+    """When a step's forward starts, nothing the model keeps holds the last step's autograd
+    graph: a kept graph holds its gradient accumulators, and on a GPU these run on the stream
+    that made them, which breaks a CUDA graph capture of the next step (and keeps memory)."""
+    from dataclasses import replace
+
+    from baselines.dense import make_dense
+
+    model = (make_moe(tiny_backbone(kind), replace(SMALL_MOE, variant=variant), mode=mode)
+             if variant else make_dense(tiny_backbone(kind), "lora", mode=mode))   # None: LoRA
+    held = []
+    forward = type(model).forward
+
+    def spy(self, batch):
+        held.append(_graph_holders(self))
+        return forward(self, batch)
+
+    monkeypatch.setattr(type(model), "forward", spy)
+    train(model, toy_records(16), TrainConfig(epochs=1, batch_size=8, max_length=32),
+          progress=False)
+    assert len(held) == 2 and held == [[], []], held
+    assert _graph_holders(model) == []
+
+
 def test_trains_with_topk_gate(monkeypatch) -> None:
     model = make_moe(tiny_backbone("encoder"), SMALL_MOE)
     set_gate(model.backbone, Care(tau=0.5, k_max=4))

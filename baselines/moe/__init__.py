@@ -42,6 +42,7 @@ from baselines.moe.config import (
     Variant,
 )
 from baselines.moe.inject import (
+    forget_aux,
     get_gates,
     inject,
     layer_stats,
@@ -78,6 +79,7 @@ from baselines.moe.losses import (
 )
 
 __all__ = [
+    "forget_aux",
     "AUTO_TARGETS",
     "BERT_TARGETS",
     "FFN_PATTERN",

@@ -189,6 +189,14 @@ def layer_stats(model: nn.Module) -> list[dict[str, Tensor]]:
     return out
 
 
+def forget_aux(model: nn.Module) -> None:
+    """Drop each layer's auxiliary-loss inputs of the last forward, once its loss has run
+    backward: kept, they hold that step's autograd graph, whose gradient accumulators run on the
+    CUDA stream that made them (a CUDA graph capture of the next step fails on that)."""
+    for layer in _layers_or_raise(model, "forget_aux"):
+        layer._aux = None
+
+
 def load_balance_loss(model: nn.Module) -> Tensor:
     """Auxiliary (load-balancing) loss of the last forward, averaged over MoE layers.
 
