@@ -20,9 +20,11 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +43,8 @@ COMPILE_MODES = ("off", "on", "auto")
 LENGTH_BUCKET = 64
 #: the logged loss is read from the device (one host sync) once every this many steps
 LOG_EVERY = 16
+#: graph path: eager steps of a batch shape before its forward and backward are captured
+GRAPH_WARMUP = 2
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,10 @@ class TrainConfig:
         "sequence lengths padded up to a multiple of 64 (at most max_length), the last batch "
         "padded to batch_size with masked rows. off | on | auto (on where the model is on "
         "CUDA); off trains exactly as without the option", "off")
+    cuda_graph: bool = help_field(
+        "replay each step's forward and backward as a CUDA graph, one per batch shape (the "
+        "static shapes of compile; the optimizer runs eagerly): the eager step is bound by "
+        "launching kernels. CUDA only; one process; not with compile", False)
 
     def __post_init__(self) -> None:
         checks = [
@@ -78,6 +86,7 @@ class TrainConfig:
             ("warmup_ratio", 0 <= self.warmup_ratio < 1),
             ("grad_clip", self.grad_clip is None or self.grad_clip > 0),
             ("compile", self.compile in COMPILE_MODES),
+            ("cuda_graph", not (self.cuda_graph and self.compile == "on")),
         ]
         for name, ok in checks:
             if not ok:
@@ -214,8 +223,9 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     bar = tqdm(total=total, desc="train", disable=not progress or not distributed.is_main(),
                leave=False)
     world = distributed.world()
+    graphs = _GraphSteps(model.device, world) if config.cuda_graph else None
     net = model if world == 1 else _ddp(model)
-    compiled = compile_enabled(config, model.device)
+    compiled = compile_enabled(config, model.device) and not config.cuda_graph
     # compiled path: every process's share padded to one row count (static shapes)
     rows = math.ceil(config.batch_size / world)
     compile_log = None
@@ -233,6 +243,38 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                 opt, num_warmup_steps=math.ceil(config.warmup_ratio * total),
                 num_training_steps=total)
             model.train()
+
+            def forward_backward(enc: dict[str, Tensor], labels: Tensor, n: int, weight: float,
+                                 n_batch: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                """The step's loss, run backward: (CE, aux loss, right answers, loss)."""
+                logits = net(enc)                                         # (B, C)
+                if len(logits) > n:   # padding rows: no loss, no gradient
+                    logits, labels = logits[:n], labels[:n]
+                aux = torch.zeros((), device=model.device)
+                if model.has_moe and lb_coef > 0:
+                    from baselines.moe import load_balance_loss
+                    aux = aux + lb_coef * load_balance_loss(model.backbone)
+                if dense.is_adalora(model):
+                    aux = aux + dense.adalora_orth_loss(model)
+                right = weight * (logits.detach().argmax(1) == labels).sum().float()
+                if world == 1:
+                    ce = F.cross_entropy(logits, labels)
+                    loss = ce + aux
+                else:
+                    ce_sum = weight * F.cross_entropy(logits, labels, reduction="sum")
+                    loss = ce_sum * (world / n_batch) + weight * aux
+                    ce = distributed.all_sum(ce_sum) / n_batch
+                    aux = distributed.all_sum(weight * aux) / world
+                    right = distributed.all_sum(right)
+                loss.backward()
+                if model.has_moe:   # no graph outlives its step
+                    from baselines.moe import forget_aux
+                    forget_aux(model.backbone)
+                return ce, aux, right, loss
+
+            if graphs is not None:
+                graphs.fn = lambda e, y, n: forward_backward(e, y, n, 1.0, n)
+            static = compiled or graphs is not None   # static shapes
             step = 0
             for epoch in range(config.epochs):
                 for batch_records in _records(records, config, gen):
@@ -242,44 +284,26 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                     mine = batch_records[distributed.rank()::world] or batch_records[:1]
                     weight = 1.0 if distributed.rank() < len(batch_records) else 0.0
                     n = len(mine)
-                    if compiled:   # rows past n repeat real ones, masked out below
+                    if static:   # rows past n repeat real ones, masked out below
                         mine = mine + [mine[i % n] for i in range(rows - n)]
                     enc = model.encode(mine, config.max_length)
                     labels = torch.tensor([r.answer for r in mine])
-                    if compiled:
+                    if static:
                         enc = static_shapes(enc, n, _length_cap(model, config.max_length),
                                             _pad_id(model))
                     enc, labels = _to_device(enc, labels, model.device)
-                    logits = net(enc)                                     # (B, C)
-                    if len(logits) > n:   # padding rows: no loss, no gradient
-                        logits, labels = logits[:n], labels[:n]
-                    aux = torch.zeros((), device=model.device)
-                    if model.has_moe and lb_coef > 0:
-                        from baselines.moe import load_balance_loss
-                        aux = aux + lb_coef * load_balance_loss(model.backbone)
-                    if dense.is_adalora(model):
-                        aux = aux + dense.adalora_orth_loss(model)
-                    right = weight * (logits.detach().argmax(1) == labels).sum().float()
-                    if world == 1:
-                        ce = F.cross_entropy(logits, labels)
-                        loss = ce + aux
+                    if graphs is None:
+                        ce, aux, right, loss = forward_backward(enc, labels, n, weight,
+                                                                len(batch_records))
                     else:
-                        ce_sum = weight * F.cross_entropy(logits, labels, reduction="sum")
-                        loss = ce_sum * (world / len(batch_records)) + weight * aux
-                        ce = distributed.all_sum(ce_sum) / len(batch_records)
-                        aux = distributed.all_sum(weight * aux) / world
-                        right = distributed.all_sum(right)
-                    loss.backward()
-                    if model.has_moe:   # no graph outlives its step
-                        from baselines.moe import forget_aux
-                        forget_aux(model.backbone)
+                        ce, aux, right, loss = graphs(enc, labels, n)
                     if config.grad_clip is not None:
                         torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
                     opt.step()
                     sched.step()
                     if dense.is_adalora(model):
                         dense.adalora_update(model, step)
-                    opt.zero_grad(set_to_none=True)
+                    opt.zero_grad(set_to_none=graphs is None)   # graphs: gradients stay put
                     log.add(ce, aux, right, loss, len(batch_records))
                     step += 1
                     if step % LOG_EVERY == 0 or step == total:
@@ -337,6 +361,62 @@ class _StepLog:
         self.aux_losses += [r[1] for r in rows]
         self.accuracy += [r[2] / b for r, b in zip(rows, self._sizes)]
         self._pending, self._sizes = [], []
+
+
+class _GraphSteps:
+    """The training step's forward and backward replayed as CUDA graphs, one per batch shape
+    (`TrainConfig.cuda_graph`; the shapes are `static_shapes`'). A shape's first `GRAPH_WARMUP`
+    steps run eagerly on a side stream (capture needs warmed-up kernels and autograd state), the
+    next one is captured with its batch copied into static buffers, then replayed; every later
+    step of that shape copies its batch into the buffers and replays. The backward accumulates
+    into each parameter's own ``.grad``, so gradients are zeroed in place, never set to None;
+    clipping, AdamW and the schedule run eagerly after it (a few fused kernels), so the learning
+    rate stays a float. Each graph keeps its own memory pool (its step's activations)."""
+
+    #: the step: (batch, labels, real rows) -> (CE, aux loss, right answers, loss), backward run
+    fn: Callable[[dict[str, Tensor], Tensor, int], tuple[Tensor, ...]]
+
+    def __init__(self, device: torch.device, world: int) -> None:
+        if world > 1 or device.type != "cuda":
+            raise ConfigError(f"train: cuda_graph needs one process with the model on a CUDA "
+                              f"device (here {world} process(es), {device}); turn it off")
+        self.graphs: dict[tuple[Any, ...], tuple[Any, Any, dict[str, Tensor], Tensor]] = {}
+        self.eager: Counter[tuple[Any, ...]] = Counter()
+        self.stream = torch.cuda.Stream()
+
+    def __call__(self, enc: dict[str, Tensor], labels: Tensor, n: int) -> tuple[Tensor, ...]:
+        key = (n, *((k, tuple(v.shape), v.dtype) for k, v in enc.items()))
+        if key not in self.graphs and self.eager[key] < GRAPH_WARMUP:
+            self.eager[key] += 1
+            with self._side_stream():
+                return self.fn(enc, labels, n)
+        if key not in self.graphs:
+            buf, buf_labels = {k: v.clone() for k, v in enc.items()}, labels.clone()
+            self.graphs[key] = (*self._capture(lambda: self.fn(buf, buf_labels, n)), buf,
+                                buf_labels)
+        graph, outs, buf, buf_labels = self.graphs[key]
+        for k, v in enc.items():
+            buf[k].copy_(v)
+        buf_labels.copy_(labels)
+        return self._replay(graph, outs)
+
+    @contextmanager
+    def _side_stream(self) -> Iterator[None]:
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            yield
+        torch.cuda.current_stream().wait_stream(self.stream)
+
+    def _capture(self, fn: Callable[[], tuple[Tensor, ...]]) -> tuple[Any, tuple[Tensor, ...]]:
+        """(the graph, its output tensors); capturing runs no kernel."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = fn()
+        return graph, outs
+
+    def _replay(self, graph: Any, outs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        graph.replay()
+        return outs
 
 
 def compile_enabled(config: TrainConfig, device: torch.device) -> bool:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections import Counter
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from baselines.backbones import tiny_backbone
 from baselines.gates import Care, TopK
 from baselines.heads import make_moe
 from baselines.moe import MoELoRAConfig, get_gates, moe_layers, set_gate
-from baselines.train import TrainConfig, batch_order, train
+from baselines.train import TrainConfig, _GraphSteps, batch_order, train
 from tests.support.data import SMALL_MOE, toy_records
 from uqbench.core.errors import ConfigError
 
@@ -315,3 +316,75 @@ def test_non_finite_loss_raises_at_the_next_read(monkeypatch) -> None:
         train(model, toy_records(40), TrainConfig(epochs=1, batch_size=4, max_length=32),
               progress=False)
     assert len(calls) == 3   # read after step 3 (index 2), not at the end of the 10 steps
+
+
+class _FakeGraphs(_GraphSteps):
+    """`baselines.train._GraphSteps` on the CPU: no stream, and a "graph" that is the captured
+    step itself, re-run on each replay from the static buffers it was captured with (what a
+    replay's kernels read). Capturing runs nothing, as on a GPU."""
+
+    def __init__(self, device, world) -> None:
+        self.graphs, self.eager, self.replays = {}, Counter(), 0
+
+    def _side_stream(self):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def _capture(self, fn):
+        return fn, None
+
+    def _replay(self, graph, outs):
+        self.replays += 1
+        return graph()
+
+
+def test_graph_steps_train_as_the_eager_loop(monkeypatch) -> None:
+    """The graph path's bookkeeping, on the CPU with a fake graph (`_FakeGraphs`): each batch
+    shape warms up eagerly, is captured once, then every later step of that shape copies its
+    batch into the captured buffers and replays. Its training equals, bit for bit, the same
+    path with no step captured (so every replay read its own batch), and the eager loop's
+    losses within float tolerance (its batches are padded to static shapes; dropout 0, so that
+    the masks do not change with the padding). Gradients are zeroed in place, never dropped."""
+    from dataclasses import replace
+
+    from baselines import train as train_mod
+
+    recs = toy_records(40, seed=3)   # 5 steps an epoch, the last one of 4 questions: 2 shapes
+    cfg = TrainConfig(epochs=3, batch_size=9, max_length=32, warmup_ratio=0.0, lr=1e-2)
+    moe = replace(SMALL_MOE, dropout=0.0)
+    made: list[_FakeGraphs] = []
+    monkeypatch.setattr(train_mod, "_GraphSteps",
+                        lambda device, world: made.append(_FakeGraphs(device, world)) or made[-1])
+    zeroed: list[bool] = []
+    zero_grad = torch.optim.AdamW.zero_grad
+    monkeypatch.setattr(torch.optim.AdamW, "zero_grad",
+                        lambda self, set_to_none=True: zeroed.append(set_to_none)
+                        or zero_grad(self, set_to_none))
+
+    def run(warmup: int):
+        monkeypatch.setattr(train_mod, "GRAPH_WARMUP", warmup)
+        model = make_moe(tiny_backbone("decoder"), moe)
+        return model, train(model, recs, replace(cfg, cuda_graph=True), progress=False)
+
+    plain, uncaptured = run(10**6)
+    graphed, got = run(2)
+    g = made[-1]
+    assert len(g.graphs) == 2 and list(g.eager.values()) == [2, 2]
+    assert g.replays == got.steps - 4 == 11 and made[0].replays == 0
+    assert zeroed == [False] * 30
+    assert (got.losses, got.aux_losses) == (uncaptured.losses, uncaptured.aux_losses)
+    for (name, a), b in zip(graphed.named_parameters(), plain.parameters()):
+        assert torch.equal(a, b), name
+    ref = train(make_moe(tiny_backbone("decoder"), moe), recs, cfg, progress=False)
+    assert torch.allclose(torch.tensor(got.losses), torch.tensor(ref.losses), rtol=1e-5)
+    assert torch.allclose(torch.tensor(got.aux_losses), torch.tensor(ref.aux_losses), rtol=1e-5)
+
+
+def test_graph_steps_need_cuda_and_refuse_compile() -> None:
+    """Asked for where it cannot run, the graph path says so before the first step."""
+    model = make_moe(tiny_backbone("decoder"), SMALL_MOE)
+    with pytest.raises(ConfigError, match="cuda_graph needs one process with the model on a "
+                                          "CUDA device"):
+        train(model, toy_records(8), TrainConfig(epochs=1, cuda_graph=True), progress=False)
+    with pytest.raises(ConfigError, match="TrainConfig.cuda_graph=True is invalid"):
+        TrainConfig(cuda_graph=True, compile="on")
