@@ -21,6 +21,12 @@ On a CPU without ``UQBENCH_BENCH_BACKBONE`` it times three cases, one line each:
   only the top-4 experts would do, at no gather cost; the floor of any sparse path;
 - SmolLM2 (where installed: the ``full`` profile's backbone), at the smaller CPU batch
   ``CPU_SHAPE``: the ratio at the width the profile trains.
+
+On a GPU the line also times the graph path (`TrainConfig.cuda_graph`): ``*_graph_s_per_step``
+is the marginal step, ``(t(GRAPH_STEPS) - t(STEPS)) / (GRAPH_STEPS - STEPS)`` over two
+trainings, so the eager warm-up and the capture each one pays once cancel out (the first
+``STEPS`` of one training cost ``*_graph_first_s``). Goal: ``GOAL_STEPS_PER_S`` MoE-LoRA steps
+a second on an H200.
 """
 from __future__ import annotations
 
@@ -38,6 +44,10 @@ GOAL_RATIO = {"cpu": 1.5, "cuda": 1.3}
 #: the ``full`` profile's batch and sequence length
 BATCH, MAX_LENGTH = 16, 256
 STEPS = 8
+#: the longer training of the graph path's marginal step
+GRAPH_STEPS = 32
+#: SmolLM2's ``full`` MoE-LoRA steps a second on an H200 (issue 35)
+GOAL_STEPS_PER_S = 10
 #: SmolLM2's (batch, max_length, steps) on a CPU: an eighth of the GPU's 16 x 256 tokens a step
 CPU_SHAPE = (4, 128, 3)
 
@@ -94,10 +104,13 @@ def random_backbone(folder: Path, gpu: bool) -> Any:
                       kind="decoder")
 
 
-def _seconds_per_step(model: Any, records: list[Any], batch: int, max_length: int) -> float:
+def _train_seconds(model: Any, records: list[Any], batch: int, max_length: int,
+                   cuda_graph: bool = False) -> tuple[float, int]:
+    """(seconds, steps) of one training on ``records``, after a warm-up training."""
     from baselines.train import TrainConfig, train
 
-    cfg = TrainConfig(epochs=1, batch_size=batch, max_length=max_length, bucket=False)
+    cfg = TrainConfig(epochs=1, batch_size=batch, max_length=max_length, bucket=False,
+                      cuda_graph=cuda_graph)
     train(model, records[:2 * batch], cfg, progress=False)               # warm-up
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -105,7 +118,21 @@ def _seconds_per_step(model: Any, records: list[Any], batch: int, max_length: in
     res = train(model, records, cfg, progress=False)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    return (time.perf_counter() - t) / res.steps
+    return time.perf_counter() - t, res.steps
+
+
+def _seconds_per_step(model: Any, records: list[Any], batch: int, max_length: int) -> float:
+    seconds, steps = _train_seconds(model, records, batch, max_length)
+    return seconds / steps
+
+
+def _graph_fields(kind: str, model: Any, batch: int, max_length: int) -> dict[str, float]:
+    """The graph path's marginal step (see the module doc) and its first `STEPS` steps."""
+    records = synthetic_records(batch * GRAPH_STEPS, max_length)
+    short, _ = _train_seconds(model, records[:batch * STEPS], batch, max_length, True)
+    long, _ = _train_seconds(model, records, batch, max_length, True)
+    return {f"{kind}_graph_s_per_step": round((long - short) / (GRAPH_STEPS - STEPS), 4),
+            f"{kind}_graph_first_s": round(short, 2)}
 
 
 def run() -> Iterator[dict[str, Any]]:
@@ -142,6 +169,14 @@ def _ratio_line(name: str, bb: Any, batch: int = BATCH, max_length: int = MAX_LE
          "lora": _seconds_per_step(lora, records, batch, max_length)}
     dev = next(moe.parameters()).device
     layers = moe_layers(moe.backbone)
+    graph: dict[str, Any] = {}
+    if dev.type == "cuda":
+        graph = {**_graph_fields("moe", moe, batch, max_length),
+                 **_graph_fields("lora", lora, batch, max_length)}
+        graph.update(graph_ratio=round(graph["moe_graph_s_per_step"]
+                                       / graph["lora_graph_s_per_step"], 3),
+                     moe_graph_steps_per_s=round(1 / graph["moe_graph_s_per_step"], 1),
+                     goal_steps_per_s=GOAL_STEPS_PER_S)
     return {"benchmark": "train_step_moe_vs_lora", "backbone": name, "device": str(dev),
             "dtype": str(next(moe.parameters()).dtype).replace("torch.", ""),
             "adapter_dtype": str(layers[0].lora_A.dtype).replace("torch.", ""),
@@ -154,5 +189,5 @@ def _ratio_line(name: str, bb: Any, batch: int = BATCH, max_length: int = MAX_LE
             "moe_s_per_step": round(s["moe"], 4), "lora_s_per_step": round(s["lora"], 4),
             "moe_tokens_per_s": round(batch * max_length / s["moe"]),
             "ratio": round(s["moe"] / s["lora"], 3), "goal_ratio": GOAL_RATIO[dev.type],
-            "met": s["moe"] / s["lora"] <= GOAL_RATIO[dev.type],
+            "met": s["moe"] / s["lora"] <= GOAL_RATIO[dev.type], **graph,
             "load": round(os.getloadavg()[0], 2)}
