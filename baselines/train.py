@@ -270,7 +270,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                 if model.has_moe:   # no graph outlives its step
                     from baselines.moe import forget_aux
                     forget_aux(model.backbone)
-                return ce, aux, right, loss
+                return ce.detach(), aux.detach(), right, loss.detach()
 
             if graphs is not None:
                 graphs.fn = lambda e, y, n: forward_backward(e, y, n, 1.0, n)

@@ -324,7 +324,11 @@ class _FakeGraphs(_GraphSteps):
     replay's kernels read). Capturing runs nothing, as on a GPU."""
 
     def __init__(self, device, world) -> None:
-        self.graphs, self.eager, self.replays = {}, Counter(), 0
+        self.graphs, self.eager, self.replays, self.returned = {}, Counter(), 0, []
+
+    def __call__(self, enc, labels, n):
+        self.returned.append(super().__call__(enc, labels, n))
+        return self.returned[-1]
 
     def _side_stream(self):
         import contextlib
@@ -371,6 +375,9 @@ def test_graph_steps_train_as_the_eager_loop(monkeypatch) -> None:
     g = made[-1]
     assert len(g.graphs) == 2 and list(g.eager.values()) == [2, 2]
     assert g.replays == got.steps - 4 == 11 and made[0].replays == 0
+    # a real runner keeps the captured step's outputs: they hold no autograd graph
+    assert len(g.returned) == 15 and not [t for outs in g.returned for t in outs
+                                          if t.grad_fn is not None]
     assert zeroed == [False] * 30
     assert (got.losses, got.aux_losses) == (uncaptured.losses, uncaptured.aux_losses)
     for (name, a), b in zip(graphed.named_parameters(), plain.parameters()):
