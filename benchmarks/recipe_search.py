@@ -21,6 +21,7 @@ import dataclasses
 import json
 import sys
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -118,10 +119,16 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     records = [r for s in suite.role("train") for r in s.records]
     t0 = time.perf_counter()
     losses: tuple[float, ...] = ()
+    diverged = None
     if cand["epochs"] > 0:
         cfg = train.TrainConfig(lr=cand["lr"], head_lr=cand["head_lr"], epochs=int(cand["epochs"]),
                                 batch_size=int(cand["batch"]), max_length=prof.max_length, seed=0)
-        losses = train.train(model, records, cfg, progress=False).losses
+        try:
+            losses = train.train(model, records, cfg, progress=False).losses
+        except FloatingPointError as exc:   # a recipe that diverges is a finding: the search
+            diverged = str(exc)              # records it and goes on to the next candidate
+            warnings.warn(f"recipe_search: candidate {name!r} diverged ({exc}); not scored",
+                          stacklevel=2)
     t_train = time.perf_counter() - t0
     row: dict[str, Any] = {"candidate": name, **cand, "device": str(model.device),
                            "profile": profile, "id_cap": id_cap, "backbone_load_s": load_s,
@@ -130,6 +137,8 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
                            "final_loss": float(np.mean(losses[-10:])) if losses else None,
                            "first_loss": float(np.mean(losses[:10])) if losses else None,
                            "train_seconds": round(t_train, 1)}
+    if diverged is not None:
+        return {**row, "diverged": diverged}
     t0 = time.perf_counter()
     pooled = []
     for dom in suite.domains:
@@ -150,17 +159,19 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of docs/recipe.md: one row per candidate."""
-    doms = [k[4:] for k in rows[0] if k.startswith("acc_")]
+    doms = [k[4:] for k in next((r for r in rows if "diverged" not in r), rows[0])
+            if k.startswith("acc_")]
     head = ["candidate", "head", "lr", "head_lr", "epochs", "train/domain", "targets", "top",
             "batch", "backbone", *doms, "final loss", "train s", "eval s"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        accs = [f"{a:.3f} [{lo:.2f}, {hi:.2f}]" for a, lo, hi in (r[f"acc_{d}"] for d in doms)]
+        accs = ([f"{a:.3f} [{lo:.2f}, {hi:.2f}]" for a, lo, hi in (r[f"acc_{d}"] for d in doms)]
+                if "diverged" not in r else ["diverged"] * len(doms))
         loss = "-" if r["final_loss"] is None else f"{r['final_loss']:.3f}"
         cells = [r["candidate"], r["head"], f"{r['lr']:g}", f"{r['head_lr']:g}", r["epochs"],
                  r["train_cap"], r["targets"], r.get("top", 0) or "all", r.get("batch", 16),
                  r["backbone"], *accs, loss, r["train_seconds"],
-                 r["eval_seconds"]]
+                 r.get("eval_seconds", "-")]
         out.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(out)
 

@@ -122,3 +122,36 @@ def test_id_cap_scores_the_first_questions_of_each_domain(smoke_splits, real_dat
     with pytest.raises(SystemExit):
         main([*argv, "--id-cap", "0"])
     assert "--id-cap 0" in capsys.readouterr().err
+
+
+def test_a_diverging_candidate_is_recorded_and_the_search_goes_on(smoke_splits, real_data,
+                                                                  tmp_path, capsys,
+                                                                  monkeypatch) -> None:
+    """A candidate whose training raises on a non-finite loss (a lease's all-blocks recipe did)
+    gets a line saying so, with a warning, and the next candidate is still trained and scored;
+    the table marks it instead of printing accuracies."""
+    import json
+    import shutil
+
+    from baselines import train
+    from benchmarks.recipe_search import main, table
+
+    def diverge(*args, **kwargs):
+        raise FloatingPointError("train: loss is nan at step 3; lower lr/head_lr or check the "
+                                 "inputs")
+
+    monkeypatch.setattr(train, "train", diverge)
+    shutil.copytree(smoke_splits, tmp_path / "splits")
+    out = tmp_path / "search.jsonl"
+    with pytest.warns(UserWarning, match="candidate 'hot' diverged"):
+        assert main(["--profile", "smoke", "--data-dir", str(real_data), "--cache-dir",
+                     str(tmp_path), "--id-cap", "2", "--out", str(out), "--candidates",
+                     "hot:head=letters,epochs=1,backbone=tiny-llama;"
+                     "zero:head=letters,epochs=0,backbone=tiny-llama"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["candidate"] for r in rows] == ["hot", "zero"]
+    assert "loss is nan at step 3" in rows[0]["diverged"] and rows[0]["steps"] == 0
+    assert not any(k.startswith("acc_") for k in rows[0])
+    assert "diverged" not in rows[1] and rows[1]["id_questions"] == 8
+    lines = table(rows).splitlines()
+    assert lines[2].count("| diverged") == 5 and "diverged" not in lines[3]   # 4 + pooled
