@@ -26,7 +26,9 @@ On a GPU the line also times the graph path (`TrainConfig.cuda_graph`): ``*_grap
 is the marginal step, ``(t(GRAPH_STEPS) - t(STEPS)) / (GRAPH_STEPS - STEPS)`` over two
 trainings, so the eager warm-up and the capture each one pays once cancel out (the first
 ``STEPS`` of one training cost ``*_graph_first_s``). Goal: ``GOAL_STEPS_PER_S`` MoE-LoRA steps
-a second on an H200.
+a second on an H200. ``*_graph_tf32_s_per_step``: the same with float32 matmuls in TensorFloat-32
+(``torch.set_float32_matmul_precision("high")``; a run keeps PyTorch's "highest"): the float32
+adapter products are most of what is left of the replayed step's device time.
 """
 from __future__ import annotations
 
@@ -127,12 +129,21 @@ def _seconds_per_step(model: Any, records: list[Any], batch: int, max_length: in
 
 
 def _graph_fields(kind: str, model: Any, batch: int, max_length: int) -> dict[str, float]:
-    """The graph path's marginal step (see the module doc) and its first `STEPS` steps."""
+    """The graph path's marginal step (see the module doc) and its first `STEPS` steps, then
+    the marginal step with TensorFloat-32 matmuls."""
     records = synthetic_records(batch * GRAPH_STEPS, max_length)
-    short, _ = _train_seconds(model, records[:batch * STEPS], batch, max_length, True)
-    long, _ = _train_seconds(model, records, batch, max_length, True)
-    return {f"{kind}_graph_s_per_step": round((long - short) / (GRAPH_STEPS - STEPS), 4),
-            f"{kind}_graph_first_s": round(short, 2)}
+    out = {}
+    for name, precision in (("graph", "highest"), ("graph_tf32", "high")):
+        before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(precision)
+        try:
+            short, _ = _train_seconds(model, records[:batch * STEPS], batch, max_length, True)
+            long, _ = _train_seconds(model, records, batch, max_length, True)
+        finally:
+            torch.set_float32_matmul_precision(before)
+        out[f"{kind}_{name}_s_per_step"] = round((long - short) / (GRAPH_STEPS - STEPS), 4)
+        out.setdefault(f"{kind}_graph_first_s", round(short, 2))
+    return out
 
 
 def run() -> Iterator[dict[str, Any]]:

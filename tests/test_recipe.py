@@ -146,8 +146,8 @@ def test_a_diverging_candidate_is_recorded_and_the_search_goes_on(smoke_splits, 
     with pytest.warns(UserWarning, match="candidate 'hot' diverged"):
         assert main(["--profile", "smoke", "--data-dir", str(real_data), "--cache-dir",
                      str(tmp_path), "--id-cap", "2", "--out", str(out), "--candidates",
-                     "hot:head=letters,epochs=1,backbone=tiny-llama;"
-                     "zero:head=letters,epochs=0,backbone=tiny-llama"]) == 0
+                     ("hot:head=letters,epochs=1,backbone=tiny-llama;"
+                      "zero:head=letters,epochs=0,backbone=tiny-llama")]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["candidate"] for r in rows] == ["hot", "zero"]
     assert "loss is nan at step 3" in rows[0]["diverged"] and rows[0]["steps"] == 0

@@ -395,3 +395,27 @@ def test_graph_steps_need_cuda_and_refuse_compile() -> None:
         train(model, toy_records(8), TrainConfig(epochs=1, cuda_graph=True), progress=False)
     with pytest.raises(ConfigError, match="TrainConfig.cuda_graph=True is invalid"):
         TrainConfig(cuda_graph=True, compile="on")
+
+
+def test_the_step_benchmark_times_the_graph_path_and_restores_the_precision(monkeypatch
+                                                                          ) -> None:
+    """`benchmarks.bench_train_step`'s graph fields, run on the CPU through the fake graph: the
+    marginal step at both matmul precisions, and PyTorch's precision as it was after."""
+    from baselines import train as train_mod
+    from benchmarks import bench_train_step as bench
+
+    monkeypatch.setattr(train_mod, "_GraphSteps", _FakeGraphs)
+    monkeypatch.setattr(bench, "STEPS", 2)
+    monkeypatch.setattr(bench, "GRAPH_STEPS", 4)
+    seen = []
+    real_train = train_mod.train
+    monkeypatch.setattr(train_mod, "train", lambda *a, **k: seen.append(
+        (a[2].cuda_graph, torch.get_float32_matmul_precision())) or real_train(*a, **k))
+    before = torch.get_float32_matmul_precision()
+    out = bench._graph_fields("moe", make_moe(tiny_backbone("decoder"), SMALL_MOE), 2, 16)
+    assert set(out) == {"moe_graph_s_per_step", "moe_graph_tf32_s_per_step",
+                        "moe_graph_first_s"}
+    assert all(isinstance(v, float) for v in out.values())
+    # a short and a long training (each after a warm-up one) at each precision, all graphed
+    assert seen == [(True, "highest")] * 4 + [(True, "high")] * 4
+    assert torch.get_float32_matmul_precision() == before

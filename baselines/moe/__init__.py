@@ -79,7 +79,6 @@ from baselines.moe.losses import (
 )
 
 __all__ = [
-    "forget_aux",
     "AUTO_TARGETS",
     "BERT_TARGETS",
     "FFN_PATTERN",
@@ -96,6 +95,7 @@ __all__ = [
     "Variant",
     "dropout_scale",
     "fast_dropout",
+    "forget_aux",
     "get_gates",
     "gram_disagreement",
     "hmora_routing",
