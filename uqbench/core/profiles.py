@@ -39,8 +39,9 @@ class Profile:
     target_modules: str = "auto"  # MoE-LoRA / LoRA targets: "auto" (attention + FFN) or "ffn"
     top_layers: int | None = None  # adapt only the last N transformer blocks (None: all)
     # torch.compile of the transformer blocks in training: off | on | auto (on where CUDA is);
-    # --compile overrides it. Off until a GPU shows the compiled step faster than eager
-    # (`python -m benchmarks compile` on a lent GPU); the compiled path is tested equal to eager
+    # --compile overrides it. Off: on a GPU the compiled step is faster, but a profile's
+    # trainings are too short to repay the compile (docs/gpu.md, `python -m benchmarks
+    # compile`); the compiled path is tested equal to eager
     compile: str = "off"
 
     def __post_init__(self) -> None:
