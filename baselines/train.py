@@ -373,7 +373,9 @@ class _GraphSteps:
     step of that shape copies its batch into the buffers and replays. The backward accumulates
     into each parameter's own ``.grad``, so gradients are zeroed in place, never set to None;
     clipping, AdamW and the schedule run eagerly after it (a few fused kernels), so the learning
-    rate stays a float. Each graph keeps its own memory pool (its step's activations)."""
+    rate stays a float. The graphs share one memory pool: they never run at once nor read each
+    other's outputs (what a replay returns is copied before the next), so their activations
+    take the largest shape's step's memory, not the sum."""
 
     #: the step: (batch, labels, real rows) -> (CE, aux loss, right answers, loss), backward run
     fn: Callable[[dict[str, Tensor], Tensor, int], tuple[Tensor, ...]]
@@ -385,6 +387,7 @@ class _GraphSteps:
         self.graphs: dict[tuple[Any, ...], tuple[Any, Any, dict[str, Tensor], Tensor]] = {}
         self.eager: Counter[tuple[Any, ...]] = Counter()
         self.stream = torch.cuda.Stream()
+        self.pool = torch.cuda.graph_pool_handle()
 
     def __call__(self, enc: dict[str, Tensor], labels: Tensor, n: int) -> tuple[Tensor, ...]:
         key = (n, *((k, tuple(v.shape), v.dtype) for k, v in enc.items()))
@@ -412,7 +415,7 @@ class _GraphSteps:
     def _capture(self, fn: Callable[[], tuple[Tensor, ...]]) -> tuple[Any, tuple[Tensor, ...]]:
         """(the graph, its output tensors); capturing runs no kernel."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=self.pool):
             outs = fn()
         return graph, outs
 
