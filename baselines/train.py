@@ -208,6 +208,8 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
               {"params": [p for p in params if id(p) in head_ids], "lr": config.head_lr}]
     groups = [g for g in groups if g["params"]]
 
+    world = distributed.world()
+    graphs = _GraphSteps(model.device, world) if config.cuda_graph else None   # or refused
     steps_per_epoch = math.ceil(len(records) / config.batch_size)
     total = steps_per_epoch * config.epochs
     if dense.is_adalora(model):
@@ -224,8 +226,6 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     t0 = time.perf_counter()
     bar = tqdm(total=total, desc="train", disable=not progress or not distributed.is_main(),
                leave=False)
-    world = distributed.world()
-    graphs = _GraphSteps(model.device, world) if config.cuda_graph else None
     net = model if world == 1 else _ddp(model)
     compiled = compile_enabled(config, model.device) and not config.cuda_graph
     # compiled path: every process's share padded to one row count (static shapes)

@@ -388,11 +388,13 @@ def test_graph_steps_train_as_the_eager_loop(monkeypatch) -> None:
 
 
 def test_graph_steps_need_cuda_and_refuse_compile() -> None:
-    """Asked for where it cannot run, the graph path says so before the first step."""
+    """Asked for where it cannot run, the graph path says so before anything changes."""
     model = make_moe(tiny_backbone("decoder"), SMALL_MOE)
+    set_gate(model.backbone, Care(tau=0.5, k_max=4))
     with pytest.raises(ConfigError, match="cuda_graph needs one process with the model on a "
                                           "CUDA device"):
         train(model, toy_records(8), TrainConfig(epochs=1, cuda_graph=True), progress=False)
+    assert get_gates(model.backbone)[0] == Care(tau=0.5, k_max=4)   # the model as it was
     with pytest.raises(ConfigError, match="TrainConfig.cuda_graph=True is invalid"):
         TrainConfig(cuda_graph=True, compile="on")
 
