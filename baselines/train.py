@@ -76,7 +76,8 @@ class TrainConfig:
     cuda_graph: bool = help_field(
         "replay each step's forward and backward as a CUDA graph, one per batch shape (the "
         "static shapes of compile; the optimizer runs eagerly): the eager step is bound by "
-        "launching kernels. CUDA only; one process; not with compile", False)
+        "launching kernels. CUDA only; one process; not with compile on (auto then means off)",
+        False)
 
     def __post_init__(self) -> None:
         checks = [
