@@ -10,7 +10,9 @@ training and evaluation. The `cpu` profile's recipe (`uqbench.core.profiles`) is
 
 A candidate is ``name:key=value,key=value`` or a preset name from `PRESETS`; keys: head
 (bi_encoder | cross_encoder | cross_encoder_cls), lr, head_lr, epochs (0 = no training),
-train_cap, targets (auto | ffn), top (adapt the last N blocks; 0 = all), batch, backbone.
+train_cap, targets (auto | ffn), top (adapt the last N blocks; 0 = all), batch, backbone,
+max_length (tokens a question's input keeps; 0 = the profile's). Each row also gives, per
+domain, the fraction of ID questions whose option text that length cut (``cut_<domain>``).
 On a GPU (``--profile gpu --candidates gpu-zero,gpu,gpu-lr2e-3,...``, `GPU_PRESETS`) the
 backbone goes to the GPU in bfloat16, as the runner places it.
 """
@@ -30,7 +32,7 @@ from uqbench.files.cache import resolve_cache_dir
 
 BASE: dict[str, Any] = {"head": "bi_encoder", "lr": 1e-3, "head_lr": 1e-2, "epochs": 1,
                         "train_cap": 150, "targets": "auto", "top": 0, "batch": 16,
-                        "backbone": "minilm"}
+                        "backbone": "minilm", "max_length": 0}
 PRESETS: dict[str, dict[str, Any]] = {
     "bi-zero": {"epochs": 0},
     "cross-zero": {"head": "cross_encoder", "epochs": 0},
@@ -91,8 +93,8 @@ def boot_ci(correct: np.ndarray, n_boot: int = 1000, seed: int = 0) -> tuple[flo
 
 
 def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str | None,
-                  cache_dir: str, backbones: dict[str, Any], id_cap: int | None = None
-                  ) -> dict[str, Any]:
+                  cache_dir: str, backbones: dict[str, Any], id_cap: int | None = None,
+                  domains: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     from baselines import forward, heads, moe, train
@@ -100,9 +102,15 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     from uqbench.core.profiles import get_profile
     from uqbench.data.suites import build_suite
 
-    prof = dataclasses.replace(get_profile(profile), train_cap=int(cand["train_cap"]))
+    prof = get_profile(profile)
+    prof = dataclasses.replace(prof, train_cap=int(cand["train_cap"]),
+                               max_length=int(cand["max_length"]) or prof.max_length)
     suite = build_suite("pooled", prof, data_dir=data_dir, cache_dir=f"{cache_dir}/splits",
                         progress=False)
+    unknown = sorted(set(domains or ()) - set(suite.domains))
+    if unknown:
+        raise SystemExit(f"--domains: no domain {', '.join(unknown)} in the suite; valid: "
+                         f"{', '.join(suite.domains)}")
     load_s = None   # seconds loading the backbone (a GGUF converted on a first load)
     if cand["backbone"] not in backbones:   # on the GPU where there is one (bfloat16)
         t0 = time.perf_counter()
@@ -130,7 +138,8 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
             warnings.warn(f"recipe_search: candidate {name!r} diverged ({exc}); not scored",
                           stacklevel=2)
     t_train = time.perf_counter() - t0
-    row: dict[str, Any] = {"candidate": name, **cand, "device": str(model.device),
+    row: dict[str, Any] = {"candidate": name, **cand, "max_length": prof.max_length,
+                           "device": str(model.device),
                            "profile": profile, "id_cap": id_cap, "backbone_load_s": load_s,
                            "train_records": len(records),
                            "steps": len(losses),
@@ -141,11 +150,12 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
         return {**row, "diverged": diverged}
     t0 = time.perf_counter()
     pooled = []
-    for dom in suite.domains:
+    for dom in domains or suite.domains:
         recs = suite.split(dom, "id").records[:id_cap]
-        logits = forward.collect(model, recs, batch_size=prof.eval_batch_size,
-                                 max_length=prof.max_length, progress=False)["logits"]
-        correct = (logits.argmax(1) == np.array([r.answer for r in recs])).astype(float)
+        out = forward.collect(model, recs, batch_size=prof.eval_batch_size,
+                              max_length=prof.max_length, progress=False)
+        correct = (out["logits"].argmax(1) == np.array([r.answer for r in recs])).astype(float)
+        row[f"cut_{dom}"] = round(float(np.mean(out["cut"] == heads.base.CUT_OPTION)), 3)
         pooled.append(correct)
         lo, hi = boot_ci(correct)
         row[f"acc_{dom}"] = [round(float(correct.mean()), 3), round(lo, 3), round(hi, 3)]
@@ -188,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--id-cap", type=int, metavar="N", help="evaluate the first N ID questions "
                     "of each domain only (default: the profile's ID split; e.g. a zero-shot "
                     "check of a large backbone on the CPU)")
+    ap.add_argument("--domains", help="evaluate only these domains (comma-separated; default: "
+                    "all of the suite's)")
     ap.add_argument("--table", metavar="JSONL", help="print the markdown table of a finished "
                     "search's JSON lines and exit")
     args = ap.parse_args(argv)
@@ -206,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     backbones: dict[str, Any] = {}
     for name, cand in cands:
         row = run_candidate(name, cand, args.profile, args.data_dir, args.cache_dir, backbones,
-                            args.id_cap)
+                            args.id_cap, args.domains.split(",") if args.domains else None)
         line = json.dumps(row)
         print(line, flush=True)
         if args.out:

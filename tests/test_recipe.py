@@ -113,7 +113,7 @@ def test_id_cap_scores_the_first_questions_of_each_domain(smoke_splits, real_dat
 
     shutil.copytree(smoke_splits, tmp_path / "splits")
     argv = ["--profile", "smoke", "--data-dir", str(real_data), "--cache-dir", str(tmp_path),
-            "--candidates", "t:head=letters,epochs=0,backbone=tiny-llama"]
+            "--candidates", "t:head=letters,epochs=0,backbone=tiny-llama,train_cap=32"]
     assert main([*argv, "--id-cap", "3"]) == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     doms = [k for k in row if k.startswith("acc_") and k != "acc_pooled"]
@@ -122,6 +122,46 @@ def test_id_cap_scores_the_first_questions_of_each_domain(smoke_splits, real_dat
     with pytest.raises(SystemExit):
         main([*argv, "--id-cap", "0"])
     assert "--id-cap 0" in capsys.readouterr().err
+
+
+def test_max_length_and_domains_say_what_truncation_cut(smoke_splits, real_data, tmp_path,
+                                                        capsys) -> None:
+    """``max_length=N`` evaluates at N tokens and ``--domains`` only the named domains; each
+    row gives the fraction of questions whose option text was cut, as the letters head's own
+    tokenization counts it. An unknown domain is refused before the backbone loads."""
+    import json
+    import shutil
+
+    from baselines.backbones import load_backbone
+    from baselines.heads.decoder import LETTERS
+    from benchmarks.recipe_search import main
+    from uqbench.core.profiles import get_profile
+    from uqbench.data.suites import build_suite
+
+    shutil.copytree(smoke_splits, tmp_path / "splits")
+    argv = ["--profile", "smoke", "--data-dir", str(real_data), "--cache-dir", str(tmp_path),
+            "--domains", "code", "--id-cap", "6"]
+    cands = "a:head=letters,epochs=0,backbone=tiny-llama,train_cap=32,max_length=24;" \
+            "b:head=letters,epochs=0,backbone=tiny-llama,train_cap=32"
+    assert main([*argv, "--candidates", cands]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()[-2:]]
+    assert [r["max_length"] for r in rows] == [24, get_profile("smoke").max_length]
+    tok = load_backbone("tiny-llama").tokenizer
+    recs = build_suite("pooled", get_profile("smoke"), data_dir=real_data,
+                       cache_dir=tmp_path / "splits", progress=False
+                       ).split("code", "id").records[:6]
+    for r in rows:
+        assert sorted(k for k in r if k.startswith(("acc_", "cut_"))) == [
+            "acc_code", "acc_pooled", "cut_code"]
+        lines = ["".join(f"{LETTERS[j]}. {c}\n" for j, c in enumerate(q.choices)) + "Answer:"
+                 for q in recs]
+        want = sum(len(tok(t, add_special_tokens=False)["input_ids"]) > r["max_length"]
+                   for t in lines) / len(recs)
+        assert r["cut_code"] == round(want, 3)
+    assert rows[0]["cut_code"] > 0
+    with pytest.raises(SystemExit, match="no domain chemistry"):
+        main([*argv, "--domains", "chemistry", "--candidates", "b:head=letters,epochs=0,"
+              "backbone=tiny-llama,train_cap=32"])
 
 
 def test_a_diverging_candidate_is_recorded_and_the_search_goes_on(smoke_splits, real_data,
@@ -146,8 +186,8 @@ def test_a_diverging_candidate_is_recorded_and_the_search_goes_on(smoke_splits, 
     with pytest.warns(UserWarning, match="candidate 'hot' diverged"):
         assert main(["--profile", "smoke", "--data-dir", str(real_data), "--cache-dir",
                      str(tmp_path), "--id-cap", "2", "--out", str(out), "--candidates",
-                     ("hot:head=letters,epochs=1,backbone=tiny-llama;"
-                      "zero:head=letters,epochs=0,backbone=tiny-llama")]) == 0
+                     ("hot:head=letters,epochs=1,backbone=tiny-llama,train_cap=32;"
+                      "zero:head=letters,epochs=0,backbone=tiny-llama,train_cap=32")]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["candidate"] for r in rows] == ["hot", "zero"]
     assert "loss is nan at step 3" in rows[0]["diverged"] and rows[0]["steps"] == 0
