@@ -195,3 +195,49 @@ def test_a_diverging_candidate_is_recorded_and_the_search_goes_on(smoke_splits, 
     assert "diverged" not in rows[1] and rows[1]["id_questions"] == 8
     lines = table(rows).splitlines()
     assert lines[2].count("| diverged") == 5 and "diverged" not in lines[3]   # 4 + pooled
+
+
+def test_the_length_table_counts_what_a_run_would_cut_and_pad(smoke_splits, real_data, tmp_path,
+                                                              capsys) -> None:
+    """`benchmarks.lengths`: per length, the cut of each split equals what the passes report
+    (`forward.collect`'s ``cut``), and the padded eval tokens equal each planned batch's rows
+    times its longest question, capped at the length; the profile's own length has ratio 1."""
+    import json
+    import shutil
+
+    import numpy as np
+
+    from baselines import forward, heads
+    from baselines.backbones import load_backbone
+    from baselines.heads.decoder import LETTERS
+    from benchmarks.lengths import EVAL_ROLES, main
+    from uqbench.core.profiles import get_profile
+    from uqbench.data.suites import build_suite
+
+    shutil.copytree(smoke_splits, tmp_path / "splits")
+    assert main(["--profile", "smoke", "--backbone", "tiny-llama", "--head", "letters",
+                 "--data-dir", str(real_data), "--cache-dir", str(tmp_path),
+                 "--lengths", "24,48"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    prof = get_profile("smoke")
+    assert [r["max_length"] for r in rows] == [24, 48, prof.max_length]
+    assert rows[-1]["tokens_ratio"] == 1.0 and rows[0]["tokens_ratio"] < rows[1]["tokens_ratio"]
+    suite = build_suite("pooled", prof, data_dir=real_data, cache_dir=tmp_path / "splits",
+                        progress=False)
+    model = heads.make_plain(load_backbone("tiny-llama"), mode="letters")
+    for r in rows[:2]:
+        length, eval_tokens = r["max_length"], 0
+        for role in EVAL_ROLES:
+            for split in suite.role(role):
+                recs = list(split.records)
+                cut = forward.collect(model, recs, max_length=length, progress=False)["cut"]
+                assert r["cut_option"][f"{split.domain}/{role}"] == round(
+                    float(np.mean(cut == heads.base.CUT_OPTION)), 3)
+                n = [min(length, len(model.tokenizer(
+                    f"Question: {q.question}\n"
+                    + "".join(f"{LETTERS[j]}. {c}\n" for j, c in enumerate(q.choices))
+                    + "Answer:")["input_ids"])) for q in recs]
+                eval_tokens += sum(len(b) * max(n[i] for i in b)
+                                   for b in forward.plan_batches(model, recs, prof.eval_batch_size))
+        assert r["eval_tokens"] == eval_tokens
+    assert rows[0]["cut_option"]["code/id"] > rows[-1]["cut_option"]["code/id"]
