@@ -34,11 +34,15 @@ from uqbench.core.profiles import Profile
 from uqbench.files.cache import PROTOCOL_VERSION, ArrayCache, DirCache
 
 
-def train_config(prof: Profile, seed: int) -> train.TrainConfig:
-    """The training settings of every model of a run: the profile's, with this seed."""
+def train_config(prof: Profile, seed: int, device: torch.device | None = None
+                 ) -> train.TrainConfig:
+    """The training settings of every model of a run: the profile's, with this seed; the
+    profile's ``cuda_graph`` "auto" is on where ``device`` is CUDA and one process trains."""
+    graph = prof.cuda_graph == "on" or (prof.cuda_graph == "auto" and device is not None
+                                        and device.type == "cuda" and distributed.world() == 1)
     return train.TrainConfig(epochs=prof.epochs, batch_size=prof.batch_size, lr=prof.lr,
                              head_lr=prof.head_lr, max_length=prof.max_length, seed=seed,
-                             compile=prof.compile)
+                             compile=prof.compile, cuda_graph=graph)
 
 
 @register_backend("torch")
@@ -49,6 +53,12 @@ class TorchBackend:
 
     def check_backbone(self, name: str) -> None:
         check_architecture(name)  # unknown name, unreachable id, unknown architecture
+
+    def check_profile(self, prof: Profile) -> None:
+        if prof.cuda_graph == "on" and not (torch.cuda.is_available() and distributed.world() == 1):
+            raise ConfigError(f"profile {prof.name!r}: cuda_graph on needs a CUDA device and one "
+                              f"process (here: CUDA {'found' if torch.cuda.is_available() else 'not found'}, "
+                              f"{distributed.world()} process(es)); use --cuda-graph off or auto")
 
     def backbones(self) -> list[str]:
         return list_backbones()
@@ -124,11 +134,13 @@ class TorchEngine:
         if key in self._models:
             return self._models[key]
         p = self.prof
-        train_cfg = train_config(p, seed)
+        train_cfg = train_config(p, seed, self.backbone().model.device)
         train_splits = self.suite.role("train")
         train_key = asdict(train_cfg)
-        # eager training keeps its keys; compiled training (equal within float tolerance) its own
-        if train.compile_enabled(train_cfg, self.backbone().model.device):
+        # eager training keeps its keys; compiled training (equal within float tolerance) its
+        # own, as graph-replayed training has by its ``cuda_graph``
+        if train.compile_enabled(train_cfg, self.backbone().model.device) \
+                and not train_cfg.cuda_graph:
             train_key["compile"] = "on"
         else:
             del train_key["compile"]

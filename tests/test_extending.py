@@ -192,6 +192,9 @@ class _Backend:
     def check_backbone(self, name: str) -> None:
         self.checked.append(name)
 
+    def check_profile(self, prof: object) -> None:
+        self.checked.append(f"profile {prof.name}")  # type: ignore[attr-defined]
+
 
 def test_backend_and_figure_set_are_selected_by_name(tmp_path: Path, capsys) -> None:
     from uqbench.cli import main
@@ -202,7 +205,7 @@ def test_backend_and_figure_set_are_selected_by_name(tmp_path: Path, capsys) -> 
     with BACKENDS.scoped({"fake": fake}):
         prepare(RunConfig(backend="fake", backbone="any-name", scorers=("msp",),
                           out=tmp_path / "out"))
-    assert fake.checked == ["any-name"]
+    assert fake.checked == ["profile cpu", "any-name"]
     assert RunConfig(backend="fake").identity()["backend"] == "fake"
     assert main(["run", "--backend", "torchh", "--out", str(tmp_path / "o")]) == 2
     assert "unknown backend 'torchh' (did you mean 'torch'?)" in capsys.readouterr().err

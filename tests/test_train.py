@@ -399,6 +399,36 @@ def test_graph_steps_need_cuda_and_refuse_compile() -> None:
         TrainConfig(cuda_graph=True, compile="on")
 
 
+def test_the_cuda_graph_option_reaches_the_training_or_is_refused_before_any_work(
+        monkeypatch) -> None:
+    """``--cuda-graph``: the profile's setting, overridden by the run; ``auto`` is on only on
+    CUDA with one process; ``on`` without CUDA is refused by ``prepare`` (before any data),
+    and so is ``on`` beside ``compile on``. A graph-trained model gets its own cache key."""
+    from dataclasses import replace
+
+    from baselines import distributed
+    from baselines.engine import train_config
+    from uqbench.cli import _build_parser
+    from uqbench.core.profiles import get_profile
+    from uqbench.run.runner import RunConfig, prepare
+
+    assert _build_parser().parse_args(["run", "--cuda-graph", "auto"]).cuda_graph == "auto"
+    assert get_profile("gpu").cuda_graph == "off" and "cuda_graph" not in RunConfig().identity()
+    prof = prepare(RunConfig(profile="smoke", cuda_graph="auto", scorers=("msp",)))[0]
+    assert prof.cuda_graph == "auto"
+    assert not train_config(prof, 0, torch.device("cpu")).cuda_graph
+    assert train_config(prof, 0, torch.device("cuda")).cuda_graph
+    monkeypatch.setattr(distributed, "world", lambda: 2)
+    assert not train_config(prof, 0, torch.device("cuda")).cuda_graph
+    monkeypatch.undo()
+    assert not train_config(replace(prof, cuda_graph="off"), 0, torch.device("cuda")).cuda_graph
+    with pytest.raises(ConfigError, match="cuda_graph on needs a CUDA device and one process "
+                                          r"\(here: CUDA not found, 1 process"):
+        prepare(RunConfig(profile="smoke", cuda_graph="on", scorers=("msp",)))
+    with pytest.raises(ConfigError, match="cuda_graph='on' is out of range"):
+        prepare(RunConfig(profile="smoke", cuda_graph="on", compile="on", scorers=("msp",)))
+
+
 def test_the_step_benchmark_times_the_graph_path_and_restores_the_precision(monkeypatch
                                                                           ) -> None:
     """`benchmarks.bench_train_step`'s graph fields, run on the CPU through the fake graph: the

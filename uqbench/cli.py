@@ -4,6 +4,7 @@
                 [--plugin MODULE] [--out DIR] [--cache-dir DIR] [--data-dir DIR] [--seeds N]
                 [--experiment NAME] [--models a,b] [--gates a,b] [--head cloze|letters]
                 [--backend NAME] [--figures NAME] [--compile off|on|auto]
+                [--cuda-graph off|on|auto]
     uqbench list WHAT             # scorers gates sources suites backbones backends figures
                                   # experiments profiles models heads
     uqbench score SOURCE [SOURCE ...] --out DIR [--domain NAME=ID_TASK:SHIFT_TASK ...]
@@ -96,7 +97,12 @@ def _build_parser() -> argparse.ArgumentParser:
                      help=SCORE_WORKERS_HELP)
     run.add_argument("--compile", choices=list(COMPILE),
                      help="torch.compile each transformer block in training, with static "
-                     "shapes: auto = on where CUDA is available (default: the profile's, auto)")
+                     "shapes: auto = on where CUDA is available (default: the profile's, off)")
+    run.add_argument("--cuda-graph", choices=list(COMPILE),
+                     help="replay each training step's forward and backward as CUDA graphs, "
+                     "one per batch shape (the eager step is bound by launching kernels): auto = "
+                     "on where CUDA is and one process trains; not with --compile on (default: "
+                     "the profile's, off)")
     run.add_argument("--no-figures", action="store_true")
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--overwrite", action="store_true",
@@ -252,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                 budget=args.budget, experiment=args.experiment, models=args.models,
                 gates=args.gates, backend=args.backend, figure_set=args.figure_set,
                 head=args.head, threads=args.threads, compile=args.compile,
+                cuda_graph=args.cuda_graph,
                 figures=not args.no_figures,
                 progress=not args.no_progress, overwrite=args.overwrite,
                 scorer_timeout=args.scorer_timeout or None, score_workers=args.score_workers))

@@ -68,6 +68,10 @@ class Backend(Protocol):
     def check_backbone(self, name: str) -> None:
         """Raise `ConfigError` for a backbone that cannot be loaded (before any data work)."""
 
+    def check_profile(self, prof: Profile) -> None:
+        """Raise `ConfigError` for profile settings this machine cannot run (e.g. CUDA graphs
+        without CUDA), before any data work."""
+
     def backbones(self) -> list[str]:
         """The registered backbone names (``uqbench list backbones``)."""
 

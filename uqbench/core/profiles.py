@@ -43,6 +43,9 @@ class Profile:
     # trainings are too short to repay the compile (docs/gpu.md, `python -m benchmarks
     # compile`); the compiled path is tested equal to eager
     compile: str = "off"
+    # each training step's forward and backward replayed as CUDA graphs: off | on | auto (on
+    # where CUDA is and one process trains); --cuda-graph overrides it. Not with compile on
+    cuda_graph: str = "off"
 
     def __post_init__(self) -> None:
         checks = [("lr", 0 < self.lr <= 1e-1, "(0, 0.1]"),
@@ -54,7 +57,10 @@ class Profile:
                   ("top_layers", self.top_layers is None
                    or (isinstance(self.top_layers, int) and self.top_layers >= 1),
                    "None (every block) or an integer >= 1"),
-                  ("compile", self.compile in COMPILE, " | ".join(COMPILE))]
+                  ("compile", self.compile in COMPILE, " | ".join(COMPILE)),
+                  ("cuda_graph", self.cuda_graph in COMPILE
+                   and not (self.cuda_graph == "on" and self.compile == "on"),
+                   f"{' | '.join(COMPILE)}, and off or auto when compile is on")]
         for name, ok, valid in checks:
             if not ok:
                 raise ConfigError(f"profile {self.name!r}: {name}={getattr(self, name)!r} is out "

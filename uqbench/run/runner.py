@@ -78,6 +78,7 @@ class RunConfig:
     scorer_timeout: float | None = 300.0  # seconds per scorer call; None: no limit
     threads: int | None = None  # torch intra-op threads; None: the cores we may use
     compile: str | None = None  # off | on | auto: compiled training; None: the profile's
+    cuda_graph: str | None = None  # off | on | auto: graph-replayed training; None: the profile's
     #: processes scoring the methods (`uqbench.results.rows.score_workers`): auto, or N (1: in
     #: this process); the rows are the same
     score_workers: int | str = "auto"
@@ -93,8 +94,9 @@ class RunConfig:
                 d.pop(k)
         if d["head"] is None:
             d.pop("head")
-        if d["compile"] is None:
-            d.pop("compile")
+        for k in ("compile", "cuda_graph"):
+            if d[k] is None:
+                d.pop(k)
         return d
 
 
@@ -135,9 +137,10 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
 
     ``backend``: the model side (default: the registered backend ``cfg.backend``)."""
     prof = get_profile(cfg.profile)
-    if cfg.compile is not None:
-        prof = replace(prof, compile=cfg.compile)  # validated by Profile
+    prof = replace(prof, **{k: v for k in ("compile", "cuda_graph")   # validated by Profile
+                            if (v := getattr(cfg, k)) is not None})
     backend = backend or get_backend(cfg.backend)
+    backend.check_profile(prof)  # settings the model side cannot run here
     _check_numbers(cfg, backend.n_experts)
     for p in cfg.plugins:
         import_plugin(p)
