@@ -80,6 +80,7 @@ def _entries(cache: Path) -> dict[str, tuple[int, int]]:
     return {str(p): (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.rglob("*")}
 
 
+@pytest.mark.slow   # starts worker processes: the fast tier leaves subprocesses out
 def test_workers_write_the_serial_files_warnings_and_fallbacks_and_share_the_cache(
         tmp_path, plugin, monkeypatch):
     import uqbench.results.conformal_risk as CR
@@ -114,6 +115,7 @@ def test_workers_write_the_serial_files_warnings_and_fallbacks_and_share_the_cac
         assert (tmp_path / "warm" / f).read_bytes() == (tmp_path / "serial" / f).read_bytes(), f
 
 
+@pytest.mark.slow   # starts worker processes
 @pytest.mark.parametrize("scorer, timeout, message", [
     ("sw_raising", 300.0, (r"^scorer 'sw_raising' raised while computing uncertainty: "
                            r"ValueError: no good on \d+ examples$")),
