@@ -83,7 +83,7 @@ _BUILTIN_PROFILES = {
                 max_length=128, batch_size=16, eval_batch_size=64, mc_passes=4,
                 ensemble_members=3, seeds=1, bootstrap=1000, **RECIPE),
         Profile("full", train_cap=None, calib_cap=256, id_cap=None, shift_cap=None, epochs=3,
-                max_length=256, batch_size=16, eval_batch_size=64, mc_passes=10,
+                max_length=1024, batch_size=16, eval_batch_size=64, mc_passes=10,
                 ensemble_members=5, seeds=3, bootstrap=1000),
     )
 }
@@ -94,11 +94,13 @@ _BUILTIN_PROFILES = {
 #: in <= 8 minutes including data, with a 0.5B decoder that can learn (``make gpu-bundle`` and
 #: ``make gpu-check`` run it on ``qwen2.5-coder-0.5b``).
 #:
-#: These sizes ran within the 8 minutes on one H200 (docs/gpu.md has the run's phases and
-#: accuracies); the adapters barely trained at them, so epochs and lr are the next lease's to
-#: measure (the time left under 8 minutes is in the same table).
+#: At max_length 256 these sizes ran within the 8 minutes on one H200 (docs/gpu.md has the run's
+#: phases and accuracies); one epoch at lr 5e-4 was the best of the recipes a lease compared.
+#: max_length 1024 (in the `full` profile too) is the length the code questions need under the
+#: letters head, whose options are whole functions: `python -m benchmarks.lengths` gives what
+#: each length cuts and costs (docs/gpu.md)
 GPU = Profile("gpu", train_cap=800, calib_cap=200, id_cap=300, shift_cap=300, epochs=1,
-              max_length=256, batch_size=16, eval_batch_size=64, mc_passes=8,
+              max_length=1024, batch_size=16, eval_batch_size=64, mc_passes=8,
               ensemble_members=3, seeds=1, bootstrap=1000, lr=5e-4, head_lr=0.1,
               target_modules="ffn", top_layers=8)
 _BUILTIN_PROFILES[GPU.name] = GPU
