@@ -55,10 +55,11 @@ class TorchBackend:
         check_architecture(name)  # unknown name, unreachable id, unknown architecture
 
     def check_profile(self, prof: Profile) -> None:
-        if prof.cuda_graph == "on" and not (torch.cuda.is_available() and distributed.world() == 1):
+        cuda, world = torch.cuda.is_available(), distributed.world()
+        if prof.cuda_graph == "on" and not (cuda and world == 1):
             raise ConfigError(f"profile {prof.name!r}: cuda_graph on needs a CUDA device and one "
-                              f"process (here: CUDA {'found' if torch.cuda.is_available() else 'not found'}, "
-                              f"{distributed.world()} process(es)); use --cuda-graph off or auto")
+                              f"process (here: CUDA {'found' if cuda else 'not found'}, {world} "
+                              "process(es)); use --cuda-graph off or auto")
 
     def backbones(self) -> list[str]:
         return list_backbones()
