@@ -44,6 +44,13 @@
    CPU runs each mixed-dtype in-place add as the add into a float32 temporary plus a copy,
    which CUDA does in one kernel. Measured values over time: docs/benchmarks.md.
 
+5. ``adapter_saved_activations``: the bytes autograd keeps from one training forward for the
+   backward (saved tensors, each storage once, parameters left out), per adapted linear and
+   token, beyond a head-only model's on the same backbone: MoE-LoRA (16 experts of rank 8, top-4,
+   dropout 0.05) against peft's dense LoRA (rank 8, dropout 0.05) on the same 14 linears of
+   tiny-llama at SmolLM2's width (hidden 576), in float32 and on a bfloat16 backbone (a GPU's;
+   both adapters in float32). The kept activations, not the arithmetic, bound a GPU's batch x length.
+
 Timings run single-threaded (``torch.set_num_threads(1)``, restored afterwards): on a shared
 2-core machine, intra-op thread hand-offs make timings swing by 2-5x, which would swamp a
 2% effect; one thread measures the arithmetic the two gates add, and its CPU time
@@ -442,11 +449,54 @@ def bench_train_step_ops(batch: tuple[int, int] = (4, 32),
                                <= sum(syncs["plain_pass"].values()))}
 
 
+def _saved_bytes(model: Any, batch: dict[str, Any]) -> int:
+    """Bytes of the storages autograd saves in ``model(batch)``, parameters left out."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(batch)
+    return sum(seen.values())
+
+
+def bench_saved_activations(dtype: torch.dtype = torch.float32, batch: int = 8,
+                            length: int = 64, hidden: int = 576) -> dict[str, Any]:
+    from baselines.backbones import tiny_backbone
+    from baselines.dense import make_dense
+    from baselines.heads import make_moe, make_plain
+    from baselines.moe import MoELoRAConfig
+    from benchmarks.bench_train_step import synthetic_records
+
+    bb = tiny_backbone("decoder", hidden=hidden)
+    bb.model.to(dtype)
+    models = {"moe": make_moe(bb, MoELoRAConfig()), "lora": make_dense(bb, "lora"),
+              "plain": make_plain(bb)}
+    enc = models["plain"].encode(synthetic_records(batch, length), length)
+    tokens = int(enc["attention_mask"].sum())
+    n = len(models["moe"].moe_layers())
+    torch.manual_seed(0)
+    saved = {k: _saved_bytes(m.train(), enc) for k, m in models.items()}
+    per = {k: (saved[k] - saved["plain"]) / (n * tokens) for k in ("moe", "lora")}
+    return {"name": "adapter_saved_activations", "model": "tiny-llama", "hidden": hidden,
+            "dtype": str(dtype).removeprefix("torch."), "adapted_linears": n,
+            "tokens": tokens, "moe_bytes_per_token_linear": round(per["moe"], 1),
+            "lora_bytes_per_token_linear": round(per["lora"], 1),
+            "ratio": round(per["moe"] / per["lora"], 3)}
+
+
 def run() -> Iterator[dict[str, Any]]:
     from baselines.moe import MoELoRAConfig
 
     yield bench_train_step_ops()
     yield bench_train_step_ops(dtype=torch.bfloat16)
+    for dtype in (torch.float32, torch.bfloat16):
+        yield bench_saved_activations(dtype)
     with _threads(THREADS):
         yield from bench_forward()
         yield bench_layer()

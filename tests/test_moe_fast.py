@@ -94,6 +94,22 @@ def test_fast_step_on_a_bfloat16_base_equals_reference(variant: str) -> None:
                                    msg=name)
 
 
+def test_the_fast_step_on_a_bfloat16_base_keeps_its_input_in_bfloat16() -> None:
+    """For the backward, the fast step on a 16-bit base keeps the base's input as it came (and
+    the dropout's bool mask), not the float32 copy the adapter multiplies nor its dropped copy:
+    2 bytes an element instead of 8, the largest of its saved tensors at a real width."""
+    T, E, O = 24, 40, 32
+    base = nn.Linear(E, O).to(torch.bfloat16).requires_grad_(False)
+    layer = MoELoRALinear(base, n_experts=6, rank=3, gate=TopK(2), dropout=0.2).train()
+    x = torch.randn(T, E, dtype=torch.bfloat16, requires_grad=True)
+    kept: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        layer(x)
+    assert layer.took_fast_step
+    input_sized = {t.dtype for t in kept if sorted(t.shape) == sorted((T, E))}
+    assert input_sized == {torch.bfloat16, torch.bool}
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_no_cpu_tensor_reaches_a_device_op(dtype) -> None:
     """The fast step, the reference path and an eval pass with statistics, run on the meta

@@ -172,8 +172,9 @@ class _TopKStep(torch.autograd.Function):
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         v = layer._views()
         y = torch.mm(h, v.wt) if v.bias is None else torch.addmm(v.bias, h, v.wt)  # (T, O)
-        base_dtype = h.dtype
-        if v.a.dtype != base_dtype:   # a 16-bit base: the adapter's maths in its float32
+        base_dtype, h_base = h.dtype, h
+        mixed = v.a.dtype != base_dtype
+        if mixed:   # a 16-bit base: the adapter's maths in its float32
             h = h.to(v.a.dtype)
         logits = torch.mm(h, v.router_t)                                  # (T, N)
         hd = h if keep is None else torch.where(keep, h, _scalar(0, h))
@@ -196,8 +197,11 @@ class _TopKStep(torch.autograd.Function):
             y.addmm_(u, v.b_rows)
         else:                         # W0 h + B u added in float32, rounded to the base's dtype
             y.add_(torch.mm(u, v.b_rows))
-        ctx.save_for_backward(h, hd_t, keep, z, u, probs, w, w_col)
-        ctx.layer, ctx.scale, ctx.base_dtype = layer, scale, base_dtype
+        # mixed: the base's 16-bit input is kept, not its float32 copy and dropped copy (2 bytes
+        # an element instead of 8); the backward casts and drops it again
+        ctx.save_for_backward(h_base if mixed else h, None if mixed else hd_t, keep, z, u, probs,
+                              w, w_col)
+        ctx.layer, ctx.scale, ctx.base_dtype, ctx.mixed = layer, scale, base_dtype, mixed
         ctx.mark_non_differentiable(w)
         ctx.set_materialize_grads(False)
         return y, logits, probs, w
@@ -210,13 +214,16 @@ class _TopKStep(torch.autograd.Function):
         v = layer._views()
         N, r = layer.n_experts, layer.rank
         need_h, need_a, need_b, need_r = ctx.needs_input_grad[:4]
-        mixed = ctx.base_dtype != h.dtype             # a 16-bit base, a float32 adapter
+        mixed = ctx.mixed                             # a 16-bit base, a float32 adapter
+        if mixed and (need_a or need_r):
+            h = h.to(v.a.dtype)
+            hd_t = (h if keep is None else torch.where(keep, h, _scalar(0, h))).t()
         gh = ga = gb = gr = None
         gl = glogits
         if gy is not None:
             gy_base = gy
             if mixed:
-                gy = gy.to(h.dtype)
+                gy = gy.to(v.a.dtype)
             gy_t = gy.t()                                                 # (O, T)
             gu = torch.mm(v.b_rows, gy_t).t()                             # (T, N*r) dL/du
             if need_b:   # (O, N*r) = lora_B's (O, N, r) storage order: no copy into .grad
