@@ -59,6 +59,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import emit
+
 STEPS = ("env", "smoke-smollm2", "smoke-minilm", "full", "gpu", "accelerate")
 #: seconds each step may take (the dry run's in brackets: its caps are tiny, its cores few)
 LIMITS = {"env": (120, 120), "smoke-smollm2": (900, 900), "smoke-minilm": (600, 600),
@@ -338,11 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             row = run_step(name, None if conf is None else {**conf, "gpu": gpu}, skip, gpu,
                            args.step_limit)
             failed |= row["status"] == "failed"
-            line = json.dumps(row, default=str)
-            print(line, flush=True)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(line + "\n")
+            emit(row, args.out)
     return 1 if failed else 0
 
 

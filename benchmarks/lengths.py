@@ -16,13 +16,13 @@ with them while it is bound by arithmetic.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from benchmarks import emit
 from uqbench.files.cache import resolve_cache_dir
 
 EVAL_ROLES = ("id", "shift", "calib")
@@ -114,11 +114,7 @@ def main(argv: list[str] | None = None) -> int:
              prof.max_length, "backbone": args.backbone, "head": args.head, **r,
              "tokens_ratio": round((r["train_tokens"] + r["eval_tokens"])
                                    / (base["train_tokens"] + base["eval_tokens"]), 3)}
-        line = json.dumps(r)
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        emit(r, args.out)
     return 0
 
 

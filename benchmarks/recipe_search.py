@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import emit
 from uqbench.files.cache import resolve_cache_dir
 
 BASE: dict[str, Any] = {"head": "bi_encoder", "lr": 1e-3, "head_lr": 1e-2, "epochs": 1,
@@ -219,11 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, cand in cands:
         row = run_candidate(name, cand, args.profile, args.data_dir, args.cache_dir, backbones,
                             args.id_cap, args.domains.split(",") if args.domains else None)
-        line = json.dumps(row)
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        emit(row, args.out)
     return 0
 
 
