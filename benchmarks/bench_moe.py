@@ -49,7 +49,8 @@
    token, beyond a head-only model's on the same backbone: MoE-LoRA (16 experts of rank 8, top-4,
    dropout 0.05) against peft's dense LoRA (rank 8, dropout 0.05) on the same 14 linears of
    tiny-llama at SmolLM2's width (hidden 576), in float32 and on a bfloat16 backbone (a GPU's;
-   both adapters in float32). The kept activations, not the arithmetic, bound a GPU's batch x length.
+   both adapters in float32). The kept activations, not the arithmetic, bound a GPU's batch
+   times length.
 
 Timings run single-threaded (``torch.set_num_threads(1)``, restored afterwards): on a shared
 2-core machine, intra-op thread hand-offs make timings swing by 2-5x, which would swamp a
