@@ -6,9 +6,11 @@ the model; a run records that in run.json ``fallbacks``. This table chooses the 
 run: per split, the fraction of questions whose option text (``cut_option``) or only question text
 (``cut_question``) would be cut, and the padded tokens a training epoch and one pass over the
 evaluated splits (ID, shift, calib) would hold, batched as the training loop and the passes batch
-them (`baselines.train.batch_order`, `baselines.forward.plan_batches`), each against the
-profile's own length (``tokens_ratio``). Token counts, not seconds: a GPU step's time grows
-with them while it is bound by arithmetic.
+them (`baselines.train.batch_order`, `baselines.forward.plan_batches`), against the profile's
+own length (``tokens_ratio``), and the padded tokens of the largest batch of each
+(``train_batch_max``, ``eval_batch_max``; the stacked MC-dropout forward holds the profile's
+``mc_passes`` copies of an eval batch), which bound the activations' memory. Token counts, not
+seconds: a GPU step's time grows with them while it is bound by arithmetic.
 
     python -m benchmarks.lengths --profile gpu --backbone qwen2.5-coder-0.5b --head letters \\
         --lengths 256,512,768,1024
@@ -29,17 +31,18 @@ EVAL_ROLES = ("id", "shift", "calib")
 
 
 def padded_tokens(head: Any, tok: Any, records: list[Any], batches: list[list[int]],
-                  max_length: int) -> tuple[int, int, Any]:
-    """(padded, real) tokens of ``batches`` of ``records`` encoded by ``head`` at ``max_length``,
-    and the (N,) cut codes in record order."""
-    padded = real = 0
+                  max_length: int) -> tuple[int, int, int, Any]:
+    """(padded, real, largest batch's padded) tokens of ``batches`` of ``records`` encoded by
+    ``head`` at ``max_length``, and the (N,) cut codes in record order."""
+    padded = real = largest = 0
     cut = torch.zeros(len(records), dtype=torch.int8)
     for b in batches:
         enc = head.encode(tok, [records[i] for i in b], max_length)
         padded += enc["attention_mask"].numel()
+        largest = max(largest, enc["attention_mask"].numel())
         real += int(enc["attention_mask"].sum())
         cut[b] = enc["cut"]
-    return padded, real, cut
+    return padded, real, largest, cut
 
 
 def rows(suite: Any, head: Any, tok: Any, lengths: list[int], batch_size: int,
@@ -54,18 +57,20 @@ def rows(suite: Any, head: Any, tok: Any, lengths: list[int], batch_size: int,
     out = []
     for length in lengths:
         row: dict[str, Any] = {"max_length": length, "cut_option": {}, "cut_question": {}}
-        row["train_tokens"], real, cut = padded_tokens(head, tok, list(train), batches, length)
+        row["train_tokens"], real, row["train_batch_max"], cut = padded_tokens(
+            head, tok, list(train), batches, length)
         cuts, start = {}, 0
         for split in suite.role("train"):
             cuts[split.domain, "train"] = cut[start:start + len(split.records)]
             start += len(split.records)
-        row["eval_tokens"] = 0
+        row["eval_tokens"] = row["eval_batch_max"] = 0
         for role in EVAL_ROLES:
             for split in suite.role(role):
                 recs = list(split.records)
-                padded, n, cuts[split.domain, role] = padded_tokens(
+                padded, n, largest, cuts[split.domain, role] = padded_tokens(
                     head, tok, recs, plan_batches(planner, recs, eval_batch_size), length)
                 row["eval_tokens"] += padded
+                row["eval_batch_max"] = max(row["eval_batch_max"], largest)
                 real += n
         row["real_tokens"] = real
         for (domain, role), c in sorted(cuts.items()):

@@ -226,7 +226,7 @@ def test_the_length_table_counts_what_a_run_would_cut_and_pad(smoke_splits, real
                         progress=False)
     model = heads.make_plain(load_backbone("tiny-llama"), mode="letters")
     for r in rows[:2]:
-        length, eval_tokens = r["max_length"], 0
+        length, eval_tokens, largest = r["max_length"], 0, 0
         for role in EVAL_ROLES:
             for split in suite.role(role):
                 recs = list(split.records)
@@ -237,7 +237,9 @@ def test_the_length_table_counts_what_a_run_would_cut_and_pad(smoke_splits, real
                     f"Question: {q.question}\n"
                     + "".join(f"{LETTERS[j]}. {c}\n" for j, c in enumerate(q.choices))
                     + "Answer:")["input_ids"])) for q in recs]
-                eval_tokens += sum(len(b) * max(n[i] for i in b)
-                                   for b in forward.plan_batches(model, recs, prof.eval_batch_size))
-        assert r["eval_tokens"] == eval_tokens
+                sizes = [len(b) * max(n[i] for i in b)
+                         for b in forward.plan_batches(model, recs, prof.eval_batch_size)]
+                eval_tokens += sum(sizes)
+                largest = max(largest, *sizes)
+        assert r["eval_tokens"] == eval_tokens and r["eval_batch_max"] == largest
     assert rows[0]["cut_option"]["code/id"] > rows[-1]["cut_option"]["code/id"]
