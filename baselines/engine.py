@@ -140,8 +140,7 @@ class TorchEngine:
         train_key = asdict(train_cfg)
         # eager training keeps its keys; compiled training (equal within float tolerance) its
         # own, as graph-replayed training has by its ``cuda_graph``
-        if train.compile_enabled(train_cfg, self.backbone().model.device) \
-                and not train_cfg.cuda_graph:
+        if train.compile_enabled(train_cfg, self.backbone().model.device):
             train_key["compile"] = "on"
         else:
             del train_key["compile"]

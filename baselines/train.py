@@ -228,7 +228,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     bar = tqdm(total=total, desc="train", disable=not progress or not distributed.is_main(),
                leave=False)
     net = model if world == 1 else _ddp(model)
-    compiled = compile_enabled(config, model.device) and not config.cuda_graph
+    compiled = compile_enabled(config, model.device)
     # compiled path: every process's share padded to one row count (static shapes)
     rows = math.ceil(config.batch_size / world)
     compile_log = None
@@ -426,8 +426,10 @@ class _GraphSteps:
 
 
 def compile_enabled(config: TrainConfig, device: torch.device) -> bool:
-    """Whether `train` takes the compiled path: ``compile`` on, or auto on a CUDA device."""
-    return config.compile == "on" or (config.compile == "auto" and device.type == "cuda")
+    """Whether `train` takes the compiled path: ``compile`` on, or auto on a CUDA device, and
+    not the graph path (which refuses compile on)."""
+    return not config.cuda_graph and (
+        config.compile == "on" or (config.compile == "auto" and device.type == "cuda"))
 
 
 def transformer_blocks(backbone: nn.Module) -> list[nn.Module]:
