@@ -108,10 +108,6 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
                                max_length=int(cand["max_length"]) or prof.max_length)
     suite = build_suite("pooled", prof, data_dir=data_dir, cache_dir=f"{cache_dir}/splits",
                         progress=False)
-    unknown = sorted(set(domains or ()) - set(suite.domains))
-    if unknown:
-        raise SystemExit(f"--domains: no domain {', '.join(unknown)} in the suite; valid: "
-                         f"{', '.join(suite.domains)}")
     load_s = None   # seconds loading the backbone (a GGUF converted on a first load)
     if cand["backbone"] not in backbones:   # on the GPU where there is one (bfloat16)
         t0 = time.perf_counter()
@@ -206,6 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.id_cap is not None and args.id_cap < 1:
         ap.error(f"--id-cap {args.id_cap}: give a number of questions >= 1")
+    if args.domains:
+        from uqbench.data.suite_spec import get_suite_spec
+
+        valid = [d.name for d in get_suite_spec("pooled").domains]
+        if unknown := sorted(set(args.domains.split(",")) - set(valid)):
+            raise SystemExit(f"--domains: no domain {', '.join(unknown)} in the suite; valid: "
+                             f"{', '.join(valid)}")
     if args.table:
         with open(args.table) as f:
             print(table([json.loads(line) for line in f if line.strip()]))
