@@ -178,23 +178,10 @@ def bench_layer(d: int = 4096, T: int = 1024) -> dict[str, Any]:
             **_timing_row(best)}
 
 
-def _peak_bytes(fn: Any) -> int:
-    """Peak live bytes allocated by torch on CPU while ``fn()`` runs: the running sum of every
-    op's self allocations and frees (torch.profiler ``profile_memory=True``), in time order."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
-        fn()
-    cur = peak = 0
-    for e in sorted(p.events(), key=lambda e: e.time_range.start):
-        cur += e.self_cpu_memory_usage
-        peak = max(peak, cur)
-    return peak
-
-
 def bench_memory(T: int = 4096, N: int = 16, r: int = 8, d: int = 4096) -> dict[str, Any]:
     from baselines.gates import disagreement
     from baselines.moe import gram_disagreement
+    from benchmarks.bench_memory import peak_bytes
 
     g = torch.Generator().manual_seed(0)
     h = torch.randn(T, d, generator=g)
@@ -213,7 +200,7 @@ def bench_memory(T: int = 4096, N: int = 16, r: int = 8, d: int = 4096) -> dict[
         z = (h @ A.reshape(N * r, d).T).view(T, N, r)
         out["naive"] = disagreement(w, torch.einsum("ndr,tnr->tnd", B, z))
 
-    peak = {"gram": _peak_bytes(gram), "naive": _peak_bytes(naive)}
+    peak = {"gram": peak_bytes(gram, grad=False), "naive": peak_bytes(naive, grad=False)}
     ratio = peak["naive"] / peak["gram"]
     f32 = 4
     return {"name": "disagreement_peak_memory", "T": T, "N": N, "r": r, "d": d,
