@@ -37,12 +37,15 @@ from uqbench.files.cache import PROTOCOL_VERSION, ArrayCache, DirCache
 def train_config(prof: Profile, seed: int, device: torch.device | None = None
                  ) -> train.TrainConfig:
     """The training settings of every model of a run: the profile's, with this seed; the
-    profile's ``cuda_graph`` "auto" is on where ``device`` is CUDA and one process trains."""
+    profile's ``cuda_graph`` "auto" is on where ``device`` is CUDA, one process trains and
+    activations are kept (no ``grad_checkpoint``)."""
     graph = prof.cuda_graph == "on" or (prof.cuda_graph == "auto" and device is not None
-                                        and device.type == "cuda" and distributed.world() == 1)
+                                        and device.type == "cuda" and distributed.world() == 1
+                                        and not prof.grad_checkpoint)
     return train.TrainConfig(epochs=prof.epochs, batch_size=prof.batch_size, lr=prof.lr,
                              head_lr=prof.head_lr, max_length=prof.max_length, seed=seed,
-                             compile=prof.compile, cuda_graph=graph)
+                             compile=prof.compile, cuda_graph=graph,
+                             grad_checkpoint=prof.grad_checkpoint)
 
 
 @register_backend("torch")
@@ -139,11 +142,13 @@ class TorchEngine:
         train_splits = self.suite.role("train")
         train_key = asdict(train_cfg)
         # eager training keeps its keys; compiled training (equal within float tolerance) its
-        # own, as graph-replayed training has by its ``cuda_graph``
+        # own, as graph-replayed and checkpointed training have by theirs
         if train.compile_enabled(train_cfg, self.backbone().model.device):
             train_key["compile"] = "on"
         else:
             del train_key["compile"]
+        if not train_cfg.grad_checkpoint:
+            del train_key["grad_checkpoint"]
         material = {
             "protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
             "model": spec.kind, "train": train_key,
@@ -229,6 +234,8 @@ class TorchEngine:
             base["dropout_seeds"] = "per-batch"
             if model.kind != "encoder":  # a decoder's LM head rounds by batch size: stacked
                 base["stacked"] = True   # passes differ from lone ones in the last bits
+            if self.prof.eval_tokens is not None:   # so do copies run in groups
+                base["eval_tokens"] = self.prof.eval_tokens
         computed: dict[int, dict[str, np.ndarray]] = {}
 
         def compute(at: int) -> dict[str, np.ndarray]:
@@ -240,7 +247,8 @@ class TorchEngine:
                 t = time.perf_counter()
                 kw = {"batch_size": self.prof.eval_batch_size,
                       "max_length": self.prof.max_length, "progress": self.progress}
-                recs = (forward.collect_mc(model, split.records, todo, **kw)
+                recs = (forward.collect_mc(model, split.records, todo,
+                                           max_tokens=self.prof.eval_tokens, **kw)
                         if mode == "mc_dropout" else
                         [forward.collect(model, split.records, mode=mode, seed=i, **kw)
                          for i in todo])

@@ -22,6 +22,7 @@ import functools
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -131,8 +132,8 @@ def collect(model: MultipleChoiceModel, records: Sequence[MCRecord], *, batch_si
 
 
 def collect_mc(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: Sequence[int], *,
-               batch_size: int = 64, max_length: int = 128, progress: bool = True
-               ) -> list[dict[str, NDArray[np.generic]]]:
+               batch_size: int = 64, max_length: int = 128, progress: bool = True,
+               max_tokens: int | None = None) -> list[dict[str, NDArray[np.generic]]]:
     """``[collect(model, records, mode="mc_dropout", seed=s) for s in seeds]``, with the passes
     stacked: each forward holds ``len(seeds)`` copies of a batch (its records repeated, copy
     after copy, so every layer sees the copies as consecutive blocks of rows) instead of one.
@@ -150,17 +151,23 @@ def collect_mc(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: S
     (`baselines.gates.RandomK`: its draws follow the order of the passes), and, with a warning
     recorded in run.json ``fallbacks``, when a random draw outside those dropouts ran in the
     stacked forward (checked on every batch: the global generator must be untouched).
-    ``batch_size`` counts the sequences of one copy, as in `collect`.
+    ``batch_size`` counts the sequences of one copy, as in `collect`. ``max_tokens`` bounds the
+    padded tokens of one forward, every copy counted (None: no bound): a batch whose ``T``
+    copies hold more runs as several forwards of as many copies as fit (at least one), each copy
+    with the same masks, so the memory of the longest batches no longer grows with ``T``.
     """
     seeds = list(seeds)
     if not seeds:
         raise ValueError("collect_mc: no seeds (give one per MC-dropout pass)")
+    if max_tokens is not None and max_tokens < 1:
+        raise ConfigError(f"collect_mc: max_tokens must be >= 1 or None, got {max_tokens}")
     kw = {"batch_size": batch_size, "max_length": max_length, "progress": progress}
     stochastic = [type(g).__name__ for g in _gates(model) if isinstance(g, RandomK)]
     if len(seeds) == 1 or stochastic:
         return [collect(model, records, mode="mc_dropout", seed=s, **kw) for s in seeds]
     try:
-        return _collect(model, records, seeds, mode="mc_dropout", keep_tokens=False, **kw)
+        return _collect(model, records, seeds, mode="mc_dropout", keep_tokens=False,
+                        max_tokens=max_tokens, **kw)
     except _UnsplitDraw as exc:
         record_fallback("stacked MC-dropout passes", type(model.backbone).__name__,
                         f"{exc}; the {len(seeds)} passes ran one after another instead (same "
@@ -173,8 +180,8 @@ def _gates(model: MultipleChoiceModel) -> list[object]:
 
 
 def _collect(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: list[int], *,
-             batch_size: int, max_length: int, mode: str, progress: bool, keep_tokens: bool
-             ) -> list[dict[str, NDArray[np.generic]]]:
+             batch_size: int, max_length: int, mode: str, progress: bool, keep_tokens: bool,
+             max_tokens: int | None = None) -> list[dict[str, NDArray[np.generic]]]:
     """`collect` for ``len(seeds)`` copies stacked in each forward (see `collect_mc`)."""
     if not records:
         raise ValueError("collect: no records (empty split)")
@@ -183,21 +190,14 @@ def _collect(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: lis
     if keep_tokens and not model.has_moe:
         raise ConfigError("collect: keep_tokens=True needs router statistics, but the model has "
                           "no MoE-LoRA layers")
-    n, c_max, n_copies = len(records), max(len(r.choices) for r in records), len(seeds)
-    hidden = int(model.identity["hidden_size"])
-    logits = np.full((n_copies, n, c_max), PAD_LOGIT, dtype=np.float64)
-    feats = np.zeros((n_copies, n, hidden), dtype=np.float32)
-    sums = {f: np.zeros((n_copies, n)) for f in STAT_FIELDS} if model.has_moe else {}
-    counts = np.zeros((n_copies, n))
-    cut = np.zeros(n, dtype=np.int8)  # what truncation cut (baselines.heads.CUT_*)
-    tok_parts: dict[str, list[Tensor]] = {f: [] for f in (*TOKEN_FIELDS, "tok_example")}
-
+    n_copies = len(seeds)
+    acc = _Acc.empty(n_copies, records, int(model.identity["hidden_size"]), model.has_moe)
     flags = {m: m.training for m in model.modules()}
     model.eval()
     if mode == "mc_dropout":
         model.mc_dropout_on()
     if model.has_moe:
-        from baselines.moe import layer_stats, record_stats
+        from baselines.moe import record_stats
         record_stats(model.backbone, True)
     batches = plan_batches(model, records, batch_size)
     mine = list(range(distributed.rank(), len(batches), distributed.world()))
@@ -208,41 +208,10 @@ def _collect(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: lis
             for b in tqdm(mine, desc=f"forward ({mode})", leave=False,
                           disable=not progress or not distributed.is_main()):
                 idx = batches[b]
-                batch = model.encode([records[i] for i in idx] * n_copies, max_length)
-                if n_copies == 1:
-                    torch.manual_seed((seeds[0] << 24) + b)
-                    out = model(batch)                                    # (B, C)
-                else:
-                    with _per_copy_draws(model, [(s << 24) + b for s in seeds], dev):
-                        out = model(batch)                                # (T*B, C)
-                B = len(idx)
-                logits[:, idx, :out.shape[1]] = out.double().cpu().numpy().reshape(
-                    n_copies, B, -1)
-                cut[idx] = batch["cut"][:B].numpy()
-                feats[:, idx] = model.last_features.cpu().numpy().reshape(  # type: ignore[union-attr]
-                    n_copies, B, hidden)
-                if not model.has_moe:
-                    continue
-                mask = batch["attention_mask"].to(dev).bool()             # (S, L)
-                n_ch = batch["n_choices"].to(dev)
-                seq_ex = model.seq_example({"n_choices": n_ch})           # (S,) row in T*B
-                stats = layer_stats(model.backbone)                       # per layer (S, L)
-                mean = {k: torch.stack([s[k].double() for s in stats]).mean(0)  # (S, L)
-                        for k in STAT_FIELDS.values()}
-                tok_ex = seq_ex[:, None].expand_as(mask)[mask]            # (K,) batch row
-                ex_count = torch.zeros(n_copies * B, dtype=torch.float64, device=dev
-                                       ).index_add_(0, tok_ex, torch.ones_like(tok_ex,
-                                                                               dtype=torch.float64))
-                counts[:, idx] = ex_count.cpu().numpy().reshape(n_copies, B)
-                for field, key in STAT_FIELDS.items():
-                    vals = mean[key][mask]                                # (K,)
-                    total = torch.zeros(n_copies * B, dtype=torch.float64, device=dev
-                                        ).index_add_(0, tok_ex, vals)
-                    sums[field][:, idx] = total.cpu().numpy().reshape(n_copies, B)
-                if keep_tokens:   # one copy (collect)
-                    for field, key in TOKEN_FIELDS.items():
-                        tok_parts[field].append(mean[key][mask].cpu())
-                    tok_parts["tok_example"].append(torch.as_tensor(idx)[tok_ex.cpu()])
+                recs = [records[i] for i in idx]
+                for c0, c1 in _copy_groups(model, recs, n_copies, max_length, max_tokens):
+                    _forward_copies(model, recs, idx, b, seeds, slice(c0, c1), max_length, acc,
+                                    keep_tokens)
     finally:
         if model.has_moe:
             record_stats(model.backbone, False)
@@ -251,24 +220,97 @@ def _collect(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: lis
     FORWARD_PASSES[mode] += n_copies   # completed passes, one per copy
     results = []
     for t in range(n_copies):
-        c_sums = {f: v[t] for f, v in sums.items()}
+        c_sums = {f: v[t] for f, v in acc.sums.items()}
         if distributed.world() > 1:
-            _gather(batches, mine, logits[t], feats[t], c_sums, counts[t], cut, tok_parts)
-        result: dict[str, NDArray[np.generic]] = {"logits": logits[t], "features": feats[t],
-                                                  "cut": cut.copy()}
+            _gather(batches, mine, acc.logits[t], acc.feats[t], c_sums, acc.counts[t], acc.cut,
+                    acc.tok_parts)
+        result: dict[str, NDArray[np.generic]] = {"logits": acc.logits[t],
+                                                  "features": acc.feats[t], "cut": acc.cut.copy()}
         for field, total in c_sums.items():
-            result[field] = total / np.maximum(counts[t], 1.0)
+            result[field] = total / np.maximum(acc.counts[t], 1.0)
         if model.has_moe:  # the per-token mean of a statistic over examples weighs them by this
-            result["n_tokens"] = counts[t].copy()
+            result["n_tokens"] = acc.counts[t].copy()
         if keep_tokens:
-            ex = torch.cat(tok_parts["tok_example"]).numpy().astype(np.int64)
+            ex = torch.cat(acc.tok_parts["tok_example"]).numpy().astype(np.int64)
             order = np.argsort(ex, kind="stable")
             result["tok_example"] = ex[order]
             for field in TOKEN_FIELDS:
-                result[field] = torch.cat(tok_parts[field]).numpy().astype(np.float64)[order]
+                result[field] = torch.cat(acc.tok_parts[field]).numpy().astype(np.float64)[order]
         results.append(result)
     return results
 
+
+def _copy_groups(model: MultipleChoiceModel, recs: list[MCRecord], n_copies: int,
+                 max_length: int, max_tokens: int | None) -> list[tuple[int, int]]:
+    """The stacked copies ``[c0, c1)`` of each forward of one batch: all of them, or as many as
+    ``max_tokens`` padded tokens hold (at least one)."""
+    if max_tokens is None or n_copies == 1:
+        return [(0, n_copies)]
+    per_copy = model.encode(recs, max_length)["attention_mask"].numel()
+    g = max(1, min(n_copies, max_tokens // per_copy))
+    return [(c, min(c + g, n_copies)) for c in range(0, n_copies, g)]
+
+
+@dataclass
+class _Acc:
+    """The records of ``T`` passes over a split, filled batch by batch: (T, N, ...) arrays."""
+    logits: NDArray[np.float64]
+    feats: NDArray[np.float32]
+    sums: dict[str, NDArray[np.float64]]
+    counts: NDArray[np.float64]
+    cut: NDArray[np.int8]   # what truncation cut (baselines.heads.CUT_*), the same in every pass
+    tok_parts: dict[str, list[Tensor]]
+
+    @classmethod
+    def empty(cls, n_copies: int, records: Sequence[MCRecord], hidden: int, moe: bool) -> _Acc:
+        n, c_max = len(records), max(len(r.choices) for r in records)
+        return cls(logits=np.full((n_copies, n, c_max), PAD_LOGIT, dtype=np.float64),
+                   feats=np.zeros((n_copies, n, hidden), dtype=np.float32),
+                   sums={f: np.zeros((n_copies, n)) for f in STAT_FIELDS} if moe else {},
+                   counts=np.zeros((n_copies, n)), cut=np.zeros(n, dtype=np.int8),
+                   tok_parts={f: [] for f in (*TOKEN_FIELDS, "tok_example")})
+
+
+def _forward_copies(model: MultipleChoiceModel, recs: list[MCRecord], idx: list[int], b: int,
+                    seeds: list[int], copies: slice, max_length: int, acc: _Acc,
+                    keep_tokens: bool) -> None:
+    """One forward of batch ``b`` (``recs``, rows ``idx`` of the split) stacked once for each
+    pass in ``copies``, pass ``t`` with the dropout masks of ``seeds[t]``; fills ``acc``."""
+    n_copies, B, dev = copies.stop - copies.start, len(idx), model.device
+    batch = model.encode(recs * n_copies, max_length)
+    if n_copies == 1:
+        torch.manual_seed((seeds[copies.start] << 24) + b)
+        out = model(batch)                                                # (B, C)
+    else:
+        with _per_copy_draws(model, [(s << 24) + b for s in seeds[copies]], dev):
+            out = model(batch)                                            # (T*B, C)
+    acc.logits[copies, idx, :out.shape[1]] = out.double().cpu().numpy().reshape(n_copies, B, -1)
+    acc.cut[idx] = batch["cut"][:B].numpy()
+    acc.feats[copies, idx] = model.last_features.cpu().numpy().reshape(  # type: ignore[union-attr]
+        n_copies, B, -1)
+    if not model.has_moe:
+        return
+    from baselines.moe import layer_stats
+
+    mask = batch["attention_mask"].to(dev).bool()                         # (S, L)
+    n_ch = batch["n_choices"].to(dev)
+    seq_ex = model.seq_example({"n_choices": n_ch})                       # (S,) row in T*B
+    stats = layer_stats(model.backbone)                                   # per layer (S, L)
+    mean = {k: torch.stack([s[k].double() for s in stats]).mean(0)        # (S, L)
+            for k in STAT_FIELDS.values()}
+    tok_ex = seq_ex[:, None].expand_as(mask)[mask]                        # (K,) batch row
+    ex_count = torch.zeros(n_copies * B, dtype=torch.float64, device=dev
+                           ).index_add_(0, tok_ex, torch.ones_like(tok_ex, dtype=torch.float64))
+    acc.counts[copies, idx] = ex_count.cpu().numpy().reshape(n_copies, B)
+    for field, key in STAT_FIELDS.items():
+        vals = mean[key][mask]                                            # (K,)
+        total = torch.zeros(n_copies * B, dtype=torch.float64, device=dev
+                            ).index_add_(0, tok_ex, vals)
+        acc.sums[field][copies, idx] = total.cpu().numpy().reshape(n_copies, B)
+    if keep_tokens:   # one copy (collect)
+        for field, key in TOKEN_FIELDS.items():
+            acc.tok_parts[field].append(mean[key][mask].cpu())
+        acc.tok_parts["tok_example"].append(torch.as_tensor(idx)[tok_ex.cpu()])
 
 class _UnsplitDraw(RuntimeError):
     """A random draw in a stacked forward that `_per_copy_draws` did not split by copy."""

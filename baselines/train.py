@@ -22,7 +22,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,12 @@ class TrainConfig:
         "static shapes of compile; the optimizer runs eagerly): the eager step is bound by "
         "launching kernels. CUDA only; one process; not with compile on (auto then means off)",
         False)
+    grad_checkpoint: bool = help_field(
+        "recompute each transformer block's activations in the backward instead of keeping "
+        "them (transformers' gradient checkpointing, non-reentrant, dropout masks redrawn "
+        "alike): a step then keeps each block's input and one block's activations, for about "
+        "one more forward of compute. Not with cuda_graph nor compile on (auto then means off)",
+        False)
 
     def __post_init__(self) -> None:
         checks = [
@@ -88,6 +94,8 @@ class TrainConfig:
             ("grad_clip", self.grad_clip is None or self.grad_clip > 0),
             ("compile", self.compile in COMPILE_MODES),
             ("cuda_graph", not (self.cuda_graph and self.compile == "on")),
+            ("grad_checkpoint", not (self.grad_checkpoint
+                                     and (self.cuda_graph or self.compile == "on"))),
         ]
         for name, ok in checks:
             if not ok:
@@ -235,7 +243,8 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     try:
         with torch.random.fork_rng(devices=_devices(model)), \
                 deterministic_training(model.device), \
-                _compiled(model, compiled) as compile_log:
+                _compiled(model, compiled) as compile_log, \
+                checkpointed(model, config.grad_checkpoint):
             torch.manual_seed(config.seed)
             gen = torch.Generator().manual_seed(config.seed)
             from transformers import get_cosine_schedule_with_warmup
@@ -427,8 +436,8 @@ class _GraphSteps:
 
 def compile_enabled(config: TrainConfig, device: torch.device) -> bool:
     """Whether `train` takes the compiled path: ``compile`` on, or auto on a CUDA device, and
-    not the graph path (which refuses compile on)."""
-    return not config.cuda_graph and (
+    neither the graph path nor gradient checkpointing (which refuse compile on)."""
+    return not config.cuda_graph and not config.grad_checkpoint and (
         config.compile == "on" or (config.compile == "auto" and device.type == "cuda"))
 
 
@@ -525,6 +534,32 @@ def _compiled(model: MultipleChoiceModel, on: bool) -> Iterator[_CompileLog | No
                 del layer.fast_path
             else:
                 layer.fast_path = f
+
+
+@contextmanager
+def checkpointed(model: MultipleChoiceModel, on: bool) -> Iterator[None]:
+    """Within the block, the backbone's transformer blocks recompute their activations in the
+    backward (`TrainConfig.grad_checkpoint`); off after it (passes run without gradients)."""
+    if not on:
+        yield
+        return
+    bb = model.backbone
+    if not getattr(bb, "supports_gradient_checkpointing", False):
+        raise ConfigError(f"train: grad_checkpoint is on but {type(bb).__name__} does not support "
+                          "gradient checkpointing in transformers; turn it off")
+    from baselines.moe import forward_state_kept
+
+    # the recomputed forward keeps the MoE layers' state of the step's own forward
+    kw = {"use_reentrant": False,
+          "context_fn": lambda: (nullcontext(), forward_state_kept(bb))}
+    if hasattr(bb, "activation_checkpointing_enable"):   # its name since transformers 5.x
+        bb.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+    else:
+        bb.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+    try:
+        yield
+    finally:
+        getattr(bb, "activation_checkpointing_disable", bb.gradient_checkpointing_disable)()
 
 
 def static_shapes(batch: dict[str, Tensor], n_real: int, cap: int, pad_id: int

@@ -175,6 +175,39 @@ def test_stacked_mc_passes_equal_the_sequential_ones_bitwise(model: MultipleChoi
     assert not any(m.training for m in model.modules())
 
 
+
+def test_a_token_bound_runs_the_copies_in_groups_with_the_same_masks(model, monkeypatch) -> None:
+    """``max_tokens`` splits a batch's stacked copies into forwards of as many copies as fit
+    (at least one): no forward holds more padded tokens than the bound unless it is one copy,
+    and every pass equals the pass with all copies in one forward."""
+    seeds = [0, 1, 5, 7, 2]
+    whole = collect_mc(model, RECS, seeds, batch_size=4, progress=False)
+    per_copy = [model.encode([RECS[i] for i in b], 48)["attention_mask"].numel()
+                for b in plan_batches(model, RECS, 4)]
+    orig = type(model).forward
+    for bound in (1, 2 * max(per_copy), 10 ** 6):
+        seen: list[int] = []
+
+        def counted(self, batch, seen=seen):
+            seen.append(batch["attention_mask"].numel())
+            return orig(self, batch)
+
+        monkeypatch.setattr(type(model), "forward", counted)
+        got = collect_mc(model, RECS, seeds, batch_size=4, max_length=48, progress=False,
+                         max_tokens=bound)
+        monkeypatch.undo()
+        want = []   # per batch: forwards of g copies (the last one what is left), g >= 1
+        for n in per_copy:
+            g = max(1, min(len(seeds), bound // n))
+            want += [min(g, len(seeds) - c) * n for c in range(0, len(seeds), g)]
+        assert seen == want, bound
+        assert all(n <= bound for n in seen) or bound < min(per_copy)
+        for s, a, b in zip(seeds, whole, got):
+            for k in a:
+                np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=f"{s} {k}")
+    with pytest.raises(ConfigError, match="max_tokens must be >= 1"):
+        collect_mc(model, RECS, seeds, max_tokens=0)
+
 def test_stacked_mc_passes_fall_back_when_a_draw_is_not_split(model, monkeypatch) -> None:
     """A random draw the copies cannot be split at is caught (the global generator moved), warned
     about, recorded, and the passes run one after another with the same values."""
@@ -204,3 +237,42 @@ def test_stacked_mc_passes_fall_back_when_a_draw_is_not_split(model, monkeypatch
     again = collect_mc(model, RECS, [2, 3], batch_size=8, progress=False)
     for a, b in zip(seq, again):
         np.testing.assert_allclose(a["logits"], b["logits"], rtol=0, atol=1e-6)
+
+
+def test_a_profiles_token_bound_reaches_the_passes_and_their_cache_key(tmp_path,
+                                                                       monkeypatch) -> None:
+    """`Profile.eval_tokens` goes to `collect_mc` as ``max_tokens``; passes computed under a
+    bound are cached under their own key (copies in groups may round differently), and a
+    profile without one keeps the key it had. A bound < 1 is refused by the profile."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from baselines import engine as eng
+    from baselines import forward as fwd
+    from uqbench.core.engine import RunStats
+    from uqbench.core.profiles import get_profile
+
+    model = make_plain(tiny_backbone("decoder"), mode="letters")
+    seen: list[object] = []
+    real = fwd.collect_mc
+
+    def spy(*a, max_tokens=None, **kw):
+        seen.append(max_tokens)
+        return real(*a, max_tokens=max_tokens, **kw)
+
+    monkeypatch.setattr(fwd, "collect_mc", spy)
+    split = SimpleNamespace(records=RECS, hash="h", name="toy/id")
+    spec = SimpleNamespace(name="m")
+    pair = SimpleNamespace(model=spec, gate=SimpleNamespace(name="native"), fields=())
+    smoke = get_profile("smoke")
+    for bound, misses in ((None, [None]), (None, []), (40, [40]), (40, [])):
+        e = eng.TorchEngine("tiny-llama", replace(smoke, eval_tokens=bound), None, tmp_path,
+                            RunStats(), progress=False)
+        monkeypatch.setattr(e, "model", lambda s, seed: (model, "sha"))
+        monkeypatch.setattr(e, "gate", lambda p, seed: (None, {}))
+        monkeypatch.setattr(e, "backbone_identity", lambda: {"name": "tiny"})
+        seen.clear()
+        e.forwards(spec, 0, pair, split, "mc_dropout", [0, 1, 2])
+        assert seen == misses, bound
+    with pytest.raises(ConfigError, match="eval_tokens=0 is out of range"):
+        replace(smoke, eval_tokens=0)

@@ -429,6 +429,33 @@ def test_the_cuda_graph_option_reaches_the_training_or_is_refused_before_any_wor
         prepare(RunConfig(profile="smoke", cuda_graph="on", compile="on", scorers=("msp",)))
 
 
+def test_the_memory_options_reach_the_profile_and_training_or_are_refused() -> None:
+    """``--eval-tokens`` and ``--grad-checkpoint`` override the profile (which keeps neither by
+    default); checkpointing reaches `TrainConfig` and turns ``cuda_graph auto`` off; bad values
+    and conflicts are refused by ``prepare``, before any data work."""
+    from baselines.engine import train_config
+    from uqbench.cli import _build_parser
+    from uqbench.core.profiles import PROFILES
+    from uqbench.run.runner import RunConfig, prepare
+
+    args = _build_parser().parse_args(["run", "--eval-tokens", "4096", "--grad-checkpoint"])
+    assert (args.eval_tokens, args.grad_checkpoint) == (4096, True)
+    plain = _build_parser().parse_args(["run"])
+    assert (plain.eval_tokens, plain.grad_checkpoint) == (None, None)
+    assert all(p.eval_tokens is None and not p.grad_checkpoint
+               for p in (PROFILES.get(n) for n in PROFILES.names()))
+    assert not {"eval_tokens", "grad_checkpoint"} & set(RunConfig().identity())
+    prof = prepare(RunConfig(profile="smoke", eval_tokens=4096, grad_checkpoint=True,
+                             cuda_graph="auto", scorers=("msp",)))[0]
+    assert (prof.eval_tokens, prof.grad_checkpoint) == (4096, True)
+    cfg = train_config(prof, 0, torch.device("cuda"))
+    assert cfg.grad_checkpoint and not cfg.cuda_graph
+    with pytest.raises(ConfigError, match="eval_tokens=0 is out of range"):
+        prepare(RunConfig(profile="smoke", eval_tokens=0, scorers=("msp",)))
+    with pytest.raises(ConfigError, match="grad_checkpoint=True is out of range"):
+        prepare(RunConfig(profile="smoke", grad_checkpoint=True, compile="on",
+                          scorers=("msp",)))
+
 def test_the_step_benchmark_times_the_graph_path_and_restores_the_precision(monkeypatch
                                                                           ) -> None:
     """`benchmarks.bench_train_step`'s graph fields, run on the CPU through the fake graph: the
@@ -451,3 +478,51 @@ def test_the_step_benchmark_times_the_graph_path_and_restores_the_precision(monk
     # a short and a long training (each after a warm-up one) at each precision, all graphed
     assert seen == [(True, "highest")] * 4 + [(True, "high")] * 4
     assert torch.get_float32_matmul_precision() == before
+
+
+@pytest.mark.parametrize(("kind", "mode"), [("encoder", "cross_encoder"), ("decoder", "letters")])
+def test_gradient_checkpointing_trains_as_without_and_keeps_less(kind: str, mode: str) -> None:
+    """``grad_checkpoint``: the same losses and trained weights (the recomputed blocks redraw
+    the same dropout masks), a smaller peak of a step's memory, and the backbone as it was
+    after; refused beside the graph path and compile on."""
+    from baselines.train import checkpointed
+    from benchmarks.bench_memory import peak_bytes
+
+    recs = toy_records(16, seed=2)
+    cfg = TrainConfig(epochs=1, batch_size=8, max_length=48, lr=5e-3)
+    runs = []
+    for ckpt in (False, True):
+        model = make_moe(tiny_backbone(kind, layers=4, hidden=64), SMALL_MOE, mode=mode)
+        calls = Counter()
+        moe_layers(model.backbone)[0].register_forward_hook(lambda *_, c=calls: c.update([1]))
+        res = train(model, recs, TrainConfig(**{**cfg.__dict__, "grad_checkpoint": ckpt}),
+                    progress=False)
+        assert calls[1] == res.steps * (2 if ckpt else 1)   # recomputed in the backward
+        assert not any(getattr(m, "gradient_checkpointing", False)
+                       for m in model.backbone.modules())
+        runs.append((res, model))
+    (r0, m0), (r1, m1) = runs
+    assert r0.losses == pytest.approx(r1.losses, rel=1e-5)
+    for (n, p), (_, q) in zip(m0.named_parameters(), m1.named_parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6, msg=n)
+    batch, labels = m0.encode(recs[:8], 48), torch.tensor([r.answer for r in recs[:8]])
+    m0.train()
+
+    def step() -> None:
+        torch.nn.functional.cross_entropy(m0(batch), labels).backward()
+
+    plain = peak_bytes(step, grad=True)
+    with checkpointed(m0, True):
+        kept = peak_bytes(step, grad=True)
+        # the backward's recompute leaves the layers' state of the step's forward (replaced,
+        # it would hold every recomputed block's graph, and their activations, to the end)
+        logits = m0(batch)
+        state = [(m._fast_aux, m._aux_args) for m in moe_layers(m0.backbone)]
+        assert any(f is not None or a is not None for f, a in state)
+        torch.nn.functional.cross_entropy(logits, labels).backward()
+        assert all(f is m._fast_aux and a is m._aux_args
+                   for (f, a), m in zip(state, moe_layers(m0.backbone)))
+    assert kept < plain
+    for other in ({"cuda_graph": True}, {"compile": "on"}):
+        with pytest.raises(ConfigError, match="TrainConfig.grad_checkpoint=True is invalid"):
+            TrainConfig(grad_checkpoint=True, **other)

@@ -4,7 +4,7 @@
                 [--plugin MODULE] [--out DIR] [--cache-dir DIR] [--data-dir DIR] [--seeds N]
                 [--experiment NAME] [--models a,b] [--gates a,b] [--head cloze|letters]
                 [--backend NAME] [--figures NAME] [--compile off|on|auto]
-                [--cuda-graph off|on|auto]
+                [--cuda-graph off|on|auto] [--eval-tokens N] [--grad-checkpoint]
     uqbench list WHAT             # scorers gates sources suites backbones backends figures
                                   # experiments profiles models heads
     uqbench score SOURCE [SOURCE ...] --out DIR [--domain NAME=ID_TASK:SHIFT_TASK ...]
@@ -103,6 +103,16 @@ def _build_parser() -> argparse.ArgumentParser:
                      "one per batch shape (the eager step is bound by launching kernels): auto = "
                      "on where CUDA is and one process trains; not with --compile on (default: "
                      "the profile's, off)")
+    run.add_argument("--eval-tokens", type=int, metavar="N",
+                     help="padded tokens one MC-dropout forward may hold, its stacked copies "
+                     "counted: longer batches run their copies in groups, same values "
+                     "(default: the profile's, no bound; `python -m benchmarks memory` gives "
+                     "the bytes a token holds)")
+    run.add_argument("--grad-checkpoint", action="store_true", default=None,
+                     help="recompute each transformer block's activations in the backward "
+                     "instead of keeping them: a large backbone's training step fits a GPU, for "
+                     "about one more forward of compute (not with --compile on or --cuda-graph "
+                     "on)")
     run.add_argument("--no-figures", action="store_true")
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--overwrite", action="store_true",
@@ -258,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                 budget=args.budget, experiment=args.experiment, models=args.models,
                 gates=args.gates, backend=args.backend, figure_set=args.figure_set,
                 head=args.head, threads=args.threads, compile=args.compile,
-                cuda_graph=args.cuda_graph,
+                cuda_graph=args.cuda_graph, eval_tokens=args.eval_tokens,
+                grad_checkpoint=args.grad_checkpoint,
                 figures=not args.no_figures,
                 progress=not args.no_progress, overwrite=args.overwrite,
                 scorer_timeout=args.scorer_timeout or None, score_workers=args.score_workers))

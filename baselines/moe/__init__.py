@@ -43,6 +43,7 @@ from baselines.moe.config import (
 )
 from baselines.moe.inject import (
     forget_aux,
+    forward_state_kept,
     get_gates,
     inject,
     layer_stats,
@@ -96,6 +97,7 @@ __all__ = [
     "dropout_scale",
     "fast_dropout",
     "forget_aux",
+    "forward_state_kept",
     "get_gates",
     "gram_disagreement",
     "hmora_routing",

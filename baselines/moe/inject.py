@@ -3,7 +3,8 @@ statistics and the load-balancing loss of the last forward."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -195,6 +196,22 @@ def forget_aux(model: nn.Module) -> None:
     CUDA stream that made them (a CUDA graph capture of the next step fails on that)."""
     for layer in _layers_or_raise(model, "forget_aux"):
         layer._aux = None
+
+
+@contextmanager
+def forward_state_kept(model: nn.Module) -> Iterator[None]:
+    """Within the block, a forward leaves each MoE layer's state of the last forward (its
+    auxiliary-loss inputs, its router statistics) as it was: the recompute context of gradient
+    checkpointing, whose forward runs again in the backward. Kept, the recomputed state would
+    hold each recomputed block's autograd graph until the step ends, and with it the
+    activations the checkpoint frees."""
+    layers = moe_layers(model)
+    saved = [(m._aux_value, m._aux_args, m._fast_aux, m.last_stats) for m in layers]
+    try:
+        yield
+    finally:
+        for m, (value, args, fast, stats) in zip(layers, saved):
+            m._aux_value, m._aux_args, m._fast_aux, m.last_stats = value, args, fast, stats
 
 
 def load_balance_loss(model: nn.Module) -> Tensor:

@@ -46,6 +46,16 @@ class Profile:
     # each training step's forward and backward replayed as CUDA graphs: off | on | auto (on
     # where CUDA is and one process trains); --cuda-graph overrides it. Not with compile on
     cuda_graph: str = "off"
+    # padded tokens one MC-dropout forward holds, its stacked copies counted (None: all
+    # mc_passes copies of an eval batch in one forward): a long batch's copies then run in
+    # groups, with the same masks (`baselines.forward.collect_mc`), so the passes' memory is
+    # bounded whatever mc_passes and max_length are; `python -m benchmarks memory` measures
+    # the bytes a token holds
+    eval_tokens: int | None = None
+    # training recomputes each block's activations in the backward instead of keeping them
+    # (`baselines.train.TrainConfig.grad_checkpoint`): a large backbone's step then fits a GPU;
+    # --grad-checkpoint sets it. Not with cuda_graph or compile on
+    grad_checkpoint: bool = False
 
     def __post_init__(self) -> None:
         checks = [("lr", 0 < self.lr <= 1e-1, "(0, 0.1]"),
@@ -57,7 +67,13 @@ class Profile:
                   ("top_layers", self.top_layers is None
                    or (isinstance(self.top_layers, int) and self.top_layers >= 1),
                    "None (every block) or an integer >= 1"),
+                  ("eval_tokens", self.eval_tokens is None or (
+                      isinstance(self.eval_tokens, int) and not isinstance(self.eval_tokens, bool)
+                      and self.eval_tokens >= 1), "None (no bound) or an integer >= 1"),
                   ("compile", self.compile in COMPILE, " | ".join(COMPILE)),
+                  ("grad_checkpoint", self.grad_checkpoint in (False, True)
+                   and not (self.grad_checkpoint and "on" in (self.compile, self.cuda_graph)),
+                   "False or True, and False when compile or cuda_graph is on"),
                   ("cuda_graph", self.cuda_graph in COMPILE
                    and not (self.cuda_graph == "on" and self.compile == "on"),
                    f"{' | '.join(COMPILE)}, and off or auto when compile is on")]

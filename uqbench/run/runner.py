@@ -50,6 +50,10 @@ from uqbench.run.folder import print_summary, write_run
 log = logging.getLogger(__name__)
 
 
+#: `RunConfig` fields that override the profile's setting of that name when not None
+PROFILE_OVERRIDES = ("compile", "cuda_graph", "eval_tokens", "grad_checkpoint")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a run (the CLI fills it from flags)."""
@@ -79,6 +83,8 @@ class RunConfig:
     threads: int | None = None  # torch intra-op threads; None: the cores we may use
     compile: str | None = None  # off | on | auto: compiled training; None: the profile's
     cuda_graph: str | None = None  # off | on | auto: graph-replayed training; None: the profile's
+    eval_tokens: int | None = None  # padded tokens of one MC-dropout forward; None: the profile's
+    grad_checkpoint: bool | None = None  # recomputed activations in training; None: the profile's
     #: processes scoring the methods (`uqbench.results.rows.score_workers`): auto, or N (1: in
     #: this process); the rows are the same
     score_workers: int | str = "auto"
@@ -94,7 +100,7 @@ class RunConfig:
                 d.pop(k)
         if d["head"] is None:
             d.pop("head")
-        for k in ("compile", "cuda_graph"):
+        for k in PROFILE_OVERRIDES:
             if d[k] is None:
                 d.pop(k)
         return d
@@ -137,7 +143,7 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
 
     ``backend``: the model side (default: the registered backend ``cfg.backend``)."""
     prof = get_profile(cfg.profile)
-    prof = replace(prof, **{k: v for k in ("compile", "cuda_graph")   # validated by Profile
+    prof = replace(prof, **{k: v for k in PROFILE_OVERRIDES   # validated by Profile
                             if (v := getattr(cfg, k)) is not None})
     backend = backend or get_backend(cfg.backend)
     backend.check_profile(prof)  # settings the model side cannot run here
