@@ -11,7 +11,8 @@ path). ``UQBENCH_BENCH_BACKBONE`` names another backbone, or a folder holding a 
 ``config.json`` and tokenizer files but no weights: that architecture with random weights (a
 step's time does not depend on the weights' values; a lease then carries a few MB, not the
 weights). Goal (``ratio``, MoE-LoRA step over
-the dense LoRA step): <= 1.5 on 2 CPU cores, <= 1.3 on a GPU; the line also has tokens/s.
+the dense LoRA step): <= 1.5 on 2 CPU cores, <= 1.3 on a GPU; the line also has tokens/s, and
+the MoE-LoRA step with gradient checkpointing (``--grad-checkpoint``) against the plain one.
 
 On a CPU without ``UQBENCH_BENCH_BACKBONE`` it times three cases, one line each:
 
@@ -107,12 +108,13 @@ def random_backbone(folder: Path, gpu: bool) -> Any:
 
 
 def _train_seconds(model: Any, records: list[Any], batch: int, max_length: int,
-                   cuda_graph: bool = False) -> tuple[float, int]:
+                   cuda_graph: bool = False, grad_checkpoint: bool = False
+                   ) -> tuple[float, int]:
     """(seconds, steps) of one training on ``records``, after a warm-up training."""
     from baselines.train import TrainConfig, train
 
     cfg = TrainConfig(epochs=1, batch_size=batch, max_length=max_length, bucket=False,
-                      cuda_graph=cuda_graph)
+                      cuda_graph=cuda_graph, grad_checkpoint=grad_checkpoint)
     train(model, records[:2 * batch], cfg, progress=False)               # warm-up
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -123,8 +125,10 @@ def _train_seconds(model: Any, records: list[Any], batch: int, max_length: int,
     return time.perf_counter() - t, res.steps
 
 
-def _seconds_per_step(model: Any, records: list[Any], batch: int, max_length: int) -> float:
-    seconds, steps = _train_seconds(model, records, batch, max_length)
+def _seconds_per_step(model: Any, records: list[Any], batch: int, max_length: int,
+                      grad_checkpoint: bool = False) -> float:
+    seconds, steps = _train_seconds(model, records, batch, max_length,
+                                    grad_checkpoint=grad_checkpoint)
     return seconds / steps
 
 
@@ -177,7 +181,8 @@ def _ratio_line(name: str, bb: Any, batch: int = BATCH, max_length: int = MAX_LE
     moe = make_moe(bb, cfg)
     lora = make_dense(bb, "lora")
     s = {"moe": _seconds_per_step(moe, records, batch, max_length),
-         "lora": _seconds_per_step(lora, records, batch, max_length)}
+         "lora": _seconds_per_step(lora, records, batch, max_length),
+         "moe_ckpt": _seconds_per_step(moe, records, batch, max_length, grad_checkpoint=True)}
     dev = next(moe.parameters()).device
     layers = moe_layers(moe.backbone)
     graph: dict[str, Any] = {}
@@ -200,5 +205,8 @@ def _ratio_line(name: str, bb: Any, batch: int = BATCH, max_length: int = MAX_LE
             "moe_s_per_step": round(s["moe"], 4), "lora_s_per_step": round(s["lora"], 4),
             "moe_tokens_per_s": round(batch * max_length / s["moe"]),
             "ratio": round(s["moe"] / s["lora"], 3), "goal_ratio": GOAL_RATIO[dev.type],
-            "met": s["moe"] / s["lora"] <= GOAL_RATIO[dev.type], **graph,
+            "met": s["moe"] / s["lora"] <= GOAL_RATIO[dev.type],
+            # what --grad-checkpoint costs: the MoE-LoRA step recomputing its blocks
+            "moe_ckpt_s_per_step": round(s["moe_ckpt"], 4),
+            "ckpt_ratio": round(s["moe_ckpt"] / s["moe"], 3), **graph,
             "load": round(os.getloadavg()[0], 2)}
