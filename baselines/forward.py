@@ -312,6 +312,7 @@ def _forward_copies(model: MultipleChoiceModel, recs: list[MCRecord], idx: list[
             acc.tok_parts[field].append(mean[key][mask].cpu())
         acc.tok_parts["tok_example"].append(torch.as_tensor(idx)[tok_ex.cpu()])
 
+
 class _UnsplitDraw(RuntimeError):
     """A random draw in a stacked forward that `_per_copy_draws` did not split by copy."""
 
