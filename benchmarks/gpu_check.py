@@ -196,8 +196,10 @@ def _why_not(backbone: str, gpu: bool) -> str | None:
 
 def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
          accelerate_backbone: str = "smollm2", gpu_backbone: str | None = None,
-         gpu_profile: str = "gpu") -> dict[str, tuple[dict[str, Any] | None, str | None]]:
-    """Step -> (its worker configuration, None) or (None, why it is skipped)."""
+         gpu_profile: str = "gpu", cuda_graph: str | None = None
+         ) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
+    """Step -> (its worker configuration, None) or (None, why it is skipped). ``cuda_graph``:
+    every run step's ``--cuda-graph`` (None: the profiles')."""
     import torch
 
     caps = None if gpu else DRY_CAPS
@@ -205,7 +207,7 @@ def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
     def run_conf(name: str, backbone: str, profile: str, **kw: Any) -> dict[str, Any]:
         conf = {"backbone": backbone, "profile": profile, "caps": caps, "models": [],
                 "scorers": [], "seeds": None, "cache": str(cache), "out": str(work / name),
-                "threads": None, "compare": True}
+                "threads": None, "compare": True, "cuda_graph": cuda_graph}
         if not gpu:   # the dry run: the smallest runs through the same functions
             conf.update(models=["moe-lora"], scorers=list(DRY_SCORERS), seeds=1)
         return {**conf, **kw}
@@ -306,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"{', '.join(GPU_CANDIDATES)} installed and fitting the GPU)")
     ap.add_argument("--gpu-profile", metavar="NAME", default="gpu",
                     help="profile of the gpu step (default: gpu)")
+    ap.add_argument("--cuda-graph", choices=("off", "on", "auto"),
+                    help="every run step's --cuda-graph (default: the profiles')")
     ap.add_argument("--accelerate-backbone", metavar="NAME", default="smollm2",
                     help="backbone of the accelerate step (default: smollm2)")
     ap.add_argument("--step-limit", type=float, metavar="SECONDS",
@@ -333,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         todo = plan(gpu, work, cache, args.full_backbone, args.accelerate_backbone,
-                    args.gpu_backbone, args.gpu_profile)
+                    args.gpu_backbone, args.gpu_profile, args.cuda_graph)
         failed = False
         for name in steps:
             conf, skip = todo[name]
@@ -402,7 +406,7 @@ def run_and_compare(conf: dict[str, Any]) -> dict[str, Any] | None:
                     # of time reports: where its time went (the first full step gave no clue)
                     progress=bool(conf.get("gpu")), out=Path(conf["out"]),
                     cache_dir=Path(conf["cache"]),
-                    threads=conf["threads"])
+                    threads=conf["threads"], cuda_graph=conf.get("cuda_graph"))
     res = run(cfg)
     peak = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
     peaks = distributed.gather(peak)
@@ -410,6 +414,7 @@ def run_and_compare(conf: dict[str, Any]) -> dict[str, Any] | None:
         return None
     row: dict[str, Any] = {
         "backbone": cfg.backbone, "profile": cfg.profile, "caps": conf["caps"],
+        "cuda_graph": cfg.cuda_graph,
         "processes": distributed.world(),
         "peak_gpu_mem_mb": None if peak is None else round(max(peaks)),
         "accuracy": {r["domain"]: round(r["accuracy"], 4) for r in res.rows

