@@ -171,7 +171,11 @@ class TorchEngine:
             t = time.perf_counter()
             model = self._fresh(spec, seed)
             records = [r for s in train_splits for r in s.records]
-            result = train.train(model, records, train_cfg, progress=self.progress)
+            with _out_of_memory(f"training {spec.name}@{seed}",
+                               "a profile with a smaller batch_size, or more GPUs (accelerate "
+                               "launch)" if train_cfg.grad_checkpoint else
+                               "rerun with --grad-checkpoint"):
+                result = train.train(model, records, train_cfg, progress=self.progress)
             checkpoint.save_adapter(model, tmp, meta={"model": spec.name, "seed": seed,
                                                       "training": result.to_json()})
             self.stats.trained.append(f"{spec.name}@{seed}")
@@ -247,11 +251,13 @@ class TorchEngine:
                 t = time.perf_counter()
                 kw = {"batch_size": self.prof.eval_batch_size,
                       "max_length": self.prof.max_length, "progress": self.progress}
-                recs = (forward.collect_mc(model, split.records, todo,
-                                           max_tokens=self.prof.eval_tokens, **kw)
-                        if mode == "mc_dropout" else
-                        [forward.collect(model, split.records, mode=mode, seed=i, **kw)
-                         for i in todo])
+                with _out_of_memory(f"the {mode} passes of {spec.name}@{seed} on {split.name}",
+                                   _pass_memory_fix(mode, self.prof.eval_tokens)):
+                    recs = (forward.collect_mc(model, split.records, todo,
+                                               max_tokens=self.prof.eval_tokens, **kw)
+                            if mode == "mc_dropout" else
+                            [forward.collect(model, split.records, mode=mode, seed=i, **kw)
+                             for i in todo])
                 computed.update(zip(todo, recs))
                 self.stats.add_seconds("passes", time.perf_counter() - t)
             return computed[at]
@@ -283,6 +289,27 @@ class TorchEngine:
         return Outputs(ids=np.array([r.id for r in recs]),
                        labels=np.array([r.answer for r in recs]), logits=det["logits"],
                        domain=np.array([r.domain for r in recs]), **kw)
+
+
+@contextmanager
+def _out_of_memory(what: str, fix: str) -> Iterator[None]:
+    """A GPU's out-of-memory error in the block becomes a `ConfigError` naming the phase
+    (``what``) and what bounds its memory (``fix``)."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as exc:
+        raise ConfigError(
+            f"{what} ran out of GPU memory ({str(exc).splitlines()[0]}): {fix}. What finished is "
+            "in the cache, so a rerun resumes; `python -m benchmarks memory` measures the bytes "
+            "a token holds (docs/gpu.md)") from exc
+
+
+def _pass_memory_fix(mode: str, eval_tokens: int | None) -> str:
+    if mode != "mc_dropout":   # one copy a forward: only the batch's size bounds it
+        return "a profile with a smaller eval_batch_size"
+    if eval_tokens is None:
+        return "rerun with --eval-tokens N, e.g. the tokens of two copies of a batch"
+    return f"rerun with an --eval-tokens below {eval_tokens}"
 
 
 def _record_cut(split: str, cut: np.ndarray, max_length: int) -> None:

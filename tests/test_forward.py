@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from baselines.backbones import tiny_backbone
 from baselines.forward import FORWARD_PASSES, STAT_FIELDS, collect, collect_mc, plan_batches
@@ -276,3 +277,19 @@ def test_a_profiles_token_bound_reaches_the_passes_and_their_cache_key(tmp_path,
         assert seen == misses, bound
     with pytest.raises(ConfigError, match="eval_tokens=0 is out of range"):
         replace(smoke, eval_tokens=0)
+    # a GPU's out-of-memory error in the passes names the phase and the option that bounds it
+
+    def full(*a, **k):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(fwd, "collect_mc", full)
+    for bound, fix in ((None, "rerun with --eval-tokens N"), (40, "rerun with an --eval-tokens below 40")):
+        e = eng.TorchEngine("tiny-llama", replace(smoke, eval_tokens=bound), None,
+                            tmp_path / "oom", RunStats(), progress=False)
+        monkeypatch.setattr(e, "model", lambda s, seed: (model, "sha"))
+        monkeypatch.setattr(e, "gate", lambda p, seed: (None, {}))
+        monkeypatch.setattr(e, "backbone_identity", lambda: {"name": "tiny"})
+        with pytest.raises(ConfigError, match=r"the mc_dropout passes of m@0 on toy/id ran out "
+                           r"of GPU memory \(CUDA out of memory\. Tried to allocate 20\.00 GiB\): "
+                           + fix):
+            e.forwards(spec, 0, pair, split, "mc_dropout", [0, 1, 2])
