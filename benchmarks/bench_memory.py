@@ -126,7 +126,7 @@ def run() -> Iterator[dict[str, Any]]:
         for target in targets:
             (e1, t1, c1, n), (e2, t2, c2, _) = (_peaks(config, tokenizer, b, target)
                                                 for b in (1, 2))
-            yield {"name": "activation_bytes", "architecture": name, "targets": target,
+            row = {"name": "activation_bytes", "architecture": name, "targets": target,
                    "dtype": "bfloat16", "hidden": config.hidden_size,
                    "intermediate": getattr(config, "intermediate_size", None),
                    "blocks": config.num_hidden_layers, "tokens": n,
@@ -136,3 +136,35 @@ def run() -> Iterator[dict[str, Any]]:
                    "train_ckpt_bytes_per_token_block": round((c2 - c1) / n),
                    "train_ckpt_bytes_per_token_one_block": round(c1 / n),
                    "weights_bytes": _weights_bytes(config)}
+            yield {**row, "profiles": profile_gb(row)}
+
+
+def profile_gb(row: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """For each built-in profile adapting ``row``'s targets, the gigabytes of its largest
+    forwards by ``row``'s bytes per token, at their upper bound: every row of a batch at the
+    profile's ``max_length`` (``mc_pass``: ``mc_passes`` stacked copies of an eval batch;
+    ``train_step`` and ``train_step_ckpt``: a batch over the adapted blocks, without and with
+    ``--grad-checkpoint``) and the weights. ``eval_tokens_for_80gb``: the ``--eval-tokens``
+    whose pass fits beside the weights in 80 GB, 10% kept free (None: the pass fits as it is)."""
+    from uqbench.core.profiles import PROFILES
+
+    out = {}
+    for name in PROFILES.names():
+        prof = PROFILES.get(name)
+        if prof.target_modules != row["targets"]:
+            continue
+        blocks = min(prof.top_layers or row["blocks"], row["blocks"])
+        step = prof.batch_size * prof.max_length
+        eval_tokens = prof.mc_passes * prof.eval_batch_size * prof.max_length
+        free = 0.9 * 80e9 - row["weights_bytes"]
+        fits = int(free // row["eval_bytes_per_token"])
+        out[name] = {
+            "mc_pass": round(eval_tokens * row["eval_bytes_per_token"] / 1e9, 1),
+            "train_step": round(step * (row["train_bytes_per_token_one_block"] + (blocks - 1)
+                                        * row["train_bytes_per_token_block"]) / 1e9, 1),
+            "train_step_ckpt": round(step * (row["train_ckpt_bytes_per_token_one_block"]
+                                             + (blocks - 1)
+                                             * row["train_ckpt_bytes_per_token_block"]) / 1e9, 1),
+            "weights": round(row["weights_bytes"] / 1e9, 2),
+            "eval_tokens_for_80gb": None if fits >= eval_tokens else fits}
+    return out

@@ -62,3 +62,35 @@ def test_the_step_profile_lists_the_ops_and_finds_no_sync(tmp_path, monkeypatch)
         assert ln["step_syncs_per_step"] == {}
         assert ln["s_per_step"] > 0 and ln["s_per_step_deterministic"] > 0
     assert lines[0]["aten_ops_per_step"] > lines[1]["aten_ops_per_step"]
+
+
+def test_the_memory_benchmark_measures_an_architecture_and_sizes_the_profiles(tmp_path,
+                                                                             monkeypatch):
+    """`python -m benchmarks memory` on an architecture folder: bytes per token of the MC pass
+    and of a training step per block, checkpointing keeping less a block, the weights' bytes
+    as the model holds them; the profiles' gigabytes from a row, worked by hand."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from benchmarks import bench_memory
+
+    folder = _arch_folder(tmp_path)
+    monkeypatch.setenv("UQBENCH_BENCH_BACKBONE", str(folder))
+    monkeypatch.setenv("UQBENCH_BENCH_TARGETS", "auto")
+    (row,) = bench_memory.run()
+    assert (row["architecture"], row["targets"], row["blocks"]) == ("tiny-arch", "auto", 3)
+    assert row["eval_bytes_per_token"] > 0 and row["train_bytes_per_token_block"] > 0
+    assert 0 < row["train_ckpt_bytes_per_token_block"] < row["train_bytes_per_token_block"]
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder),
+                                             dtype=torch.bfloat16)
+    assert row["weights_bytes"] == 2 * sum(p.numel() for p in model.parameters())
+    assert set(row["profiles"]) == {"full"}   # the profile adapting attention and MLP
+    # gpu: 8 copies x 64 rows x 1024 tokens; 16 x 1024 tokens over its 8 adapted blocks
+    made = {"targets": "ffn", "blocks": 24, "eval_bytes_per_token": 100_000,
+            "train_bytes_per_token_one_block": 200_000, "train_bytes_per_token_block": 100_000,
+            "train_ckpt_bytes_per_token_one_block": 50_000,
+            "train_ckpt_bytes_per_token_block": 10_000, "weights_bytes": 40e9}
+    gpu = bench_memory.profile_gb(made)["gpu"]
+    assert gpu == {"mc_pass": 52.4, "train_step": 14.7, "train_step_ckpt": 2.0, "weights": 40.0,
+                   "eval_tokens_for_80gb": 320_000}   # (0.9 * 80e9 - 40e9) / 1e5
+    assert bench_memory.profile_gb({**made, "weights_bytes": 1e9})["gpu"][
+        "eval_tokens_for_80gb"] is None                  # 710,000 >= 524,288: fits as it is
