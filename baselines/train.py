@@ -81,8 +81,8 @@ class TrainConfig:
     grad_checkpoint: bool = help_field(
         "recompute each transformer block's activations in the backward instead of keeping "
         "them (transformers' gradient checkpointing, non-reentrant, dropout masks redrawn "
-        "alike): a step then keeps each block's input and one block's activations, for about "
-        "one more forward of compute. Not with cuda_graph nor compile on (auto then means off)",
+        "alike): a step then keeps each block's input and one block's activations, and runs "
+        "every block's forward twice. Not with cuda_graph nor compile on (auto then means off)",
         False)
 
     def __post_init__(self) -> None:

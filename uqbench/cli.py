@@ -110,8 +110,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      "the bytes a token holds)")
     run.add_argument("--grad-checkpoint", action="store_true", default=None,
                      help="recompute each transformer block's activations in the backward "
-                     "instead of keeping them: a large backbone's training step fits a GPU, for "
-                     "about one more forward of compute (not with --compile on or --cuda-graph "
+                     "instead of keeping them: a large backbone's training step fits a GPU, and "
+                     "runs every block's forward twice (not with --compile on or --cuda-graph "
                      "on)")
     run.add_argument("--no-figures", action="store_true")
     run.add_argument("--no-progress", action="store_true")
