@@ -293,6 +293,8 @@ def _accelerate(conf: dict[str, Any], limit: float) -> tuple[dict[str, Any] | No
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from uqbench.core.profiles import COMPILE
+
     ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="also write the JSON lines to this file")
@@ -308,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"{', '.join(GPU_CANDIDATES)} installed and fitting the GPU)")
     ap.add_argument("--gpu-profile", metavar="NAME", default="gpu",
                     help="profile of the gpu step (default: gpu)")
-    ap.add_argument("--cuda-graph", choices=("off", "on", "auto"),
+    ap.add_argument("--cuda-graph", choices=COMPILE,
                     help="every run step's --cuda-graph (default: the profiles')")
     ap.add_argument("--accelerate-backbone", metavar="NAME", default="smollm2",
                     help="backbone of the accelerate step (default: smollm2)")
