@@ -8,7 +8,14 @@ similar load).
 
 ``score_workers``: the same cpu-like records (`cpu_like_records`) scored in this process and
 by worker processes (`uqbench.results.rows.score_workers`), in one run: both times, their
-ratio, and whether the files are byte-identical."""
+ratio, and whether the files are byte-identical.
+
+``score_bootstrap_chunks``: records shaped like the ``gpu`` profile's (300 ID, 250 shifted and
+200 calib questions per domain, 8 MC-dropout passes, 896 features: Qwen2.5-0.5B's width), scored
+in this process with the bootstrap's resamples evaluated a chunk at a time (the default,
+`uqbench.stats.metrics.bootstrap.CHUNK_ELEMENTS`) and one at a time, in one run: both times,
+their ratio and whether the files are byte-identical. Scoring was 98 s of the ``gpu`` profile's
+368 s on the H200 (docs/gpu.md)."""
 from __future__ import annotations
 
 import json
@@ -42,7 +49,7 @@ def write_samples(folder: Path, task: str, n: int, seed: int) -> None:
 
 
 def run() -> list[dict[str, Any]]:
-    return [lmeval_line(), score_workers_line()]
+    return [lmeval_line(), score_workers_line(), bootstrap_chunks_line()]
 
 
 def lmeval_line() -> dict[str, Any]:
@@ -68,8 +75,13 @@ def lmeval_line() -> dict[str, Any]:
              "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
 
 
+#: the ``gpu`` profile's split sizes (ID, shift, calib) and training questions per domain
+GPU_SIZES, GPU_TRAIN = (300, 250, 200), 600
+
+
 def cpu_like_records(*, domains: int = 4, sizes: tuple[int, int, int] = (120, 120, 200),
-                     n_train: int = 100, seed: int = 0) -> Any:
+                     n_train: int = 100, seed: int = 0, mc: int = 5, members: int = 3,
+                     dim: int = 32) -> Any:
     """Random records shaped like the cpu profile's (``sizes``: ID, shift, calib questions per
     domain; 4 choices): LoRA (dense gate) and MoE-LoRA under two gates, every field the
     built-in scorers read (router statistics, 5 MC-dropout passes, 3 members, features and
@@ -105,9 +117,9 @@ def cpu_like_records(*, domains: int = 4, sizes: tuple[int, int, int] = (120, 12
                     disagreement=rng.uniform(size=n) if router else None,
                     experts=rng.uniform(1, 8, n) if router else None,
                     n_tokens=rng.integers(5, 60, n).astype(float) if router else None,
-                    mc_logits=logits + rng.normal(size=(5, n, 4)),
-                    member_logits=logits + rng.normal(size=(3, n, 4)),
-                    features=rng.normal(size=(n, 32)))
+                    mc_logits=logits + rng.normal(size=(mc, n, 4)),
+                    member_logits=logits + rng.normal(size=(members, n, 4)),
+                    features=rng.normal(size=(n, dim)))
     refs = ReferenceInputs(tuple(names), {k: v for k, v in n_choices.items()
                                           if k.endswith(("/id", "/shift"))}, None, hashes)
     return RecordSet(pairs, with_train(outputs), 1, refs, bootstrap=1000, meta={})
@@ -138,4 +150,33 @@ def score_workers_line() -> dict[str, Any]:
             "cores": len(os.sched_getaffinity(0)),
             "ratio_parallel_to_serial": round(seconds["auto"] / seconds[1], 3),
             "identical": csv[1] == csv["auto"],
+            "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
+
+
+def bootstrap_chunks_line() -> dict[str, Any]:
+    """Serial scoring of gpu-like records with the bootstrap's resamples in chunks and one at a
+    time: seconds of each, the ratio, and whether the results are byte-identical."""
+    from uqbench.run.score_records import ScoreConfig, score
+    from uqbench.stats.metrics import bootstrap
+
+    rs = cpu_like_records(sizes=GPU_SIZES, n_train=GPU_TRAIN, mc=8, dim=896)
+    load, seconds, files = os.getloadavg()[0], {}, {}
+    default = bootstrap.CHUNK_ELEMENTS
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, chunk in (("chunked", default), ("one_at_a_time", 1)):
+            bootstrap.CHUNK_ELEMENTS = chunk
+            out = Path(tmp) / name
+            try:
+                t0 = time.perf_counter()
+                score(rs, ScoreConfig(out=out, figures=False, score_workers=1))
+                seconds[name] = time.perf_counter() - t0
+            finally:
+                bootstrap.CHUNK_ELEMENTS = default
+            files[name] = (out / "results.csv").read_bytes() + (out / "scores.npz").read_bytes()
+    return {"benchmark": "score_bootstrap_chunks", "profile_like": "gpu",
+            "sizes_per_domain": list(GPU_SIZES), "bootstrap": 1000, "workers": 1,
+            "chunk_elements": default, "chunked_s": round(seconds["chunked"], 2),
+            "one_at_a_time_s": round(seconds["one_at_a_time"], 2),
+            "ratio": round(seconds["chunked"] / seconds["one_at_a_time"], 3),
+            "identical": files["chunked"] == files["one_at_a_time"],
             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}

@@ -4,13 +4,14 @@ mean over seeds, with a bootstrap CI, and is what compare and the paper's verdic
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
 from tests.support.data import make_outputs
 from uqbench.core.scorer import get_scorer
-from uqbench.results.evaluate import CI_METRICS, ROW_COLUMNS, Scored, evaluate
+from uqbench.results.evaluate import CI_METRICS, ROW_COLUMNS, SELECTIVE, Scored, evaluate
 from uqbench.results.tables import markdown_table
 from uqbench.stats import metrics as M
 
@@ -104,8 +105,45 @@ def test_a_column_is_its_metric_on_its_arrays() -> None:
     assert COLUMNS["nll"](*args("nll")) == M.negative_log_likelihood(s.probs[:, 0], s.labels[:, 0])
     assert RISK_AT["risk_at_80"](*args("risk_at_80", RISK_AT)) == pytest.approx(
         1 - M.selective_accuracy(s.uncertainty[:, 0], ok, coverage=0.8))
-    # the Resampled AUROC keeps its resampler for the bootstrap's fast path
-    assert COLUMNS["ood_auroc"].bound() is M.RESAMPLED_OOD_AUROC
+    # the bootstrapped columns keep their resampler for the bootstrap's fast path (the
+    # selective ones are bootstrapped together, as `M.resampled_selective_summary`)
+    assert all(isinstance(c.bound(), M.Resampled) for n, c in COLUMNS.items()
+               if c.ci and n not in SELECTIVE)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_resampled_columns_bootstrap_bitwise_as_one_resample_at_a_time(seed, monkeypatch):
+    # A bootstrapped column evaluates a chunk of resamples in one call: its interval must be
+    # bitwise that of calling the column on each resample, over several chunks (a small chunk
+    # size), tied confidences, empty bins and a single-class resample included
+    from uqbench.results.columns import COLUMNS
+    from uqbench.stats.metrics import bootstrap
+
+    monkeypatch.setattr(bootstrap, "CHUNK_ELEMENTS", 97)
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    probs = rng.dirichlet(np.ones(4) * 0.7, n).round(int(rng.integers(1, 4)))
+    probs /= probs.sum(1, keepdims=True)
+    labels = rng.integers(0, 4, n)
+    conf, ok = probs.max(1), (probs.argmax(1) == labels).astype(float)
+    u_id, u_sh = (rng.random(k).round(1) for k in (n, int(rng.integers(1, 30))))
+    data = {("id", "confidence"): conf, ("id", "correct"): ok, ("id", "probs"): probs,
+            ("id", "labels"): labels, ("id", "uncertainty"): u_id,
+            ("shift", "uncertainty"): u_sh}
+    for name, col in COLUMNS.items():
+        if not col.ci or name in SELECTIVE:
+            continue
+        arrays = [data[r] for r in col.reads]
+        boot = M.bootstrap_ci_two_sample if col.two_sample else M.bootstrap_ci
+        for n_bins in (3, M.ECE_BINS):
+            def plain(*a, n_bins=n_bins, col=col):
+                return col(*a, n_bins=n_bins)
+            fast = col.bound(n_bins)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", M.UndefinedMetricWarning)
+                got = boot(fast, *arrays, n_resamples=25, seed=seed)
+                want = boot(plain, *arrays, n_resamples=25, seed=seed)
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} at {n_bins} bins")
 
 
 def test_columns_others_report_are_the_metrics_at_their_level_with_cis() -> None:

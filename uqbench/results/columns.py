@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -54,31 +55,36 @@ class Column:
         return {s for s, _ in self.reads} == {"id", "shift"}
 
     def __call__(self, *arrays: NDArray[Any], n_bins: int = M.ECE_BINS) -> float:
-        arrays = tuple(a.astype(bool) if f == "correct" else a
-                       for a, (_, f) in zip(arrays, self.reads))
-        return self.metric(*arrays, n_bins=n_bins) if self.binned else self.metric(*arrays)
+        return self.metric(*self._inputs(arrays), **self._options(n_bins))
+
+    def _inputs(self, arrays: tuple[NDArray[Any], ...]) -> tuple[NDArray[Any], ...]:
+        return tuple(a.astype(bool) if f == "correct" else a
+                     for a, (_, f) in zip(arrays, self.reads))
+
+    def _options(self, n_bins: int) -> dict[str, int]:
+        return {"n_bins": n_bins} if self.binned else {}
 
     def bound(self, n_bins: int = M.ECE_BINS) -> Callable[..., float]:
         """The metric as a function of its arrays alone; a `uqbench.stats.metrics.Resampled`
-        metric stays one, so that its bootstrap keeps the fast path."""
-        if isinstance(self.metric, M.Resampled) and not self.binned \
-                and all(f != "correct" for _, f in self.reads):
-            return self.metric
-        return lambda *arrays: self(*arrays, n_bins=n_bins)
+        metric stays one, so that its bootstrap keeps the fast path (all resamples of a
+        chunk in one call)."""
+        def fn(*arrays: NDArray[Any]) -> float:
+            return self(*arrays, n_bins=n_bins)
+
+        metric, options = self.metric, self._options(n_bins)
+        if not isinstance(metric, M.Resampled):
+            return fn
+        return M.Resampled(fn, lambda *arrays: metric.resampler(*self._inputs(arrays),
+                                                                **options))
 
 
-def _accuracy(correct: NDArray[Any]) -> float:
-    return float(np.mean(correct))
-
-
-def _ece_adaptive(confidence: NDArray[Any], correct: NDArray[Any], *, n_bins: int) -> float:
-    return M.expected_calibration_error(confidence, correct, n_bins=n_bins, strategy="quantile")
-
-
-def _ece_10_mass(confidence: NDArray[Any], correct: NDArray[Any]) -> float:
-    """HELM's ``ece_10_bin``: 10 equal-mass bins cut as uncertainty-calibration cuts them."""
-    return M.expected_calibration_error(confidence, correct, n_bins=M.HELM_ECE_BINS,
-                                        strategy="midpoint")
+#: ECE with ``n_bins`` equal-mass bins (the "adaptive" ECE)
+_ECE_ADAPTIVE = M.Resampled(partial(M.expected_calibration_error, strategy="quantile"),
+                            partial(M.RESAMPLED_ECE.resampler, strategy="quantile"))
+#: HELM's ``ece_10_bin``: 10 equal-mass bins cut as uncertainty-calibration cuts them
+_ECE_10_MASS = M.Resampled(
+    partial(M.expected_calibration_error, n_bins=M.HELM_ECE_BINS, strategy="midpoint"),
+    partial(M.RESAMPLED_ECE.resampler, n_bins=M.HELM_ECE_BINS, strategy="midpoint"))
 
 
 def _selective_accuracy(uncertainty: NDArray[Any], correct: NDArray[Any]) -> float:
@@ -111,15 +117,16 @@ _ID_PROBS = (("id", "probs"), ("id", "labels"))
 
 #: the results table's metric columns, in its order
 COLUMNS: dict[str, Column] = {c.name: c for c in (
-    Column("accuracy", _accuracy, (("id", "correct"),), True, "model"),
-    Column("ece", M.expected_calibration_error, _ID_CAL, False, "model", binned=True),
-    Column("brier", M.brier_score, _ID_PROBS, False, "model"),
-    Column("nll", M.negative_log_likelihood, _ID_PROBS, False, "model"),
+    # Resampled: a chunk of bootstrap resamples in one call (bitwise equal to one at a time)
+    Column("accuracy", M.RESAMPLED_MEAN, (("id", "correct"),), True, "model"),
+    Column("ece", M.RESAMPLED_ECE, _ID_CAL, False, "model", binned=True),
+    Column("brier", M.RESAMPLED_BRIER, _ID_PROBS, False, "model"),
+    Column("nll", M.RESAMPLED_NLL, _ID_PROBS, False, "model"),
     Column("brier_conf", _brier_conf, _ID_CAL, False, "model", ci=False),
-    Column("mce", M.max_calibration_error, _ID_CAL, False, "model", binned=True),
-    Column("ece_adaptive", _ece_adaptive, _ID_CAL, False, "model", binned=True),
-    Column("ece_10_mass", _ece_10_mass, _ID_CAL, False, "model"),
-    # Resampled: bootstrapped from one sort (bitwise equal to sorting each resample, faster)
+    Column("mce", M.RESAMPLED_MCE, _ID_CAL, False, "model", binned=True),
+    Column("ece_adaptive", _ECE_ADAPTIVE, _ID_CAL, False, "model", binned=True),
+    Column("ece_10_mass", _ECE_10_MASS, _ID_CAL, False, "model"),
+    # bootstrapped from one sort (bitwise equal to sorting each resample)
     Column("ood_auroc", M.RESAMPLED_OOD_AUROC, _OOD, True, "scorer"),
     Column("aupr_out", M.aupr_out, _OOD, True, "scorer", ci=False),
     Column("fpr95", M.fpr_at_95_tpr, _OOD, False, "scorer", ci=False),
@@ -129,7 +136,7 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
     Column("sel_acc_80", _selective_accuracy, _ID_RANK, True, "scorer"),
     Column("prr", M.prediction_rejection_ratio, _ID_RANK, True, "scorer"),
     Column("sel_acc_10", M.helm_selective_accuracy, _ID_RANK, True, "scorer"),
-    Column("shift_accuracy", _accuracy, (("shift", "correct"),), True, "model", ci=False),
+    Column("shift_accuracy", M.RESAMPLED_MEAN, (("shift", "correct"),), True, "model", ci=False),
     Column("shift_sel_acc_80", _selective_accuracy,
            (("shift", "uncertainty"), ("shift", "correct")), True, "scorer", ci=False),
 )}

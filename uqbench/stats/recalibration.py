@@ -44,7 +44,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from importlib import metadata
 from typing import Any
 
@@ -211,13 +211,12 @@ def columns(rec: Recalibrated, correct: NDArray[Any], *, n_bins: int = M.ECE_BIN
             n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
     """``ece_<kind>`` (mean over seeds), ``_std``, bootstrap ``_lo``/``_hi`` over the ID test
     examples (the calibrators held fixed), for each of `CALIBRATORS`; ``ts_temperature``."""
-    
-    def ece(conf: NDArray[Any], c: NDArray[Any]) -> float:
-        return M.expected_calibration_error(conf, c.astype(bool), n_bins=n_bins)
-
+    # a Resampled metric: the bootstrap evaluates a chunk of resamples in one call
+    ece = M.Resampled(partial(M.expected_calibration_error, n_bins=n_bins),
+                      partial(M.RESAMPLED_ECE.resampler, n_bins=n_bins))
     row: dict[str, float] = {}
     for kind in CALIBRATORS:
-        name, arrays = f"ece_{kind}", (rec.confidence[kind], correct)
+        name, arrays = f"ece_{kind}", (rec.confidence[kind], correct.astype(bool))
         row[name], row[f"{name}_std"] = M.per_seed(ece, *arrays)
         _, row[f"{name}_lo"], row[f"{name}_hi"] = M.bootstrap_ci(
             M.seed_mean(ece), *arrays, n_resamples=n_boot, seed=seed)

@@ -39,6 +39,11 @@ from uqbench.stats.metrics._validation import (
     calibration_inputs,
 )
 from uqbench.stats.metrics.bootstrap import (
+    RESAMPLED_BRIER,
+    RESAMPLED_ECE,
+    RESAMPLED_MCE,
+    RESAMPLED_MEAN,
+    RESAMPLED_NLL,
     RESAMPLED_OOD_AUROC,
     PairedInterval,
     Resampled,
@@ -76,6 +81,11 @@ __all__ = [
     "HELM_ECE_BINS",
     "HELM_SELECTIVE_FRACTION",
     "NLL_EPS",
+    "RESAMPLED_BRIER",
+    "RESAMPLED_ECE",
+    "RESAMPLED_MCE",
+    "RESAMPLED_MEAN",
+    "RESAMPLED_NLL",
     "RESAMPLED_OOD_AUROC",
     "SELECTIVE_COVERAGE",
     "PairedInterval",

@@ -9,9 +9,26 @@ from uqbench.stats.metrics._validation import FloatArray, IntArray
 
 
 class TieGroups(NamedTuple):
+    """Sorted tie groups; the counts may have a leading axis of B bootstrap resamples, (B, G):
+    the full data's groups counted in each resample, a group it does not hold counting 0 (the
+    ``*_of_groups`` metrics then give one value per resample, equal to sorting it)."""
+
     values: FloatArray  # (G,) distinct keys, ascending
-    n_upto: IntArray  # (G,) number of examples with key <= values[g]
-    hits_upto: IntArray  # (G,) number of hit examples with key <= values[g]
+    n_upto: IntArray  # (G,) or (B, G) number of examples with key <= values[g]
+    hits_upto: IntArray  # (G,) or (B, G) number of hit examples with key <= values[g]
+
+
+def as_rows(groups: TieGroups) -> tuple[IntArray, IntArray, bool]:
+    """``(n_upto, hits_upto)`` as (B, G) rows (one row for unbatched groups), and whether the
+    groups were batched: the ``*_of_groups`` metrics compute on rows, then return a float or
+    a (B,) array (`of_rows`)."""
+    batched = groups.n_upto.ndim == 2
+    return np.atleast_2d(groups.n_upto), np.atleast_2d(groups.hits_upto), batched
+
+
+def of_rows(values: FloatArray, batched: bool) -> FloatArray | float:
+    """(B,) per-resample values, or the float of the one row."""
+    return values if batched else float(values[0])
 
 
 def tie_groups(hit_keys: FloatArray, other_keys: FloatArray) -> TieGroups:

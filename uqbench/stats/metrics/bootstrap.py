@@ -25,6 +25,15 @@ from uqbench.stats.metrics._validation import (
     numeric,
     ood_inputs,
 )
+from uqbench.stats.metrics.calibration import (
+    brier_resampler,
+    brier_score,
+    calibration_resampler,
+    expected_calibration_error,
+    max_calibration_error,
+    negative_log_likelihood,
+    nll_resampler,
+)
 from uqbench.stats.metrics.ranking import auroc_of_groups, ood_auroc
 from uqbench.stats.metrics.selective import (
     selective_inputs,
@@ -38,34 +47,39 @@ class Resampled:
     """A metric with a faster, equal way to evaluate it on bootstrap resamples.
 
     ``resampler(*arrays)`` does the per-dataset work once (for the ranking metrics: one sort of
-    the keys into tie groups) and returns ``f(*indices)``, equal to
-    ``fn(*(a[i] for a, i in zip(arrays, indices)))``: :func:`bootstrap_ci` and
-    :func:`bootstrap_ci_two_sample` call it with the indices they draw. A resample's tie groups
-    are the full data's groups that it holds, counted by ``np.bincount``: the same integer
-    counts as sorting the resample, hence bitwise the same statistic, without a sort per
-    resample (a sort of 50,000 keys and its grouping cost milliseconds, the counting a tenth).
+    the keys into tie groups) and returns ``f(*indices)``, each index array of shape (B, n): B
+    resamples at once, ``f`` giving row ``b`` equal to
+    ``fn(*(a[i[b]] for a, i in zip(arrays, indices)))`` ((B,) or (B, K)):
+    :func:`bootstrap_ci` and :func:`bootstrap_ci_two_sample` call it with the indices they draw,
+    a chunk of resamples at a time. A resample's tie groups are the full data's groups counted
+    in it by ``np.bincount`` (0 for a group it does not hold): the same integer counts as
+    sorting the resample, hence bitwise the same statistic, without a sort per resample, and
+    the metric's arithmetic runs on all B rows at once instead of B small calls.
     """
 
     fn: Callable[..., Any]
     resampler: Callable[..., Callable[..., Any]]
 
-    def __call__(self, *arrays: Any) -> Any:
-        return self.fn(*arrays)
+    def __call__(self, *arrays: Any, **options: Any) -> Any:
+        return self.fn(*arrays, **options)
 
 
 def _counted_groups(values: FloatArray, group: IntArray, hit: BoolArray
                     ) -> Callable[[IntArray], TieGroups]:
-    """``idx -> tie_groups`` of the resample ``idx`` of examples whose keys are
-    ``values[group]``: the groups the resample holds, with their counts."""
+    """``idx -> tie_groups`` of the (B, n) resamples ``idx`` of examples whose keys are
+    ``values[group]``: every group's counts in each resample, (B, G) (`TieGroups`); (G,) for
+    one (n,) resample."""
     code = 2 * group + hit  # one bincount counts examples and hits of every group
     n_groups = values.size
 
     def groups(idx: IntArray) -> TieGroups:
-        counts = np.bincount(code[idx], minlength=2 * n_groups).reshape(n_groups, 2)
-        hits = counts[:, 1]
-        n_g = counts[:, 0] + hits  # not counts.sum(1): a reduction over 2 is slow
-        held = np.flatnonzero(n_g)  # (integer takes beat boolean masks here)
-        return TieGroups(values[held], np.cumsum(n_g[held]), np.cumsum(hits[held]))
+        rows = np.atleast_2d(idx)
+        flat = (code[rows] + 2 * n_groups * np.arange(len(rows))[:, None]).ravel()
+        counts = np.bincount(flat, minlength=2 * n_groups * len(rows))
+        counts = counts.reshape(*idx.shape[:-1], n_groups, 2)
+        hits = counts[..., 1]
+        n_g = counts[..., 0] + hits  # not counts.sum(-1): a reduction over 2 is slow
+        return TieGroups(values, np.cumsum(n_g, axis=-1), np.cumsum(hits, axis=-1))
 
     return groups
 
@@ -84,15 +98,15 @@ def _selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *, coverage
 
 
 def _auroc_resampler(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike
-                     ) -> Callable[[IntArray, IntArray], float]:
+                     ) -> Callable[[IntArray, IntArray], FloatArray]:
     u_id, u_ood = ood_inputs(uncertainty_id, uncertainty_ood)
     values, group = np.unique(np.concatenate([-u_ood, -u_id]), return_inverse=True)
     ood = np.arange(group.size) < u_ood.size
     groups = _counted_groups(values, group, ood)
     n_ood = u_ood.size
 
-    def stat(idx_id: IntArray, idx_ood: IntArray) -> float:
-        return auroc_of_groups(groups(np.concatenate([idx_ood, n_ood + idx_id])))
+    def stat(idx_id: IntArray, idx_ood: IntArray) -> FloatArray:
+        return auroc_of_groups(groups(np.concatenate([idx_ood, n_ood + idx_id], axis=-1)))
 
     return stat
 
@@ -105,6 +119,21 @@ def resampled_selective_summary(coverage: float = SELECTIVE_COVERAGE) -> Resampl
 
 #: :func:`ood_auroc` as a `Resampled` metric
 RESAMPLED_OOD_AUROC = Resampled(ood_auroc, _auroc_resampler)
+#: the calibration metrics as `Resampled` metrics (the binned ones take ``n_bins`` and
+#: ``strategy`` in both forms)
+RESAMPLED_ECE = Resampled(expected_calibration_error, calibration_resampler)
+RESAMPLED_MCE = Resampled(max_calibration_error, partial(calibration_resampler, largest=True))
+RESAMPLED_BRIER = Resampled(brier_score, brier_resampler)
+RESAMPLED_NLL = Resampled(negative_log_likelihood, nll_resampler)
+
+
+def _mean(values: ArrayLike) -> float:
+    return float(np.mean(values))
+
+
+#: the mean (e.g. accuracy: of the 0/1 correctness) as a `Resampled` metric
+RESAMPLED_MEAN = Resampled(_mean, lambda values: lambda idx: np.mean(
+    np.asarray(values)[idx], axis=1))
 
 
 def _check_bootstrap_options(n_resamples: int, level: float) -> None:
@@ -136,10 +165,21 @@ def _statistic(value: Any) -> Any:
     return float(value) if np.ndim(value) == 0 else np.asarray(value, dtype=np.float64)
 
 
+#: the most index elements (resamples x examples) a `Resampled` metric is given at once: the
+#: resamples of a bootstrap are evaluated in chunks of about this size
+CHUNK_ELEMENTS = 1 << 20
+
+
+def _chunk(n_examples: int) -> int:
+    """Resamples per chunk for a resample of ``n_examples`` indices."""
+    return max(1, CHUNK_ELEMENTS // max(n_examples, 1))
+
+
 def _percentile_interval(
-    point: Any, draw: Callable[[], Any], n_resamples: int, level: float
+    point: Any, draws: Callable[[int], Any], n_resamples: int, level: float
 ) -> tuple[Any, Any, Any]:
-    """(point, low, high) from ``n_resamples`` calls of ``draw``; for a metric of K statistics
+    """(point, low, high) from the statistics of ``n_resamples`` resamples, ``draws(k)`` giving
+    those of the next ``k`` or fewer ((k',) or (k', K)); for a metric of K statistics
     (``point`` a (K,) array) each bound is a (K,) array, every statistic treated as alone."""
     points = np.atleast_1d(point)
     stats = np.full((n_resamples, points.size), np.nan)
@@ -147,8 +187,12 @@ def _percentile_interval(
         with warnings.catch_warnings():
             # Undefined resamples are counted below and reported once, not once per resample.
             warnings.simplefilter("ignore", UndefinedMetricWarning)
-            for i in range(n_resamples):
-                stats[i] = draw()
+            done = 0
+            while done < n_resamples:
+                got = np.asarray(draws(n_resamples - done), dtype=np.float64)
+                got = got.reshape(-1, points.size)
+                stats[done:done + len(got)] = got
+                done += len(got)
     bounds = np.empty((points.size, 2))
     for k, p in enumerate(points):  # a loop, not a comprehension: warnings' stacklevel
         bounds[k] = _column_interval(p, stats[:, k], level)
@@ -253,13 +297,17 @@ def bootstrap_ci(
     n = lengths[0]
     rng = np.random.default_rng(seed)
 
-    resample = (metric.resampler(*arrs) if isinstance(metric, Resampled)
-                else lambda idx: metric(*(a[idx] for a in arrs)))
+    if isinstance(metric, Resampled):  # a chunk of resamples in one call
+        stat, chunk = metric.resampler(*arrs), _chunk(n)
 
-    def draw() -> float:
-        return _statistic(resample(rng.integers(0, n, size=n)))
+        def draws(k: int) -> Any:  # the same indices as drawing the rows one at a time
+            return stat(rng.integers(0, n, size=(min(k, chunk), n)))
+    else:
+        def draws(k: int) -> Any:
+            idx = rng.integers(0, n, size=n)
+            return _statistic(metric(*(a[idx] for a in arrs)))
 
-    return _percentile_interval(_statistic(metric(*arrs)), draw, n_resamples, level)
+    return _percentile_interval(_statistic(metric(*arrs)), draws, n_resamples, level)
 
 
 def bootstrap_ci_two_sample(
@@ -310,16 +358,23 @@ def bootstrap_ci_two_sample(
     arr_a, arr_b = _resampleable((a, b), ["a", "b"])
     _check_bootstrap_options(n_resamples, level)
     rng = np.random.default_rng(seed)
+    n_a, n_b = len(arr_a), len(arr_b)
 
-    resample = (metric.resampler(arr_a, arr_b) if isinstance(metric, Resampled)
-                else lambda ia, ib: metric(arr_a[ia], arr_b[ib]))
+    def draw() -> tuple[IntArray, IntArray]:  # a's indices, then b's: one generator
+        return rng.integers(0, n_a, size=n_a), rng.integers(0, n_b, size=n_b)
 
-    def draw() -> float:
-        idx_a = rng.integers(0, len(arr_a), size=len(arr_a))
-        idx_b = rng.integers(0, len(arr_b), size=len(arr_b))
-        return _statistic(resample(idx_a, idx_b))
+    if isinstance(metric, Resampled):  # a chunk of resamples in one call
+        stat, chunk = metric.resampler(arr_a, arr_b), _chunk(n_a + n_b)
 
-    return _percentile_interval(_statistic(metric(arr_a, arr_b)), draw, n_resamples, level)
+        def draws(k: int) -> Any:
+            idx_a, idx_b = zip(*(draw() for _ in range(min(k, chunk))))
+            return stat(np.stack(idx_a), np.stack(idx_b))
+    else:
+        def draws(k: int) -> Any:
+            idx_a, idx_b = draw()
+            return _statistic(metric(arr_a[idx_a], arr_b[idx_b]))
+
+    return _percentile_interval(_statistic(metric(arr_a, arr_b)), draws, n_resamples, level)
 
 
 def paired_difference(
@@ -442,14 +497,14 @@ def paired_bootstrap(
     rng = np.random.default_rng(seed)
     dropped = 0
 
-    def draw() -> float:
+    def draws(k: int) -> float:  # one resample a call
         nonlocal dropped
         value = float(stat(*(rng.integers(0, n, size=n) for n in sizes)))
         dropped += math.isnan(value)
         return value
 
     point = float(stat(*(np.arange(n) for n in sizes)))
-    return PairedInterval(*_percentile_interval(point, draw, n_resamples, level), dropped)
+    return PairedInterval(*_percentile_interval(point, draws, n_resamples, level), dropped)
 
 
 def mean_std(values: ArrayLike) -> tuple[float, float]:

@@ -1,6 +1,7 @@
 """Calibration: reliability curve, ECE, MCE, Brier score, NLL."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,7 @@ from numpy.typing import ArrayLike, NDArray
 from uqbench.stats.metrics._validation import (
     NLL_EPS,
     BinStrategy,
+    BoolArray,
     FloatArray,
     IntArray,
     calibration_inputs,
@@ -42,44 +44,70 @@ class ReliabilityCurve:
 
 
 def _bin_edges(conf: FloatArray, n_bins: int, strategy: str) -> FloatArray:
+    """(B, n_bins + 1) edges of each row of the (B, N) confidences."""
     if strategy == "uniform":
-        return np.linspace(0.0, 1.0, n_bins + 1)
+        return np.broadcast_to(np.linspace(0.0, 1.0, n_bins + 1), (len(conf), n_bins + 1))
     if strategy == "quantile":
-        edges = np.quantile(conf, np.linspace(0.0, 1.0, n_bins + 1))
+        edges = np.quantile(conf, np.linspace(0.0, 1.0, n_bins + 1), axis=1).T
         # Interpolated quantiles are monotone in exact arithmetic; make sure in floating point.
-        edges = np.maximum.accumulate(edges)
-        edges[0], edges[-1] = 0.0, 1.0
+        edges = np.maximum.accumulate(edges, axis=1)
+        edges[:, 0], edges[:, -1] = 0.0, 1.0
         return edges
     if strategy == "midpoint":
         # uncertainty-calibration's get_equal_bins: np.array_split of the sorted confidences
         # into min(n_bins, N) runs, an edge halfway between the last of a run and the first of
         # the next; with fewer confidences than bins, the bins above 1 stay empty
-        s = np.sort(conf)
-        parts = min(n_bins, s.size)
-        size, longer = divmod(s.size, parts)  # array_split: the first `longer` runs one longer
+        s = np.sort(conf, axis=1)
+        parts = min(n_bins, s.shape[1])
+        size, longer = divmod(s.shape[1], parts)  # array_split: the first `longer` runs longer
         ends = np.cumsum(size + (np.arange(parts) < longer))[:-1]  # (parts - 1,) run starts
-        inner = (s[ends - 1] + s[ends]) / 2.0
-        return np.concatenate([[0.0], inner, np.ones(n_bins - parts + 1)])
+        inner = (s[:, ends - 1] + s[:, ends]) / 2.0
+        rows = len(conf)
+        return np.concatenate([np.zeros((rows, 1)), inner, np.ones((rows, n_bins - parts + 1))],
+                              axis=1)
     raise ValueError(f"strategy must be 'uniform', 'quantile' or 'midpoint'; got {strategy!r}")
 
 
 def _bin_ids(conf: FloatArray, edges: FloatArray) -> NDArray[np.integer[Any]]:
-    """Bin index of each confidence: the number of interior edges strictly below it.
+    """(B, N) bin index of each confidence of the rows: the number of interior edges of its
+    row strictly below it.
 
-    This is ``np.searchsorted(edges[1:-1], conf, side="left")``: a value equal to an interior
-    edge goes to the lower bin, (l, u], and 0 goes to bin 0.
+    This is ``np.searchsorted(edges[b, 1:-1], conf[b], side="left")``: a value equal to an
+    interior edge goes to the lower bin, (l, u], and 0 goes to bin 0.
     """
-    inner = edges[1:-1]
-    if inner.size >= 63:
-        return np.searchsorted(inner, conf, side="left")
+    inner = edges[:, 1:-1]
+    if inner.shape[1] >= 63:
+        return np.stack([np.searchsorted(e, c, side="left") for e, c in zip(inner, conf)])
     # For few bins, counting edge by edge is ~8x faster than a binary search per value. uint8
     # holds the ids of up to 63 bins, and 2 * id + 1 (see reliability_curve).
-    ids = np.zeros(conf.size, dtype=np.uint8)
-    above = np.empty(conf.size, dtype=bool)
-    for edge in inner:
-        np.greater(conf, edge, out=above)
+    ids = np.zeros(conf.shape, dtype=np.uint8)
+    above = np.empty(conf.shape, dtype=bool)
+    for edge in inner.T:
+        np.greater(conf, edge[:, None], out=above)
         ids += above.view(np.uint8)
     return ids
+
+
+def _curve_rows(conf: FloatArray, corr: BoolArray, n_bins: int, strategy: str
+                ) -> tuple[FloatArray, FloatArray, IntArray, FloatArray]:
+    """Mean confidence, accuracy (NaN in an empty bin), count and edges of each bin of each
+    row of the (B, N) confidences and correctness: (B, n_bins) each, edges (B, n_bins + 1).
+    The one binning of :func:`reliability_curve` (a single row) and of the calibration errors'
+    bootstrap (a row per resample)."""
+    rows = len(conf)
+    edges = _bin_edges(conf, n_bins, strategy)
+    bin_ids = _bin_ids(conf, edges) + n_bins * np.arange(rows)[:, None]   # (B, N) into B * K
+    conf_sum = np.bincount(bin_ids.ravel(), weights=conf.ravel(), minlength=rows * n_bins)
+    # One integer bincount of 2 * bin + correct gives (wrong, right) counts per bin.
+    by_outcome = np.bincount((2 * bin_ids + corr).ravel(), minlength=2 * rows * n_bins)
+    by_outcome = by_outcome.reshape(rows, n_bins, 2)
+    count = by_outcome.sum(axis=2).astype(np.int64)
+    correct_sum = by_outcome[..., 1]
+    filled = count > 0
+    mean_conf = np.divide(conf_sum.reshape(rows, n_bins), count, where=filled,
+                          out=np.full((rows, n_bins), np.nan))
+    accuracy = np.divide(correct_sum, count, out=np.full((rows, n_bins), np.nan), where=filled)
+    return mean_conf, accuracy, count, edges
 
 
 def reliability_curve(
@@ -141,25 +169,41 @@ def reliability_curve(
     """
     conf, corr = calibration_inputs(confidence, correct)
     check_n_bins(n_bins)
-    edges = _bin_edges(conf, int(n_bins), strategy)
-    bin_ids = _bin_ids(conf, edges)
-    conf_sum = np.bincount(bin_ids, weights=conf, minlength=n_bins)
-    # One integer bincount of 2 * bin + correct gives (wrong, right) counts per bin.
-    by_outcome = np.bincount(2 * bin_ids + corr, minlength=2 * n_bins).reshape(n_bins, 2)
-    count = by_outcome.sum(axis=1).astype(np.int64)
-    correct_sum = by_outcome[:, 1]
+    mean_conf, accuracy, count, edges = _curve_rows(conf[None], corr[None], int(n_bins),
+                                                    strategy)
+    return ReliabilityCurve(confidence=mean_conf[0], accuracy=accuracy[0], count=count[0],
+                            edges=edges[0])
+
+
+def calibration_errors(conf: FloatArray, corr: BoolArray, *, n_bins: int, strategy: str
+                       ) -> tuple[FloatArray, FloatArray]:
+    """(ECE, MCE) of each row of the (B, N) confidences and correctness, (B,) each: the one
+    definition of :func:`expected_calibration_error` and :func:`max_calibration_error` (a
+    single row) and of their bootstrap (a row per resample, `calibration_resampler`)."""
+    mean_conf, accuracy, count, _ = _curve_rows(conf, corr, n_bins, strategy)
     filled = count > 0
-    mean_conf = np.divide(conf_sum, count, out=np.full(n_bins, np.nan), where=filled)
-    accuracy = np.divide(correct_sum, count, out=np.full(n_bins, np.nan), where=filled)
-    return ReliabilityCurve(confidence=mean_conf, accuracy=accuracy, count=count, edges=edges)
+    gaps = np.abs(accuracy - mean_conf)        # NaN in an empty bin
+    weighted = count / count.sum(axis=1, keepdims=True) * gaps
+    # each row summed over its non-empty bins alone (np.sum's grouping, hence its last bits,
+    # depends on how many terms it adds)
+    ece = np.array([np.sum(w[f]) for w, f in zip(weighted, filled)])
+    return ece, np.max(np.where(filled, gaps, -np.inf), axis=1)
 
 
-def _bin_gaps(curve: ReliabilityCurve) -> tuple[FloatArray, FloatArray]:
-    """|accuracy - confidence| and weight n_b / N of the non-empty bins."""
-    filled = curve.count > 0
-    gaps = np.abs(curve.accuracy[filled] - curve.confidence[filled])
-    weights = curve.count[filled] / curve.count.sum()
-    return gaps, weights
+def calibration_resampler(confidence: ArrayLike, correct: ArrayLike, *, n_bins: int = 15,
+                          strategy: BinStrategy = "uniform", largest: bool = False
+                          ) -> Callable[[IntArray], FloatArray]:
+    """``idx -> (B,)``: the ECE (``largest``: the MCE) of each (B, N) resample ``idx``, equal
+    to the metric on each resample (`uqbench.stats.metrics.Resampled`)."""
+    conf, corr = calibration_inputs(confidence, correct)
+    check_n_bins(n_bins)
+    pick = int(largest)
+
+    def stat(idx: IntArray) -> FloatArray:
+        return calibration_errors(conf[idx], corr[idx], n_bins=int(n_bins),
+                                  strategy=strategy)[pick]
+
+    return stat
 
 
 def expected_calibration_error(
@@ -200,10 +244,10 @@ def expected_calibration_error(
     ...                                  n_bins=2), 6)
     0.14
     """
-    gaps, weights = _bin_gaps(
-        reliability_curve(confidence, correct, n_bins=n_bins, strategy=strategy)
-    )
-    return float(np.sum(weights * gaps))
+    conf, corr = calibration_inputs(confidence, correct)
+    check_n_bins(n_bins)
+    return float(calibration_errors(conf[None], corr[None], n_bins=int(n_bins),
+                                    strategy=strategy)[0][0])
 
 
 def max_calibration_error(
@@ -240,8 +284,10 @@ def max_calibration_error(
     >>> round(max_calibration_error([0.1, 0.3, 0.55, 0.8, 0.95], [0, 0, 1, 1, 0], n_bins=2), 6)
     0.2
     """
-    gaps, _ = _bin_gaps(reliability_curve(confidence, correct, n_bins=n_bins, strategy=strategy))
-    return float(np.max(gaps))
+    conf, corr = calibration_inputs(confidence, correct)
+    check_n_bins(n_bins)
+    return float(calibration_errors(conf[None], corr[None], n_bins=int(n_bins),
+                                    strategy=strategy)[1][0])
 
 
 def _true_label_probs(p: FloatArray, y: NDArray[np.intp]) -> FloatArray:
@@ -314,3 +360,19 @@ def negative_log_likelihood(probs: ArrayLike, labels: ArrayLike) -> float:
     return float(-np.mean(np.log(np.maximum(_true_label_probs(p, y), NLL_EPS))))
 
 
+
+
+def brier_resampler(probs: ArrayLike, labels: ArrayLike) -> Callable[[IntArray], FloatArray]:
+    """``idx -> (B,)``: :func:`brier_score` of each (B, N) resample ``idx``, bitwise (its sums
+    over the same terms in the same order)."""
+    p, y = prob_inputs(probs, labels)
+    square, true, n = np.square(p), _true_label_probs(p, y), len(y)
+    return lambda idx: (square[idx].reshape(len(idx), -1).sum(axis=1) / n
+                        - 2.0 * np.mean(true[idx], axis=1) + 1.0)
+
+
+def nll_resampler(probs: ArrayLike, labels: ArrayLike) -> Callable[[IntArray], FloatArray]:
+    """``idx -> (B,)``: :func:`negative_log_likelihood` of each (B, N) resample ``idx``."""
+    p, y = prob_inputs(probs, labels)
+    log_p = np.log(np.maximum(_true_label_probs(p, y), NLL_EPS))
+    return lambda idx: -np.mean(log_p[idx], axis=1)

@@ -4,7 +4,14 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from uqbench.stats.metrics._ties import TieGroups, average_precision, binary_counts, tie_groups
+from uqbench.stats.metrics._ties import (
+    TieGroups,
+    as_rows,
+    average_precision,
+    binary_counts,
+    of_rows,
+    tie_groups,
+)
 from uqbench.stats.metrics._validation import FloatArray, ood_inputs
 
 
@@ -82,11 +89,12 @@ def ood_auroc(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike) -> float:
 
 def auroc_of_groups(groups: TieGroups) -> float:
     """AUROC from the tie groups of ``-uncertainty`` with OOD as the hits."""
-    tps = np.r_[0, groups.hits_upto]
-    fps = np.r_[0, groups.n_upto] - tps
+    n_upto, hits_upto, batched = as_rows(groups)
+    tps = np.pad(hits_upto, ((0, 0), (1, 0)))
+    fps = np.pad(n_upto, ((0, 0), (1, 0))) - tps
     # Twice the trapezoid area in integer counts: exact, then one division.
-    twice_area = np.sum(np.diff(fps) * (tps[1:] + tps[:-1]))
-    return float(twice_area / (2.0 * fps[-1] * tps[-1]))
+    twice_area = np.sum(np.diff(fps, axis=1) * (tps[:, 1:] + tps[:, :-1]), axis=1)
+    return of_rows(twice_area / (2.0 * fps[:, -1] * tps[:, -1]), batched)
 
 
 def aupr_out(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike) -> float:

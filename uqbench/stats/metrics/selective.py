@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 from numpy.typing import ArrayLike
 
-from uqbench.stats.metrics._ties import TieGroups, tie_groups
+from uqbench.stats.metrics._ties import TieGroups, as_rows, of_rows, tie_groups
 from uqbench.stats.metrics._validation import (
     CEIL_RTOL,
     HELM_SELECTIVE_FRACTION,
@@ -37,18 +37,22 @@ def _selective_groups(uncertainty: ArrayLike, correct: ArrayLike) -> TieGroups:
 
 def expected_risks(groups: TieGroups) -> FloatArray:
     """(N,) E[r_i]: the selective risk of the i least uncertain examples, i = 1..N, in
-    expectation over random orderings inside tie groups (see :func:`aurc`)."""
-    n_upto, errors_upto = groups.n_upto, groups.hits_upto
-    n = int(n_upto[-1])
-    size = np.diff(n_upto, prepend=0)  # (G,) examples per tie group
-    group_errors = np.diff(errors_upto, prepend=0)
-    group = np.repeat(np.arange(size.size), size)  # (N,) tie group of each accepted position
+    expectation over random orderings inside tie groups (see :func:`aurc`); (B, N) for groups
+    of B resamples (`TieGroups`)."""
+    n_upto, errors_upto, batched = as_rows(groups)
+    n = int(n_upto[0, -1])
+    size = np.diff(n_upto, prepend=0, axis=1)  # (B, G) examples per tie group
+    group_errors = np.diff(errors_upto, prepend=0, axis=1)
+    # (B, N) tie group of each accepted position, as an index into the flattened (B, G)
+    group = np.repeat(np.arange(size.size), size.ravel()).reshape(-1, n)
     accepted = np.arange(1, n + 1)  # (N,) i = 1..N
-    into_group = accepted - (n_upto - size)[group]  # (N,) j = 1..n_g
+    into_group = accepted - (n_upto - size).ravel()[group]  # (B, N) j = 1..n_g
     # Expected errors among the first j of a group of n_g holding e_g errors: j * e_g / n_g.
-    errors_before = (errors_upto - group_errors)[group]
-    expected_errors = errors_before + into_group * (group_errors / size)[group]
-    return expected_errors / accepted
+    errors_before = (errors_upto - group_errors).ravel()[group]
+    rate = np.divide(group_errors, size, out=np.zeros(size.shape), where=size > 0)
+    expected_errors = errors_before + into_group * rate.ravel()[group]
+    risk = expected_errors / accepted
+    return risk if batched else risk[0]
 
 
 def aurc_of_groups(groups: TieGroups) -> float:
@@ -59,7 +63,9 @@ def aurc_of_groups(groups: TieGroups) -> float:
 def _aurc_of_risks(risk: FloatArray) -> float:
     # Trapezoids between consecutive positions plus the rectangle from coverage 0 to 1/N:
     # (1/N) (r_1 + sum_i (r_i + r_{i+1}) / 2) = (1/N) (sum_i r_i + (r_1 - r_N) / 2).
-    return float((np.sum(risk) + (risk[0] - risk[-1]) / 2) / risk.size)
+    rows = np.atleast_2d(risk)
+    area = (np.sum(rows, axis=1) + (rows[:, 0] - rows[:, -1]) / 2) / rows.shape[1]
+    return of_rows(area, risk.ndim == 2)
 
 
 def risk_coverage_curve(
@@ -229,12 +235,12 @@ def augrc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
 
 
 def augrc_of_groups(groups: TieGroups) -> float:
-    n_acc = np.r_[0, groups.n_upto]
-    errors = np.r_[0, groups.hits_upto]
-    n = int(n_acc[-1])
+    n_upto, errors_upto, batched = as_rows(groups)
+    n_acc, errors = (np.pad(a, ((0, 0), (1, 0))) for a in (n_upto, errors_upto))
+    n = int(n_acc[0, -1])
     # In integer counts: sum (dn) * (e_prev + e_next) / (2 N^2), exact before the division.
-    twice_area = np.sum(np.diff(n_acc) * (errors[1:] + errors[:-1]))
-    return float(twice_area / (2.0 * n * n))
+    twice_area = np.sum(np.diff(n_acc, axis=1) * (errors[:, 1:] + errors[:, :-1]), axis=1)
+    return of_rows(twice_area / (2.0 * n * n), batched)
 
 
 def _n_accepted(coverage: float, n: int) -> int:
@@ -290,18 +296,21 @@ def selective_accuracy(
 
 
 def selective_accuracy_of_groups(groups: TieGroups, cov: float) -> float:
-    return _first_k_accuracy(groups, _n_accepted(cov, int(groups.n_upto[-1])))
+    return _first_k_accuracy(groups, _n_accepted(cov, int(groups.n_upto[..., -1].flat[0])))
 
 
 def _first_k_accuracy(groups: TieGroups, k: int) -> float:
     """Accuracy of the k least uncertain examples, a straddling tie group pro rata."""
-    g = int(np.searchsorted(groups.n_upto, k, side="left"))  # the group holding the k-th example
-    n_before = int(groups.n_upto[g - 1]) if g else 0
-    err_before = int(groups.hits_upto[g - 1]) if g else 0
-    group_n = int(groups.n_upto[g]) - n_before
-    group_err = int(groups.hits_upto[g]) - err_before
+    n_upto, errors_upto, batched = as_rows(groups)
+    # the group holding the k-th example: the first with n_upto >= k (never an empty group)
+    g = (n_upto < k).sum(axis=1, keepdims=True)
+    before = np.maximum(g - 1, 0)
+    n_before = np.where(g > 0, np.take_along_axis(n_upto, before, axis=1), 0)[:, 0]
+    err_before = np.where(g > 0, np.take_along_axis(errors_upto, before, axis=1), 0)[:, 0]
+    group_n = np.take_along_axis(n_upto, g, axis=1)[:, 0] - n_before
+    group_err = np.take_along_axis(errors_upto, g, axis=1)[:, 0] - err_before
     errors = err_before + (k - n_before) * group_err / group_n
-    return float((k - errors) / k)
+    return of_rows((k - errors) / k, batched)
 
 
 def helm_selective_accuracy(
@@ -357,7 +366,7 @@ def helm_selective_accuracy(
 
 
 def helm_selective_accuracy_of_groups(groups: TieGroups, frac: float) -> float:
-    return _first_k_accuracy(groups, int(frac * int(groups.n_upto[-1])) + 1)
+    return _first_k_accuracy(groups, int(frac * int(groups.n_upto[..., -1].flat[0])) + 1)
 
 
 def prediction_rejection_ratio(
@@ -426,20 +435,26 @@ def prr_of_groups(groups: TieGroups, max_rejection: float = 1.0,
                   risk: FloatArray | None = None) -> float:
     """:func:`prediction_rejection_ratio` of sorted tie groups (``risk``: their
     `expected_risks`, if already computed)."""
-    n = int(groups.n_upto[-1])
-    n_errors = int(groups.hits_upto[-1])
+    n_upto, errors_upto, batched = as_rows(groups)
+    n = int(n_upto[0, -1])
+    n_errors = errors_upto[:, -1]  # (B,)
     m = int(max_rejection * n)  # LM-Polygraph's num_rej
-    if m < 2 or n_errors in (0, n):
+    undefined = (m < 2) | (n_errors == 0) | (n_errors == n)
+    if undefined.any():
         why = (f"only {m} point(s) on the rejection curve (max_rejection * N < 2)" if m < 2
                else "every prediction is right or every one is wrong")
         warnings.warn(f"prediction_rejection_ratio: undefined, {why}; returning NaN",
                       UndefinedMetricWarning, stacklevel=3)
-        return math.nan
-    risk = (expected_risks(groups) if risk is None else risk)[n - m:]  # (m,) E[r_k], k > N-m
+        if undefined.all():
+            return of_rows(np.full(undefined.size, math.nan), batched)
+    # (B, m) E[r_k], k > N-m
+    rows = np.atleast_2d(expected_risks(groups) if risk is None else risk)[:, n - m:]
     k = np.arange(n - m + 1, n + 1)
-    oracle = np.maximum(k - (n - n_errors), 0) / k
+    oracle = np.maximum(k - (n - n_errors[:, None]), 0) / k
     e = n_errors / n
-    return float((e - np.mean(risk)) / (e - np.mean(oracle)))
+    with np.errstate(divide="ignore", invalid="ignore"):  # the undefined rows
+        prr = (e - np.mean(rows, axis=1)) / (e - np.mean(oracle, axis=1))
+    return of_rows(np.where(undefined, math.nan, prr), batched)
 
 
 def selective_summary(
@@ -459,6 +474,7 @@ def selective_summary(
 def summary_of_groups(groups: TieGroups, cov: float) -> FloatArray:
     """:func:`selective_summary` of sorted tie groups."""
     risk = expected_risks(groups)  # shared by AURC and PRR
-    return np.array([_aurc_of_risks(risk), augrc_of_groups(groups),
+    # (5,), or (B, 5) for the groups of B resamples
+    return np.stack([_aurc_of_risks(risk), augrc_of_groups(groups),
                      selective_accuracy_of_groups(groups, cov), prr_of_groups(groups, 1.0, risk),
-                     helm_selective_accuracy_of_groups(groups, HELM_SELECTIVE_FRACTION)])
+                     helm_selective_accuracy_of_groups(groups, HELM_SELECTIVE_FRACTION)], axis=-1)
