@@ -98,14 +98,14 @@ def _selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *, coverage
 
 
 def _auroc_resampler(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike
-                     ) -> Callable[[IntArray, IntArray], FloatArray]:
+                     ) -> Callable[[IntArray, IntArray], float | FloatArray]:
     u_id, u_ood = ood_inputs(uncertainty_id, uncertainty_ood)
     values, group = np.unique(np.concatenate([-u_ood, -u_id]), return_inverse=True)
     ood = np.arange(group.size) < u_ood.size
     groups = _counted_groups(values, group, ood)
     n_ood = u_ood.size
 
-    def stat(idx_id: IntArray, idx_ood: IntArray) -> FloatArray:
+    def stat(idx_id: IntArray, idx_ood: IntArray) -> float | FloatArray:
         return auroc_of_groups(groups(np.concatenate([idx_ood, n_ood + idx_id], axis=-1)))
 
     return stat
@@ -127,7 +127,7 @@ RESAMPLED_BRIER = Resampled(brier_score, brier_resampler)
 RESAMPLED_NLL = Resampled(negative_log_likelihood, nll_resampler)
 
 
-def _mean(values: ArrayLike) -> float:
+def _mean(values: NDArray[Any]) -> float:
     return float(np.mean(values))
 
 

@@ -84,10 +84,10 @@ def ood_auroc(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike) -> float:
     0.875
     """
     u_id, u_ood = ood_inputs(uncertainty_id, uncertainty_ood)
-    return auroc_of_groups(tie_groups(-u_ood, -u_id))
+    return float(auroc_of_groups(tie_groups(-u_ood, -u_id)))
 
 
-def auroc_of_groups(groups: TieGroups) -> float:
+def auroc_of_groups(groups: TieGroups) -> float | FloatArray:
     """AUROC from the tie groups of ``-uncertainty`` with OOD as the hits."""
     n_upto, hits_upto, batched = as_rows(groups)
     tps = np.pad(hits_upto, ((0, 0), (1, 0)))

@@ -55,12 +55,12 @@ def expected_risks(groups: TieGroups) -> FloatArray:
     return risk if batched else risk[0]
 
 
-def aurc_of_groups(groups: TieGroups) -> float:
+def aurc_of_groups(groups: TieGroups) -> float | FloatArray:
     """Expected trapezoid AURC over random orderings inside tie groups (see :func:`aurc`)."""
     return _aurc_of_risks(expected_risks(groups))
 
 
-def _aurc_of_risks(risk: FloatArray) -> float:
+def _aurc_of_risks(risk: FloatArray) -> float | FloatArray:
     # Trapezoids between consecutive positions plus the rectangle from coverage 0 to 1/N:
     # (1/N) (r_1 + sum_i (r_i + r_{i+1}) / 2) = (1/N) (sum_i r_i + (r_1 - r_N) / 2).
     rows = np.atleast_2d(risk)
@@ -157,7 +157,7 @@ def aurc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
     >>> round(aurc([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0]), 6)
     0.123333
     """
-    return aurc_of_groups(_selective_groups(uncertainty, correct))
+    return float(aurc_of_groups(_selective_groups(uncertainty, correct)))
 
 
 def e_aurc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
@@ -198,7 +198,7 @@ def e_aurc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
     groups = _selective_groups(uncertainty, correct)
     err = float(groups.hits_upto[-1] / groups.n_upto[-1])
     optimal = 1.0 if err == 1.0 else err + (1.0 - err) * math.log1p(-err)
-    return aurc_of_groups(groups) - optimal
+    return float(aurc_of_groups(groups)) - optimal
 
 
 def augrc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
@@ -231,10 +231,10 @@ def augrc(uncertainty: ArrayLike, correct: ArrayLike) -> float:
     >>> round(augrc([0.2, 0.5, 0.5, 0.1, 0.9], [1, 0, 1, 1, 0]), 6)
     0.1
     """
-    return augrc_of_groups(_selective_groups(uncertainty, correct))
+    return float(augrc_of_groups(_selective_groups(uncertainty, correct)))
 
 
-def augrc_of_groups(groups: TieGroups) -> float:
+def augrc_of_groups(groups: TieGroups) -> float | FloatArray:
     n_upto, errors_upto, batched = as_rows(groups)
     n_acc, errors = (np.pad(a, ((0, 0), (1, 0))) for a in (n_upto, errors_upto))
     n = int(n_acc[0, -1])
@@ -292,14 +292,14 @@ def selective_accuracy(
     0.833333
     """
     cov = check_fraction(coverage, "coverage", open_right=False)
-    return selective_accuracy_of_groups(_selective_groups(uncertainty, correct), cov)
+    return float(selective_accuracy_of_groups(_selective_groups(uncertainty, correct), cov))
 
 
-def selective_accuracy_of_groups(groups: TieGroups, cov: float) -> float:
+def selective_accuracy_of_groups(groups: TieGroups, cov: float) -> float | FloatArray:
     return _first_k_accuracy(groups, _n_accepted(cov, int(groups.n_upto[..., -1].flat[0])))
 
 
-def _first_k_accuracy(groups: TieGroups, k: int) -> float:
+def _first_k_accuracy(groups: TieGroups, k: int) -> float | FloatArray:
     """Accuracy of the k least uncertain examples, a straddling tie group pro rata."""
     n_upto, errors_upto, batched = as_rows(groups)
     # the group holding the k-th example: the first with n_upto >= k (never an empty group)
@@ -362,10 +362,10 @@ def helm_selective_accuracy(
     """
     frac = check_fraction(fraction, "fraction", open_right=True)
     groups = _selective_groups(uncertainty, correct)
-    return helm_selective_accuracy_of_groups(groups, frac)
+    return float(helm_selective_accuracy_of_groups(groups, frac))
 
 
-def helm_selective_accuracy_of_groups(groups: TieGroups, frac: float) -> float:
+def helm_selective_accuracy_of_groups(groups: TieGroups, frac: float) -> float | FloatArray:
     return _first_k_accuracy(groups, int(frac * int(groups.n_upto[..., -1].flat[0])) + 1)
 
 
@@ -428,11 +428,11 @@ floor` points is
     -1.16049
     """
     frac = check_fraction(max_rejection, "max_rejection", open_right=False)
-    return prr_of_groups(_selective_groups(uncertainty, correct), frac)
+    return float(prr_of_groups(_selective_groups(uncertainty, correct), frac))
 
 
 def prr_of_groups(groups: TieGroups, max_rejection: float = 1.0,
-                  risk: FloatArray | None = None) -> float:
+                  risk: FloatArray | None = None) -> float | FloatArray:
     """:func:`prediction_rejection_ratio` of sorted tie groups (``risk``: their
     `expected_risks`, if already computed)."""
     n_upto, errors_upto, batched = as_rows(groups)
