@@ -11,9 +11,12 @@ number from ``results.jsonl``.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from functools import partial
+from multiprocessing import get_context
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -89,7 +92,7 @@ def figure_plan(run: RunData, *, max_methods: int | None = 8,
 
 
 def draw_run(run_dir: str | Path, *, max_methods: int | None = 8,
-             methods: list[str] | None = None) -> list[Path]:
+             methods: list[str] | None = None, workers: int | str = "auto") -> list[Path]:
     """Draw every figure the run's records support into ``run_dir/figures/`` (PNG and PDF).
 
     Parameters
@@ -101,12 +104,17 @@ def draw_run(run_dir: str | Path, *, max_methods: int | None = 8,
         many methods, preferring CARE and the paper's Table "uq" methods; None: all.
     methods : list of str, optional
         Exactly these methods instead.
+    workers : int or "auto", default "auto"
+        Processes drawing the figures, each a share of them (1: in this process). ``"auto"``:
+        the cores this process may use, at most one per `MIN_FIGURES_PER_WORKER` figures (a
+        worker pays for its start and for reading the run).
 
     Returns
     -------
     list of Path
-        The written files, PNG and PDF of each figure. Figures the data does not support
-        (e.g. the frontier outside a ``--experiment frontier`` run) are skipped with a log note.
+        The written files, PNG and PDF of each figure, in the plan's order (the same files
+        whatever ``workers``). Figures the data does not support (e.g. the frontier outside a
+        ``--experiment frontier`` run) are skipped with a log note.
 
     Raises
     ------
@@ -114,11 +122,74 @@ def draw_run(run_dir: str | Path, *, max_methods: int | None = 8,
         The run folder lacks ``results.jsonl`` or ``scores.npz``.
     """
     run = load_run(run_dir)
+    stems = [stem for stem, _ in figure_plan(run, max_methods=max_methods, methods=methods)]
+    n = _figure_workers(workers, len(stems))
+    if n == 1:
+        return _draw(run, stems, max_methods, methods)
+    shares = [stems[i::n] for i in range(n)]
+    paths = []
+    with ProcessPoolExecutor(n, mp_context=get_context("spawn")) as ex:
+        for drawn, records in ex.map(_draw_share, [run.path] * n, shares, [max_methods] * n,
+                                     [methods] * n):
+            paths += drawn
+            for name, level, msg in records:
+                logging.getLogger(name).log(level, "%s", msg)
+    order = {stem: i for i, stem in enumerate(stems)}
+    return sorted(paths, key=lambda p: (order[p.stem], FORMATS.index(p.suffix[1:])))
+
+
+#: figures a worker process must have to draw before `draw_run` starts one (``"auto"``)
+MIN_FIGURES_PER_WORKER = 3
+
+
+def _figure_workers(requested: int | str, n_figures: int) -> int:
+    if requested == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1
+        return max(1, min(cores, n_figures // MIN_FIGURES_PER_WORKER))
+    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+        raise UserError(f"figure workers must be 'auto' or a whole number >= 1; got "
+                        f"{requested!r}")
+    return max(1, min(requested, n_figures))
+
+
+class _Kept(logging.Handler):
+    """Keeps the records of a worker's figures (what was skipped, and why) for the parent."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[tuple[str, int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name != __name__:   # not figure_plan's note, which the parent logged
+            self.records.append((record.name, record.levelno, record.getMessage()))
+
+
+def _draw_share(run_dir: Path, stems: list[str], max_methods: int | None,
+                methods: list[str] | None) -> tuple[list[Path], list[tuple[str, int, str]]]:
+    """A worker's share of `draw_run`: the run read again, the figures ``stems`` drawn, and
+    the log records of drawing them (logged again by the parent)."""
+    run = load_run(run_dir)
+    root, kept = logging.getLogger("figures"), _Kept()
+    root.addHandler(kept)
+    root.setLevel(logging.INFO)
+    try:
+        return _draw(run, stems, max_methods, methods), kept.records
+    finally:
+        root.removeHandler(kept)
+
+
+def _draw(run: RunData, stems: list[str], max_methods: int | None,
+          methods: list[str] | None) -> list[Path]:
+    """Draw the figures ``stems`` of ``run``'s plan (PNG and PDF) into its ``figures/``."""
     out = run.path / "figures"
     out.mkdir(parents=True, exist_ok=True)
+    wanted = set(stems)
     paths: list[Path] = []
     with theme():
         for stem, build in figure_plan(run, max_methods=max_methods, methods=methods):
+            if stem not in wanted:
+                continue
             fig = build()
             if fig is None:
                 continue

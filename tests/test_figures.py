@@ -195,6 +195,23 @@ def test_draw_run_writes_every_figure_png_and_pdf(heavy_compute, run_dir: Path) 
         assert p.stat().st_size > 5000, p
 
 
+def test_figures_drawn_by_worker_processes_are_those_drawn_in_process(
+        heavy_compute, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    runs = [make_run(tmp_path / name, frontier=False, extra=False) for name in ("one", "two")]
+    with caplog.at_level(logging.INFO, logger="figures"):
+        alone = draw_run(runs[0], max_methods=3, workers=1)
+        caplog.clear()
+        shared = draw_run(runs[1], max_methods=3, workers=2)
+    assert [p.name for p in shared] == [p.name for p in alone]   # the same files, same order
+    for a, b in zip(alone, shared):
+        if a.suffix == ".png":   # (a PDF holds its creation time)
+            assert a.read_bytes() == b.read_bytes(), a.name
+    # what a worker skipped is said in this process, as drawing alone says it
+    assert "--experiment frontier" in caplog.text and "--experiment thermostat" in caplog.text
+    with pytest.raises(UserError, match="figure workers"):
+        draw_run(runs[0], workers=0)
+
+
 def test_default_run_skips_experiment_figures_with_a_note(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     run = load_run(make_run(tmp_path / "plain", frontier=False, extra=False))
