@@ -15,9 +15,15 @@ ratio, and whether the files are byte-identical.
 in this process with the bootstrap's resamples evaluated a chunk at a time (the default,
 `uqbench.stats.metrics.bootstrap.CHUNK_ELEMENTS`) and one at a time, in one run: both times,
 their ratio and whether the files are byte-identical. Scoring was 98 s of the ``gpu`` profile's
-368 s on the H200 (docs/gpu.md)."""
+368 s on the H200 (docs/gpu.md).
+
+``figure_workers``: the figures of the cpu-like records' run folder drawn in this process and by
+``auto`` worker processes (`figures.run.draw_run`), in one run: both times, their ratio, and
+whether the PNG files are byte-identical (a PDF holds its creation time)."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import tempfile
@@ -49,7 +55,7 @@ def write_samples(folder: Path, task: str, n: int, seed: int) -> None:
 
 
 def run() -> list[dict[str, Any]]:
-    return [lmeval_line(), score_workers_line(), bootstrap_chunks_line()]
+    return [lmeval_line(), score_workers_line(), bootstrap_chunks_line(), figure_workers_line()]
 
 
 def lmeval_line() -> dict[str, Any]:
@@ -153,30 +159,63 @@ def score_workers_line() -> dict[str, Any]:
             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
 
 
-def bootstrap_chunks_line() -> dict[str, Any]:
-    """Serial scoring of gpu-like records with the bootstrap's resamples in chunks and one at a
-    time: seconds of each, the ratio, and whether the results are byte-identical."""
+def _score_gpu_like(out: Path, chunk: int) -> float:
+    """Seconds to score the gpu-like records into ``out`` in this process, with bootstrap
+    chunks of ``chunk`` index elements (run in a fresh process: no memo of the other mode)."""
     from uqbench.run.score_records import ScoreConfig, score
     from uqbench.stats.metrics import bootstrap
 
+    bootstrap.CHUNK_ELEMENTS = chunk
     rs = cpu_like_records(sizes=GPU_SIZES, n_train=GPU_TRAIN, mc=8, dim=896)
+    with contextlib.redirect_stdout(io.StringIO()):   # the run's printed tables
+        t0 = time.perf_counter()
+        score(rs, ScoreConfig(out=out, figures=False, score_workers=1))
+        return time.perf_counter() - t0
+
+
+def bootstrap_chunks_line() -> dict[str, Any]:
+    """Serial scoring of gpu-like records with the bootstrap's resamples in chunks and one at a
+    time, each in its own fresh process: seconds of each, the ratio, and whether the results
+    are byte-identical."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from uqbench.stats.metrics.bootstrap import CHUNK_ELEMENTS
+
     load, seconds, files = os.getloadavg()[0], {}, {}
-    default = bootstrap.CHUNK_ELEMENTS
     with tempfile.TemporaryDirectory() as tmp:
-        for name, chunk in (("chunked", default), ("one_at_a_time", 1)):
-            bootstrap.CHUNK_ELEMENTS = chunk
+        for name, chunk in (("chunked", CHUNK_ELEMENTS), ("one_at_a_time", 1)):
             out = Path(tmp) / name
-            try:
-                t0 = time.perf_counter()
-                score(rs, ScoreConfig(out=out, figures=False, score_workers=1))
-                seconds[name] = time.perf_counter() - t0
-            finally:
-                bootstrap.CHUNK_ELEMENTS = default
+            with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as ex:
+                seconds[name] = ex.submit(_score_gpu_like, out, chunk).result()
             files[name] = (out / "results.csv").read_bytes() + (out / "scores.npz").read_bytes()
     return {"benchmark": "score_bootstrap_chunks", "profile_like": "gpu",
             "sizes_per_domain": list(GPU_SIZES), "bootstrap": 1000, "workers": 1,
-            "chunk_elements": default, "chunked_s": round(seconds["chunked"], 2),
+            "chunk_elements": CHUNK_ELEMENTS, "chunked_s": round(seconds["chunked"], 2),
             "one_at_a_time_s": round(seconds["one_at_a_time"], 2),
             "ratio": round(seconds["chunked"] / seconds["one_at_a_time"], 3),
             "identical": files["chunked"] == files["one_at_a_time"],
+            "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
+
+
+def figure_workers_line() -> dict[str, Any]:
+    """The figures of one run folder drawn in process and by ``auto`` workers."""
+    from figures.run import draw_run
+    from uqbench.run.score_records import ScoreConfig, score
+
+    load, seconds, pngs = os.getloadavg()[0], {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        with contextlib.redirect_stdout(io.StringIO()):
+            score(cpu_like_records(), ScoreConfig(out=out, figures=False))
+        for mode in (1, "auto"):
+            t0 = time.perf_counter()
+            paths = draw_run(out, workers=mode)
+            seconds[mode] = time.perf_counter() - t0
+            pngs[mode] = [p.read_bytes() for p in paths if p.suffix == ".png"]
+    return {"benchmark": "figure_workers", "figures": len(pngs[1]),
+            "serial_s": round(seconds[1], 2), "auto_s": round(seconds["auto"], 2),
+            "cores": len(os.sched_getaffinity(0)),
+            "ratio_auto_to_serial": round(seconds["auto"] / seconds[1], 3),
+            "identical_png": pngs[1] == pngs["auto"],
             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
