@@ -212,7 +212,10 @@ class TorchEngine:
             return self._gates[key]
         model, sha = self.model(pair.model, seed)
         t = time.perf_counter()
-        gate, desc = make_gate(pair.gate, model, sha, self)
+        # a budget's calibration runs one-copy passes over the calib split
+        with _out_of_memory(f"calibrating the gate {pair.gate.name} of {pair.model.name}@{seed}",
+                            _pass_memory_fix("deterministic", self.prof.eval_tokens)):
+            gate, desc = make_gate(pair.gate, model, sha, self)
         self.stats.add_seconds("calibration", time.perf_counter() - t)
         self._gates[key] = (gate, desc)
         self.gate_log[f"{pair.name}@{seed}"] = desc

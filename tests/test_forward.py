@@ -293,3 +293,10 @@ def test_a_profiles_token_bound_reaches_the_passes_and_their_cache_key(tmp_path,
                            r"of GPU memory \(CUDA out of memory\. Tried to allocate 20\.00 GiB\): "
                            + fix):
             e.forwards(spec, 0, pair, split, "mc_dropout", [0, 1, 2])
+    # and so does one in a gate's calibration, whose passes hold one copy of a batch
+    monkeypatch.setattr(eng, "make_gate", full)
+    e = eng.TorchEngine("tiny-llama", smoke, None, tmp_path / "oom", RunStats(), progress=False)
+    monkeypatch.setattr(e, "model", lambda s, seed: (model, "sha"))
+    with pytest.raises(ConfigError, match=r"calibrating the gate native of m@0 ran out of GPU "
+                       r"memory .*a profile with a smaller eval_batch_size"):
+        e.gate(pair, 0)
