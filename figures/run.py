@@ -125,17 +125,17 @@ def draw_run(run_dir: str | Path, *, max_methods: int | None = 8,
     stems = [stem for stem, _ in figure_plan(run, max_methods=max_methods, methods=methods)]
     n = _figure_workers(workers, len(stems))
     if n == 1:
-        return _draw(run, stems, max_methods, methods)
-    shares = [stems[i::n] for i in range(n)]
-    paths = []
-    with ProcessPoolExecutor(n, mp_context=get_context("spawn")) as ex:
-        for drawn, records in ex.map(_draw_share, [run.path] * n, shares, [max_methods] * n,
-                                     [methods] * n):
-            paths += drawn
-            for name, level, msg in records:
-                logging.getLogger(name).log(level, "%s", msg)
-    order = {stem: i for i, stem in enumerate(stems)}
-    return sorted(paths, key=lambda p: (order[p.stem], FORMATS.index(p.suffix[1:])))
+        drawn = _draw(run, stems, max_methods, methods, FORMATS)
+    else:
+        drawn = {}
+        with ProcessPoolExecutor(n, mp_context=get_context("spawn")) as ex:
+            for share, records in ex.map(_draw_share, [run.path] * n,
+                                         [stems[i::n] for i in range(n)], [max_methods] * n,
+                                         [methods] * n, [FORMATS] * n):
+                drawn.update(share)
+                for name, level, msg in records:
+                    logging.getLogger(name).log(level, "%s", msg)
+    return [p for stem in stems for p in drawn.get(stem, [])]
 
 
 #: figures a worker process must have to draw before `draw_run` starts one (``"auto"``)
@@ -166,7 +166,8 @@ class _Kept(logging.Handler):
 
 
 def _draw_share(run_dir: Path, stems: list[str], max_methods: int | None,
-                methods: list[str] | None) -> tuple[list[Path], list[tuple[str, int, str]]]:
+                methods: list[str] | None, formats: tuple[str, ...]
+                ) -> tuple[dict[str, list[Path]], list[tuple[str, int, str]]]:
     """A worker's share of `draw_run`: the run read again, the figures ``stems`` drawn, and
     the log records of drawing them (logged again by the parent)."""
     run = load_run(run_dir)
@@ -174,18 +175,20 @@ def _draw_share(run_dir: Path, stems: list[str], max_methods: int | None,
     root.addHandler(kept)
     root.setLevel(logging.INFO)
     try:
-        return _draw(run, stems, max_methods, methods), kept.records
+        return _draw(run, stems, max_methods, methods, formats), kept.records
     finally:
         root.removeHandler(kept)
 
 
 def _draw(run: RunData, stems: list[str], max_methods: int | None,
-          methods: list[str] | None) -> list[Path]:
-    """Draw the figures ``stems`` of ``run``'s plan (PNG and PDF) into its ``figures/``."""
+          methods: list[str] | None, formats: tuple[str, ...]) -> dict[str, list[Path]]:
+    """Draw the figures ``stems`` of ``run``'s plan in ``formats`` (`FORMATS`, as the caller
+    sees it) into its ``figures/``: the files of each figure drawn (none for a figure the data
+    does not support)."""
     out = run.path / "figures"
     out.mkdir(parents=True, exist_ok=True)
     wanted = set(stems)
-    paths: list[Path] = []
+    paths: dict[str, list[Path]] = {}
     with theme():
         for stem, build in figure_plan(run, max_methods=max_methods, methods=methods):
             if stem not in wanted:
@@ -193,10 +196,10 @@ def _draw(run: RunData, stems: list[str], max_methods: int | None,
             fig = build()
             if fig is None:
                 continue
-            for fmt in FORMATS:
+            for fmt in formats:
                 p = out / f"{stem}.{fmt}"
                 fig.savefig(p, format=fmt)
-                paths.append(p)
+                paths.setdefault(stem, []).append(p)
                 # the other formats keep the layout the first one computed: the same picture,
                 # and constrained layout run again on a laid-out forest plot collapses its axes
                 fig.set_layout_engine("none")
