@@ -111,8 +111,10 @@ def test_a_column_is_its_metric_on_its_arrays() -> None:
                if c.ci and n not in SELECTIVE)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_resampled_columns_bootstrap_bitwise_as_one_resample_at_a_time(seed, monkeypatch):
+@pytest.mark.parametrize("min_rows", [1, 10**9])   # chunks of many rows; of one row each
+@pytest.mark.parametrize("seed", range(3))
+def test_resampled_columns_bootstrap_bitwise_as_one_resample_at_a_time(seed, min_rows,
+                                                                       monkeypatch):
     # A bootstrapped column evaluates a chunk of resamples in one call: its interval must be
     # bitwise that of calling the column on each resample, over several chunks (a small chunk
     # size), tied confidences, empty bins and a single-class resample included
@@ -120,6 +122,7 @@ def test_resampled_columns_bootstrap_bitwise_as_one_resample_at_a_time(seed, mon
     from uqbench.stats.metrics import bootstrap
 
     monkeypatch.setattr(bootstrap, "CHUNK_ELEMENTS", 97)
+    monkeypatch.setattr(bootstrap, "MIN_CHUNK_ROWS", min_rows)
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 40))
     probs = rng.dirichlet(np.ones(4) * 0.7, n).round(int(rng.integers(1, 4)))
