@@ -244,10 +244,8 @@ def expected_calibration_error(
     ...                                  n_bins=2), 6)
     0.14
     """
-    conf, corr = calibration_inputs(confidence, correct)
-    check_n_bins(n_bins)
-    return float(calibration_errors(conf[None], corr[None], n_bins=int(n_bins),
-                                    strategy=strategy)[0][0])
+    return _on_all(calibration_resampler(confidence, correct, n_bins=n_bins,
+                                         strategy=strategy), correct)
 
 
 def max_calibration_error(
@@ -284,10 +282,8 @@ def max_calibration_error(
     >>> round(max_calibration_error([0.1, 0.3, 0.55, 0.8, 0.95], [0, 0, 1, 1, 0], n_bins=2), 6)
     0.2
     """
-    conf, corr = calibration_inputs(confidence, correct)
-    check_n_bins(n_bins)
-    return float(calibration_errors(conf[None], corr[None], n_bins=int(n_bins),
-                                    strategy=strategy)[1][0])
+    return _on_all(calibration_resampler(confidence, correct, n_bins=n_bins,
+                                         strategy=strategy, largest=True), correct)
 
 
 def _true_label_probs(p: FloatArray, y: NDArray[np.intp]) -> FloatArray:
@@ -322,12 +318,7 @@ def brier_score(probs: ArrayLike, labels: ArrayLike) -> float:
     >>> round(brier_score([[0.7, 0.3], [0.0, 1.0]], [0, 1]), 6)
     0.09
     """
-    p, y = prob_inputs(probs, labels)
-    # mean_i sum_c (p_ic - y_ic)^2 = (sum_ic p_ic^2) / N - 2 mean_i p_i,label + 1,
-    # without building the one-hot matrix; numpy's pairwise sum, not BLAS's dot, whose
-    # threaded reduction gives other last bits at another thread count
-    n = len(y)
-    return float(np.square(p).sum() / n - 2.0 * np.mean(_true_label_probs(p, y)) + 1.0)
+    return _on_all(brier_resampler(probs, labels), labels)
 
 
 def negative_log_likelihood(probs: ArrayLike, labels: ArrayLike) -> float:
@@ -356,23 +347,29 @@ def negative_log_likelihood(probs: ArrayLike, labels: ArrayLike) -> float:
     >>> round(negative_log_likelihood([[0.5, 0.5], [0.0, 1.0]], [0, 1]), 4)
     0.3466
     """
-    p, y = prob_inputs(probs, labels)
-    return float(-np.mean(np.log(np.maximum(_true_label_probs(p, y), NLL_EPS))))
+    return _on_all(nll_resampler(probs, labels), labels)
 
 
+def _on_all(stat: Callable[[IntArray], FloatArray], examples: ArrayLike) -> float:
+    """A resampler's statistic on the identity resample: the metric on every example."""
+    return float(stat(np.arange(len(examples))[None])[0])   # type: ignore[arg-type]
 
 
 def brier_resampler(probs: ArrayLike, labels: ArrayLike) -> Callable[[IntArray], FloatArray]:
-    """``idx -> (B,)``: :func:`brier_score` of each (B, N) resample ``idx``, bitwise (its sums
-    over the same terms in the same order)."""
+    """``idx -> (B,)``: :func:`brier_score` of each (B, N) resample ``idx`` (the one
+    definition: the score is this on the identity resample)."""
     p, y = prob_inputs(probs, labels)
+    # mean_i sum_c (p_ic - y_ic)^2 = (sum_ic p_ic^2) / N - 2 mean_i p_i,label + 1,
+    # without building the one-hot matrix; numpy's pairwise sum, not BLAS's dot, whose
+    # threaded reduction gives other last bits at another thread count
     square, true, n = np.square(p), _true_label_probs(p, y), len(y)
     return lambda idx: (square[idx].reshape(len(idx), -1).sum(axis=1) / n
                         - 2.0 * np.mean(true[idx], axis=1) + 1.0)
 
 
 def nll_resampler(probs: ArrayLike, labels: ArrayLike) -> Callable[[IntArray], FloatArray]:
-    """``idx -> (B,)``: :func:`negative_log_likelihood` of each (B, N) resample ``idx``."""
+    """``idx -> (B,)``: :func:`negative_log_likelihood` of each (B, N) resample ``idx`` (the
+    one definition, as `brier_resampler`)."""
     p, y = prob_inputs(probs, labels)
     log_p = np.log(np.maximum(_true_label_probs(p, y), NLL_EPS))
     return lambda idx: -np.mean(log_p[idx], axis=1)
