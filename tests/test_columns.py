@@ -147,6 +147,32 @@ def test_resampled_columns_bootstrap_bitwise_as_one_resample_at_a_time(seed, min
                 got = boot(fast, *arrays, n_resamples=25, seed=seed)
                 want = boot(plain, *arrays, n_resamples=25, seed=seed)
             np.testing.assert_array_equal(got, want, err_msg=f"{name} at {n_bins} bins")
+            # paired with other values of the same examples, each side seed-averaged
+            sides = [np.stack([a, b], axis=1) for a, b in zip(arrays, other(arrays, rng))]
+            sides = [[sides[i][:, ::-1] for i in range(len(sides))], sides]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", M.UndefinedMetricWarning)
+                got, want = (M.paired_difference(M.seed_mean(f), *sides, n_resamples=25,
+                                                 two_sample=col.two_sample, seed=seed)
+                             for f in (fast, plain))
+            np.testing.assert_array_equal(got, want, err_msg=f"paired {name} at {n_bins} bins")
+
+
+def other(arrays: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
+    """Other values of the same examples as ``arrays`` (confidences and uncertainties
+    rounded to ties, correctness and labels flipped at random)."""
+    out = []
+    for a in arrays:
+        if a.ndim == 2:   # probabilities
+            b = rng.dirichlet(np.ones(a.shape[1]), len(a)).round(1) + 1e-3
+            out.append(b / b.sum(1, keepdims=True))
+        elif a.dtype.kind == "i":   # labels
+            out.append(rng.integers(0, 4, len(a)))
+        elif set(np.unique(a)) <= {0.0, 1.0}:   # correctness
+            out.append(np.where(rng.random(len(a)) < 0.3, 1.0 - a, a))
+        else:
+            out.append(rng.random(len(a)).round(1))
+    return out
 
 
 def test_columns_others_report_are_the_metrics_at_their_level_with_cis() -> None:

@@ -189,6 +189,17 @@ def _chunk(n_examples: int) -> int:
     return rows if rows >= MIN_CHUNK_ROWS else 1
 
 
+def _draw_indices(rng: np.random.Generator, sizes: Sequence[int], k: int
+                  ) -> tuple[IntArray, ...]:
+    """``k`` resamples' indices, a (k, n) array for each set of ``sizes`` examples: the draws
+    of one resample after another, each drawing every set in turn (one set: one call, which
+    gives the same stream as ``k`` calls of one row)."""
+    if len(sizes) == 1:
+        return (rng.integers(0, sizes[0], size=(k, sizes[0])),)
+    rows = [[rng.integers(0, n, size=n) for n in sizes] for _ in range(k)]
+    return tuple(np.stack(one_set) for one_set in zip(*rows))
+
+
 def _percentile_interval(
     point: Any, draws: Callable[[int], Any], n_resamples: int, level: float
 ) -> tuple[Any, Any, Any]:
@@ -314,8 +325,8 @@ def bootstrap_ci(
     if isinstance(metric, Resampled):  # a chunk of resamples in one call
         stat, chunk = metric.resampler(*arrs), _chunk(n)
 
-        def draws(k: int) -> Any:  # the same indices as drawing the rows one at a time
-            return stat(rng.integers(0, n, size=(min(k, chunk), n)))
+        def draws(k: int) -> Any:
+            return stat(*_draw_indices(rng, (n,), min(k, chunk)))
     else:
         def draws(k: int) -> Any:
             idx = rng.integers(0, n, size=n)
@@ -374,19 +385,15 @@ def bootstrap_ci_two_sample(
     rng = np.random.default_rng(seed)
     n_a, n_b = len(arr_a), len(arr_b)
 
-    def draw() -> tuple[IntArray, IntArray]:  # a's indices, then b's: one generator
-        return rng.integers(0, n_a, size=n_a), rng.integers(0, n_b, size=n_b)
-
     if isinstance(metric, Resampled):  # a chunk of resamples in one call
         stat, chunk = metric.resampler(arr_a, arr_b), _chunk(n_a + n_b)
 
         def draws(k: int) -> Any:
-            idx_a, idx_b = zip(*(draw() for _ in range(min(k, chunk))))
-            return stat(np.stack(idx_a), np.stack(idx_b))
+            return stat(*_draw_indices(rng, (n_a, n_b), min(k, chunk)))
     else:
         def draws(k: int) -> Any:
-            idx_a, idx_b = draw()
-            return _statistic(metric(arr_a[idx_a], arr_b[idx_b]))
+            idx_a, idx_b = _draw_indices(rng, (n_a, n_b), 1)
+            return _statistic(metric(arr_a[idx_a[0]], arr_b[idx_b[0]]))
 
     return _percentile_interval(_statistic(metric(arr_a, arr_b)), draws, n_resamples, level)
 
@@ -409,7 +416,8 @@ def paired_difference(
     Parameters
     ----------
     metric : callable
-        ``metric(*arrays) -> float``, applied to ``a`` and to ``b``.
+        ``metric(*arrays) -> float``, applied to ``a`` and to ``b``. A `Resampled` metric is
+        evaluated on a chunk of resamples at a time, with the same interval.
     a, b : sequences of array-likes, examples along axis 0
         The metric's arguments for each side, with equal lengths side to side (``a[i]`` and
         ``b[i]`` hold the same examples; trailing axes, e.g. seeds, may differ).
@@ -452,9 +460,22 @@ def paired_difference(
     if not two_sample and len(set(lengths)) > 1:
         raise ValueError(f"the arrays of one side must hold the same examples to be resampled "
                          f"jointly; got lengths {lengths} (two_sample=True for ID vs shifted)")
-    point, low, high, _ = paired_bootstrap(diff, lengths if two_sample else lengths[:1],
-                                           n_resamples=n_resamples, level=level, seed=seed)
-    return point, low, high
+    sizes = lengths if two_sample else lengths[:1]
+    if not isinstance(metric, Resampled):
+        point, low, high, _ = paired_bootstrap(diff, sizes, n_resamples=n_resamples,
+                                               level=level, seed=seed)
+        return point, low, high
+    # a chunk of resamples in one call, the draws of paired_bootstrap
+    _check_bootstrap_options(n_resamples, level)
+    stat_a, stat_b = (metric.resampler(*side) for side in sides)
+    rng, chunk = np.random.default_rng(seed), _chunk(sum(sizes))
+
+    def draws(k: int) -> Any:
+        idx = _draw_indices(rng, sizes, min(k, chunk))
+        return stat_b(*idx) - stat_a(*idx)
+
+    point = diff(*(np.arange(n) for n in sizes))
+    return _percentile_interval(point, draws, n_resamples, level)  # type: ignore[no-any-return]
 
 
 class PairedInterval(NamedTuple):
@@ -513,7 +534,7 @@ def paired_bootstrap(
 
     def draws(k: int) -> float:  # one resample a call
         nonlocal dropped
-        value = float(stat(*(rng.integers(0, n, size=n) for n in sizes)))
+        value = float(stat(*(idx[0] for idx in _draw_indices(rng, sizes, 1))))
         dropped += math.isnan(value)
         return value
 
