@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.linalg import solve_triangular
 
 from uqbench import Outputs, Scorer, register_scorer
 
@@ -33,8 +34,8 @@ def ledoit_wolf(xc: NDArray[np.float64]) -> NDArray[np.float64]:
     n, p = xc.shape
     emp = xc.T @ xc / n
     mu = np.trace(emp) / p
-    x2 = xc**2
-    beta_ = np.sum(x2.T @ x2) / n                        # sum_ij mean_k x_ki^2 x_kj^2
+    # sum_ij mean_k x_ki^2 x_kj^2 = mean_k ||x_k||^4: sklearn's sum of the (p, p) x2'x2, in O(np)
+    beta_ = np.sum(np.einsum("ij,ij->i", xc, xc)**2) / n
     delta = np.sum((emp - mu * np.eye(p))**2) / p         # ||S - mu I||_F^2 / p
     beta = min((beta_ - np.sum(emp**2)) / (n * p), delta)
     s = 0.0 if beta == 0 else beta / delta
@@ -43,9 +44,16 @@ def ledoit_wolf(xc: NDArray[np.float64]) -> NDArray[np.float64]:
 
 def mahalanobis(x: NDArray[np.float64], mean: NDArray[np.float64],
                 cov: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Squared Mahalanobis distance of each row of ``x`` (n, p) to ``mean`` under ``cov``."""
-    d = x - mean
-    return np.einsum("ij,ij->i", d, np.linalg.solve(cov, d.T).T)  # type: ignore[no-any-return]
+    """Squared Mahalanobis distance of each row of ``x`` (n, p) to ``mean`` under ``cov``: (n,)
+    for a (p,) ``mean``; (n, k) for k means, rows of a (k, p) ``mean``, ``cov`` factored once
+    (Cholesky, ``cov = L L'``: the distance is ``||L^-1 (x - mean)||^2``)."""
+    chol = np.linalg.cholesky(cov)
+    means = np.atleast_2d(mean)
+    out = np.empty((len(x), len(means)))
+    for j, m in enumerate(means):
+        y = solve_triangular(chol, (x - m).T, lower=True, check_finite=False)   # (p, n)
+        out[:, j] = np.einsum("ij,ij->j", y, y)
+    return out[:, 0] if np.ndim(mean) == 1 else out
 
 
 def _train(outputs: Outputs) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -86,8 +94,7 @@ class RelativeMahalanobis(Scorer):
         shared = ledoit_wolf(t - means[which])
         mean0 = t.mean(axis=0)
         background = mahalanobis(x, mean0, ledoit_wolf(t - mean0))
-        per_domain = np.stack([mahalanobis(x, m, shared) for m in means], axis=1)
-        return per_domain.min(axis=1) - background  # type: ignore[no-any-return]
+        return mahalanobis(x, means, shared).min(axis=1) - background  # type: ignore[no-any-return]
 
 
 @register_scorer("knn")

@@ -80,6 +80,10 @@ def test_mahalanobis_equals_sklearn():
     emp = EmpiricalCovariance().fit(train.astype(np.float64))  # the distance under any cov
     np.testing.assert_allclose(mahalanobis(x.astype(np.float64), emp.location_,
                                            emp.covariance_), emp.mahalanobis(x), rtol=1e-6)
+    means = np.stack([emp.location_, emp.location_ + 1.0])   # several means: a column each
+    np.testing.assert_allclose(mahalanobis(x.astype(np.float64), means, emp.covariance_),
+                               np.stack([emp.mahalanobis(x - m + emp.location_) for m in means],
+                                        axis=1), rtol=1e-6)
 
 
 def test_rmd_equals_sklearn():
