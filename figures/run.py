@@ -40,6 +40,9 @@ from uqbench.core.errors import UserError
 log = logging.getLogger(__name__)
 
 FORMATS = ("png", "pdf")
+#: the metadata that keeps each format's file free of the time it was written, so that a
+#: figure drawn again from the same run is the same bytes (a PNG holds no date)
+UNDATED: dict[str, dict[str, None]] = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}
 
 
 def _slug(name: str) -> str:
@@ -198,7 +201,7 @@ def _draw(run: RunData, stems: list[str], max_methods: int | None,
                 continue
             for fmt in formats:
                 p = out / f"{stem}.{fmt}"
-                fig.savefig(p, format=fmt)
+                fig.savefig(p, format=fmt, metadata=UNDATED.get(fmt))
                 paths.setdefault(stem, []).append(p)
                 # the other formats keep the layout the first one computed: the same picture,
                 # and constrained layout run again on a laid-out forest plot collapses its axes
