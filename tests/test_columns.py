@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.data import make_outputs
 from uqbench.core.scorer import get_scorer
-from uqbench.results.evaluate import CI_METRICS, ROW_COLUMNS, SELECTIVE, Scored, evaluate
+from uqbench.results.evaluate import CI_METRICS, ROW_COLUMNS, Scored, evaluate
 from uqbench.results.tables import markdown_table
 from uqbench.stats import metrics as M
 
@@ -105,10 +105,9 @@ def test_a_column_is_its_metric_on_its_arrays() -> None:
     assert COLUMNS["nll"](*args("nll")) == M.negative_log_likelihood(s.probs[:, 0], s.labels[:, 0])
     assert RISK_AT["risk_at_80"](*args("risk_at_80", RISK_AT)) == pytest.approx(
         1 - M.selective_accuracy(s.uncertainty[:, 0], ok, coverage=0.8))
-    # the bootstrapped columns keep their resampler for the bootstrap's fast path (the
-    # selective ones are bootstrapped together, as `M.resampled_selective_summary`)
-    assert all(isinstance(c.bound(), M.Resampled) for n, c in COLUMNS.items()
-               if c.ci and n not in SELECTIVE)
+    # the bootstrapped columns keep their resampler for the bootstrap's fast path (the table
+    # bootstraps the selective ones together, as `M.resampled_selective_summary`)
+    assert all(isinstance(c.bound(), M.Resampled) for c in COLUMNS.values() if c.ci)
 
 
 @pytest.mark.parametrize("min_rows", [1, 10**9])   # chunks of many rows; of one row each
@@ -118,7 +117,7 @@ def test_resampled_columns_bootstrap_bitwise_as_one_resample_at_a_time(seed, min
     # A bootstrapped column evaluates a chunk of resamples in one call: its interval must be
     # bitwise that of calling the column on each resample, over several chunks (a small chunk
     # size), tied confidences, empty bins and a single-class resample included
-    from uqbench.results.columns import COLUMNS
+    from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE
     from uqbench.stats.metrics import bootstrap
 
     monkeypatch.setattr(bootstrap, "CHUNK_ELEMENTS", 97)
@@ -132,9 +131,10 @@ def test_resampled_columns_bootstrap_bitwise_as_one_resample_at_a_time(seed, min
     u_id, u_sh = (rng.random(k).round(1) for k in (n, int(rng.integers(1, 30))))
     data = {("id", "confidence"): conf, ("id", "correct"): ok, ("id", "probs"): probs,
             ("id", "labels"): labels, ("id", "uncertainty"): u_id,
-            ("shift", "uncertainty"): u_sh}
-    for name, col in COLUMNS.items():
-        if not col.ci or name in SELECTIVE:
+            ("shift", "uncertainty"): u_sh, **{("id", f): rng.random(n) < 0.8 for f in (
+                "covered_lac", "covered_aps_rand", "covered_raps_rand")}}
+    for name, col in {**COLUMNS, **CONFORMAL_COVERAGE}.items():
+        if not col.ci:
             continue
         arrays = [data[r] for r in col.reads]
         boot = M.bootstrap_ci_two_sample if col.two_sample else M.bootstrap_ci

@@ -81,14 +81,12 @@ class Column:
 #: ECE with ``n_bins`` equal-mass bins (the "adaptive" ECE)
 _ECE_ADAPTIVE = M.Resampled(partial(M.expected_calibration_error, strategy="quantile"),
                             partial(M.RESAMPLED_ECE.resampler, strategy="quantile"))
+#: selective accuracy at the table's coverage
+_SELECTIVE_ACCURACY = M.resampled_selective_accuracy(M.SELECTIVE_COVERAGE)
 #: HELM's ``ece_10_bin``: 10 equal-mass bins cut as uncertainty-calibration cuts them
 _ECE_10_MASS = M.Resampled(
     partial(M.expected_calibration_error, n_bins=M.HELM_ECE_BINS, strategy="midpoint"),
     partial(M.RESAMPLED_ECE.resampler, n_bins=M.HELM_ECE_BINS, strategy="midpoint"))
-
-
-def _selective_accuracy(uncertainty: NDArray[Any], correct: NDArray[Any]) -> float:
-    return M.selective_accuracy(uncertainty, correct, coverage=M.SELECTIVE_COVERAGE)
 
 
 def _risk_at(coverage: float) -> Callable[..., float]:
@@ -104,10 +102,6 @@ def _brier_conf(confidence: NDArray[Any], correct: NDArray[Any]) -> float:
     unlike ``brier`` it needs no distribution over the choices."""
     c, ok = M.calibration_inputs(confidence, correct)
     return float(np.mean((c - ok) ** 2))
-
-
-def _coverage(covered: NDArray[Any]) -> float:
-    return float(np.mean(covered))
 
 
 _ID_CAL = (("id", "confidence"), ("id", "correct"))
@@ -130,14 +124,14 @@ COLUMNS: dict[str, Column] = {c.name: c for c in (
     Column("ood_auroc", M.RESAMPLED_OOD_AUROC, _OOD, True, "scorer"),
     Column("aupr_out", M.aupr_out, _OOD, True, "scorer", ci=False),
     Column("fpr95", M.fpr_at_95_tpr, _OOD, False, "scorer", ci=False),
-    Column("aurc", M.aurc, _ID_RANK, False, "scorer"),
+    Column("aurc", M.RESAMPLED_AURC, _ID_RANK, False, "scorer"),
     Column("e_aurc", M.e_aurc, _ID_RANK, False, "scorer", ci=False),
-    Column("augrc", M.augrc, _ID_RANK, False, "scorer"),
-    Column("sel_acc_80", _selective_accuracy, _ID_RANK, True, "scorer"),
-    Column("prr", M.prediction_rejection_ratio, _ID_RANK, True, "scorer"),
-    Column("sel_acc_10", M.helm_selective_accuracy, _ID_RANK, True, "scorer"),
+    Column("augrc", M.RESAMPLED_AUGRC, _ID_RANK, False, "scorer"),
+    Column("sel_acc_80", _SELECTIVE_ACCURACY, _ID_RANK, True, "scorer"),
+    Column("prr", M.RESAMPLED_PRR, _ID_RANK, True, "scorer"),
+    Column("sel_acc_10", M.RESAMPLED_HELM_SELECTIVE_ACCURACY, _ID_RANK, True, "scorer"),
     Column("shift_accuracy", M.RESAMPLED_MEAN, (("shift", "correct"),), True, "model", ci=False),
-    Column("shift_sel_acc_80", _selective_accuracy,
+    Column("shift_sel_acc_80", _SELECTIVE_ACCURACY,
            (("shift", "uncertainty"), ("shift", "correct")), True, "scorer", ci=False),
 )}
 
@@ -154,7 +148,7 @@ CP_ALPHA = 0.1
 #: `uqbench.stats.conformal`), as `inputs_of` reads the gold option's coverage off its stored
 #: conformity score
 CONFORMAL_COVERAGE: dict[str, Column] = {c.name: c for c in (
-    Column(f"cp_{s}_10_cov", _coverage, (("id", f"covered_{s}"),), True, "model")
+    Column(f"cp_{s}_10_cov", M.RESAMPLED_MEAN, (("id", f"covered_{s}"),), True, "model")
     for s in ("lac", "aps_rand", "raps_rand"))}
 
 

@@ -13,6 +13,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from uqbench.stats.metrics._ties import TieGroups
 from uqbench.stats.metrics._validation import (
+    HELM_SELECTIVE_FRACTION,
     MAX_DROPPED_FRACTION,
     SELECTIVE_COVERAGE,
     BoolArray,
@@ -36,6 +37,16 @@ from uqbench.stats.metrics.calibration import (
 )
 from uqbench.stats.metrics.ranking import auroc_of_groups, ood_auroc
 from uqbench.stats.metrics.selective import (
+    augrc,
+    augrc_of_groups,
+    aurc,
+    aurc_of_groups,
+    helm_selective_accuracy,
+    helm_selective_accuracy_of_groups,
+    prediction_rejection_ratio,
+    prr_of_groups,
+    selective_accuracy,
+    selective_accuracy_of_groups,
     selective_inputs,
     selective_summary,
     summary_of_groups,
@@ -91,17 +102,17 @@ def _counted_groups(values: FloatArray, group: IntArray, hit: BoolArray
     return groups
 
 
-def _selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *, coverage: float
-                         ) -> Callable[[IntArray], FloatArray]:
-    cov = check_fraction(coverage, "coverage", open_right=False)
+def _selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *,
+                         of_groups: Callable[[TieGroups], Any]) -> Callable[[IntArray], Any]:
+    """The resampler of a selective metric computed by ``of_groups`` from tie groups."""
     u, corr = selective_inputs(uncertainty, correct)
     values, group = np.unique(u, return_inverse=True)
     groups = _counted_groups(values, group, ~corr)  # hits: the errors
+    return lambda idx: of_groups(groups(idx))
 
-    def stat(idx: IntArray) -> FloatArray:
-        return summary_of_groups(groups(idx), cov)
 
-    return stat
+def _selective(fn: Callable[..., Any], of_groups: Callable[[TieGroups], Any]) -> Resampled:
+    return Resampled(fn, partial(_selective_resampler, of_groups=of_groups))
 
 
 def _auroc_resampler(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike
@@ -120,8 +131,25 @@ def _auroc_resampler(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike
 
 def resampled_selective_summary(coverage: float = SELECTIVE_COVERAGE) -> Resampled:
     """:func:`selective_summary` at ``coverage`` as a `Resampled` metric."""
-    return Resampled(partial(selective_summary, coverage=coverage),
-                     partial(_selective_resampler, coverage=coverage))
+    cov = check_fraction(coverage, "coverage", open_right=False)
+    return _selective(partial(selective_summary, coverage=cov),
+                      partial(summary_of_groups, cov=cov))
+
+
+def resampled_selective_accuracy(coverage: float = SELECTIVE_COVERAGE) -> Resampled:
+    """:func:`selective_accuracy` at ``coverage`` as a `Resampled` metric."""
+    cov = check_fraction(coverage, "coverage", open_right=False)
+    return _selective(partial(selective_accuracy, coverage=cov),
+                      partial(selective_accuracy_of_groups, cov=cov))
+
+
+#: the selective metrics of the summary, each as a `Resampled` metric (at their defaults)
+RESAMPLED_AURC = _selective(aurc, aurc_of_groups)
+RESAMPLED_AUGRC = _selective(augrc, augrc_of_groups)
+RESAMPLED_PRR = _selective(prediction_rejection_ratio, prr_of_groups)
+RESAMPLED_HELM_SELECTIVE_ACCURACY = _selective(
+    helm_selective_accuracy,
+    partial(helm_selective_accuracy_of_groups, frac=HELM_SELECTIVE_FRACTION))
 
 
 #: :func:`ood_auroc` as a `Resampled` metric
