@@ -16,7 +16,8 @@ columns use the MSP of the deterministic logits (`uqbench.Scorer.confidence`).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,9 +46,13 @@ def ledoit_wolf(xc: NDArray[np.float64]) -> NDArray[np.float64]:
 def mahalanobis(x: NDArray[np.float64], mean: NDArray[np.float64],
                 cov: NDArray[np.float64]) -> NDArray[np.float64]:
     """Squared Mahalanobis distance of each row of ``x`` (n, p) to ``mean`` under ``cov``: (n,)
-    for a (p,) ``mean``; (n, k) for k means, rows of a (k, p) ``mean``, ``cov`` factored once
-    (Cholesky, ``cov = L L'``: the distance is ``||L^-1 (x - mean)||^2``)."""
-    chol = np.linalg.cholesky(cov)
+    for a (p,) ``mean``; (n, k) for k means, rows of a (k, p) ``mean``."""
+    return _distances(x, mean, np.linalg.cholesky(cov))
+
+
+def _distances(x: NDArray[np.float64], mean: NDArray[np.float64],
+               chol: NDArray[np.float64]) -> NDArray[np.float64]:
+    """:func:`mahalanobis` under ``cov = chol chol'``: ``||chol^-1 (x - mean)||^2``."""
     means = np.atleast_2d(mean)
     out = np.empty((len(x), len(means)))
     for j, m in enumerate(means):
@@ -56,12 +61,39 @@ def mahalanobis(x: NDArray[np.float64], mean: NDArray[np.float64],
     return out[:, 0] if np.ndim(mean) == 1 else out
 
 
-def _train(outputs: Outputs) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """(test features, training features) in float64."""
+Fit = Callable[[NDArray[np.float64], NDArray[np.str_]], Any]
+#: the last fit of each fitting function, with the training arrays it was fitted on
+_FITS: dict[Fit, tuple[tuple[NDArray[Any], NDArray[Any]], Any]] = {}
+
+
+def _fitted(outputs: Outputs, fit: Fit) -> tuple[NDArray[np.float64], Any]:
+    """(the test features in float64, ``fit(training features in float64, their domains)``).
+
+    Every split and domain of one model x gate x seed holds the very same training arrays
+    (`uqbench.core.outputs.with_train`), so the fit is made once for them and kept, with the
+    arrays themselves (which an ``is`` test then safely recognises), until other arrays come."""
     if outputs.features is None or outputs.train_features is None:
         raise ValueError("feature-space scorers need Outputs.features and train_features "
                          "(records made by uqbench run with this version)")
-    return (outputs.features.astype(np.float64), outputs.train_features.astype(np.float64))
+    train = (outputs.train_features, outputs.train_domain)
+    last = _FITS.get(fit)
+    if last is None or last[0][0] is not train[0] or last[0][1] is not train[1]:
+        last = _FITS[fit] = (train, fit(train[0].astype(np.float64), np.asarray(train[1])))
+    return outputs.features.astype(np.float64), last[1]
+
+
+def _gaussian(t: NDArray[np.float64], _: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The training features' mean and the Cholesky factor of their shrunk covariance."""
+    mean = t.mean(axis=0)
+    return mean, np.linalg.cholesky(ledoit_wolf(t - mean))
+
+
+def _per_domain(t: NDArray[np.float64], dom: NDArray[np.str_]
+                ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Each training domain's mean and the factor of their shared within-domain covariance."""
+    names, which = np.unique(dom, return_inverse=True)
+    means = np.stack([t[which == i].mean(axis=0) for i in range(len(names))])
+    return means, np.linalg.cholesky(ledoit_wolf(t - means[which]))
 
 
 @register_scorer("mahalanobis")
@@ -69,9 +101,8 @@ class Mahalanobis(Scorer):
     requires = FEATURES
 
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
-        x, t = _train(outputs)
-        mean = t.mean(axis=0)
-        return mahalanobis(x, mean, ledoit_wolf(t - mean))
+        x, (mean, chol) = _fitted(outputs, _gaussian)
+        return _distances(x, mean, chol)
 
 
 @register_scorer("rmd")
@@ -85,16 +116,12 @@ class RelativeMahalanobis(Scorer):
         return None
 
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
-        x, t = _train(outputs)
-        dom = np.asarray(outputs.train_domain)
-        names, which = np.unique(dom, return_inverse=True)
-        if why := self.unusable(names, len(dom)):
+        x, (means, shared) = _fitted(outputs, _per_domain)
+        if why := self.unusable(list(outputs.train_domain), 0):  # type: ignore[arg-type]
             raise ValueError(f"rmd {why}")
-        means = np.stack([t[which == i].mean(axis=0) for i in range(len(names))])
-        shared = ledoit_wolf(t - means[which])
-        mean0 = t.mean(axis=0)
-        background = mahalanobis(x, mean0, ledoit_wolf(t - mean0))
-        return mahalanobis(x, means, shared).min(axis=1) - background  # type: ignore[no-any-return]
+        _, (mean0, background) = _fitted(outputs, _gaussian)
+        return _distances(x, means, shared).min(axis=1) - _distances(  # type: ignore[no-any-return]
+            x, mean0, background)
 
 
 @register_scorer("knn")
@@ -112,7 +139,8 @@ class KNN(Scorer):
         return f"needs k={self.k} training questions, has {n_train}" if n_train < self.k else None
 
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
-        x, t = (a / np.linalg.norm(a, axis=1, keepdims=True).clip(1e-12) for a in _train(outputs))
+        x, t = _fitted(outputs, _unit_rows)
+        x = _unit_rows(x, None)
         if why := self.unusable((), len(t)):
             raise ValueError(f"{self.name} {why}")
         out = np.empty(len(x))
@@ -120,3 +148,7 @@ class KNN(Scorer):
             sq = 2.0 - 2.0 * x[i:i + self.chunk] @ t.T          # |a - b|^2 of unit vectors
             out[i:i + self.chunk] = np.partition(sq, self.k - 1, axis=1)[:, self.k - 1]
         return np.sqrt(out.clip(0.0))  # type: ignore[no-any-return]
+
+
+def _unit_rows(a: NDArray[np.float64], _: Any) -> NDArray[np.float64]:
+    return a / np.linalg.norm(a, axis=1, keepdims=True).clip(1e-12)  # type: ignore[no-any-return]

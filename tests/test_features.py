@@ -177,6 +177,31 @@ def test_with_train_attaches_every_domains_train_records_of_the_same_pair_and_se
     assert "train_features" not in got["q", "x/id", 0].available()
 
 
+def test_a_models_splits_share_one_fit_and_other_training_arrays_get_their_own(monkeypatch):
+    import scorers.features as F
+
+    def rec(seed, dom, n=30):
+        x, _ = random_features(n=n, seed=seed)
+        return dataclasses.replace(feature_outputs(x, x), domain=np.full(n, dom),
+                                   train_features=None, train_domain=None)
+
+    outs = with_train({(p, f"{d}/{role}", 0): rec(i, d) for i, (p, d, role) in enumerate(
+        (p, d, role) for p in "pq" for d in "xy" for role in ("train", "id", "shift"))})
+    fits = []
+    monkeypatch.setattr(F, "ledoit_wolf", lambda xc: fits.append(1) or lw_numpy(xc))
+    monkeypatch.setattr(F, "_FITS", {})
+    scored = {k: [get_scorer(s)(o) for s in ("mahalanobis", "rmd")]
+              for k, o in outs.items() if not k[1].endswith("/train")}
+    assert len(fits) == 2 * 2   # per model: the one Gaussian and the per-domain one
+    for (p, split, _), got in scored.items():   # each equal to a fit of its own model alone
+        t = outs[p, split, 0].train_features.astype(np.float64)
+        x = outs[p, split, 0].features.astype(np.float64)
+        np.testing.assert_allclose(got[0], mahalanobis(x, t.mean(0), lw_numpy(t - t.mean(0))),
+                                   rtol=1e-10)
+        monkeypatch.setattr(F, "_FITS", {})
+        np.testing.assert_array_equal(got[1], get_scorer("rmd")(outs[p, split, 0]))
+
+
 # -- the head's pooled state, as recorded by a forward pass -----------------------------------
 @pytest.mark.parametrize("kind,mode", [("encoder", "bi_encoder"), ("encoder", "cross_encoder"),
                                        ("encoder", "cross_encoder_cls"), ("decoder", "cloze"),
