@@ -192,7 +192,7 @@ def test_compiled_dropout_stays_in_the_graph_and_draws_as_eager_rand(heavy_compu
     assert not all(torch.allclose(own[n], g, rtol=1e-4, atol=1e-7) for n, g in eager.items())
 
 
-def test_compiled_fast_dropout_is_one_graph_at_its_keep_rate() -> None:
+def test_compiled_fast_dropout_is_one_graph_at_its_keep_rate(heavy_compute) -> None:
     """`fast_dropout` compiles whole (``fullgraph``: no break) and, with inductor's own random
     numbers, keeps elements at its rate ``1 - round(p * 2**16) / 2**16`` (within 6 standard
     errors over 2**18 elements) and scales the kept ones as eager does; seeded draws repeat."""
@@ -211,7 +211,7 @@ def test_compiled_fast_dropout_is_one_graph_at_its_keep_rate() -> None:
     assert torch.equal(drop(h), out)
 
 
-def test_blocks_share_their_graphs_whatever_the_depth(monkeypatch) -> None:
+def test_blocks_share_their_graphs_whatever_the_depth(heavy_compute, monkeypatch) -> None:
     """One graph per input kind (the first block's input needs no gradient, the others' do),
     not one per block, and none more on the next step: a training forward builds no KV cache,
     whose per-layer state dynamo would guard on (a 30-block model then compiled ~30 graphs per

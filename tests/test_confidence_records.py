@@ -56,7 +56,8 @@ def write_csv(path: Path, rows: list[dict], fields=None) -> Path:
     return path
 
 
-def test_confidence_only_records_give_the_full_runs_columns(tmp_path, png_figures):
+def test_confidence_only_records_give_the_full_runs_columns(heavy_compute, tmp_path,
+                                                              png_figures):
     rs = record_set()
     rs.pairs = [DENSE]
     rs.outputs = {k: o for k, o in rs.outputs.items() if k[0] == DENSE.name}

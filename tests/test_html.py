@@ -93,7 +93,8 @@ def assert_numbers_equal_results_csv(html: str, run: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, png_figures: None) -> tuple[Path, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory, png_figures: None,
+         heavy_compute: None) -> tuple[Path, Path]:
     """Two run folders over the same splits: 1 seed (with figures) and 2 seeds."""
     root = tmp_path_factory.mktemp("runs")
     score(record_set(1), ScoreConfig(out=root / "seed1", scorers=SCORERS, figures=True))

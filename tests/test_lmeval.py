@@ -351,7 +351,8 @@ def test_committed_varying_choice_counts_are_padded_per_question_and_verified() 
         assert ((p.argmax(1) == ts.labels) == [r[metric] == 1 for r in rows]).all()
 
 
-def test_varying_choice_counts_score_with_their_true_counts(tmp_path: Path, png_figures) -> None:
+def test_varying_choice_counts_score_with_their_true_counts(heavy_compute, tmp_path: Path,
+                                                            png_figures) -> None:
     """Scored as an ID task: the accuracy is lm-eval's acc_norm on the ID part, chance is the
     mean of 1/k over the questions' own counts, and no conformal set ever holds a padded
     choice (at q̂ = 1 an LAC or APS set is every real choice)."""

@@ -288,7 +288,7 @@ def _add(run_dir: Path, per_method: dict[str, dict[str, np.ndarray]]) -> None:
     np.savez(run_dir / "scores.npz", **arrays)
 
 
-def test_care_beats_every_single_pass_moe_baseline(run_dir: Path) -> None:
+def test_care_beats_every_single_pass_moe_baseline(heavy_compute, run_dir: Path) -> None:
     from uqbench.reporting.paper import UQ_SINGLE_PASS
 
     verdict, ours = _by_text(run_dir)[EVERY]

@@ -72,7 +72,7 @@ def args(sources: list[Path], out: Path, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def scored(tmp_path_factory, png_figures: None) -> Path:
+def scored(tmp_path_factory, png_figures: None, heavy_compute: None) -> Path:
     """A folder of three models scored once, with figures."""
     from uqbench import cli
 
