@@ -220,12 +220,15 @@ def _chunk(n_examples: int) -> int:
 def _draw_indices(rng: np.random.Generator, sizes: Sequence[int], k: int
                   ) -> tuple[IntArray, ...]:
     """``k`` resamples' indices, a (k, n) array for each set of ``sizes`` examples: the draws
-    of one resample after another, each drawing every set in turn (one set: one call, which
-    gives the same stream as ``k`` calls of one row)."""
+    of one resample after another, each drawing every set in turn. One call draws them all,
+    with an upper bound per index for several sets: the same stream as a call per resample
+    and set (numpy's bounded draws take whole words of the generator, one index after
+    another, whatever the call)."""
     if len(sizes) == 1:
         return (rng.integers(0, sizes[0], size=(k, sizes[0])),)
-    rows = [[rng.integers(0, n, size=n) for n in sizes] for _ in range(k)]
-    return tuple(np.stack(one_set) for one_set in zip(*rows))
+    bounds = np.concatenate([np.full(n, n) for n in sizes])
+    rows = rng.integers(0, np.tile(bounds, k)).reshape(k, len(bounds))
+    return tuple(np.split(rows, np.cumsum(sizes)[:-1], axis=1))
 
 
 def _percentile_interval(
