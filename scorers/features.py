@@ -50,8 +50,8 @@ def mahalanobis(x: NDArray[np.float64], mean: NDArray[np.float64],
     return _distances(x, mean, np.linalg.cholesky(cov))
 
 
-def _distances(x: NDArray[np.float64], mean: NDArray[np.float64],
-               chol: NDArray[np.float64]) -> NDArray[np.float64]:
+def _distances(x: NDArray[np.float64], mean: NDArray[Any],
+               chol: NDArray[Any]) -> NDArray[np.float64]:
     """:func:`mahalanobis` under ``cov = chol chol'``: ``||chol^-1 (x - mean)||^2``."""
     means = np.atleast_2d(mean)
     out = np.empty((len(x), len(means)))
@@ -63,7 +63,7 @@ def _distances(x: NDArray[np.float64], mean: NDArray[np.float64],
 
 Fit = Callable[[NDArray[np.float64], NDArray[np.str_]], Any]
 #: the last fit of each fitting function, with the training arrays it was fitted on
-_FITS: dict[Fit, tuple[tuple[NDArray[Any], NDArray[Any]], Any]] = {}
+_FITS: dict[Fit, tuple[tuple[NDArray[Any], NDArray[Any] | None], Any]] = {}
 
 
 def _fitted(outputs: Outputs, fit: Fit) -> tuple[NDArray[np.float64], Any]:
@@ -78,18 +78,19 @@ def _fitted(outputs: Outputs, fit: Fit) -> tuple[NDArray[np.float64], Any]:
     train = (outputs.train_features, outputs.train_domain)
     last = _FITS.get(fit)
     if last is None or last[0][0] is not train[0] or last[0][1] is not train[1]:
-        last = _FITS[fit] = (train, fit(train[0].astype(np.float64), np.asarray(train[1])))
+        last = (train, fit(train[0].astype(np.float64), np.asarray(train[1])))
+        _FITS[fit] = last
     return outputs.features.astype(np.float64), last[1]
 
 
-def _gaussian(t: NDArray[np.float64], _: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def _gaussian(t: NDArray[np.float64], _: Any) -> tuple[NDArray[Any], NDArray[Any]]:
     """The training features' mean and the Cholesky factor of their shrunk covariance."""
     mean = t.mean(axis=0)
     return mean, np.linalg.cholesky(ledoit_wolf(t - mean))
 
 
 def _per_domain(t: NDArray[np.float64], dom: NDArray[np.str_]
-                ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+                ) -> tuple[NDArray[Any], NDArray[Any]]:
     """Each training domain's mean and the factor of their shared within-domain covariance."""
     names, which = np.unique(dom, return_inverse=True)
     means = np.stack([t[which == i].mean(axis=0) for i in range(len(names))])
