@@ -66,8 +66,9 @@ Fit = Callable[[NDArray[np.float64], NDArray[np.str_]], Any]
 _FITS: dict[Fit, tuple[tuple[NDArray[Any], NDArray[Any] | None], Any]] = {}
 
 
-def _fitted(outputs: Outputs, fit: Fit) -> tuple[NDArray[np.float64], Any]:
-    """(the test features in float64, ``fit(training features in float64, their domains)``).
+def _fitted(outputs: Outputs, *fits: Fit) -> tuple[NDArray[np.float64], list[Any]]:
+    """(the test features in float64, ``[fit(training features in float64, their domains)
+    for fit in fits]``).
 
     Every split and domain of one model x gate x seed holds the very same training arrays
     (`uqbench.core.outputs.with_train`), so the fit is made once for them and kept, with the
@@ -76,11 +77,14 @@ def _fitted(outputs: Outputs, fit: Fit) -> tuple[NDArray[np.float64], Any]:
         raise ValueError("feature-space scorers need Outputs.features and train_features "
                          "(records made by uqbench run with this version)")
     train = (outputs.train_features, outputs.train_domain)
-    last = _FITS.get(fit)
-    if last is None or last[0][0] is not train[0] or last[0][1] is not train[1]:
-        last = (train, fit(train[0].astype(np.float64), np.asarray(train[1])))
-        _FITS[fit] = last
-    return outputs.features.astype(np.float64), last[1]
+    got = []
+    for fit in fits:
+        last = _FITS.get(fit)
+        if last is None or last[0][0] is not train[0] or last[0][1] is not train[1]:
+            last = (train, fit(train[0].astype(np.float64), np.asarray(train[1])))
+            _FITS[fit] = last
+        got.append(last[1])
+    return outputs.features.astype(np.float64), got
 
 
 def _gaussian(t: NDArray[np.float64], _: Any) -> tuple[NDArray[Any], NDArray[Any]]:
@@ -102,7 +106,7 @@ class Mahalanobis(Scorer):
     requires = FEATURES
 
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
-        x, (mean, chol) = _fitted(outputs, _gaussian)
+        x, [(mean, chol)] = _fitted(outputs, _gaussian)
         return _distances(x, mean, chol)
 
 
@@ -117,10 +121,9 @@ class RelativeMahalanobis(Scorer):
         return None
 
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
-        x, (means, shared) = _fitted(outputs, _per_domain)
+        x, [(means, shared), (mean0, background)] = _fitted(outputs, _per_domain, _gaussian)
         if why := self.unusable(list(outputs.train_domain), 0):  # type: ignore[arg-type]
             raise ValueError(f"rmd {why}")
-        _, (mean0, background) = _fitted(outputs, _gaussian)
         return _distances(x, means, shared).min(axis=1) - _distances(  # type: ignore[no-any-return]
             x, mean0, background)
 
@@ -140,7 +143,7 @@ class KNN(Scorer):
         return f"needs k={self.k} training questions, has {n_train}" if n_train < self.k else None
 
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
-        x, t = _fitted(outputs, _unit_rows)
+        x, [t] = _fitted(outputs, _unit_rows)
         x = _unit_rows(x, None)
         if why := self.unusable((), len(t)):
             raise ValueError(f"{self.name} {why}")

@@ -231,6 +231,18 @@ def _draw_indices(rng: np.random.Generator, sizes: Sequence[int], k: int
     return tuple(np.split(rows, np.cumsum(sizes)[:-1], axis=1))
 
 
+def _draws(rng: np.random.Generator, sizes: Sequence[int], rows: Callable[..., Any] | None,
+           one: Callable[..., Any]) -> Callable[[int], Any]:
+    """``k ->`` the statistics of the next resamples (at most ``k``), for `_percentile_interval`:
+    ``rows`` of a chunk of them, given their (k', n) indices (a `Resampled` metric's way), or,
+    without ``rows``, ``one`` of the next resample's (n,) indices. Either way the indices are
+    those of drawing one resample after another (`_draw_indices`)."""
+    if rows is not None:
+        chunk = _chunk(sum(sizes))
+        return lambda k: rows(*_draw_indices(rng, sizes, min(k, chunk)))
+    return lambda k: one(*(idx[0] for idx in _draw_indices(rng, sizes, 1)))
+
+
 def _percentile_interval(
     point: Any, draws: Callable[[int], Any], n_resamples: int, level: float
 ) -> tuple[Any, Any, Any]:
@@ -350,19 +362,9 @@ def bootstrap_ci(
             "use bootstrap_ci_two_sample"
         )
     _check_bootstrap_options(n_resamples, level)
-    n = lengths[0]
-    rng = np.random.default_rng(seed)
-
-    if isinstance(metric, Resampled):  # a chunk of resamples in one call
-        stat, chunk = metric.resampler(*arrs), _chunk(n)
-
-        def draws(k: int) -> Any:
-            return stat(*_draw_indices(rng, (n,), min(k, chunk)))
-    else:
-        def draws(k: int) -> Any:
-            idx = rng.integers(0, n, size=n)
-            return _statistic(metric(*(a[idx] for a in arrs)))
-
+    draws = _draws(np.random.default_rng(seed), lengths[:1],
+                   metric.resampler(*arrs) if isinstance(metric, Resampled) else None,
+                   lambda idx: _statistic(metric(*(a[idx] for a in arrs))))
     return _percentile_interval(_statistic(metric(*arrs)), draws, n_resamples, level)
 
 
@@ -413,19 +415,9 @@ def bootstrap_ci_two_sample(
     """
     arr_a, arr_b = _resampleable((a, b), ["a", "b"])
     _check_bootstrap_options(n_resamples, level)
-    rng = np.random.default_rng(seed)
-    n_a, n_b = len(arr_a), len(arr_b)
-
-    if isinstance(metric, Resampled):  # a chunk of resamples in one call
-        stat, chunk = metric.resampler(arr_a, arr_b), _chunk(n_a + n_b)
-
-        def draws(k: int) -> Any:
-            return stat(*_draw_indices(rng, (n_a, n_b), min(k, chunk)))
-    else:
-        def draws(k: int) -> Any:
-            idx_a, idx_b = _draw_indices(rng, (n_a, n_b), 1)
-            return _statistic(metric(arr_a[idx_a[0]], arr_b[idx_b[0]]))
-
+    draws = _draws(np.random.default_rng(seed), (len(arr_a), len(arr_b)),
+                   metric.resampler(arr_a, arr_b) if isinstance(metric, Resampled) else None,
+                   lambda idx_a, idx_b: _statistic(metric(arr_a[idx_a], arr_b[idx_b])))
     return _percentile_interval(_statistic(metric(arr_a, arr_b)), draws, n_resamples, level)
 
 
@@ -491,20 +483,13 @@ def paired_difference(
     if not two_sample and len(set(lengths)) > 1:
         raise ValueError(f"the arrays of one side must hold the same examples to be resampled "
                          f"jointly; got lengths {lengths} (two_sample=True for ID vs shifted)")
-    sizes = lengths if two_sample else lengths[:1]
-    if not isinstance(metric, Resampled):
-        point, low, high, _ = paired_bootstrap(diff, sizes, n_resamples=n_resamples,
-                                               level=level, seed=seed)
-        return point, low, high
-    # a chunk of resamples in one call, the draws of paired_bootstrap
     _check_bootstrap_options(n_resamples, level)
-    stat_a, stat_b = (metric.resampler(*side) for side in sides)
-    rng, chunk = np.random.default_rng(seed), _chunk(sum(sizes))
-
-    def draws(k: int) -> Any:
-        idx = _draw_indices(rng, sizes, min(k, chunk))
-        return stat_b(*idx) - stat_a(*idx)
-
+    sizes = lengths if two_sample else lengths[:1]
+    rows: Callable[..., Any] | None = None
+    if isinstance(metric, Resampled):   # each side's chunk of resamples in one call
+        stat_a, stat_b = (metric.resampler(*side) for side in sides)
+        rows = lambda *idx: stat_b(*idx) - stat_a(*idx)
+    draws = _draws(np.random.default_rng(seed), sizes, rows, diff)
     point = diff(*(np.arange(n) for n in sizes))
     return _percentile_interval(point, draws, n_resamples, level)  # type: ignore[no-any-return]
 
@@ -560,15 +545,15 @@ def paired_bootstrap(
                               or n < 1 for n in sizes):
         raise ValueError(f"sizes must be one or more positive integers; got {list(sizes)!r}")
     _check_bootstrap_options(n_resamples, level)
-    rng = np.random.default_rng(seed)
     dropped = 0
 
-    def draws(k: int) -> float:  # one resample a call
+    def counted(*idx: IntArray) -> float:
         nonlocal dropped
-        value = float(stat(*(idx[0] for idx in _draw_indices(rng, sizes, 1))))
+        value = float(stat(*idx))
         dropped += math.isnan(value)
         return value
 
+    draws = _draws(np.random.default_rng(seed), sizes, None, counted)
     point = float(stat(*(np.arange(n) for n in sizes)))
     return PairedInterval(*_percentile_interval(point, draws, n_resamples, level), dropped)
 
