@@ -480,6 +480,33 @@ def test_the_step_benchmark_times_the_graph_path_and_restores_the_precision(monk
     assert torch.get_float32_matmul_precision() == before
 
 
+def test_the_step_benchmark_alternates_the_models_and_takes_the_median_of_its_rounds(
+        monkeypatch) -> None:
+    """`benchmarks.bench_train_step` times MoE-LoRA and dense LoRA in alternation (a fake clock:
+    each training "takes" the next time of its model's list), reports the median of its rounds
+    and each round's ratio, and the floor from the adapter products' extra seconds."""
+    from benchmarks import bench_train_step as bench
+
+    times = {"moe": [0.30, 0.10, 0.20], "lora": [0.10, 0.05, 0.20]}
+    order = []
+
+    def seconds(model, records, batch, max_length, grad_checkpoint=False):
+        kind = "moe" if model.has_moe else "lora"
+        order.append(kind + ("_ckpt" if grad_checkpoint else ""))
+        return 0.5 if grad_checkpoint else times[kind][sum(o == kind for o in order) - 1]
+
+    monkeypatch.setattr(bench, "_seconds_per_step", seconds)
+    monkeypatch.setattr(bench, "_product_seconds",
+                        lambda shapes, tokens, rank, *_: {128: 0.03, 8: 0.01}[rank])
+    line = bench._ratio_line("tiny-llama", tiny_backbone("decoder"), 2, 16, 1)
+    assert order == ["moe", "lora"] * bench.ROUNDS + ["moe_ckpt"]
+    assert (line["moe_s_per_step"], line["lora_s_per_step"]) == (0.2, 0.1)
+    assert line["ratio"] == 2.0 and line["met"] is False
+    assert line["ratio_rounds"] == [3.0, 2.0, 1.0]
+    assert line["extra_product_s_per_step"] == 0.02 and line["floor_ratio"] == 1.2
+    assert line["ckpt_ratio"] == 2.5
+
+
 @pytest.mark.parametrize(("kind", "mode"), [("encoder", "cross_encoder"), ("decoder", "letters")])
 def test_gradient_checkpointing_trains_as_without_and_keeps_less(kind: str, mode: str) -> None:
     """``grad_checkpoint``: the same losses and trained weights (the recomputed blocks redraw
