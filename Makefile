@@ -35,9 +35,11 @@ test: venv-test
 	$(PY) -m pytest -q $(ARGS)
 
 # between edits: every test but those using real data/weights, subprocesses, the sandbox or the
-# smoke run (tests/conftest.py marks them `slow`/`e2e` by the fixtures they use)
+# smoke run (tests/conftest.py marks them `slow`/`e2e` by the fixtures they use), one worker
+# process per core. `make test` stays in one process: its session fixtures (the smoke run, the
+# lm-eval run) would run once in every worker that needs them
 test-fast: venv-test
-	$(PY) -m pytest -q -m "not slow and not e2e" $(ARGS)
+	$(PY) -m pytest -q -n auto -m "not slow and not e2e" $(ARGS)
 
 bench: venv-test
 	$(PY) -m benchmarks $(ARGS)
