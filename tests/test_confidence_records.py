@@ -5,6 +5,7 @@ refused naming its file and line before any output."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -334,3 +335,33 @@ def test_two_confidence_only_models_are_ranked_in_one_table(tmp_path):
         ids = [r for r in src if r["split"] == "id"]
         assert pooled[model]["accuracy"].value == pytest.approx(
             np.mean([r["correct"] for r in ids]))
+
+
+def test_a_confidence_only_model_and_a_labelled_one_merge_in_either_order(tmp_path):
+    """A confidence-only file (no labels) and records with labels over the same questions, the
+    latter listed in reverse: one RecordSet whichever source comes first, each split in the
+    first source's question order (labels are compared only where both sources have them)."""
+    from uqbench.io.recordset import RecordSet
+    from uqbench.run.score_records import merge_models
+
+    rs = record_set()
+    conf = read_confidence(write_jsonl(tmp_path / "a.jsonl", confidence_rows(rs)))
+    labelled = {}
+    for (pair, split, seed), o in rs.outputs.items():
+        if pair == DENSE.name:  # ids as the file names them, in reverse
+            o = dataclasses.replace(o, ids=np.array([f"{split}/{i}" for i in o.ids]))
+            labelled[pair, split, seed] = o.select(np.arange(o.n)[::-1])
+    full = RecordSet([DENSE], labelled, 1, rs.refs, 50, None, {})
+    for first, other in ((conf, full), (full, conf)):
+        merged = merge_models([(tmp_path / "first", first), (tmp_path / "other", other)])
+        assert sorted(p.name for p in merged.pairs) == ["lora/dense", "lora/reported"]
+        for d in DOMAINS:
+            for role in ("id", "shift", "calib"):
+                split = f"{d}/{role}"
+                order = first.outputs[first.pairs[0].name, split, 0].ids.tolist()
+                for pair in ("lora/dense", "lora/reported"):
+                    assert merged.outputs[pair, split, 0].ids.tolist() == order
+                dense = merged.outputs["lora/dense", split, 0]
+                at = {q: k for k, q in enumerate(labelled[DENSE.name, split, 0].ids)}
+                np.testing.assert_array_equal(
+                    dense.labels, labelled[DENSE.name, split, 0].labels[[at[q] for q in order]])

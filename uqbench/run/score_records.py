@@ -253,12 +253,15 @@ def merge_models(loaded: Sequence[tuple[Path, RecordSet]]) -> RecordSet:
                                 f"but other contents (hash {rs.refs.hashes[split]} vs "
                                 f"{first.refs.hashes[split]}): the questions' documents or "
                                 "labels differ; score runs over the same data")
-            bad = np.flatnonzero(o.labels != ref.labels) if o.labels is not None else ()
-            if len(bad):  # (confidence-only records hold each model's correctness, no label)
-                raise UserError(f"split {split}: question {ref_ids[bad[0]]} has label "
-                                f"{o.labels[bad[0]]} in {src} and {ref.labels[bad[0]]} in {src0} "
-                                f"({len(bad)} of {len(ref_ids)} differ); score "
-                                "runs of the same task version")
+            # confidence-only records hold each model's correctness, no label: only two
+            # sources that both have labels can disagree on one
+            if o.labels is not None and ref.labels is not None:
+                bad = np.flatnonzero(o.labels != ref.labels)
+                if len(bad):
+                    raise UserError(f"split {split}: question {ref_ids[bad[0]]} has label "
+                                    f"{o.labels[bad[0]]} in {src} and {ref.labels[bad[0]]} in "
+                                    f"{src0} ({len(bad)} of {len(ref_ids)} differ); score "
+                                    "runs of the same task version")
             outputs[pair, split, seed] = o
     for src, rs in rest:
         for split, n in rs.refs.n_choices.items():
