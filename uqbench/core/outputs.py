@@ -112,11 +112,13 @@ class Outputs:
             arr = getattr(self, name)
             if arr.shape != (n,):
                 raise ValueError(f"Outputs.{name} must have shape ({n},) like logits, got {arr.shape}")
-        if not np.issubdtype(self.labels.dtype, np.integer):
-            raise ValueError(f"Outputs.labels must be integers, got dtype {self.labels.dtype}")
-        if self.labels.min() < 0 or self.labels.max() >= c:
+        labels = self.labels
+        assert labels is not None  # an array: it has the shape (n,) checked above
+        if not np.issubdtype(labels.dtype, np.integer):
+            raise ValueError(f"Outputs.labels must be integers, got dtype {labels.dtype}")
+        if labels.min() < 0 or labels.max() >= c:
             raise ValueError(f"Outputs.labels must lie in [0, {c}), got range "
-                             f"[{self.labels.min()}, {self.labels.max()}]")
+                             f"[{labels.min()}, {labels.max()}]")
         _check_finite("logits", logits)
         for name in ROUTER_FIELDS:
             arr = getattr(self, name)

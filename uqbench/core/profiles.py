@@ -7,6 +7,7 @@ suite on one GPU within one short lease (`GPU`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from uqbench.core.errors import ConfigError
 from uqbench.core.registry import Registry
@@ -83,9 +84,19 @@ class Profile:
                                   f"of range; valid: {valid}")
 
 
+class Recipe(TypedDict):
+    """The `Profile` fields of a training recipe."""
+
+    lr: float
+    head_lr: float
+    encoder_head: str
+    target_modules: str
+    top_layers: int | None
+
+
 #: the training recipe of `smoke` and `cpu`, chosen by `benchmarks.recipe_search` (docs/recipe.md)
-RECIPE = {"lr": 1e-3, "head_lr": 0.1, "encoder_head": "bi_encoder", "target_modules": "ffn",
-          "top_layers": 2}
+RECIPE: Recipe = {"lr": 1e-3, "head_lr": 0.1, "encoder_head": "bi_encoder",
+                  "target_modules": "ffn", "top_layers": 2}
 
 _BUILTIN_PROFILES = {
     p.name: p

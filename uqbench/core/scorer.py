@@ -54,6 +54,9 @@ class Scorer:
 
     def predictive(self, outputs: Outputs) -> NDArray[np.float64]:
         """(N, C) predictive distribution; default softmax of the deterministic logits."""
+        if outputs.logits is None:
+            raise TypeError(f"scorer {self.name!r} reads logits; these Outputs have none "
+                            "(a confidence-only record)")
         return softmax(outputs.logits)
 
     def confidence(self, outputs: Outputs) -> NDArray[np.float64]:
@@ -154,6 +157,7 @@ def run_scorer(scorer: Scorer, outputs: Outputs, *, timeout: float | None = None
             with _time_limit(timeout):
                 arr = np.asarray(fn(outputs), dtype=np.float64)
         except _TimeLimit:
+            assert slow is not None  # _time_limit only fires with a timeout, which made `slow`
             raise slow from None
         except Exception as exc:
             raise PluginError(
@@ -187,9 +191,10 @@ def probe_scorers(scorers: Iterable[Scorer], *, timeout: float | None = None) ->
         route_entropy=rng.uniform(size=n), top1_mass=rng.uniform(0.1, 1, n),
         disagreement=rng.uniform(size=n), experts=rng.uniform(1, 8, n),
         mc_logits=rng.normal(size=(3, n, c)), member_logits=rng.normal(size=(2, n, c)),
-        features=rng.normal(size=(n, 6)), train_features=rng.normal(size=(32, 6)),
+        features=rng.normal(size=(n, 6)).astype(np.float32),
+        train_features=rng.normal(size=(32, 6)).astype(np.float32),
         train_domain=np.repeat(["probe_a", "probe_b"], 16), confidence=rng.uniform(size=n),
-        correct=rng.integers(0, 2, n))
+        correct=rng.integers(0, 2, n).astype(np.float64))
     for sc in scorers:
         try:
             run_scorer(sc, probe, timeout=timeout)

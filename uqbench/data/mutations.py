@@ -17,7 +17,7 @@ import ast
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 # -- mutation operators ----------------------------------------------------------------------
 
@@ -238,14 +238,14 @@ def enumerate_mutations(tree: ast.Module, entry_point: str | None = None) -> lis
             if node.value in ("", " "):
                 add("string", "space" if node.value == "" else "empty")
             else:
-                for new in (node.value.upper(), node.value.lower()):
-                    if new != node.value:
-                        add("string", "upper" if new == node.value.upper() else "lower")
+                for cased in (node.value.upper(), node.value.lower()):
+                    if cased != node.value:
+                        add("string", "upper" if cased == node.value.upper() else "lower")
                         break
     return out
 
 
-def is_not(expr: ast.AST) -> bool:
+def is_not(expr: ast.AST | None) -> TypeGuard[ast.UnaryOp]:
     return isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not)
 
 
@@ -266,8 +266,8 @@ def _apply(node: Any, m: Mutation) -> None:
     if k == "operand" or v.startswith("drop_"):
         raise AssertionError("this mutation replaces its node; see apply_mutations")
     if k == "comparison":
-        j, ops = v.split(":", 1)
-        node.ops[int(j)] = getattr(ast, ops.split("->")[1])()
+        at, ops = v.split(":", 1)
+        node.ops[int(at)] = getattr(ast, ops.split("->")[1])()
     elif k in ("arithmetic", "boolean"):
         node.op = getattr(ast, v.split("->")[1])()
     elif k == "constant":
@@ -326,10 +326,13 @@ def apply_mutations(tree: ast.Module, muts: Sequence[Mutation]) -> str:
     replace: dict[int, ast.AST] = {}
     for node, m in zip(targets, muts):
         if m.kind == "operand":
+            assert isinstance(node, ast.BinOp)  # enumerate_mutations: a BinOp's terms
             replace[id(node)] = node.left if m.variant == "left_only" else node.right
         elif m.kind == "call" and m.variant.startswith("drop_"):
+            assert isinstance(node, ast.Call)  # enumerate_mutations: abs(x), len(x)...
             replace[id(node)] = node.args[0]
         elif m.kind == "arithmetic" and m.variant == "drop_minus":
+            assert isinstance(node, ast.UnaryOp)  # enumerate_mutations: -x
             replace[id(node)] = node.operand
         else:
             _apply(node, m)

@@ -65,7 +65,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 SANDBOX_VERSION = "1"
 
@@ -372,17 +372,18 @@ class SandboxResult:
         return self.killed_reason is not None
 
 
-_libc: Any = None
+#: the C library once loaded; False where it cannot be (None: not tried yet)
+_libc: ctypes.CDLL | Literal[False] | None = None
 
 
-def _get_libc() -> Any:
+def _get_libc() -> ctypes.CDLL | None:
     global _libc
     if _libc is None:
         try:
             _libc = ctypes.CDLL(None, use_errno=True)
         except OSError:  # pragma: no cover - non-glibc platforms
             _libc = False
-    return _libc
+    return _libc or None
 
 
 def _pids_cgroup_root() -> str | None:
@@ -598,7 +599,7 @@ class Sandbox:
         cg_mark = (_LIMIT_MARK + _CGROUP_LIMIT + "\n").encode() if self._cg_root else None
         isolate = self.isolate_network and sys.platform == "linux"
         is_root = self._is_root
-        libc = _get_libc() if sys.platform == "linux" else False
+        libc = _get_libc() if sys.platform == "linux" else None
 
         def fn() -> None:
             joined = False
@@ -614,14 +615,15 @@ class Sandbox:
                     pass
             if cg_mark is not None and not joined:
                 os.write(2, cg_mark)  # reported in SandboxResult.limits_failed
-            if isolate and libc and libc.unshare(_CLONE_NEWNET) != 0 and not is_root:
+            if isolate and libc is not None and libc.unshare(_CLONE_NEWNET) != 0 \
+                    and not is_root:
                 libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
             for lim, val, mark in limits:
                 try:
                     resource.setrlimit(lim, val)
                 except (ValueError, OSError):
                     os.write(2, mark)  # reported in SandboxResult.limits_failed
-            if libc:
+            if libc is not None:
                 libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
                 if subreaper:  # kept across exec: orphans of its children come back to it
                     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

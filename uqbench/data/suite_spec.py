@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from uqbench.core.errors import ConfigError
 from uqbench.core.registry import Registry
@@ -122,6 +122,16 @@ class SuiteSpec:
 SUITES: Registry[SuiteSpec] = Registry(
     "suite", builtins=("uqbench.data.pooled",), entry_point_group="uqbench.suites",
     also="or the path to a suite YAML file (see examples/suites/)")
+
+
+@overload
+def register_suite(name: str) -> Callable[[Callable[[], SuiteSpec]], Callable[[], SuiteSpec]]:
+    ...
+
+
+@overload
+def register_suite(name: SuiteSpec) -> SuiteSpec:
+    ...
 
 
 def register_suite(name: str | SuiteSpec

@@ -117,7 +117,7 @@ def sweep_orphans(root: str | Path) -> int:
     return removed
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
+def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
     """``write(tmp)`` to a unique temporary name beside ``path``, fsync it, then ``os.replace``
     it onto ``path``: readers see the old file or the whole new one, never a partial file. The
     temporary file is removed if ``write`` fails (`sweep_orphans` removes a killed writer's)."""

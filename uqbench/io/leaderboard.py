@@ -64,7 +64,8 @@ def parquet_rows(path: Path, required: Sequence[str | tuple[str, ...]],
     except (OSError, pa.ArrowException) as exc:
         raise fail(path, None, f"not a readable parquet file ({exc})", V1_FIX) from None
     have = pf.schema_arrow.names
-    cols, missing = [], []
+    cols: list[str] = []
+    missing: list[str] = []
     for want in required:
         alts = (want,) if isinstance(want, str) else want
         col = next((c for c in alts if c in have), None)
@@ -113,7 +114,8 @@ def _v1_sample(path: Path, row: int, d: Mapping[str, Any]) -> Parsed:
     if isinstance(gold, bool) or not isinstance(gold, int) or not 0 <= gold < len(lls):
         raise fail(path, at, f"gold {gold!r} is not an index among the {len(lls)} choices",
                    V1_FIX)
-    metrics = d.get("metrics") if isinstance(d.get("metrics"), dict) else d
+    nested = d.get("metrics")
+    metrics: Mapping[str, Any] = nested if isinstance(nested, dict) else d
     logged = logged_metrics(path, at, {k: metrics.get(k) for k in NORMALIZE.values()})
     if not logged:
         raise fail(path, at, "neither `acc` nor `acc_norm` is logged, so the gold index cannot "

@@ -207,7 +207,9 @@ def _array_items(path: Path, f: TextIO, chunk: int = 1 << 20
     decoder = json.JSONDecoder()
     buf, pos, line, opened = "", 0, 1, False
     while True:
-        end = _SKIP.match(buf, pos).end()
+        skip = _SKIP.match(buf, pos)
+        assert skip is not None  # [\s,]* matches the empty string too
+        end = skip.end()
         line, pos = line + buf.count("\n", pos, end), end
         if pos < len(buf) and not opened:
             if buf[pos] != "[":
@@ -277,7 +279,7 @@ def collect(path: Path, task: str, unit: str, samples: Iterable[tuple[int, Parse
     metrics = {k: array("d") for k in NORMALIZE.values()}
     content = hashlib.sha256(b"[")  # of json.dumps([[doc_id, label, doc hash], ...])
     first: tuple[int, bool] | None = None  # the first sample's line and multiple_input
-    for i, (doc_id, label, ll, choices, h, multi, logged) in samples:
+    for i, (doc_id, label, ll, choices, h, multi, sample_metrics) in samples:
         if first is None:
             first = (i, multi)
         elif multi != first[1]:
@@ -297,7 +299,7 @@ def collect(path: Path, task: str, unit: str, samples: Iterable[tuple[int, Parse
         chars.extend(len(c) for c in choices)
         nbytes.extend(len(c.encode()) for c in choices)
         for k, v in metrics.items():
-            v.append(logged.get(k, math.nan))
+            v.append(sample_metrics.get(k, math.nan))
     if first is None:
         raise fail(path, None, "holds no samples", "rerun lm-eval with --log_samples")
     content.update(b"]")

@@ -117,6 +117,9 @@ def _npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
 
 
 def _outputs_arrays(o: Outputs) -> dict[str, np.ndarray]:
+    if o.labels is None or o.logits is None:
+        raise ValueError("a uqbench-records file holds labels and logits; a confidence-only "
+                         "Outputs (logits None) has neither")
     arrays = {"ids": o.ids.astype(str), "labels": o.labels.astype(np.int64), "logits": o.logits,
               "domain": o.domain.astype(str)}
     arrays.update({f: getattr(o, f) for f in OPTIONAL_FIELDS if getattr(o, f) is not None})
@@ -233,7 +236,7 @@ def read_record_set(path: str | Path) -> RecordSet:
     m = read_manifest(path)
     outputs: dict[tuple[str, str, int], Outputs] = {}
     for e in m["records"]:
-        a = _load(path, e["file"], e["sha256"])
+        a: dict[str, Any] = _load(path, e["file"], e["sha256"])  # checked by Outputs
         try:
             outputs[e["pair"], e["split"], int(e["seed"])] = Outputs(**a)
         except (TypeError, ValueError) as exc:

@@ -110,6 +110,7 @@ def _vs_msp(q: Question, run: RunFolder, best: Mapping[str, Any], msp: Mapping[s
 
 def _verdict(q: Question, best: Mapping[str, Any], chance: str) -> tuple[str, str]:
     v, lo, hi = (_num(best.get(q.column.name + s)) for s in ("", "_lo", "_hi"))
+    assert v is not None  # `answers` asks it of rows that have the column only
     ref = q.reference(best)
     lo, hi = (v, v) if lo is None or hi is None else (lo, hi)
     if q.key == "coverage":  # survives unless significantly below the promise

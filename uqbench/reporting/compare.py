@@ -142,13 +142,13 @@ def compare(run_dirs: Sequence[str | Path], *, n_boot: int | None = None, seed: 
                                 _num(row.get(f"{c}_hi")))
                     if i and (m, dom) in rows[0]:
                         col = METRICS[c]
-                        mine = inputs_of(run, m, dom, METRICS[c])
-                        if base[c] is None or mine is None:
+                        ref, mine = base[c], inputs_of(run, m, dom, METRICS[c])
+                        if ref is None or mine is None:
                             cell = Cell(cell.value, cell.lo, cell.hi,
                                         note="no per-example arrays in scores.npz")
                         else:
                             cell = Cell(cell.value, cell.lo, cell.hi, M.paired_difference(
-                                M.seed_mean(col.bound()), base[c], mine,
+                                M.seed_mean(col.bound()), ref, mine,
                                 two_sample=col.two_sample,
                                 n_resamples=n_boot, seed=seed))
                     cells[c] = cell

@@ -32,6 +32,8 @@ Split = Literal["id", "shift"]
 #: a `uqbench.results.evaluate.Scored` field, or ``covered_<score>``: whether the gold option is
 #: in the conformal set (its conformity score <= the calib split's q̂), formed by the caller
 Field = str
+#: the arrays a `Column` reads, in order
+Reads = tuple[tuple[Split, Field], ...]
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class Column:
 
     name: str
     metric: Callable[..., float]
-    reads: tuple[tuple[Split, Field], ...]
+    reads: Reads
     higher_is_better: bool
     level: Literal["model", "scorer"]
     ci: bool = True
@@ -104,10 +106,10 @@ def _brier_conf(confidence: NDArray[Any], correct: NDArray[Any]) -> float:
     return float(np.mean((c - ok) ** 2))
 
 
-_ID_CAL = (("id", "confidence"), ("id", "correct"))
-_ID_RANK = (("id", "uncertainty"), ("id", "correct"))
-_OOD = (("id", "uncertainty"), ("shift", "uncertainty"))
-_ID_PROBS = (("id", "probs"), ("id", "labels"))
+_ID_CAL: Reads = (("id", "confidence"), ("id", "correct"))
+_ID_RANK: Reads = (("id", "uncertainty"), ("id", "correct"))
+_OOD: Reads = (("id", "uncertainty"), ("shift", "uncertainty"))
+_ID_PROBS: Reads = (("id", "probs"), ("id", "labels"))
 
 #: the results table's metric columns, in its order
 COLUMNS: dict[str, Column] = {c.name: c for c in (
@@ -179,6 +181,7 @@ def inputs_of(run: RunFolder, method: str, domain: str, col: Column
     None where the run does not hold them."""
     out = []
     for role, name in col.reads:
+        a: NDArray[Any] | None
         if name.startswith("covered_"):  # conformal: the ID conformity score <= q̂ of calib
             cal = run.scores(method, domain, "calib", f"conformity_{name[8:]}")
             test = run.scores(method, domain, role, f"conformity_{name[8:]}")

@@ -99,12 +99,13 @@ def _quantiles(true: dict[str, NDArray[np.float64]], alpha: float,
         q = C.conformal_quantile(true["calib"], alpha)
         return {"id": q, "shift": q}
     doms = np.unique(groups["calib"])
-    q = np.array([C.conformal_quantile(true["calib"][groups["calib"] == d], alpha) for d in doms])
+    per_dom = np.array([C.conformal_quantile(true["calib"][groups["calib"] == d], alpha)
+                        for d in doms])
     out = {}
     for r in ("id", "shift"):
         if missing := sorted(set(np.unique(groups[r]).tolist()) - set(doms.tolist())):
             raise ValueError(f"per-domain conformal: no calib questions of {missing}")
-        out[r] = q[np.searchsorted(doms, groups[r])]
+        out[r] = per_dom[np.searchsorted(doms, groups[r])]
     return out
 
 

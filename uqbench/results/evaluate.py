@@ -56,24 +56,27 @@ class Scored:
 
     @staticmethod
     def of(scorer: Scorer, per_seed: Sequence[Outputs], *, timeout: float | None = None) -> Scored:
-        u, conf, corr, exp, tok, probs = [], [], [], [], [], []
+        u, conf, corr, probs, labs = [], [], [], [], []
         for out in per_seed:
             ui, ci = run_scorer(scorer, out, timeout=timeout)
             u.append(ui)
             conf.append(ci)
             if out.logits is None:  # confidence-only records: correctness recorded, no probs
+                assert out.correct is not None  # Outputs: such records hold it
                 corr.append(out.correct)
             else:
+                assert out.labels is not None  # Outputs: labels come with logits
                 probs.append(scorer.predictive(out))
+                labs.append(out.labels)
                 corr.append((probs[-1].argmax(axis=1) == out.labels).astype(float))
-            exp.append(out.experts)
-            tok.append(out.n_tokens)
-        experts = None if any(e is None for e in exp) else np.stack(exp, axis=1)  # type: ignore[arg-type]
-        n_tokens = None if any(t is None for t in tok) else np.stack(tok, axis=1)  # type: ignore[arg-type]
+        exp = [o.experts for o in per_seed if o.experts is not None]
+        tok = [o.n_tokens for o in per_seed if o.n_tokens is not None]
+        experts = np.stack(exp, axis=1) if len(exp) == len(per_seed) else None
+        n_tokens = np.stack(tok, axis=1) if len(tok) == len(per_seed) else None
         if len(probs) < len(per_seed):
             return Scored(np.stack(u, 1), np.stack(conf, 1), np.stack(corr, 1), experts,
                           n_tokens)
-        labels = np.stack([o.labels for o in per_seed], 1).astype(np.int64)
+        labels = np.stack(labs, 1).astype(np.int64)
         return Scored(np.stack(u, 1), np.stack(conf, 1), np.stack(corr, 1), experts, n_tokens,
                       np.stack(probs, 1), labels)
 
@@ -182,5 +185,6 @@ def evaluate_cached(cache: ArrayCache | None, id_: Scored, shift: Scored, **opti
     material = {"scores": _content_hash(id_, shift), "options": options, "code": _code_hash()}
     arrays, _ = cache.get_or_compute(
         "evaluate", material,
-        lambda: {k: np.float64(v) for k, v in evaluate(id_, shift, **options).items()})
+        lambda: {k: np.asarray(v, dtype=np.float64)
+                 for k, v in evaluate(id_, shift, **options).items()})
     return {k: float(v) for k, v in arrays.items()}

@@ -236,7 +236,7 @@ def _reemit(caught: Iterable[Caught], fallbacks: Sequence[dict[str, str]]) -> No
     from uqbench.results.conformal_risk import ConformalNote, seen_note
 
     entries = {f"{e['what']} ({e['where']}): {e['reason']}": e for e in fallbacks}
-    modules: dict[str, Any] = {}
+    modules: dict[str | None, Any] = {}  # by __file__ (None: a module without one)
     for category, message, filename, lineno in caught:
         if issubclass(category, FallbackWarning) and message in entries \
                 and not add_fallback(entries.pop(message)):

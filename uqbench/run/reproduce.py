@@ -77,7 +77,7 @@ def read_recorded(run_dir: Path) -> Recorded:
     meta = rundir.read_meta(run_dir)  # missing, unreadable or not an object: a UserError
     env = meta.get("environment")
     fmt = env.get("format") if isinstance(env, dict) else None
-    if fmt != FORMAT:
+    if fmt != FORMAT or not isinstance(env, dict):
         found = "no environment record" if fmt is None else f"environment format {fmt!r}"
         raise UserError(f"{path} has {found}; this uqbench reproduces format {FORMAT} (written "
                         "by `uqbench run` since it records code, package versions, threads, "
@@ -88,7 +88,8 @@ def read_recorded(run_dir: Path) -> Recorded:
     if unknown or not isinstance(config, dict):
         raise UserError(f"{path}: its `config` ({unknown!r}) is not a configuration this "
                         "uqbench knows; reproduce it with the uqbench version that wrote it")
-    kw = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+    # JSON values, checked by RunConfig
+    kw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
     return Recorded(Path(run_dir), RunConfig(**kw), env, int(meta.get("processes", 1)))
 
 
@@ -233,7 +234,8 @@ def diff_runs(a: Path, b: Path, *, atol: float = 0.0) -> Diff:
 def _rows(path: Path) -> dict[tuple[str, ...], dict[str, str]]:
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    keyed = {(r.get("method", ""), r.get("domain", "")): r for r in rows}
+    keyed: dict[tuple[str, ...], dict[str, str]] = {
+        (r.get("method", ""), r.get("domain", "")): r for r in rows}
     if len(keyed) < len(rows):  # no unique (method, domain): match rows by position
         return {(str(i),): r for i, r in enumerate(rows)}
     return keyed

@@ -82,6 +82,7 @@ def plan_methods(rs: RecordSet, cfg: ScoreConfig
         o.available() for (name, split, _), o in rs.outputs.items()
         if name == p.name and not split.endswith("/train"))))
         for p in rs.pairs]
+    wanted: list[tuple[str | None, Scorer]]  # (the pair it is for, None: every pair; scorer)
     try:
         if cfg.scorers or rs.methods is None:
             wanted = [(None, get_scorer(n)) for n in cfg.scorers or list_scorers()]
@@ -111,9 +112,10 @@ def plan_methods(rs: RecordSet, cfg: ScoreConfig
     for s in skipped:
         log.warning("skipped %s on %s: needs %s, which these records do not hold", s["scorer"],
                     s["pair"], ", ".join(s["missing"]))
-    ref = next((o for o in rs.outputs.values() if o.train_domain is not None), None)
-    if ms and ref is not None:  # the training set the run's feature scorers would read
-        ms, unusable = drop_unusable(ms, ref.train_domain.tolist(), len(ref.train_domain))
+    train_domain = next((o.train_domain for o in rs.outputs.values()
+                         if o.train_domain is not None), None)
+    if ms and train_domain is not None:  # the training set the run's feature scorers would read
+        ms, unusable = drop_unusable(ms, train_domain.tolist(), len(train_domain))
         skipped += unusable
     if not ms:
         raise ConfigError("no scorer can run on these records (each needs a field they do not "
@@ -192,7 +194,7 @@ def load_models(sources: Sequence[Path], *, model_name: str | None = None,
         raise ConfigError(f"--model-name and --members belong to one model, and the sources "
                           f"hold {len(found)} ({', '.join(map(str, found))}): models are named "
                           "from their sources; score one source at a time to use them")
-    loaded = []
+    loaded: list[tuple[Path, RecordSet]] = []
     for p in found:
         print(f"model {len(loaded) + 1} of {len(found)}: {p}", flush=True)
         loaded.append((p, load_records(p, **kw)))
@@ -271,9 +273,11 @@ def merge_models(loaded: Sequence[tuple[Path, RecordSet]]) -> RecordSet:
                 raise UserError(f"split {split}: the questions have other choice counts in "
                                 f"{src} than in {src0}; score runs of the same task version")
     opts = [rs.refs.options_only for _, rs in loaded]
-    refs = replace(first.refs, options_only=opts[0] if all(
-        o is not None and o.keys() == opts[0].keys() and all(  # type: ignore[union-attr]
-            np.array_equal(o[k], opts[0][k]) for k in o) for o in opts) else None)
+    opts0 = opts[0]
+    same = opts0 is not None and all(
+        o is not None and o.keys() == opts0.keys() and all(
+            np.array_equal(o[k], opts0[k]) for k in o) for o in opts)
+    refs = replace(first.refs, options_only=opts0 if same else None)
     methods = None if any(rs.methods is None for _, rs in loaded) else [
         m for _, rs in loaded for m in rs.methods or ()]
     meta = {"source": "several models", "models": {

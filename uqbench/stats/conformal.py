@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -160,8 +160,13 @@ class CumulativeAPS(APS):
         return (above + self.penalty(rank - 1) < np.asarray(qhat)[..., None]) & (p > 0)
 
 
+class _Penalty(TypedDict):
+    lam: float
+    k_reg: int
+
+
 #: RAPS's penalty (`APS.lam`, `APS.k_reg`) at the table's λ and k_reg
-_RAPS = {"lam": RAPS_LAMBDA, "k_reg": RAPS_K_REG}
+_RAPS: _Penalty = {"lam": RAPS_LAMBDA, "k_reg": RAPS_K_REG}
 #: The table's scores: column prefix -> score.
 SCORES: dict[str, ConformityScore] = {
     "lac": LAC("lac"), "aps": CumulativeAPS("aps"), "aps_strict": APS("aps_strict"),
@@ -279,8 +284,10 @@ def set_statistics(covered: ArrayLike, size: ArrayLike, counts: ArrayLike | None
     n_bin, hits = sums[:, 3:3 + len(sizes)], sums[:, 3 + len(sizes):]
     with np.errstate(invalid="ignore", divide="ignore"):
         worst = np.where(n_bin > 0, hits / n_bin, np.inf).min(axis=1)
-    stats = (sums[:, 0] / sums[:, 2], sums[:, 1] / sums[:, 2], worst)
-    return tuple(float(v[0]) for v in stats) if counts is None else stats
+    cov, mean_size = sums[:, 0] / sums[:, 2], sums[:, 1] / sums[:, 2]
+    if counts is None:
+        return float(cov[0]), float(mean_size[0]), float(worst[0])
+    return cov, mean_size, worst
 
 
 def coverage(covered: ArrayLike, counts: ArrayLike | None = None) -> Any:

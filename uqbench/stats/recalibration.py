@@ -193,6 +193,7 @@ def recalibrate(scorer: Scorer, calib: Sequence[Outputs], test: Sequence[Outputs
             p_cal, p_tst = scorer.predictive(cal), scorer.predictive(tst)
             right_cal = (p_cal.argmax(axis=1) == cal.labels).astype(np.float64)
         if cal.logits is not None and _uses_msp(scorer):
+            assert cal.labels is not None  # Outputs: labels come with logits
             t, q, why = temperature_scaling(p_cal, cal.labels, p_tst)
             _check_same_prediction(p_tst, q, f"scorer {scorer.name!r}")
             out["ts"].append(q.max(axis=1))
@@ -249,7 +250,8 @@ def recalibrate_cached(cache: ArrayCache | None, scorer: Scorer, calib: Sequence
     def compute() -> dict[str, NDArray[Any]]:
         rec = recalibrate(scorer, calib, test, calib_confidence, test_confidence)
         arrays: dict[str, NDArray[Any]] = {
-            k: np.float64(v) for k, v in columns(rec, test_correct, **options).items()}
+            k: np.asarray(v, dtype=np.float64)
+            for k, v in columns(rec, test_correct, **options).items()}
         arrays.update({f"confidence_{k}": v for k, v in rec.confidence.items()})
         arrays["temperature"] = rec.temperature
         arrays["ts_failed"] = np.array(rec.failed, dtype=str)
@@ -263,6 +265,8 @@ def recalibrate_cached(cache: ArrayCache | None, scorer: Scorer, calib: Sequence
             for o in outs:
                 for a in ((o.confidence, o.correct) if o.logits is None
                           else (scorer.predictive(o), o.labels)):
+                    # Outputs: confidence-only records hold both, the others their labels
+                    assert a is not None
                     h.update(np.ascontiguousarray(a).tobytes() + str(a.shape).encode())
         for a in (calib_confidence, test_confidence, test_correct):
             h.update(np.ascontiguousarray(a).tobytes() + str(a.shape).encode())

@@ -14,7 +14,7 @@ import ast
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from uqbench.data.mathmc import MATH_MC_VERSION, NumericProblem, numeric_mc, parse_number
 from uqbench.data.records import MCRecord
@@ -36,6 +36,14 @@ from uqbench.data.sources.hub import hub_raw
 VERSION = "1"
 _VERSIONS = {"math_mc_version": MATH_MC_VERSION}
 _NUM_RE = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w])")
+
+
+class _Build(TypedDict):
+    """The `register_source` arguments of a numeric source's builder."""
+
+    build: MCBuild
+    versions: Mapping[str, str]
+    rejects: str
 
 
 def _numeric(problem: Callable[[Source, str, Item], NumericProblem | None]) -> MCBuild:
@@ -205,8 +213,8 @@ def math_problem(src: Source, split: str, item: Item) -> NumericProblem | None:
                           tuple(math_hints(str(raw.get("solution", "")), float(gold))), meta)
 
 
-_MATH = {"build": _numeric(math_problem), "versions": _VERSIONS,
-         "rejects": "answer not an integer"}
+_MATH: _Build = {"build": _numeric(math_problem), "versions": _VERSIONS,
+                 "rejects": "answer not an integer"}
 
 
 @register_source("math500", domain="math", version=VERSION, **_MATH,
@@ -293,8 +301,8 @@ def word_problem(src: Source, split: str, item: Item) -> NumericProblem:
     return NumericProblem(item.id, src.name, q, gold, hints)
 
 
-_WORDS = {"build": _numeric(word_problem), "versions": _VERSIONS,
-          "rejects": "no numeric answer"}
+_WORDS: _Build = {"build": _numeric(word_problem), "versions": _VERSIONS,
+                  "rejects": "no numeric answer"}
 register_source("svamp", domain="math", version=VERSION, **_WORDS,
                 splits={"test": ("svamp/SVAMP.json",)},
                 description="SVAMP as numeric MC (test 1000 raw)",
