@@ -218,10 +218,10 @@ COST_BATCH = (64, 96)
 COST_REPS = 5
 #: what :func:`bench_cost` measures: the 36-linear default, the FFN-only layers, and the
 #: profiles' recipe (FFN linears of the last 2 blocks: `uqbench.core.profiles.RECIPE`)
-COST_CONFIGS = {"": dict(n_experts=16, rank=8, top_k=4, target_modules="auto"),
-                "_ffn": dict(n_experts=16, rank=8, top_k=4, target_modules="ffn"),
-                "_recipe": dict(n_experts=16, rank=8, top_k=4, target_modules="ffn",
-                                top_layers=2)}
+COST_CONFIGS = {"": {"n_experts": 16, "rank": 8, "top_k": 4, "target_modules": "auto"},
+                "_ffn": {"n_experts": 16, "rank": 8, "top_k": 4, "target_modules": "ffn"},
+                "_recipe": {"n_experts": 16, "rank": 8, "top_k": 4, "target_modules": "ffn",
+                            "top_layers": 2}}
 
 
 def _random_experts(model: Any, seed: int = 0) -> None:

@@ -122,7 +122,7 @@ def download_wheels(requirements: Sequence[str], dest: Path) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
            "-c", str(REPO / "constraints.txt"), "-d", str(dest), *requirements]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BundleError(f"pip download of {' '.join(requirements)} failed (exit "
                           f"{proc.returncode}): {proc.stderr.strip()[-1500:]}; on a machine "
@@ -333,7 +333,7 @@ def install_wheels(work: Path, *, target: Path | None = None) -> list[str]:
         return []
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
            "--no-compile", *(["--target", str(target)] if target else []), *map(str, whls)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BundleError(f"`{' '.join(cmd[:8])} ...` failed (exit {proc.returncode}): "
                           f"{proc.stderr.strip()[-1500:]}")
@@ -387,7 +387,8 @@ def run(bundle: Path, *, work: Path | None = None, cpu: bool = False, steps: str
            "--cache-dir", str(work / "cache"), "--work", str(work / "runs"),
            "--out", str(work / "steps.jsonl"), "--gpu-backbone", info["backbone"],
            "--gpu-profile", info["profile"], *(["--cpu"] if cpu else []), *extra]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
+                          check=False)
     for text in proc.stdout.splitlines():
         if text.startswith("{"):
             _line(json.loads(text), lines)

@@ -112,8 +112,10 @@ def execute(cmd: Sequence[str], limit: float, *, env: dict[str, str] | None = No
             ) -> tuple[dict[str, Any] | None, str | None]:
     """Run ``cmd`` (its own process group) for at most ``limit`` seconds: (the result line it
     printed, None) or (None, why it failed: timeout, exit status, no result; stderr tail)."""
+    # preexec_fn: Popen has no argument that sets PR_SET_PDEATHSIG (the hook only calls prctl)
     p = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env or _env(), start_new_session=True, preexec_fn=_die_with_parent)
+                         env=env or _env(), start_new_session=True,
+                         preexec_fn=_die_with_parent)  # noqa: PLW1509
     try:
         out, err = p.communicate(timeout=limit)
     except subprocess.TimeoutExpired:

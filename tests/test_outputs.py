@@ -10,8 +10,8 @@ from uqbench.core.outputs import PAD_LOGIT
 
 
 def base(**kw):
-    d = dict(ids=np.arange(3).astype(str), labels=np.array([0, 1, 2]),
-             logits=np.zeros((3, 3)), domain=np.array(["x"] * 3))
+    d = {"ids": np.arange(3).astype(str), "labels": np.array([0, 1, 2]),
+         "logits": np.zeros((3, 3)), "domain": np.array(["x"] * 3)}
     d.update(kw)
     return d
 
@@ -19,17 +19,17 @@ def base(**kw):
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(logits=np.zeros(3)), "logits must have shape"),
-        (dict(logits=np.zeros((3, 1))), "logits must have shape"),
-        (dict(labels=np.array([0, 1])), "labels must have shape"),
-        (dict(labels=np.array([0, 1, 3])), r"labels must lie in \[0, 3\)"),
-        (dict(labels=np.array([0.0, 1.0, 2.0])), "labels must be integers"),
-        (dict(logits=np.array([[0, np.nan, 0]] * 3)), "logits has 3 NaN/inf"),
-        (dict(ids=np.arange(4).astype(str)), "ids must have shape"),
-        (dict(route_entropy=np.ones(2)), "route_entropy must have shape"),
-        (dict(disagreement=np.array([0, np.inf, 0])), "disagreement has 1 NaN/inf"),
-        (dict(mc_logits=np.zeros((2, 3, 2))), "mc_logits must have shape"),
-        (dict(member_logits=np.zeros((0, 3, 3))), "member_logits must have shape"),
+        ({"logits": np.zeros(3)}, "logits must have shape"),
+        ({"logits": np.zeros((3, 1))}, "logits must have shape"),
+        ({"labels": np.array([0, 1])}, "labels must have shape"),
+        ({"labels": np.array([0, 1, 3])}, r"labels must lie in \[0, 3\)"),
+        ({"labels": np.array([0.0, 1.0, 2.0])}, "labels must be integers"),
+        ({"logits": np.array([[0, np.nan, 0]] * 3)}, "logits has 3 NaN/inf"),
+        ({"ids": np.arange(4).astype(str)}, "ids must have shape"),
+        ({"route_entropy": np.ones(2)}, "route_entropy must have shape"),
+        ({"disagreement": np.array([0, np.inf, 0])}, "disagreement has 1 NaN/inf"),
+        ({"mc_logits": np.zeros((2, 3, 2))}, "mc_logits must have shape"),
+        ({"member_logits": np.zeros((0, 3, 3))}, "member_logits must have shape"),
     ],
 )
 def test_bad_outputs_name_the_field(kw, match):

@@ -254,8 +254,8 @@ def test_claims_resting_on_a_model_at_chance_are_not_evidence(run_dir: Path) -> 
     by = {c.text: c for c in claims(_Run(run_dir))}
     for text in ("CARE's OOD-AUROC beats MoE top-4 + MSP", "CARE's OOD-AUROC beats MC-dropout",
                  "raw ECE comparable between CARE and MSP (|Δ| ≤ 0.03)",
-                 "one global τ spends more experts on harder domains (Spearman ρ of experts vs "
-                 "error)"):  # the last rests on CARE's per-domain rows (science at chance)
+                 ("one global τ spends more experts on harder domains (Spearman ρ of experts vs "
+                  "error)")):  # the last rests on CARE's per-domain rows (science at chance)
         assert by[text].note == AT_CHANCE, text
     assert by["CARE's OOD-AUROC beats MoE top-4 + MSP"].verdict == HOLDS  # the verdict stays
     for text in ("mean experts rises monotonically with τ (point estimates)",

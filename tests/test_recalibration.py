@@ -228,7 +228,7 @@ def test_columns_and_cache(tmp_path, monkeypatch):
     scorer = get_scorer("msp")
     cal, test = _seeds(60, 2, 0), _seeds(50, 2, 10)
     cs, ts = _scored(scorer, cal), _scored(scorer, test)
-    opts = dict(n_bins=12, n_boot=50, seed=0)
+    opts = {"n_bins": 12, "n_boot": 50, "seed": 0}
     cache = ArrayCache(tmp_path)
     row, rec = recalibrate_cached(cache, scorer, cal, test, cs.confidence, ts.confidence,
                                   ts.correct, **opts)

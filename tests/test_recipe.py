@@ -160,8 +160,8 @@ def test_max_length_and_domains_say_what_truncation_cut(smoke_splits, real_data,
         assert r["cut_code"] == round(want, 3)
     assert rows[0]["cut_code"] > 0
     with pytest.raises(SystemExit, match="no domain chemistry"):
-        main([*argv, "--domains", "chemistry", "--candidates", "b:head=letters,epochs=0,"
-              "backbone=tiny-llama,train_cap=32"])
+        main([*argv, "--domains", "chemistry", "--candidates",
+              "b:head=letters,epochs=0,backbone=tiny-llama,train_cap=32"])
 
 
 def test_a_diverging_candidate_is_recorded_and_the_search_goes_on(smoke_splits, real_data,

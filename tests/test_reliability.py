@@ -254,10 +254,10 @@ def test_metric_inputs_are_named_in_errors(call, pattern):
 # -- runs on the tiny model: stale entries, determinism, concurrency, crash-resume --------------
 
 def _cfg(root: Path, name: str, **kw) -> RunConfig:
-    base = dict(suite=str(root / "tiny.yaml"), profile="smoke", backbone="tiny-bert",
-                scorers=builtin_scorers(),
-                out=root / f"out-{name}", cache_dir=root / f"cache-{name}", data_dir=_data(),
-                figures=False, progress=False)
+    base = {"suite": str(root / "tiny.yaml"), "profile": "smoke", "backbone": "tiny-bert",
+            "scorers": builtin_scorers(),
+            "out": root / f"out-{name}", "cache_dir": root / f"cache-{name}", "data_dir": _data(),
+            "figures": False, "progress": False}
     return RunConfig(**{**base, **kw})
 
 
@@ -338,8 +338,8 @@ def test_two_concurrent_cold_runs_share_a_cache_and_match_an_in_process_run(root
     ps = [procs.start(_cli(root, f"conc{i}", "cache-shared"), env=_env(), cwd=root)
           for i in range(2)]
     for i, p in enumerate(ps):   # two at once on 2 cores: each may take twice its quiet time
-        out, err = procs.wait(p, what=f"concurrent cold run {i}", quiet_s=2 * QUIET_TINY_RUN_S,
-                              watch=[root / "cache-shared", root / f"out-conc{i}"])
+        _, err = procs.wait(p, what=f"concurrent cold run {i}", quiet_s=2 * QUIET_TINY_RUN_S,
+                            watch=[root / "cache-shared", root / f"out-conc{i}"])
         assert p.returncode == 0, err[-2000:]
     # same seed -> identical numbers across cold runs (in-process, and two processes at once)
     assert _numbers(root / "out-conc0") == _numbers(root / "out-conc1") == _numbers(cold.out)

@@ -70,7 +70,7 @@ def test_p_values_and_ltt_decisions_equal_mapies() -> None:
     correct = rng.random(n) > 0.15 + 0.7 * u  # error rate grows with the uncertainty
     target, delta = 0.3, R.DELTA
     srt = np.sort(u)
-    thr = [srt[int(round(c * n)) - 1] for c in R.COVERAGE_GRID]
+    thr = [srt[round(c * n) - 1] for c in R.COVERAGE_GRID]
     n_acc = np.array([(u <= t).sum() for t in thr])
     err = np.array([((u <= t) & ~correct).sum() for t in thr])
     # MAPIE counts the errors as ceil(n * r_hat), where 100 * (14 / 100) rounds up to 15: a

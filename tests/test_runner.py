@@ -52,10 +52,10 @@ def real_data_dir_module(real_data):  # tests/conftest.py: skips without data; s
 
 def cfg(env, **kw) -> RunConfig:
     root, data = env
-    base = dict(suite=str(root / "tiny.yaml"), profile="smoke", backbone="tiny-bert",
-                scorers=builtin_scorers(), out=root / "out", cache_dir=root / "cache",
-                data_dir=data, figures=False,
-                progress=False)
+    base = {"suite": str(root / "tiny.yaml"), "profile": "smoke", "backbone": "tiny-bert",
+            "scorers": builtin_scorers(), "out": root / "out", "cache_dir": root / "cache",
+            "data_dir": data, "figures": False,
+            "progress": False}
     base.update(kw)
     return RunConfig(**base)
 
@@ -220,11 +220,14 @@ def test_a_fallback_is_listed_once_per_run_however_often_it_happens():
 
     from uqbench.core.errors import FallbackWarning, record_fallback, reset_fallbacks
 
-    got = reset_fallbacks()
-    with pytest.warns(FallbackWarning) as seen:
+    def record_all() -> None:
         for _ in range(3):
             record_fallback("input truncated", "code/shift", "2 of 24 questions")
         record_fallback("input truncated", "code/id", "1 of 24 questions")
+
+    got = reset_fallbacks()
+    with pytest.warns(FallbackWarning) as seen:
+        record_all()
     assert len(seen) == 2 and [f["where"] for f in got] == ["code/shift", "code/id"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -290,12 +293,12 @@ def test_out_dir_of_another_configuration_is_never_replaced(env, cold):
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(profile="quick"), "unknown profile 'quick'; valid: cpu, full, gpu, smoke"),
-    (dict(scorers=("mps",)), r"unknown scorer 'mps' \(did you mean 'msp'"),
-    (dict(backbone="minilmm"), "unknown backbone 'minilmm'"),
-    (dict(plugins=("no_such_plugin_mod",)), "'no_such_plugin_mod' failed to import"),
-    (dict(experiment="ablations"), "unknown experiment 'ablations'"),
-    (dict(suite="pooledd"), "pooledd"),
+    ({"profile": "quick"}, "unknown profile 'quick'; valid: cpu, full, gpu, smoke"),
+    ({"scorers": ("mps",)}, r"unknown scorer 'mps' \(did you mean 'msp'"),
+    ({"backbone": "minilmm"}, "unknown backbone 'minilmm'"),
+    ({"plugins": ("no_such_plugin_mod",)}, "'no_such_plugin_mod' failed to import"),
+    ({"experiment": "ablations"}, "unknown experiment 'ablations'"),
+    ({"suite": "pooledd"}, "pooledd"),
 ])
 def test_bad_input_fails_before_any_model_work(env, kw, match):
     with pytest.raises(UserError, match=match):

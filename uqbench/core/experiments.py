@@ -51,7 +51,7 @@ def _moe(gate: GateSpec) -> Pair:
 
 
 def _ablation(b: float) -> list[Pair]:
-    return [_moe(GateSpec("fixed-k", "topk", params={"k": int(round(b))})),
+    return [_moe(GateSpec("fixed-k", "topk", params={"k": round(b)})),
             _moe(GateSpec("random-k", "random", budget=b)),
             _moe(GateSpec("entropy-k", "entropy", budget=b)),
             _moe(GateSpec("nucleus-only", "nucleus", budget=b)),

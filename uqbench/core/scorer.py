@@ -19,8 +19,9 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -46,7 +47,8 @@ class Scorer:
     """
 
     name: str = ""  # set by @register_scorer; an instance may be renamed (experiments)
-    params: dict[str, Any] = {}  # the keyword arguments `get_scorer` built it with
+    # the keyword arguments `get_scorer` built it with (its own dict; read-only when none)
+    params: Mapping[str, Any] = MappingProxyType({})
     requires: ClassVar[frozenset[str]] = frozenset({"logits"})
 
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:

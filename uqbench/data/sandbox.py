@@ -85,9 +85,9 @@ _RLIMITS = ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_
 _CGROUP_LIMIT = "pids_cgroup"
 # What `Sandbox.protections` runs: it reports what the child actually got (its limits, whether
 # PR_SET_NO_NEW_PRIVS is set, its network namespace and cgroup, whether sockets are refused).
-_PROBE = r'''
+_PROBE = rf'''
 import json, os, resource, sys
-got = {"limits": {n: list(resource.getrlimit(getattr(resource, n))) for n in %r}}
+got = {{"limits": {{n: list(resource.getrlimit(getattr(resource, n))) for n in {_RLIMITS!r}}}}}
 try:
     with open("/proc/self/status") as f:
         got["no_new_privs"] = any(ln.split() == ["NoNewPrivs:", "1"] for ln in f)
@@ -110,8 +110,8 @@ except PermissionError:
     got["sockets_refused"] = True
 except OSError:
     got["sockets_refused"] = None
-sys.stderr.write("\n%s" + json.dumps(got) + "\n")
-''' % (_RLIMITS, _PROBE_MARK)
+sys.stderr.write("\n{_PROBE_MARK}" + json.dumps(got) + "\n")
+'''
 _STDERR_TAIL = 2000
 #: numbers the temporary folders and cgroups ``uqbench-<pid>-<n>`` of every sandbox in this
 #: process (one counter for all: two sandboxes' sessions are open at once)

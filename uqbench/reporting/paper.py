@@ -27,6 +27,7 @@ margin), judged by one function (`claims`).
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
@@ -304,7 +305,7 @@ def _thermostat(run: _Run) -> list[Claim]:
     return [
         Claim("thermostat", "mean experts rises monotonically with τ (point estimates)",
               "1.54, 1.92, 2.42, 3.08, 3.96", table,
-              HOLDS if all(b > a for a, b in zip(k, k[1:])) else FAILS,
+              HOLDS if all(b > a for a, b in itertools.pairwise(k)) else FAILS,
               _pooled(*(r["method"] for r in rows))),
         rises,
     ]
