@@ -1,0 +1,18 @@
+"""The static checks the project keeps clean (STYLE.md: "type-check `uqbench/` and `scorers/`"):
+ruff over the repository and mypy over pyproject's ``[tool.mypy]`` files, at the versions the
+test extra pins, so that `make test` fails where a change breaks either."""
+from __future__ import annotations
+
+import sys
+
+from tests.conftest import REPO, Procs
+
+
+def test_ruff_finds_nothing(procs: Procs) -> None:
+    procs.run([sys.executable, "-m", "ruff", "check", "."], cwd=REPO,
+              what="ruff check", quiet_s=10)
+
+
+def test_mypy_finds_nothing(procs: Procs) -> None:
+    procs.run([sys.executable, "-m", "mypy"], cwd=REPO,
+              what="mypy (uqbench, scorers)", quiet_s=90)
