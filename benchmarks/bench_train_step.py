@@ -152,23 +152,23 @@ def _product_seconds(shapes: list[tuple[int, int]], tokens: int, rank: int,
     ``shapes`` at ``tokens`` tokens, each timed alone (median of ``repeats``): the forward's
     codes and output, and the backward's input gradient of the output product, the two weight
     gradients and the input gradient of the codes."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def operand(rows: int, cols: int) -> Tensor:
+        return torch.randn(rows, cols, device=device, dtype=dtype)
+
     total = 0.0
     for e, o in shapes:
-        def operand(rows: int, cols: int) -> Tensor:
-            return torch.randn(rows, cols, device=device, dtype=dtype)
         h, gy = operand(tokens, e), operand(tokens, o)
         a, b = operand(rank, e), operand(rank, o)
         z = operand(tokens, rank)
-        products = [(a, h.t()), (z, b), (b, gy.t()), (gy.t(), z), (h.t(), z), (z, a)]
-        for left, right in products:
+        for left, right in [(a, h.t()), (z, b), (b, gy.t()), (gy.t(), z), (h.t(), z), (z, a)]:
             times = []
             for _ in range(repeats + 1):
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
+                sync()
                 t = time.perf_counter()
                 torch.mm(left, right)
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
+                sync()
                 times.append(time.perf_counter() - t)
             total += median(times[1:])
     return total

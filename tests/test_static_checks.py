@@ -1,6 +1,6 @@
-"""The static checks the project keeps clean (STYLE.md: "type-check `uqbench/` and `scorers/`"):
-ruff over the repository and mypy over pyproject's ``[tool.mypy]`` files, at the versions the
-test extra pins, so that `make test` fails where a change breaks either."""
+"""The static checks the project keeps clean: ruff over the repository and mypy over
+pyproject's ``[tool.mypy]`` files (``uqbench/`` and ``scorers/``, the type-checked layers), at
+the versions the test extra pins, so that `make test` fails where a change breaks either."""
 from __future__ import annotations
 
 import sys
