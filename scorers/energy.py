@@ -17,8 +17,5 @@ class Energy(Scorer):
     temperature: float = 1.0
 
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
-        if outputs.logits is None:
-            raise TypeError(f"scorer {self.name!r} reads logits; these Outputs have none "
-                            "(a confidence-only record)")
         t = self.temperature
-        return -t * log_sum_exp(outputs.logits / t)
+        return -t * log_sum_exp(self.logits_of(outputs) / t)

@@ -54,12 +54,17 @@ class Scorer:
     def __call__(self, outputs: Outputs) -> NDArray[np.float64]:
         raise NotImplementedError
 
-    def predictive(self, outputs: Outputs) -> NDArray[np.float64]:
-        """(N, C) predictive distribution; default softmax of the deterministic logits."""
+    def logits_of(self, outputs: Outputs) -> NDArray[np.float64]:
+        """(N, C) deterministic logits of ``outputs``; a TypeError naming this scorer where
+        they have none (a confidence-only record)."""
         if outputs.logits is None:
             raise TypeError(f"scorer {self.name!r} reads logits; these Outputs have none "
                             "(a confidence-only record)")
-        return softmax(outputs.logits)
+        return outputs.logits
+
+    def predictive(self, outputs: Outputs) -> NDArray[np.float64]:
+        """(N, C) predictive distribution; default softmax of the deterministic logits."""
+        return softmax(self.logits_of(outputs))
 
     def confidence(self, outputs: Outputs) -> NDArray[np.float64]:
         """(N,) confidence in [0, 1] for calibration: MSP of `predictive`."""
