@@ -307,7 +307,8 @@ def test_uqbench_score_of_a_real_multiple_input_run_equals_lm_evals_accuracy(lme
     rows = {r["doc_id"]: r for r in read_samples(lmeval_run.samples[lmeval.MI_TASK])}
     domain = [f"science=arc_easy_local:{lmeval.MI_TASK}"]
     with pytest.warns(UserWarning, match=rf"{lmeval.MI_TASK} are multiple_input"):
-        chars = load_records(lmeval_run.results.parent, domains=domain, calib_fraction=0.25)
+        chars = load_records(lmeval_run.results.parent, domains=domain, normalize="chars",
+                             calib_fraction=0.25)
     rs = load_records(lmeval_run.results.parent, domains=domain, normalize="none",
                       calib_fraction=0.25)
     for records in (rs, chars):
@@ -530,3 +531,94 @@ def test_bad_choice_counts_are_errors_naming_the_line(tmp_path: Path) -> None:
     dom = [DomainTasks.parse(f"v={lmeval.VC_TASK}:arc_easy_local")]
     with pytest.raises(UserError, match="other questions than"):
         read_lmeval(dom, tmp_path / "main", members=[member])
+
+
+# -- the accuracy printed is one lm-eval logged ---------------------------------------------------
+
+def acc_only(part: Path, dest: Path, tasks: tuple[str, ...]) -> Path:
+    """``part`` copied to ``dest`` with ``tasks`` as truthfulqa_mc1 logs itself: per-sample
+    and aggregated ``acc`` only (no ``acc_norm``/``acc_bytes``)."""
+    copy_part(part, dest)
+    for f in dest.iterdir():
+        if f.name.startswith("samples_") and any(f"samples_{t}_" in f.name for t in tasks):
+            rows = [{k: v for k, v in r.items() if k not in ("acc_norm", "acc_bytes")}
+                    for r in read_samples(f)]
+            f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        elif f.name.startswith("results_"):
+            res = json.loads(f.read_text())
+            for t in tasks:
+                res["results"][t] = {k: v for k, v in res["results"][t].items()
+                                     if not k.startswith(("acc_norm", "acc_bytes"))}
+            f.write_text(json.dumps(res))
+    return dest
+
+
+def test_auto_normalize_takes_the_metric_every_task_of_the_domain_logs(tmp_path: Path) -> None:
+    """--normalize auto: acc_norm where each task of the domain logs it (ARC), acc where one
+    task logs only acc (truthfulqa_mc1-like), per domain; the gate name says which, and the
+    accuracy check puts lm-eval's logged value beside uqbench's (equal on the shift task and
+    over all of a file's questions)."""
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+
+    dom = [DomainTasks.parse("science=arc_easy_local:arc_challenge_local")]
+    both = read_lmeval(dom, MC, calib_fraction=0.25)
+    assert both.pairs[0].name == "tiny-llama/loglik-per-char"
+    assert both.meta["lmeval"]["metric"] == {"science": "acc_norm"}
+    assert both.meta["lmeval"]["lm_eval_version"] == "0.4.13"
+    res = json.loads(one(MC, "results_*.json").read_text())["results"]
+    for c in both.meta["lmeval"]["accuracy"]:
+        assert c["metric"] == "acc_norm" and c["lm_eval_from"] == "results file"
+        assert c["lm_eval"] == res[c["task"]]["acc_norm,none"] == c["uqbench_all"]
+    shift = next(c for c in both.meta["lmeval"]["accuracy"] if c["split"] == "science/shift")
+    assert shift["uqbench"] == shift["lm_eval"] and shift["questions"] == shift["of"] == 8
+    idc = next(c for c in both.meta["lmeval"]["accuracy"] if c["split"] == "science/id")
+    assert (idc["questions"], idc["of"]) == (6, 8)
+
+    mixed = acc_only(MC, tmp_path / "mixed", ("arc_challenge_local",))
+    rs = read_lmeval(dom, mixed, calib_fraction=0.25)
+    assert rs.pairs[0].name == "tiny-llama/loglik" and rs.meta["lmeval"]["metric"] == {
+        "science": "acc"}
+    o = rs.outputs[rs.pairs[0].name, "science/shift", 0]
+    rows = {r["doc_id"]: r for r in read_samples(one(mixed, "samples_arc_challenge_local_*"))}
+    assert (o.logits.argmax(1) == o.labels).tolist() == [
+        rows[int(i.rsplit("/", 1)[1])]["acc"] == 1 for i in o.ids]
+    for c in rs.meta["lmeval"]["accuracy"]:
+        assert c["metric"] == "acc" and c["lm_eval"] == res[c["task"]]["acc,none"]
+
+    # two domains: each its own metric, both in the gate's name
+    two = read_lmeval([*dom, DomainTasks.parse("tq=arc_challenge_local:arc_easy_local")],
+                      acc_only(MC, tmp_path / "tq", ("arc_challenge_local",)),
+                      calib_fraction=0.25)
+    assert two.meta["lmeval"]["metric"] == {"science": "acc", "tq": "acc"}
+    sep = acc_only(MC, tmp_path / "sep", ())
+    assert read_lmeval(dom, sep, calib_fraction=0.25).meta["lmeval"]["not_logged"] == {}
+
+
+def test_a_normalisation_a_task_does_not_log_warns_and_is_recorded(tmp_path: Path) -> None:
+    """--normalize chars on a task that logs only acc: scored as asked, with a warning naming
+    the task and what it logs, and run.json lmeval.not_logged; its lm-eval value is absent."""
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+
+    src = acc_only(MC, tmp_path / "lm", ("arc_challenge_local",))
+    dom = [DomainTasks.parse("science=arc_easy_local:arc_challenge_local")]
+    with pytest.warns(UserWarning, match=r"lm-eval logged no acc_norm for arc_challenge_local "
+                      r"\(it logs acc\): under --normalize chars"):
+        rs = read_lmeval(dom, src, normalize="chars", calib_fraction=0.25)
+    assert rs.pairs[0].name == "tiny-llama/loglik-per-char"
+    assert rs.meta["lmeval"]["not_logged"] == {"arc_challenge_local": "acc_norm"}
+    shift = next(c for c in rs.meta["lmeval"]["accuracy"] if c["split"] == "science/shift")
+    assert shift["lm_eval"] is None and shift["lm_eval_from"] is None
+
+
+def test_the_report_shows_lm_evals_accuracy_beside_uqbenchs(tmp_path: Path) -> None:
+    from uqbench.reporting.html import render_report
+    from uqbench.run.score_records import ScoreConfig, load_records, score
+
+    rs = load_records(MC, domains=["science=arc_easy_local:arc_challenge_local"],
+                      calib_fraction=0.25)
+    score(rs, ScoreConfig(out=tmp_path / "o", scorers=("msp",), figures=False, bootstrap=20))
+    page = render_report(tmp_path / "o")
+    assert "lm-eval 0.4.13" in page and "accuracy as acc_norm" in page
+    table = page[page.index('class="lmeval-accuracy"'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr data-split=") == 2 and "arc_challenge_local" in table

@@ -134,10 +134,11 @@ def _build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--members", action="append", type=Path, default=[], metavar="DIR",
                     help="lm-eval: another run of the same tasks (seed/model) for the ensemble "
                     "scorers; repeatable")
-    sc.add_argument("--normalize", default="chars", choices=["none", "chars", "bytes"],
+    sc.add_argument("--normalize", default="auto", choices=["auto", "none", "chars", "bytes"],
                     help="lm-eval: logit = log-likelihood (none: lm-eval's acc), per character "
-                    "of the choice (chars: acc_norm, the default) or per UTF-8 byte (bytes: "
-                    "acc_bytes)")
+                    "of the choice (chars: acc_norm) or per UTF-8 byte (bytes: acc_bytes); "
+                    "auto (the default): per domain, acc_norm where every task of the domain "
+                    "logs it, else acc, so the accuracy is one lm-eval logged")
     sc.add_argument("--calib-fraction", type=float, default=0.2,
                     help="lm-eval: fraction of the ID questions held out for recalibration when a "
                     "domain has no calib task (default 0.2)")

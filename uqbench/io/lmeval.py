@@ -48,7 +48,7 @@ import re
 import warnings
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -73,6 +73,10 @@ class DomainTasks:
     id: str
     shift: str
     calib: str | None = None
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return tuple(t for t in (self.id, self.shift, self.calib) if t)
 
     @staticmethod
     def parse(text: str) -> DomainTasks:
@@ -339,6 +343,8 @@ class Source:
     delimiters: dict[str, str]
     other_runs: dict[str, list[str]]  # task -> the timestamps of its runs not chosen
     folder: Path | None = None  # the model's folder (its name names the model without results)
+    #: task -> what its run's results file says of it (`_task_results`); absent without one
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -420,6 +426,7 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
         others[task] = [r.date for r in found if r is not pick[0]]
     models: dict[str, str] = {}  # task -> the model its results file names
     delims: dict[str, str] = {}
+    results: dict[str, dict[str, Any]] = {}
     for task, run in chosen.items():
         # the run's own results file (named by the same date), else any beside it
         own = [f / (f"results_{run.date}.json" if run.date else "results.json")
@@ -437,6 +444,7 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
             delims[task] = (conf or {}).get("target_delimiter", " ")
             models[task] = str(doc.get("model_name") or general.get("model_name")
                                or doc.get("config", {}).get("model_args"))
+            results[task] = _task_results(doc, task, r)
     folders = {t: r.folder for t, r in chosen.items()}
     if len(set(folders.values())) > 1 and len(models) < len(folders):
         raise UserError("the tasks' files lie in different model folders (" + "; ".join(
@@ -449,7 +457,25 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
             "shifted tasks must be scored from one model's run (give other models as members "
             "or separate runs)")
     return Source(root, {t: r.path for t, r in chosen.items()}, next(iter(models.values()), None),
-                  delims, others, next(iter(folders.values()), None))
+                  delims, others, next(iter(folders.values()), None), results)
+
+
+def _task_results(doc: dict[str, Any], task: str, path: Path) -> dict[str, Any]:
+    """What a results file says of ``task``: its aggregated metrics (``values``, lm-eval's
+    ``acc,none`` read as ``acc``), few-shot count, ``--limit``, lm-eval's version and the
+    file."""
+    from uqbench.io.leaderboard import v1_task_name
+
+    res = doc.get("results") or {}
+    raw = res.get(task) or next((v for k, v in res.items() if v1_task_name(k) == task),
+                                None) or {}
+    values = {k.removesuffix(",none"): float(v) for k, v in raw.items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool)
+              and (k.endswith(",none") or "," not in k)}
+    n_shot = (doc.get("n-shot") or {}).get(task)
+    config = doc.get("config") or {}
+    return {"values": values, "n_shot": n_shot, "limit": config.get("limit"),
+            "version": doc.get("lm_eval_version"), "file": str(path)}
 
 
 def slug(name: str) -> str:
@@ -458,14 +484,50 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-") or "lm-eval-model"
 
 
+def corresponds(ts: TaskSamples, normalize: str) -> str:
+    """The lm-eval metric whose per-sample correctness uqbench's prediction of ``ts`` under
+    ``normalize`` equals: a multiple_input task's choices share one continuation, so each
+    normalisation ranks them as ``acc``."""
+    return "acc" if ts.multiple_input else NORMALIZE[normalize]
+
+
+def choose_normalize(normalize: str, tasks: Sequence[TaskSamples]) -> str:
+    """A domain's normalisation: ``normalize`` unless ``auto``; under ``auto`` ``chars``
+    (``acc_norm``) where each of the domain's ``tasks`` logged and verified it, else ``none``
+    (``acc``), so that the accuracy printed is one lm-eval logged (multiple_input tasks rank
+    as acc under any normalisation and do not decide)."""
+    if normalize != "auto":
+        return normalize
+    decide = [ts for ts in tasks if not ts.multiple_input]
+    return "chars" if all("acc_norm" in ts.verified for ts in decide) else "none"
+
+
+def accuracy_check(ts: TaskSamples, normalize: str, rows: np.ndarray, split: str,
+                   results: dict[str, Any] | None) -> dict[str, Any]:
+    """The lm-eval metric uqbench's accuracy on ``split`` (rows ``rows`` of ``ts``) corresponds
+    to, lm-eval's logged value of it (the results file's, else the mean of the per-sample
+    metric; None where it logged none) and uqbench's: over all the file's questions (the
+    questions lm-eval averaged) and over the split's."""
+    metric = corresponds(ts, normalize)
+    correct = ts.logits(normalize).argmax(axis=1) == ts.labels
+    logged = (results or {}).get("values", {}).get(metric)
+    where = "results file" if logged is not None else None
+    if logged is None and metric in ts.lm_eval_metrics:
+        logged, where = float(ts.lm_eval_metrics[metric].mean()), "mean of the samples' " + metric
+    return {"split": split, "task": ts.task, "metric": metric, "lm_eval": logged,
+            "lm_eval_from": where, "uqbench_all": float(correct.mean()),
+            "uqbench": float(correct[rows].mean()), "questions": len(rows),
+            "of": len(ts.labels)}
+
+
 def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequence[Path] = (),
-                normalize: str = "chars", calib_fraction: float = 0.2, seed: int = 0,
+                normalize: str = "auto", calib_fraction: float = 0.2, seed: int = 0,
                 model_name: str | None = None, runs: Sequence[str] = ()) -> RecordSet:
     """The `RecordSet` of an lm-eval run's samples (see the module docstring); ``runs``:
     the dates (or their starts) of the source's runs to read where its folder holds several
     (default: each task's newest; members: always their newest)."""
-    if normalize not in NORMALIZE:
-        raise ConfigError(f"--normalize {normalize!r}; valid: {', '.join(NORMALIZE)}")
+    if normalize != "auto" and normalize not in NORMALIZE:
+        raise ConfigError(f"--normalize {normalize!r}; valid: auto, {', '.join(NORMALIZE)}")
     if not domains:
         raise ConfigError("give at least one --domain NAME=ID_TASK:SHIFT_TASK (or --domains "
                           "FILE.yaml)")
@@ -497,17 +559,29 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
                                 "the same tasks with the same --limit")
     model = model_name or slug(srcs[0].model or (srcs[0].folder or srcs[0].root).name
                                .removeprefix("details_"))
+    norms = {d.name: choose_normalize(normalize, [main[t] for t in d.tasks]) for d in domains}
+    not_logged = {t: NORMALIZE[norms[d.name]] for d in domains for t in d.tasks
+                  if corresponds(main[t], norms[d.name]) not in main[t].verified
+                  and not main[t].multiple_input}
+    if not_logged:
+        warnings.warn("lm-eval logged no " + "; ".join(
+            f"{m} for {t} (it logs {', '.join(main[t].verified) or 'no accuracy'})"
+            for t, m in not_logged.items()) + f": under --normalize {normalize} their accuracy "
+            "is not one lm-eval logged (" + ("drop --normalize: auto takes the metric each "
+            "task logs" if normalize != "auto" else "their samples log neither acc_norm nor "
+            "acc") + "); recorded in run.json lmeval.not_logged", stacklevel=2)
     outputs: dict[tuple[str, str, int], Outputs] = {}
     n_choices, hashes, held_out = {}, {}, {}
-    gate = GATES[normalize]
+    gate = "+".join(dict.fromkeys(GATES[n] for n in norms.values()))
     pair_name = f"{model}/{gate}"
+    checks = []
 
     def record(task: str, rows: np.ndarray, dom: str) -> Outputs:
-        ts = main[task]
-        members_ = np.stack([r[task].logits(normalize)[rows] for r in read]) \
+        ts, how = main[task], norms[dom]
+        members_ = np.stack([r[task].logits(how)[rows] for r in read]) \
             if len(read) > 1 else None
         return Outputs(ids=np.array([f"{task}/{ts.doc_ids[i]}" for i in rows]),
-                       labels=ts.labels[rows], logits=ts.logits(normalize)[rows],
+                       labels=ts.labels[rows], logits=ts.logits(how)[rows],
                        domain=np.array([dom] * len(rows)), member_logits=members_)
 
     for d in domains:
@@ -533,10 +607,13 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
             n_choices[split] = main[task].n_choices[rows]
             hashes[split] = hashlib.sha256(
                 f"{main[task].content_hash}:{','.join(map(str, rows))}".encode()).hexdigest()[:16]
+            if role != "calib" or d.calib is not None:
+                checks.append(accuracy_check(main[task], norms[d.name], rows, split,
+                                             srcs[0].results.get(task)))
     fields = DET | ({"member_logits"} if members else set())
     pair = Pair(ModelSpec(model, "lm-eval"), GateSpec(gate, "none"), frozenset(fields))
     multi = [t for t in tasks if main[t].multiple_input]
-    if multi and normalize != "none":
+    if multi and normalize not in ("none", "auto"):
         warnings.warn(f"task(s) {', '.join(multi)} are multiple_input (one shared continuation): "
                       f"--normalize {normalize} divides every choice by the same length, so "
                       "the predictions are lm-eval's acc, not its acc_norm/acc_bytes (which "
@@ -549,7 +626,13 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
             "runs_not_read": {t: o for t, o in srcs[0].other_runs.items() if o},
             "members": [{t: str(p) for t, p in s.samples.items()} for s in srcs[1:]],
             "model": srcs[0].model, "member_models": [s.model for s in srcs[1:]],
-            "normalize": normalize, "metric": NORMALIZE[normalize],
+            "lm_eval_version": ", ".join(sorted({str(r["version"]) for r in
+                                                 srcs[0].results.values() if r["version"]}))
+            or None,
+            "normalize": normalize, "normalized": norms,
+            "metric": {dom: NORMALIZE[n] for dom, n in norms.items()},
+            "not_logged": not_logged,
+            "accuracy": checks,
             "domains": {d.name: {"id": d.id, "shift": d.shift, "calib": d.calib}
                         for d in domains},
             "calib_held_out": {"fraction": calib_fraction, "seed": seed, "doc_ids": held_out}

@@ -178,6 +178,22 @@ def _paper_claims(path: Path) -> dict[str, Any] | None:
     return {"error": "", "header": cells[0] if cells else [], "rows": cells[1:]}
 
 
+def lmeval_sources(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each lm-eval source of a scored run (run.json ``lmeval``, or each model's under
+    ``models``): its pair (None for one source), model, lm-eval's version, the tasks and the
+    metric of each domain, and the accuracy check (lm-eval's logged value beside uqbench's)."""
+    items = [(None, meta)] if "lmeval" in meta else [
+        (pair, m) for pair, m in (meta.get("models") or {}).items() if "lmeval" in m]
+    return [{"pair": pair, "model": m["lmeval"].get("model"),
+             "version": m["lmeval"].get("lm_eval_version"),
+             "domains": m["lmeval"].get("domains") or {},
+             "metric": m["lmeval"].get("metric") or {},
+             "accuracy": [dict(c, **{k: _num(c.get(k), 4) for k in
+                                     ("lm_eval", "uqbench_all", "uqbench")})
+                          for c in m["lmeval"].get("accuracy") or []]}
+            for pair, m in items]
+
+
 def render_report(run_dir: str | Path) -> str:
     """The HTML page of a run folder; every missing or unreadable part is named on it."""
     run = rundir.read_run(run_dir, need=())
@@ -203,7 +219,7 @@ def render_report(run_dir: str | Path) -> str:
     models = [m for m in T.model_rows(run.rows) if not m.reference]
     return _env().get_template("report.html.j2").render(
         title=f"uqbench run: {meta.get('suite', '?')} {meta.get('profile', '')}", meta=meta,
-        problems=problems, config=json.dumps(meta.get("config", {}), indent=1, default=str),
+        problems=problems, lmeval=lmeval_sources(meta), config=json.dumps(meta.get("config", {}), indent=1, default=str),
         splits=splits, seconds=meta.get("seconds", {}), training=training,
         headline=[a for a in found if a["domain"] == (doms[0] if doms else None)],
         answers=found,
