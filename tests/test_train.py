@@ -656,3 +656,36 @@ def test_non_finite_gradient_stops_training_naming_step_layer_and_setting(monkey
                  "lr 0.001", "batch_size 4"):
         assert part in msg and part in e.setting
     assert len(calls) == 4   # stopped at the read after step index 3, not at the end (10 steps)
+
+
+def test_a_run_whose_training_goes_non_finite_writes_no_model(tmp_path, monkeypatch) -> None:
+    """The engine trains in a temporary folder of the cache: when training stops on a
+    non-finite loss nothing is published (no model entry, no temporary folder left), and a
+    rerun trains again rather than loading a half-written model."""
+    from types import SimpleNamespace
+
+    from baselines import engine as eng
+    from baselines.train import NonFiniteLoss
+    from uqbench.core.engine import RunStats
+    from uqbench.core.plan import MOE
+    from uqbench.core.profiles import get_profile
+
+    split = SimpleNamespace(records=toy_records(20), hash="h-train", name="toy/train")
+    suite = SimpleNamespace(role=lambda role: [split])
+    e = eng.TorchEngine("tiny-llama", get_profile("smoke"), suite, tmp_path, RunStats(),
+                        progress=False)
+    fresh = e._fresh
+
+    def poisoned(spec, seed):   # one weight of the backbone at infinity: the loss is NaN
+        model = fresh(spec, seed)
+        with torch.no_grad():
+            model.backbone.get_input_embeddings().weight[:] = float("inf")
+        return model
+
+    monkeypatch.setattr(e, "_fresh", poisoned)
+    with pytest.raises(NonFiniteLoss, match=r"loss is nan at step 0; every trained layer") as err:
+        e.model(MOE, 0)
+    assert "backbone tiny-llama" in err.value.setting and "lr 0.001" in err.value.setting
+    models = tmp_path / "models"
+    assert not models.exists() or list(models.iterdir()) == []
+    assert e.stats.trained == [] and "moe-lora@0" not in e.training_log
