@@ -3,6 +3,7 @@ column (a model's accuracy minus it, paired bootstrap): hand-worked values, a nu
 of the bootstrap, and the engine's one cached pass on a tiny random decoder."""
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -142,3 +143,77 @@ def test_an_encoder_head_has_no_zero_shot_and_says_why(tmp_path) -> None:
     assert e.zero_shot(SimpleNamespace(records=toy_records(3), hash="h", name="t/id")) is None
     e.head = "cross_encoder"
     assert "random before training" in e.zero_shot_log["reason"]
+
+
+def test_learned_lines_name_the_domains_training_improved() -> None:
+    """The report's words: per model/gate, the domains whose learned CI lies above 0, those
+    whose CI includes it, those below; without a zero-shot the reason run.json gives."""
+    from uqbench.files.rundir import RunFolder
+    from uqbench.reporting.answers import learned, learned_lines
+
+    def row(dom: str, v: float, lo: float, hi: float, scorer: str = "msp") -> dict:
+        return {"method": f"lora/dense/{scorer}", "model": "lora", "gate": "dense",
+                "scorer": scorer, "domain": dom, "accuracy": 0.5 + v, "learned": v,
+                "learned_lo": lo, "learned_hi": hi}
+
+    rows = [row("pooled", 0.02, -0.01, 0.05), row("science", 0.12, 0.05, 0.19),
+            row("code", -0.06, -0.1, -0.02), row("science", 0.12, 0.05, 0.19, "entropy")]
+    got = learned(RunFolder(Path("x"), rows))
+    assert [(x.domain, x.verdict) for x in got] == [
+        ("pooled", "not shown"), ("science", "improved"), ("code", "worse")]
+    assert learned_lines(RunFolder(Path("x"), rows)) == [
+        ("lora/dense: training improved on science (+0.120 [+0.050, +0.190]); did not improve "
+        "on pooled (+0.020 [-0.010, +0.050]); made worse code (-0.060 [-0.100, -0.020]).")]
+    nan = [dict(r, learned=float("nan")) for r in rows]
+    meta = {"references_skipped": {"zero-shot": "head 'bi_encoder' gives no answer untrained"}}
+    assert learned_lines(RunFolder(Path("x"), nan, meta=meta)) == [
+        ("What training added over the backbone is unknown: no zero-shot reference (head "
+        "'bi_encoder' gives no answer untrained).")]
+
+
+def test_a_decoder_run_has_zero_shot_rows_and_learned_columns_end_to_end(
+        real_data, tmp_path, capsys) -> None:
+    """`uqbench run` on a tiny random decoder (letters head) and the real ARC science domain:
+    a zero-shot row per domain, every model row's learned column equal to its accuracy minus
+    it (paired CI), the run.json fields, the report's words; `uqbench score` of the run's
+    records gives the same results; an encoder run says why it has none."""
+    import json
+
+    from tests.support.suites import arc_suite
+    from uqbench.io.recordset import read_record_set
+    from uqbench.run.runner import RunConfig, run
+    from uqbench.run.score_records import ScoreConfig, score
+
+    (tmp_path / "tiny.yaml").write_text(arc_suite(caps=(12, 8, 10, 10), header="choices: 4\n"))
+    res = run(RunConfig(suite=str(tmp_path / "tiny.yaml"), profile="smoke",
+                        backbone="tiny-llama", models=("lora",), scorers=("msp", "entropy"),
+                        out=tmp_path / "out", cache_dir=tmp_path / "cache", data_dir=real_data,
+                        figures=False, progress=False, score_workers=1))
+    zs = {r["domain"]: r for r in res.rows if r["method"] == "zero-shot"}
+    assert set(zs) == {"science", "pooled"} and zs["science"]["accuracy"] == zs["pooled"][
+        "accuracy"]
+    models = [r for r in res.rows if not is_reference(r)]
+    assert models and all(r["learned"] == pytest.approx(r["accuracy"] - zs[r["domain"]][
+        "accuracy"]) and r["learned_lo"] <= r["learned"] <= r["learned_hi"] for r in models)
+    meta = json.loads((res.out / "run.json").read_text())
+    assert meta["zero_shot"] == {"head": "letters", "applies": True}
+    assert "references_skipped" not in meta
+    assert meta["forward_passes_run"]["zero-shot/0/-/science/id/deterministic"] == 1
+    assert "lora/dense: training" in capsys.readouterr().out
+    again = score(read_record_set(res.out / "records"),
+                  ScoreConfig(out=tmp_path / "scored", figures=False))
+    assert (tmp_path / "scored" / "results.csv").read_text() == \
+        (res.out / "results.csv").read_text()
+    assert len(again.rows) == len(res.rows)
+    # the same suite on an encoder: no zero-shot row, NaN learned, and the reason recorded
+    enc = run(RunConfig(suite=str(tmp_path / "tiny.yaml"), profile="smoke",
+                        backbone="tiny-bert", models=("lora",), scorers=("msp",),
+                        out=tmp_path / "enc", cache_dir=tmp_path / "cache", data_dir=real_data,
+                        figures=False, progress=False, score_workers=1))
+    assert not any(r["method"] == "zero-shot" for r in enc.rows)
+    assert all(np.isnan(r["learned"]) for r in enc.rows if not is_reference(r))
+    meta = json.loads((enc.out / "run.json").read_text())
+    assert meta["zero_shot"]["applies"] is False
+    assert "bi_encoder" in meta["references_skipped"]["zero-shot"]
+    html = (enc.out / "report.html").read_text()
+    assert "no zero-shot reference" in html and "zero-shot</b> reference row left out" in html
