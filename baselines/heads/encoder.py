@@ -67,9 +67,9 @@ class BiEncoder(EncoderHead):
     """
 
     name = "bi_encoder"
-    no_zero_shot = ("the bi-encoder ranks options by how similar their sentence embedding is to "
-                    "the question's, a relatedness the backbone was trained for, not an answer; "
-                    "only training on the questions makes it one")
+    no_zero_shot = ("untrained, the bi-encoder ranks options by how similar their sentence "
+                    "embedding is to the question's: a relatedness the backbone was trained for, "
+                    "not its answer (a decoder head reads the language model's own)")
 
     def add_modules(self, model: HeadedModel, hidden: int, like: Tensor, seed: int,
                     dropout: float) -> None:
