@@ -326,8 +326,8 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                                             _pad_id(model))
                     enc, labels = _to_device(enc, labels, model.device)
                     if graphs is None:
-                        ce, aux, right, loss, each = forward_backward(enc, labels, n, weight,
-                                                                len(batch_records))
+                        ce, aux, right, loss, each = forward_backward(
+                            enc, labels, n, weight, len(batch_records))
                     else:
                         ce, aux, right, loss, each = graphs(enc, labels, n)
                     _, dom = _to_device({}, torch.tensor([domain_of[r.domain] for r in mine[:n]]),
