@@ -111,6 +111,7 @@ class TorchEngine:
         #: checkpoints kept one)
         self.training_log: dict[str, Any] = {}
         self._backbone: Any = None
+        self._zero_shot: Any = None
 
     # -- models -----------------------------------------------------------------------------
     def backbone(self) -> Any:
@@ -131,6 +132,47 @@ class TorchEngine:
         if self.head == "auto" and self.backbone().kind == "encoder":
             return self.prof.encoder_head
         return self.head
+
+    @property
+    def zero_shot_log(self) -> dict[str, Any]:
+        """run.json ``zero_shot``: the head (resolved), whether the reference applies, why not."""
+        mode = self.head_mode()
+        kind = self.backbone().kind
+        name = heads.DEFAULT_HEADS[kind] if mode == "auto" else mode
+        why = heads.head_class(name).no_zero_shot
+        return {"head": name, "applies": not why, **({"reason": why} if why else {})}
+
+    def zero_shot(self, split: Any) -> Outputs | None:
+        """`uqbench.core.engine.Engine.zero_shot`: `heads.make_plain` on the backbone itself
+        (a decoder head adds no module to it), its record keyed as a forward record by the
+        backbone, the head (no adapter), the split and the length."""
+        log = self.zero_shot_log
+        if not log["applies"]:
+            return None
+        if self._zero_shot is None:
+            self._zero_shot = heads.make_plain(self.backbone(), mode=log["head"], copy=False)
+        model = self._zero_shot
+        material = {"protocol": PROTOCOL_VERSION, "backbone": self.backbone_identity(),
+                    "adapter": "none", "head": log["head"], "split": split.hash,
+                    "mode": "deterministic", "record": forward.RECORD_FIELDS,
+                    "max_length": self.prof.max_length, "index": 0}
+
+        def compute() -> dict[str, np.ndarray]:
+            self.stats.passes["zero-shot", 0, "-", split.name, "deterministic"] += 1
+            t = time.perf_counter()
+            with _out_of_memory(f"the zero-shot pass on {split.name}",
+                               _pass_memory_fix("deterministic", self.prof.eval_tokens)):
+                rec = forward.collect(model, split.records, batch_size=self.prof.eval_batch_size,
+                                      max_length=self.prof.max_length, progress=self.progress)
+            self.stats.add_seconds("passes", time.perf_counter() - t)
+            return rec
+
+        det, hit = distributed.get_or_compute(self.arrays, "forward", material, compute)
+        self.stats.cache_hits += hit
+        recs = split.records
+        return Outputs(ids=np.array([r.id for r in recs]),
+                       labels=np.array([r.answer for r in recs]), logits=det["logits"],
+                       domain=np.array([r.domain for r in recs]))
 
     def model(self, spec: ModelSpec, seed: int) -> tuple[Any, str]:
         """(model, adapter sha256): trained once per config, then loaded from the cache."""

@@ -122,6 +122,14 @@ class TrainResult:
     #: the compiled path's log (`TrainConfig.compile`): compiles per epoch, graph breaks,
     #: seconds of the steps that compiled; None when training ran eagerly
     compile: dict[str, object] | None = None
+    #: the loss before any update (step 0): `step_zero`'s per-domain and pooled cross-entropy
+    #: and accuracy of the untrained model
+    initial: dict[str, Any] | None = None
+    #: per-domain training curves, one point per read of the log (every `LOG_EVERY` steps and
+    #: the last): ``{"steps": [...], "domains": {d: {"loss": [...], "accuracy": [...],
+    #: "n": [...]}}}``, each point the mean over the domain's questions in the steps since the
+    #: previous point (train mode, the steps' own forwards, before their updates)
+    curves: dict[str, Any] | None = None
 
     def summary(self, window: int = 10) -> dict[str, float]:
         """Mean loss and train accuracy of the first and of the last ``window`` steps."""
@@ -141,6 +149,10 @@ class TrainResult:
                "train_accuracy": list(self.train_accuracy), "summary": self.summary()}
         if self.compile is not None:
             out["compile"] = self.compile
+        if self.initial is not None:
+            out["initial"] = self.initial
+        if self.curves is not None:
+            out["curves"] = self.curves
         return out
 
 
@@ -231,7 +243,13 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
         moe_gates, lb_coef = get_gates(model.backbone), float(cfg["lb_coef"])
         set_gate(model.backbone, train_gate(MoELoRAConfig.from_dict(cfg)))
 
-    log = _StepLog()
+    with torch.random.fork_rng(devices=_devices(model)):   # eval mode: it draws nothing
+        initial = step_zero(model, records, max_length=config.max_length,
+                            batch_size=config.batch_size)
+    domains = list(initial["domains"])
+    domain_of = {d: i for i, d in enumerate(domains)}
+    names = {id(q): n for n, q in model.named_parameters()}
+    log = _StepLog(domains, [names.get(id(p), "?") for p in params], setting(model, config, world))
     t0 = time.perf_counter()
     bar = tqdm(total=total, desc="train", disable=not progress or not distributed.is_main(),
                leave=False)
@@ -269,6 +287,9 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                 if dense.is_adalora(model):
                     aux = aux + dense.adalora_orth_loss(model)
                 right = weight * (logits.detach().argmax(1) == labels).sum().float()
+                # per question, for the per-domain curves (detached: the loss is the above)
+                each = torch.stack([per_example_ce(logits.detach(), labels),
+                                    (logits.detach().argmax(1) == labels).float()])  # (2, n)
                 if world == 1:
                     ce = F.cross_entropy(logits, labels)
                     loss = ce + aux
@@ -282,7 +303,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                 if model.has_moe:   # no graph outlives its step
                     from baselines.moe import forget_aux
                     forget_aux(model.backbone)
-                return ce.detach(), aux.detach(), right, loss.detach()
+                return ce.detach(), aux.detach(), right, loss.detach(), each
 
             if graphs is not None:
                 graphs.fn = lambda e, y, n: forward_backward(e, y, n, 1.0, n)
@@ -305,10 +326,17 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                                             _pad_id(model))
                     enc, labels = _to_device(enc, labels, model.device)
                     if graphs is None:
-                        ce, aux, right, loss = forward_backward(enc, labels, n, weight,
-                                                                len(batch_records))
+                        ce, aux, right, loss, each = forward_backward(
+                            enc, labels, n, weight, len(batch_records))
                     else:
-                        ce, aux, right, loss = graphs(enc, labels, n)
+                        ce, aux, right, loss, each = graphs(enc, labels, n)
+                    _, dom = _to_device({}, torch.tensor([domain_of[r.domain] for r in mine[:n]]),
+                                        model.device)
+                    by_domain = torch.zeros(2, len(domains), device=model.device).index_add_(
+                        1, dom, each) * weight                                  # (2, D)
+                    if world > 1:
+                        by_domain = distributed.all_sum(by_domain)
+                    norms = grad_norms(params)   # the step's own, before clipping
                     if config.grad_clip is not None:
                         torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
                     opt.step()
@@ -316,12 +344,13 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                     if dense.is_adalora(model):
                         dense.adalora_update(model, step)
                     opt.zero_grad(set_to_none=graphs is None)   # graphs: gradients stay put
-                    log.add(ce, aux, right, loss, len(batch_records))
+                    log.add(ce, aux, right, loss, len(batch_records), by_domain, norms,
+                            [sum(r.domain == d for r in batch_records) for d in domains])
                     step += 1
                     if step % LOG_EVERY == 0 or step == total:
                         log.read()
                         bar.set_postfix(loss=f"{log.losses[-1]:.4f}",
-                                        acc=f"{log.accuracy[-1]:.2f}")
+                                        acc=f"{log.accuracy[-1]:.2f}", **log.postfix())
                     if compile_log is not None:
                         compile_log.step(epoch, time.perf_counter() - t_step)
                     bar.update(1)
@@ -338,41 +367,206 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
                        train_accuracy=tuple(log.accuracy),
                        compile=compile_log.to_json() if compile_log is not None else None,
                        chance_loss=sum(math.log(k) for k in ks) / len(ks),
-                       chance_accuracy=sum(1.0 / k for k in ks) / len(ks))
+                       chance_accuracy=sum(1.0 / k for k in ks) / len(ks),
+                       initial=initial, curves=log.curves())
+
+
+#: `step_zero` scores at most this many training questions of each domain (the first ones)
+STEP_ZERO_QUESTIONS = 64
+
+
+def per_example_ce(logits: Tensor, labels: Tensor) -> Tensor:
+    """(B,) cross-entropy of each row, ``-log softmax(logits)[label]`` (float32)."""
+    return -F.log_softmax(logits.float(), dim=1).gather(1, labels[:, None]).squeeze(1)
+
+
+def step_zero(model: MultipleChoiceModel, records: Sequence[MCRecord], *, max_length: int,
+              batch_size: int) -> dict[str, Any]:
+    """The loss before any update: the model's cross-entropy and accuracy on the first
+    `STEP_ZERO_QUESTIONS` training questions of each domain, in eval mode (no dropout),
+    under the gate it is set to: ``{"domains": {d: {"loss", "accuracy", "n"}}, "loss",
+    "accuracy", "n"}`` (the last three over every question scored). One deterministic pass,
+    without gradients; the model's modes are put back after."""
+    by: dict[str, list[MCRecord]] = {}
+    for r in records:
+        if len(by.setdefault(r.domain, [])) < STEP_ZERO_QUESTIONS:
+            by[r.domain].append(r)
+    flags = {m: m.training for m in model.modules()}
+    model.eval()
+    out: dict[str, Any] = {"domains": {}}
+    tot = torch.zeros(2, dtype=torch.float64)
+    try:
+        with torch.no_grad():
+            for d, recs in by.items():
+                sums = torch.zeros(2, dtype=torch.float64)
+                for i in range(0, len(recs), batch_size):
+                    chunk = recs[i:i + batch_size]
+                    logits = model(model.encode(chunk, max_length))[:len(chunk)]
+                    labels = torch.tensor([r.answer for r in chunk], device=logits.device)
+                    sums += torch.stack([per_example_ce(logits, labels).sum(),
+                                         (logits.argmax(1) == labels).sum().float()]).cpu()
+                loss, right = sums.tolist()
+                out["domains"][d] = {"loss": loss / len(recs), "accuracy": right / len(recs),
+                                     "n": len(recs)}
+                tot += sums
+    finally:
+        for m, was in flags.items():
+            m.training = was
+        if model.has_moe:   # nothing this pass derived reaches training
+            from baselines.moe import forget_aux, moe_layers
+            forget_aux(model.backbone)
+            for layer in moe_layers(model.backbone):
+                layer._cache.clear()   # views of the weights made without autograd
+    n = sum(v["n"] for v in out["domains"].values())
+    out.update(loss=float(tot[0]) / max(n, 1), accuracy=float(tot[1]) / max(n, 1), n=n)
+    return out
+
+
+def grad_norms(params: Sequence[Tensor]) -> Tensor:
+    """(P,) float32 L2 norm of each parameter's gradient (0 for one without), on the device:
+    a non-finite one is a non-finite gradient (or one too large for float32)."""
+    have = [p.grad for p in params if p.grad is not None]
+    norms = iter(torch._foreach_norm(have)) if have else iter(())
+    zero = torch.zeros((), device=params[0].device)
+    return torch.stack([next(norms).float() if p.grad is not None else zero for p in params])
+
+
+def setting(model: MultipleChoiceModel, config: TrainConfig, world: int) -> str:
+    """What a training error names: backbone, adapter, head, dtypes, device and the recipe."""
+    trainable = next((p for p in model.parameters() if p.requires_grad), None)
+    adapter = model.adapter.get("type", "?")
+    variant = (model.adapter.get("config") or {}).get("variant")
+    parts = [f"backbone {model.identity.get('name', '?')}",
+             f"adapter {adapter}" + (f" ({variant})" if variant and variant != adapter else ""),
+             f"head {model.mode}", f"backbone dtype {str(model.backbone.dtype).split('.')[-1]}",
+             "adapter dtype " + (str(trainable.dtype).split(".")[-1] if trainable is not None
+                                 else "-"),
+             f"device {model.device}", f"lr {config.lr:g}", f"head_lr {config.head_lr:g}",
+             f"batch_size {config.batch_size}", f"epochs {config.epochs}",
+             f"warmup_ratio {config.warmup_ratio:g}", f"grad_clip {config.grad_clip}",
+             f"seed {config.seed}", f"max_length {config.max_length}"]
+    parts += [k for k, on in (("compile", compile_enabled(config, model.device)),
+                              ("cuda_graph", config.cuda_graph),
+                              ("grad_checkpoint", config.grad_checkpoint)) if on]
+    return ", ".join(parts + ([f"{world} processes"] if world > 1 else []))
+
+
+class NonFiniteLoss(FloatingPointError):
+    """Training stopped: a step's loss or gradients were not finite. ``step`` (0-based) is the
+    first such step, ``layers`` the modules whose gradients were non-finite at it, ``setting``
+    the training's (`setting`)."""
+
+    def __init__(self, message: str, *, step: int, layers: Sequence[str], setting: str) -> None:
+        super().__init__(message)
+        self.step, self.layers, self.setting = step, list(layers), setting
+
+
+def _layer(name: str) -> str:
+    """The module holding a parameter (``a.b.lora_A`` -> ``a.b``)."""
+    return name.rsplit(".", 1)[0] if "." in name else name
+
+
+def _listed(names: Sequence[str], at_most: int = 6) -> str:
+    return ", ".join(names[:at_most]) + (f" and {len(names) - at_most} more"
+                                         if len(names) > at_most else "")
 
 
 class _StepLog:
-    """Per-step cross-entropy, auxiliary loss and train accuracy, kept on the device and read
-    in one go every `LOG_EVERY` steps: reading a device scalar is a host sync, which stalls
-    the GPU's queue of kernels once per step. A non-finite loss raises at the read after it."""
+    """Per-step cross-entropy, auxiliary loss and train accuracy (and per domain: the summed
+    cross-entropy and right answers of its questions; and each parameter's gradient norm),
+    kept on the device and read in one go every `LOG_EVERY` steps: reading a device scalar is
+    a host sync, which stalls the GPU's queue of kernels once per step. A non-finite loss or
+    gradient raises `NonFiniteLoss` at the read after it, naming the step, the layers and the
+    setting; each read adds one point to the per-domain curves."""
 
-    def __init__(self) -> None:
+    def __init__(self, domains: Sequence[str] = (), params: Sequence[str] = (),
+                 setting: str = "") -> None:
+        self.domains, self.params, self.setting = list(domains), list(params), setting
         self.losses: list[float] = []
         self.aux_losses: list[float] = []
         self.accuracy: list[float] = []
+        self.steps: list[int] = []
+        self.by_domain: dict[str, dict[str, list[float | None]]] = {
+            d: {"loss": [], "accuracy": [], "n": []} for d in self.domains}
         self._pending: list[Tensor] = []
         self._sizes: list[int] = []
+        self._counts: list[list[int]] = []
+        self._last_norms: list[float] | None = None
 
-    def add(self, ce: Tensor, aux: Tensor, right: Tensor, loss: Tensor, size: int) -> None:
-        """One step: its CE, aux loss, number of right answers, total loss and batch size."""
+    def add(self, ce: Tensor, aux: Tensor, right: Tensor, loss: Tensor, size: int,
+            by_domain: Tensor | None = None, norms: Tensor | None = None,
+            counts: Sequence[int] = ()) -> None:
+        """One step: its CE, aux loss, number of right answers, total loss and batch size; the
+        (2, D) per-domain sums of CE and right answers, the (P,) gradient norms and the
+        questions of each domain in the batch."""
         # float64 holds each float32 value exactly: the floats read equal float(value)
-        self._pending.append(torch.stack([t.detach().double() for t in (ce, aux, right, loss)]))
+        parts = [torch.stack([t.detach().double() for t in (ce, aux, right, loss)])]
+        if by_domain is not None:
+            parts.append(by_domain.detach().double().flatten())
+        if norms is not None:
+            parts.append(norms.detach().double())
+        self._pending.append(torch.cat(parts))
         self._sizes.append(size)
+        self._counts.append(list(counts))
 
     def read(self) -> None:
         if not self._pending:
             return
-        rows = torch.stack(self._pending).tolist()                        # (n, 4), one sync
-        first = len(self.losses)
-        for i, (ce, aux, right, loss) in enumerate(rows):
-            if not math.isfinite(loss):
-                raise FloatingPointError(
-                    f"train: loss is {loss} at step {first + i}; lower lr/head_lr or check the "
-                    "inputs")
+        rows = torch.stack(self._pending).tolist()                        # one sync
+        first, n_dom = len(self.losses), 2 * len(self.domains)
+        for i, row in enumerate(rows):
+            norms = row[4 + n_dom:]
+            bad = [j for j, v in enumerate(norms) if not math.isfinite(v)]
+            if not math.isfinite(row[3]) or bad:
+                raise self._error(first + i, row[3], bad)
+            self._last_norms = norms
         self.losses += [r[0] for r in rows]
         self.aux_losses += [r[1] for r in rows]
         self.accuracy += [r[2] / b for r, b in zip(rows, self._sizes)]
-        self._pending, self._sizes = [], []
+        if self.domains:
+            sums = [sum(r[4 + k] for r in rows) for k in range(n_dom)]
+            self.steps.append(len(self.losses))
+            for k, d in enumerate(self.domains):
+                n = sum(c[k] for c in self._counts if c)
+                curve = self.by_domain[d]
+                curve["loss"].append(sums[k] / n if n else None)
+                curve["accuracy"].append(sums[len(self.domains) + k] / n if n else None)
+                curve["n"].append(n)
+        self._pending, self._sizes, self._counts = [], [], []
+
+    def _error(self, step: int, loss: float, bad: Sequence[int]) -> NonFiniteLoss:
+        layers = list(dict.fromkeys(_layer(self.params[j]) for j in bad)) if self.params else []
+        every = bool(self.params) and len(bad) == len(self.params)
+        if not bad:
+            where = "its gradients were finite"
+        elif every:
+            where = f"every trained layer's gradient ({len(layers)} layers) is non-finite with it"
+        else:
+            where = f"non-finite gradients in {_listed(layers)}"
+        msg = (f"train: loss is {loss} at step {step}" if not math.isfinite(loss) else
+               f"train: the gradients went non-finite at step {step} (loss {loss:.4g})")
+        msg += f"; {where}"
+        if self._last_norms is not None and self.params and (every or not bad):
+            top = sorted(range(len(self.params)), key=lambda j: -self._last_norms[j])[:3]
+            msg += ("; largest gradients at the step before: " + ", ".join(
+                f"{_layer(self.params[j])} ({self._last_norms[j]:.3g})" for j in top))
+        msg += (f". Setting: {self.setting}. Training stopped before any model was saved; "
+                "lower lr/head_lr or check the inputs")
+        return NonFiniteLoss(msg, step=step, layers=layers, setting=self.setting)
+
+    def curves(self) -> dict[str, Any]:
+        """`TrainResult.curves`."""
+        return {"steps": list(self.steps), "domains": self.by_domain}
+
+    def postfix(self) -> dict[str, str]:
+        """The progress bar's per-domain ``loss/accuracy`` of the last read."""
+        out = {}
+        for d, c in self.by_domain.items():
+            loss, acc = c["loss"][-1] if c["loss"] else None, c["accuracy"][-1] if c[
+                "accuracy"] else None
+            if loss is not None and acc is not None:
+                out[d] = f"{loss:.3f}/{acc:.2f}"
+        return out
 
 
 class _GraphSteps:

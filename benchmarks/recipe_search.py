@@ -2,8 +2,10 @@
 
 Each candidate trains one MoE-LoRA model (16 experts of rank 8, top-4 in training, the runner's
 model) on the pooled suite's train splits and reports, per domain, the ID-test accuracy with its
-95% percentile-bootstrap CI, the final train loss (mean of the last 10 steps) and the seconds of
-training and evaluation. The `cpu` profile's recipe (`uqbench.core.profiles`) is chosen from this table
+95% percentile-bootstrap CI, the loss before any update (``initial_loss_<domain>``, step 0,
+with its accuracy), the training loss and accuracy of the last logging interval
+(``train_loss_<domain>``, ``train_acc_<domain>``; the whole curves in ``curves``), the final
+train loss (mean of the last 10 steps) and the seconds of training and evaluation. The `cpu` profile's recipe (`uqbench.core.profiles`) is chosen from this table
 (docs/recipe.md); `smoke` keeps the same recipe at smaller caps.
 
     python -m benchmarks.recipe_search --candidates bi,cross --out recipe.jsonl
@@ -124,16 +126,21 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     records = [r for s in suite.role("train") for r in s.records]
     t0 = time.perf_counter()
     losses: tuple[float, ...] = ()
-    diverged = None
+    diverged, failure = None, None
+    initial, curves = None, None
     if cand["epochs"] > 0:
         cfg = train.TrainConfig(lr=cand["lr"], head_lr=cand["head_lr"], epochs=int(cand["epochs"]),
                                 batch_size=int(cand["batch"]), max_length=prof.max_length, seed=0)
         try:
-            losses = train.train(model, records, cfg, progress=False).losses
+            res = train.train(model, records, cfg, progress=False)
+            losses, initial, curves = res.losses, res.initial, res.curves
         except FloatingPointError as exc:   # a recipe that diverges is a finding: the search
-            diverged = str(exc)              # records it and goes on to the next candidate
+            diverged, failure = str(exc), exc   # records it and goes on to the next candidate
             warnings.warn(f"recipe_search: candidate {name!r} diverged ({exc}); not scored",
                           stacklevel=2)
+    else:   # no training: the untrained model's loss is still the row's step 0
+        initial = train.step_zero(model, records, max_length=prof.max_length,
+                                  batch_size=prof.eval_batch_size)
     t_train = time.perf_counter() - t0
     row: dict[str, Any] = {"candidate": name, **cand, "max_length": prof.max_length,
                            "device": str(model.device),
@@ -142,9 +149,12 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
                            "steps": len(losses),
                            "final_loss": float(np.mean(losses[-10:])) if losses else None,
                            "first_loss": float(np.mean(losses[:10])) if losses else None,
-                           "train_seconds": round(t_train, 1)}
+                           "train_seconds": round(t_train, 1),
+                           **domain_training(initial, curves)}
     if diverged is not None:
-        return {**row, "diverged": diverged}
+        return {**row, "diverged": diverged,
+                "diverged_step": getattr(failure, "step", None),
+                "diverged_layers": getattr(failure, "layers", None)}
     t0 = time.perf_counter()
     pooled = []
     for dom in domains or suite.domains:
@@ -162,6 +172,21 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     row["acc_pooled"] = [round(float(allc.mean()), 3), round(lo, 3), round(hi, 3)]
     row["eval_seconds"] = round(time.perf_counter() - t0, 1)
     return row
+
+
+def domain_training(initial: dict[str, Any] | None, curves: dict[str, Any] | None
+                    ) -> dict[str, Any]:
+    """A row's per-domain training columns from the training log (`baselines.train.TrainResult`
+    ``initial`` and ``curves``): ``initial_loss_<d>``/``initial_acc_<d>`` (step 0), the last
+    interval's ``train_loss_<d>``/``train_acc_<d>`` (None where it had no question of ``d``),
+    and both logs as they are (``initial``, ``curves``)."""
+    out: dict[str, Any] = {"initial": initial, "curves": curves}
+    for d, v in ((initial or {}).get("domains") or {}).items():
+        out[f"initial_loss_{d}"], out[f"initial_acc_{d}"] = v["loss"], v["accuracy"]
+    for d, c in ((curves or {}).get("domains") or {}).items():
+        out[f"train_loss_{d}"] = c["loss"][-1] if c["loss"] else None
+        out[f"train_acc_{d}"] = c["accuracy"][-1] if c["accuracy"] else None
+    return out
 
 
 def table(rows: list[dict[str, Any]]) -> str:

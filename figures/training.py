@@ -4,8 +4,11 @@ One column per trained model (``name@seed``): on top its cross-entropy per step 
 a trailing moving average, solid; the weighted auxiliary loss dotted when it is not zero) with
 the chance line ln C (the loss of a uniform guess, mean ln k_i over the training records), below
 its train accuracy per step (the fraction of each step's batch the argmax got right) with the
-chance accuracy (mean 1/k_i). A model whose curves stay on the chance lines learnt nothing, and
-its uncertainty numbers describe guessing. Columns wrap after `MAX_COLS` models.
+chance accuracy (mean 1/k_i). Where the log has them, each domain's curve (its questions' mean
+cross-entropy and accuracy per logging interval, ``curves``) is drawn over both, from its loss
+before any update (``initial``, step 0: a star). A model whose curves stay on the chance lines
+learnt nothing, and its uncertainty numbers describe guessing. Columns wrap after `MAX_COLS`
+models. Every number drawn is the log's (the moving average is for display only).
 """
 from __future__ import annotations
 
@@ -20,7 +23,15 @@ from matplotlib.ticker import MaxNLocator
 from numpy.typing import NDArray
 
 from figures.data import RunData
-from figures.style import BLUE, GREY, REFERENCE_COLOR, TEXT_WIDTH, VERMILLION, new_figure
+from figures.style import (
+    BLUE,
+    GREY,
+    PALETTE,
+    REFERENCE_COLOR,
+    TEXT_WIDTH,
+    VERMILLION,
+    new_figure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +85,7 @@ def training_figure(run: RunData) -> Figure | None:
         summary = t.get("summary") or {}
         _loss_panel(ax_loss, t, _number(summary.get("chance_loss")))
         _accuracy_panel(ax_acc, t, _number(summary.get("chance_accuracy")))
+        _domain_curves(ax_loss, ax_acc, t)
         last_loss, last_acc = (_number(summary.get(k)) for k in ("last_loss",
                                                                  "last_train_accuracy"))
         sub = ", ".join(s for s in (
@@ -92,7 +104,7 @@ def training_figure(run: RunData) -> Figure | None:
             label = str(h.get_label())
             if not label.startswith("_"):
                 key = "chance" if label.startswith("chance") else label
-                handles.setdefault(key, h)
+                handles.setdefault(key, h)   # one entry per label: a domain, step 0, chance
     fig.legend(list(handles.values()), [_legend_label(k, h) for k, h in handles.items()],
                loc="outside lower center", ncols=min(4, len(handles)))
     return fig
@@ -131,6 +143,33 @@ def _accuracy_panel(ax: Any, t: Mapping[str, Any], chance: float | None) -> None
         ax.axhline(chance, color=REFERENCE_COLOR, ls="--", lw=0.9,
                    label="chance", gid="chance_acc")
     ax.set_ylim(-0.02, 1.02)
+
+
+def _domain_curves(ax_loss: Any, ax_acc: Any, t: Mapping[str, Any]) -> None:
+    """Each domain's logged curve (``curves``: one point per logging interval, at its last
+    step) from its step-0 loss and accuracy (``initial``), on both panels."""
+    curves = t.get("curves") if isinstance(t.get("curves"), Mapping) else {}
+    initial = t.get("initial") if isinstance(t.get("initial"), Mapping) else {}
+    steps = [int(x) - 1 for x in curves.get("steps") or []]   # the interval's last step index
+    domains = list(dict.fromkeys([*(curves.get("domains") or {}),
+                                  *(initial.get("domains") or {})]))
+    for i, d in enumerate(domains):
+        color = PALETTE[(i + 2) % len(PALETTE)]   # clear of the pooled curves' two colours
+        c = (curves.get("domains") or {}).get(d) or {}
+        start = (initial.get("domains") or {}).get(d) or {}
+        for ax, key in ((ax_loss, "loss"), (ax_acc, "accuracy")):
+            x0, y0 = ([0.0], [_number(start.get(key))]) if _number(start.get(key)) is not None \
+                else ([], [])
+            pts = [(x, _number(y)) for x, y in zip(steps, c.get(key) or [])
+                   if _number(y) is not None]
+            xs, ys = x0 + [float(x) for x, _ in pts], y0 + [y for _, y in pts]
+            if not xs:
+                continue
+            ax.plot(xs, ys, color=color, lw=1.0, marker=".", ms=3, label=d,
+                    gid=f"domain_{key}_{d}")
+            if x0:
+                ax.plot(x0, y0, color=color, marker="*", ms=6, ls="none",
+                        label="step 0 (before any update)", gid=f"initial_{key}_{d}")
 
 
 __all__ = ["smooth", "training_figure"]

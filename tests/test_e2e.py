@@ -37,6 +37,15 @@ def test_smoke_run_writes_every_table_and_figure(smoke_run):
     # the printed summary: the model level, then each model's scorers under it (named once)
     assert "moe-lora/care" in proc.stdout and "\n  care " in proc.stdout
     assert set(meta["training"]) == set(meta["trained"]) and "at_chance" in meta
+    # MiniLM's bi-encoder has no zero-shot row: the run says so (run.json, stdout), learned NaN
+    assert meta["zero_shot"] == {"head": "bi_encoder", "applies": False,
+                                 "reason": meta["zero_shot"]["reason"]}
+    assert "bi_encoder" in meta["references_skipped"]["zero-shot"]
+    assert "no zero-shot reference" in proc.stdout
+    assert all(r["learned"] != r["learned"] for r in rows if not is_reference(r))   # NaN
+    for t in meta["training"].values():   # step 0 and the per-domain curves of every model
+        assert set(t["initial"]["domains"]) == set(t["curves"]["domains"]) == domains - {
+            "pooled"}
     pngs = list((run / "figures").glob("*.png"))
     assert pngs and all(p.with_suffix(".pdf").exists() for p in pngs)
     # each PDF keeps its PNG's layout: laid out again, the forest plots' axes collapsed

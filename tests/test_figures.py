@@ -579,6 +579,25 @@ def test_training_figure_from_run_json_and_reference_rows_skipped(heavy_compute,
     assert acc["chance_acc"].get_ydata()[0] == pytest.approx(0.25)
     assert list(acc["acc_raw"].get_ydata()) == meta["training"]["lora@0"]["train_accuracy"]
     assert fig.axes[0].get_title().startswith("lora@0")
+    # per-domain curves: the logged points from the step-0 loss, exactly as logged
+    log = meta["training"]["lora@0"]
+    log["initial"] = {"domains": {"sci": {"loss": 1.5, "accuracy": 0.2, "n": 64},
+                                  "code": {"loss": 1.4, "accuracy": 0.3, "n": 40}},
+                      "loss": 1.46, "accuracy": 0.24, "n": 104}
+    log["curves"] = {"steps": [16, 32, 40], "domains": {
+        "sci": {"loss": [1.3, 1.1, 0.9], "accuracy": [0.3, 0.5, 0.6], "n": [40, 41, 20]},
+        "code": {"loss": [1.4, None, 1.35], "accuracy": [0.25, None, 0.3], "n": [24, 0, 4]}}}
+    (d / "run.json").write_text(json.dumps(meta))
+    fig = training.training_figure(load_run(d))
+    assert fig is not None
+    loss = {ln.get_gid(): ln for ln in fig.axes[0].get_lines()}
+    assert list(loss["domain_loss_sci"].get_xdata()) == [0, 15, 31, 39]
+    assert list(loss["domain_loss_sci"].get_ydata()) == [1.5, 1.3, 1.1, 0.9]
+    assert list(loss["domain_loss_code"].get_xdata()) == [0, 15, 39]   # no question: no point
+    assert list(loss["initial_loss_code"].get_ydata()) == [1.4]
+    acc = {ln.get_gid(): ln for ln in fig.axes[1].get_lines()}
+    assert list(acc["domain_accuracy_code"].get_ydata()) == [0.3, 0.25, 0.3]
+    assert "domain_loss_sci" not in {ln.get_gid() for ln in fig.axes[2].get_lines()}
     paths = draw_run(d, max_methods=3)
     assert d / "figures" / "training.png" in paths and (d / "figures" / "training.pdf").exists()
     # without logs the figure is skipped, with a note

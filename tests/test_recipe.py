@@ -119,6 +119,13 @@ def test_id_cap_scores_the_first_questions_of_each_domain(smoke_splits, real_dat
     doms = [k for k in row if k.startswith("acc_") and k != "acc_pooled"]
     assert row["id_cap"] == 3 and row["id_questions"] == 3 * len(doms) == 12
     assert row["steps"] == 0 and row["final_loss"] is None and row["backbone_load_s"] >= 0
+    # no training, yet the row has its step 0: the untrained model's loss per domain
+    names = [d[4:] for d in doms]
+    assert sorted(row["initial"]["domains"]) == sorted(names) and row["curves"] is None
+    for d in names:
+        v = row["initial"]["domains"][d]
+        assert (row[f"initial_loss_{d}"], row[f"initial_acc_{d}"]) == (v["loss"], v["accuracy"])
+        assert v["n"] == 32 and v["loss"] > 0
     with pytest.raises(SystemExit):
         main([*argv, "--id-cap", "0"])
     assert "--id-cap 0" in capsys.readouterr().err

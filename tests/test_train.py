@@ -253,7 +253,8 @@ def test_no_autograd_graph_outlives_its_training_step(monkeypatch, kind, mode, v
     monkeypatch.setattr(type(model), "forward", spy)
     train(model, toy_records(16), TrainConfig(epochs=1, batch_size=8, max_length=32),
           progress=False)
-    assert len(held) == 2 and held == [[], []], held
+    # step_zero's two forwards (16 questions of one domain, 8 a batch), then the two steps
+    assert len(held) == 4 and held == [[]] * 4, held
     assert _graph_holders(model) == []
 
 
@@ -524,7 +525,8 @@ def test_gradient_checkpointing_trains_as_without_and_keeps_less(kind: str, mode
         moe_layers(model.backbone)[0].register_forward_hook(lambda *_, c=calls: c.update([1]))
         res = train(model, recs, TrainConfig(**{**cfg.__dict__, "grad_checkpoint": ckpt}),
                     progress=False)
-        assert calls[1] == res.steps * (2 if ckpt else 1)   # recomputed in the backward
+        # recomputed in the backward; step_zero's two batches of 8 run once, before
+        assert calls[1] == res.steps * (2 if ckpt else 1) + 2
         assert not any(getattr(m, "gradient_checkpointing", False)
                        for m in model.backbone.modules())
         runs.append((res, model))
@@ -553,3 +555,137 @@ def test_gradient_checkpointing_trains_as_without_and_keeps_less(kind: str, mode
     for other in ({"cuda_graph": True}, {"compile": "on"}):
         with pytest.raises(ConfigError, match="TrainConfig.grad_checkpoint=True is invalid"):
             TrainConfig(grad_checkpoint=True, **other)
+
+
+def _two_domains(n: int = 24) -> list:
+    from dataclasses import replace
+
+    return [replace(r, domain="sci" if i % 3 else "code") for i, r in
+            enumerate(toy_records(n, seed=4, n_choices=(3, 4)))]
+
+
+def test_step_zero_is_the_untrained_models_loss_per_domain() -> None:
+    """The loss before any update: the same model's cross-entropy and accuracy on each domain's
+    first questions, computed here from its logits by hand (numpy)."""
+    import numpy as np
+
+    from baselines.forward import collect
+    from baselines.train import step_zero
+
+    recs = _two_domains()
+    model = make_moe(tiny_backbone("decoder"), SMALL_MOE, mode="letters")
+    got = step_zero(model, recs, max_length=48, batch_size=5)
+    logits = collect(model, recs, batch_size=64, max_length=48, progress=False)["logits"]
+    labels = np.array([r.answer for r in recs])
+    logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) \
+        - logits.max(1, keepdims=True)
+    ce, right = -logp[np.arange(len(recs)), labels], logits.argmax(1) == labels
+    for d in ("sci", "code"):
+        mine = np.array([r.domain == d for r in recs])
+        assert got["domains"][d]["n"] == mine.sum()
+        assert got["domains"][d]["loss"] == pytest.approx(ce[mine].mean(), abs=1e-5)
+        assert got["domains"][d]["accuracy"] == pytest.approx(right[mine].mean())
+    assert (got["loss"], got["accuracy"], got["n"]) == pytest.approx(
+        (ce.mean(), right.mean(), len(recs)), abs=1e-5)
+    # capped per domain: the first STEP_ZERO_QUESTIONS of each
+    import baselines.train as T
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(T, "STEP_ZERO_QUESTIONS", 3)
+        capped = step_zero(model, recs, max_length=48, batch_size=5)
+    first = [i for i, r in enumerate(recs) if r.domain == "code"][:3]
+    assert capped["domains"]["code"]["loss"] == pytest.approx(ce[first].mean(), abs=1e-5)
+
+
+def test_per_domain_curves_at_each_read_add_up_to_the_logged_steps(monkeypatch) -> None:
+    """Each point of a domain's curve is the mean over its questions in the steps since the
+    last read; weighted by their counts, the domains give back each interval's logged batch
+    losses and accuracies (weighted by batch size)."""
+    import baselines.train as T
+
+    monkeypatch.setattr(T, "LOG_EVERY", 2)
+    recs = _two_domains(27)
+    model = make_moe(tiny_backbone("encoder"), SMALL_MOE)
+    res = train(model, recs, TrainConfig(epochs=2, batch_size=4, max_length=32, lr=5e-3),
+                progress=False)
+    c = res.curves
+    assert c is not None and res.initial is not None
+    assert res.steps == 14 and c["steps"] == [2, 4, 6, 8, 10, 12, 14]
+    assert res.initial["domains"]["sci"]["n"] == sum(r.domain == "sci" for r in recs)
+    doms = c["domains"]
+    assert sum(sum(doms[d]["n"]) for d in doms) == 2 * len(recs)   # every question, each epoch
+    gen = torch.Generator().manual_seed(0)   # the training's batches: 27 = 6 * 4 + 3 an epoch
+    sizes = [len(b) for _ in range(2) for b in batch_order(recs, 4, gen)]
+    prev = 0
+    for k, step in enumerate(c["steps"]):
+        span = range(prev, step)
+        n = sum(doms[d]["n"][k] for d in doms)
+        assert n == sum(sizes[i] for i in span)
+        loss = sum(doms[d]["loss"][k] * doms[d]["n"][k] for d in doms if doms[d]["n"][k])
+        acc = sum(doms[d]["accuracy"][k] * doms[d]["n"][k] for d in doms if doms[d]["n"][k])
+        assert loss == pytest.approx(sum(res.losses[i] * sizes[i] for i in span), rel=1e-5)
+        assert acc == pytest.approx(sum(res.train_accuracy[i] * sizes[i] for i in span))
+        prev = step
+    log = res.to_json()
+    assert log["initial"] == res.initial and log["curves"] == c
+
+
+def test_non_finite_gradient_stops_training_naming_step_layer_and_setting(monkeypatch) -> None:
+    """A gradient forced to NaN in one adapted layer from the third step on: training stops at
+    the read after it (`LOG_EVERY`), naming that step, that layer and the setting."""
+    import baselines.train as T
+    from baselines.train import NonFiniteLoss
+
+    monkeypatch.setattr(T, "LOG_EVERY", 4)
+    model = make_moe(tiny_backbone("decoder"), SMALL_MOE, mode="letters")
+    name, layer = next((n, m) for n, m in model.named_modules() if m in moe_layers(model.backbone))
+    calls = []
+
+    def poison(g):
+        calls.append(1)
+        return g * float("nan") if len(calls) >= 3 else g
+
+    layer.lora_A.register_hook(poison)
+    with pytest.raises(NonFiniteLoss) as err:
+        train(model, toy_records(40), TrainConfig(epochs=1, batch_size=4, max_length=32,
+                                                   lr=1e-3), progress=False)
+    e = err.value
+    assert e.step == 2 and e.layers == [name]
+    msg = str(e)
+    assert "gradients went non-finite at step 2" in msg and name in msg
+    for part in ("backbone tiny-llama", "adapter moe", "head letters", "backbone dtype float32",
+                 "lr 0.001", "batch_size 4"):
+        assert part in msg and part in e.setting
+    assert len(calls) == 4   # stopped at the read after step index 3, not at the end (10 steps)
+
+
+def test_a_run_whose_training_goes_non_finite_writes_no_model(tmp_path, monkeypatch) -> None:
+    """The engine trains in a temporary folder of the cache: when training stops on a
+    non-finite loss nothing is published (no model entry, no temporary folder left), and a
+    rerun trains again rather than loading a half-written model."""
+    from types import SimpleNamespace
+
+    from baselines import engine as eng
+    from baselines.train import NonFiniteLoss
+    from uqbench.core.engine import RunStats
+    from uqbench.core.plan import MOE
+    from uqbench.core.profiles import get_profile
+
+    split = SimpleNamespace(records=toy_records(20), hash="h-train", name="toy/train")
+    suite = SimpleNamespace(role=lambda role: [split])
+    e = eng.TorchEngine("tiny-llama", get_profile("smoke"), suite, tmp_path, RunStats(),
+                        progress=False)
+    fresh = e._fresh
+
+    def poisoned(spec, seed):   # one weight of the backbone at infinity: the loss is NaN
+        model = fresh(spec, seed)
+        with torch.no_grad():
+            model.backbone.get_input_embeddings().weight[:] = float("inf")
+        return model
+
+    monkeypatch.setattr(e, "_fresh", poisoned)
+    with pytest.raises(NonFiniteLoss, match=r"loss is nan at step 0; every trained layer") as err:
+        e.model(MOE, 0)
+    assert "backbone tiny-llama" in err.value.setting and "lr 0.001" in err.value.setting
+    models = tmp_path / "models"
+    assert not models.exists() or list(models.iterdir()) == []
+    assert e.stats.trained == [] and "moe-lora@0" not in e.training_log

@@ -105,6 +105,10 @@ class Head:
     name: ClassVar[str]
     #: the backbone kind the head fits: "encoder" or "decoder"
     kind: ClassVar[str]
+    #: "" when the frozen backbone answers through the head untrained, with no parameter of its
+    #: own to learn (a run's ``zero-shot`` reference row: `baselines.engine.TorchEngine.zero_shot`);
+    #: else why it cannot, which run.json and the report give
+    no_zero_shot: ClassVar[str] = "the head does not declare that it answers untrained"
 
     def add_modules(self, model: HeadedModel, hidden: int, like: Tensor, seed: int,
                     dropout: float) -> None:

@@ -67,6 +67,7 @@ class DecoderHead(Head):
     """A decoder head: scores from the final hidden states of one backbone call."""
 
     kind = "decoder"
+    no_zero_shot = ""   # the language model's own next-token scores: no new parameter
 
     def score_sequences(self, model: HeadedModel, batch: Mapping[str, Tensor],
                         ids: Tensor, mask: Tensor, n_choices: Tensor) -> tuple[Tensor, Tensor]:

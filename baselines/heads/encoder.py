@@ -67,6 +67,9 @@ class BiEncoder(EncoderHead):
     """
 
     name = "bi_encoder"
+    no_zero_shot = ("untrained, the bi-encoder ranks options by how similar their sentence "
+                    "embedding is to the question's: a relatedness the backbone was trained for, "
+                    "not its answer (a decoder head reads the language model's own)")
 
     def add_modules(self, model: HeadedModel, hidden: int, like: Tensor, seed: int,
                     dropout: float) -> None:
@@ -142,6 +145,7 @@ class CrossEncoder(EncoderHead):
     pooled state of each pair, averaged over the question's options."""
 
     name = "cross_encoder"
+    no_zero_shot = "its scoring layer is new (random before training): untrained it guesses"
 
     def add_modules(self, model: HeadedModel, hidden: int, like: Tensor, seed: int,
                     dropout: float) -> None:

@@ -49,14 +49,22 @@ class RunStats:
 class Engine(Protocol):
     """One run's model side: ``outputs`` of a pair on a split for one repetition.
 
-    ``gate_log`` ("pair@seed" -> the gate's description: calibrated knob, achieved budget) and
-    ``training_log`` ("model@seed" -> its training log) are written to ``run.json``.
+    ``gate_log`` ("pair@seed" -> the gate's description: calibrated knob, achieved budget),
+    ``training_log`` ("model@seed" -> its training log) and ``zero_shot_log`` (the head, whether
+    the zero-shot reference applies to it, and why not) are written to ``run.json``.
     """
 
     gate_log: dict[str, Any]
     training_log: dict[str, Any]
+    zero_shot_log: dict[str, Any]
 
     def outputs(self, pair: Pair, split: Any, rep: int, need: frozenset[str]) -> Outputs: ...
+
+    def zero_shot(self, split: Any) -> Outputs | None:
+        """The frozen backbone (no adapter) through the run's head on ``split``, one
+        deterministic pass (cached as forward records are): the ``zero-shot`` reference
+        (`uqbench.results.references`). None where the head cannot answer untrained (an
+        encoder's new head); ``zero_shot_log`` then says why."""
 
 
 class Backend(Protocol):

@@ -14,7 +14,8 @@ File format ``uqbench-records``, version 1: a folder holding
     "bootstrap": B, "pairs": [{"name", "model", "model_kind", "gate": {name, kind, budget,
     params}, "fields": [...]}], "methods": [{"pair", "scorer", "registered", "params"}] or null,
     "splits": {"science/id": {"hash", "n"}, ...}, "records": [{"pair", "split", "seed",
-    "file", "sha256"}], "references": {"file", "sha256", "options_only"}, "meta": {...}}``
+    "file", "sha256"}], "references": {"file", "sha256", "options_only", "zero_shot"},
+    "meta": {...}}``
 ``records/NNNN.npz``
     one `Outputs` each: ``ids``, ``labels``, ``logits`` (N, C), ``domain`` and every optional
     field it has (``route_entropy`` ... ``n_tokens`` (N,), ``mc_logits`` (T, N, C),
@@ -24,7 +25,9 @@ File format ``uqbench-records``, version 1: a folder holding
     applied on read); older records without them still load (those scorers are skipped).
 ``references.npz``
     ``n_choices|<split>`` (the option count of each ID/shift question) and, when the options-only
-    classifier was fitted (a uqbench run), ``options_only|<split>`` (its 0/1 correctness).
+    classifier was fitted (a uqbench run), ``options_only|<split>`` (its 0/1 correctness);
+    when the run's head answers untrained, ``zero_shot|<split>`` (the frozen backbone's 0/1
+    correctness; records without the key have none).
 
 Every file's sha256 is in the manifest and checked on read; a wrong format version, a missing
 or altered file is a `UserError` naming it.
@@ -143,6 +146,8 @@ def write_record_set(path: str | Path, rs: RecordSet) -> Path:
                 for k, v in rs.refs.n_choices.items()}
         refs.update({f"options_only|{k}": np.asarray(v, dtype=np.float64)
                      for k, v in (rs.refs.options_only or {}).items()})
+        refs.update({f"zero_shot|{k}": np.asarray(v, dtype=np.float64)
+                     for k, v in (rs.refs.zero_shot or {}).items()})
         (tmp / "references.npz").write_bytes(_npz_bytes(refs))
         first = {split: o for (_, split, s), o in rs.outputs.items() if s == 0}
         manifest = {
@@ -158,7 +163,8 @@ def write_record_set(path: str | Path, rs: RecordSet) -> Path:
             "records": entries,
             "references": {"file": "references.npz",
                            "sha256": file_sha256(tmp / "references.npz"),
-                           "options_only": rs.refs.options_only is not None},
+                           "options_only": rs.refs.options_only is not None,
+                           "zero_shot": rs.refs.zero_shot is not None},
             "meta": rs.meta,
         }
         atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=1, default=str))
@@ -249,7 +255,8 @@ def read_record_set(path: str | Path) -> RecordSet:
 
     refs = ReferenceInputs(tuple(m["domains"]), table("n_choices"),
                            table("options_only") if ref["options_only"] else None,
-                           {k: v["hash"] for k, v in m["splits"].items()})
+                           {k: v["hash"] for k, v in m["splits"].items()},
+                           table("zero_shot") if ref.get("zero_shot") else None)
     methods = None if m["methods"] is None else [MethodEntry(**x) for x in m["methods"]]
     rs = RecordSet([_pair_of(p) for p in m["pairs"]], with_train(outputs), int(m["seeds"]), refs,
                    int(m["bootstrap"]), methods, dict(m.get("meta") or {}),

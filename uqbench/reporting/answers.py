@@ -12,6 +12,10 @@ Does abstaining help?                                  ``aurc`` (lowest)   lies 
 Does conformal coverage survive the shift?             shift APS coverage  reaches 0.9
 =====================================================  ==================  =====================
 
+Then what training added (`learned_lines`): per model/gate, the domains whose ``learned`` CI
+(accuracy − the frozen backbone's ``zero-shot`` accuracy, paired bootstrap) lies above 0 (it
+improved), includes 0 (not shown) or lies below 0 (worse); or why the run has no zero-shot.
+
 ``1 − acc`` is the AURC of a score that ranks at random (every coverage has the full error
 rate); 0.9 the coverage the conformal sets promise at α = 0.1 (fitted on ID calib). MSP is the
 ``msp`` scorer of the best method's model/gate (else the domain's first ``msp`` row). A best
@@ -174,4 +178,57 @@ def answers(run: RunFolder, *, n_boot: int | None = None) -> list[Answer]:
     return out
 
 
-__all__ = ["QUESTIONS", "Answer", "Question", "answers"]
+@dataclass(frozen=True)
+class Learned:
+    """What training added over the frozen backbone, for one model/gate on one domain: its
+    ``learned`` value and CI (`uqbench.results.references.learned_columns`) and the verdict
+    ``improved`` (CI above 0), ``not shown`` (CI includes 0) or ``worse`` (CI below 0)."""
+
+    model: str
+    domain: str
+    value: float
+    lo: float
+    hi: float
+    verdict: str
+
+
+def learned(run: RunFolder) -> list[Learned]:
+    """Every model/gate's ``learned`` per domain (its own predictive distribution's row, the
+    MSP one; ``pooled`` first), where the run has a zero-shot reference."""
+    out = []
+    for m in model_rows(run.rows):
+        v, lo, hi = (_num(m.row.get(f"learned{s}")) for s in ("", "_lo", "_hi"))
+        if m.reference or m.label != m.pair or v is None or lo is None or hi is None:
+            continue
+        verdict = "improved" if lo > 0 else "worse" if hi < 0 else "not shown"
+        out.append(Learned(m.label, m.domain, v, lo, hi, verdict))
+    return out
+
+
+def learned_lines(run: RunFolder) -> list[str]:
+    """What training added, in words: one line per model/gate naming the domains it improved
+    (``learned`` CI above 0), those it did not, and those it made worse; without a zero-shot
+    reference, the one line saying why (run.json ``references_skipped``)."""
+    got = learned(run)
+    if not got:
+        why = (run.meta.get("references_skipped") or {}).get("zero-shot")
+        line = ("What training added over the backbone is unknown: no zero-shot reference ("
+                f"{why or 'no learned column in these results'}).")
+        return [line] if run.rows else []
+
+    def cells(items: list[Learned]) -> str:
+        return ", ".join(f"{x.domain} ({x.value:+.3f} [{x.lo:+.3f}, {x.hi:+.3f}])"
+                         for x in items)
+
+    lines = []
+    for model in dict.fromkeys(x.model for x in got):
+        mine = [x for x in got if x.model == model]
+        parts = [f"{words} {cells(items)}" for words, items in (
+            ("improved on", [x for x in mine if x.verdict == "improved"]),
+            ("did not improve on", [x for x in mine if x.verdict == "not shown"]),
+            ("made worse", [x for x in mine if x.verdict == "worse"])) if items]
+        lines.append(f"{model}: training " + "; ".join(parts) + ".")
+    return lines
+
+
+__all__ = ["QUESTIONS", "Answer", "Learned", "Question", "answers", "learned", "learned_lines"]

@@ -32,7 +32,7 @@ import jinja2
 
 from uqbench.files import rundir
 from uqbench.files.cache import atomic_write_text
-from uqbench.reporting.answers import Answer, answers
+from uqbench.reporting.answers import Answer, answers, learned_lines
 from uqbench.reporting.models import html_tables as models_html
 from uqbench.reporting.models import read_models
 from uqbench.results import tables as T
@@ -222,7 +222,7 @@ def render_report(run_dir: str | Path) -> str:
         problems=problems, lmeval=lmeval_sources(meta), config=json.dumps(meta.get("config", {}), indent=1, default=str),
         splits=splits, seconds=meta.get("seconds", {}), training=training,
         headline=[a for a in found if a["domain"] == (doms[0] if doms else None)],
-        answers=found,
+        answers=found, learned=learned_lines(run) if run.rows else [],
         chance_models=[m for m in models if m.at_chance], n_models=len(models),
         chance_by_domain=[(d, len([m for m in ms if m.at_chance]), len(ms),
                            [m.label for m in ms if m.at_chance])

@@ -16,7 +16,17 @@ metric column NaN; model = method name, gate and scorer ``-``):
     predictions. CI: percentile bootstrap over examples with the profile's resamples and seed 0,
     as every model row.
 
-``shift_accuracy`` is the same reference on the shifted split. `at_chance` lists every model
+``zero-shot``
+    the accuracy of the frozen backbone (no adapter) through the run's head on the same
+    questions: one deterministic pass (`uqbench.core.engine.Engine.zero_shot`), for heads that
+    answer untrained (a decoder's ``letters`` and ``cloze``); CI as ``options-only``'s. Runs
+    whose head has no zero-shot (an encoder's new head) leave it out and say why (run.json
+    ``references_skipped``).
+
+``shift_accuracy`` is the same reference on the shifted split. Beside it every model row gets
+``learned`` (`learned_columns`): its ID accuracy minus the zero-shot accuracy, with the 95%
+percentile interval of a *paired* bootstrap over the same questions (the resamples of the
+accuracy column: the same seed). `at_chance` lists every model
 row whose ID accuracy CI includes its domain's chance level: its UQ numbers describe a model
 that cannot be told from guessing.
 """
@@ -32,15 +42,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from uqbench.files.cache import PROTOCOL_VERSION
+from uqbench.results.columns import COLUMNS
 from uqbench.results.evaluate import CI_METRICS, ROW_COLUMNS
 from uqbench.stats import metrics as M
 
-CHANCE, OPTIONS_ONLY = "chance", "options-only"
-REFERENCE_METHODS = (CHANCE, OPTIONS_ONLY)
+CHANCE, OPTIONS_ONLY, ZERO_SHOT = "chance", "options-only", "zero-shot"
+REFERENCE_METHODS = (CHANCE, OPTIONS_ONLY, ZERO_SHOT)
+#: the columns `learned_columns` adds to every model row
+LEARNED_COLUMNS = ("learned", "learned_lo", "learned_hi")
 
 
 def is_reference(row: Mapping[str, Any]) -> bool:
-    """A ``chance`` or ``options-only`` row, not a model's."""
+    """A ``chance``, ``options-only`` or ``zero-shot`` row, not a model's."""
     return row.get("method") in REFERENCE_METHODS
 
 log = logging.getLogger(__name__)
@@ -69,18 +82,23 @@ class ReferenceInputs:
     ``shift``): each question's option count k_i, and the options-only classifier's 0/1
     correctness per question — ``None`` when there is no train split to fit it on (predictions
     made elsewhere: `uqbench.io.recordset`), in which case the ``options-only`` rows are left out;
-    ``hashes`` has every split's content hash, ``calib`` included."""
+    ``hashes`` has every split's content hash, ``calib`` included; ``zero_shot``: the frozen
+    backbone's 0/1 correctness per question through the run's head (None where the head has
+    no zero-shot, or the records hold none: no ``zero-shot`` rows, ``learned`` NaN)."""
 
     domains: tuple[str, ...]
     n_choices: Mapping[str, NDArray[np.int64]]
     options_only: Mapping[str, NDArray[np.float64]] | None
     hashes: Mapping[str, str]
+    zero_shot: Mapping[str, NDArray[np.float64]] | None = None
 
 
-def reference_inputs(suite: Any, *, seed: int = 0) -> ReferenceInputs:
+def reference_inputs(suite: Any, *, seed: int = 0,
+                     zero_shot: Mapping[str, NDArray[np.float64]] | None = None
+                     ) -> ReferenceInputs:
     """`ReferenceInputs` of a built suite (``domains`` and ``split(domain, role)`` with
     ``records``/``hash``, a `uqbench.data.suite_spec.Suite`): the classifier is fitted on each
-    domain's train split with ``seed``."""
+    domain's train split with ``seed``; ``zero_shot`` as `ReferenceInputs` has it."""
     from uqbench.data.artifacts import fit_options_only, options_only_correct
 
     domains = tuple(suite.domains)
@@ -93,17 +111,19 @@ def reference_inputs(suite: Any, *, seed: int = 0) -> ReferenceInputs:
             correct[f"{d}/{r}"] = options_only_correct(clf, list(split.records), seed)
             hashes[f"{d}/{r}"] = split.hash
         hashes[f"{d}/calib"] = suite.split(d, "calib").hash
-    return ReferenceInputs(domains, n_choices, correct, hashes)
+    return ReferenceInputs(domains, n_choices, correct, hashes, zero_shot)
 
 
 def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
                    protocol: str = PROTOCOL_VERSION) -> list[dict[str, Any]]:
-    """The ``chance`` and ``options-only`` rows of every domain of ``refs`` and ``pooled``."""
+    """The ``chance``, ``options-only`` and ``zero-shot`` rows of every domain of ``refs`` and
+    ``pooled``."""
     from uqbench.data.artifacts import chance_interval, chance_level
 
     domains = list(refs.domains)
     rows: list[dict[str, Any]] = []
-    methods = [m for m, table in ((CHANCE, refs.n_choices), (OPTIONS_ONLY, refs.options_only))
+    methods = [m for m, table in ((CHANCE, refs.n_choices), (OPTIONS_ONLY, refs.options_only),
+                                  (ZERO_SHOT, refs.zero_shot))
                if table]  # confidence-only records may not know the option counts
     for method in methods:
         for dom in [*domains, "pooled"]:
@@ -120,8 +140,9 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
                 row["accuracy_lo"], row["accuracy_hi"] = chance_interval(ks_id)
                 row["shift_accuracy"] = chance_level(ks_sh)
             else:
-                assert refs.options_only is not None
-                c_id, c_sh = cat(refs.options_only, "id"), cat(refs.options_only, "shift")
+                table = refs.options_only if method == OPTIONS_ONLY else refs.zero_shot
+                assert table is not None
+                c_id, c_sh = cat(table, "id"), cat(table, "shift")
                 row["accuracy"], row["accuracy_lo"], row["accuracy_hi"] = _mean_ci(c_id, n_boot,
                                                                                    seed)
                 row["shift_accuracy"] = float(np.mean(c_sh)) if c_sh.size else float("nan")
@@ -134,6 +155,43 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
             })
             rows.append(row)
     return rows
+
+
+def learned_columns(refs: ReferenceInputs, parts: Sequence[str], correct: NDArray[Any], *,
+                    n_boot: int, seed: int = 0) -> dict[str, float]:
+    """``learned``, ``learned_lo``, ``learned_hi`` of a model row over the domains ``parts``:
+    its ID accuracy (the seed mean, as the ``accuracy`` column) minus the ``zero-shot``
+    accuracy on the same questions, and the 95% percentile interval of the paired bootstrap
+    (`uqbench.stats.metrics.paired_difference`: each resample draws one set of questions for
+    both, from ``seed``, the accuracy column's draws).
+
+    ``correct`` is the (N, S) 0/1 correctness of the model's seeds on the ID questions of
+    ``parts`` in order. NaN when ``refs`` has no zero-shot.
+
+    Examples
+    --------
+    >>> refs = ReferenceInputs(("d",), {}, None, {}, {"d/id": np.array([0., 1., 0., 0.])})
+    >>> learned_columns(refs, ["d"], np.array([[1.], [1.], [0.], [1.]]), n_boot=100)["learned"]
+    0.5
+    """
+    if refs.zero_shot is None:
+        return dict.fromkeys(LEARNED_COLUMNS, float("nan"))
+    zs = np.concatenate([refs.zero_shot[f"{d}/id"] for d in parts])
+    model = np.asarray(correct, dtype=np.float64).reshape(len(zs), -1)
+    d, lo, hi = M.paired_difference(M.seed_mean(COLUMNS["accuracy"].bound()), [zs[:, None]],
+                                    [model], n_resamples=n_boot, seed=seed)
+    return dict(zip(LEARNED_COLUMNS, (float(d), float(lo), float(hi))))
+
+
+def zero_shot_skipped(zs_log: Mapping[str, Any] | None) -> str:
+    """Why a run has no ``zero-shot`` row (run.json ``references_skipped``), from its
+    ``zero_shot`` log (the engine's: head, applies, reason)."""
+    if not zs_log or zs_log.get("applies"):
+        return ("needs the frozen backbone's own pass through the same head; these records "
+                "hold none (or several models' differ)")
+    return (f"head {zs_log.get('head')!r} gives no answer untrained: "
+            f"{zs_log.get('reason') or 'the engine gave no zero-shot pass'}; the learned "
+            "column is empty, so the report cannot say what training added over the backbone")
 
 
 def _num(x: Any) -> float | None:
@@ -185,5 +243,6 @@ def warn_at_chance(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return flags
 
 
-__all__ = ["ReferenceInputs", "at_chance", "at_chance_message", "reference_inputs",
-           "reference_rows", "warn_at_chance"]
+__all__ = ["LEARNED_COLUMNS", "ReferenceInputs", "at_chance", "at_chance_message",
+           "learned_columns", "reference_inputs", "reference_rows", "warn_at_chance",
+           "zero_shot_skipped"]

@@ -32,7 +32,7 @@ from uqbench.core.plan import Method
 from uqbench.files.cache import PROTOCOL_VERSION, ArrayCache
 from uqbench.files.rundir import SCORE_FIELDS, score_key
 from uqbench.results.evaluate import Scored, evaluate_cached
-from uqbench.results.references import ReferenceInputs, reference_rows
+from uqbench.results.references import ReferenceInputs, learned_columns, reference_rows
 from uqbench.stats.metrics import ECE_BINS
 
 Rows = list[dict[str, Any]]
@@ -96,7 +96,8 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
               plugins: Sequence[str] = ()
               ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """One row per method per domain of ``refs`` and ``pooled``, then the reference rows
-    (``chance``, ``options-only``: `uqbench.results.references`); also the per-example arrays for
+    (``chance``, ``options-only``, ``zero-shot``: `uqbench.results.references`; each method row
+    with its ``learned`` columns); also the per-example arrays for
     figures. ``outs`` is keyed ``(pair name, "domain/role", seed)``; ``n_boot`` bootstrap
     resamples. With ``cache``, rows already evaluated on identical scores are read back.
     ``protocol``: the forward-record protocol the rows name (records made elsewhere keep the
@@ -186,6 +187,8 @@ def _score_method(m: Method, dom: str, outs: Mapping[tuple[str, str, int], Outpu
                                            ("shift", sh_outs))} if len(parts) > 1 else None
     row.update(conformal_risk_columns(cache, cal_s, id_s, sh_s, n_boot=n_boot,
                                       arrays=arrays, owner=(m.name, dom), groups=groups))
+    # what training added over the frozen backbone, paired over the same ID questions
+    row.update(learned_columns(refs, parts, id_s.correct, n_boot=n_boot, seed=0))
     # per-example arrays are (N, seeds): verdicts and figures pool every seed
     for kind in CALIBRATORS:
         arrays[score_key(m.name, dom, "id", f"confidence_{kind}")] = \

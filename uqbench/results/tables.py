@@ -10,9 +10,12 @@ AUGRC is the area under the generalized risk-coverage curve (Traub et al. 2024).
 PRR and SelAcc@10 are HELM's ``ece_10_bin``, LM-Polygraph's normalised PRR and HELM's
 ``selective_acc@10`` (docs/results.md). OOD-AUROC
 is ID vs the shifted split of the same domain, OOD = positive, score = uncertainty. The rows
-`chance` (a uniform guess; its interval is where a random guesser lands) and `options-only` (a
-classifier that sees the options, not the question) are references with accuracy columns only:
-a model must beat them to show it reads the question (`uqbench.results.references`). The conformal
+`chance` (a uniform guess; its interval is where a random guesser lands), `options-only` (a
+classifier that sees the options, not the question) and `zero-shot` (the frozen backbone through
+the same head, where the head answers untrained) are references with accuracy columns only: a
+model must beat the first two to show it reads the question, the third to show its training
+added anything, which each model row's Learned column gives (accuracy − zero-shot, paired
+bootstrap CI; `uqbench.results.references`). The conformal
 and risk-control columns are defined in `uqbench.results.conformal_risk`.
 
 Two levels (`HEADERS`, each column's level from `uqbench.results.columns`): the model level holds
@@ -47,7 +50,8 @@ KEY_COLUMNS = ("method", "model", "gate", "scorer", "domain")
 #: column -> (header, digits) of every column the tables show, in their order; a column's level
 #: (model or scorer) comes from `uqbench.results.columns` where it is declared, else `LEVELS`
 HEADERS: dict[str, tuple[str, int]] = {
-    "accuracy": ("Acc", 3), "shift_accuracy": ("ShiftAcc", 3), "ece": ("ECE", 3),
+    "accuracy": ("Acc", 3), "shift_accuracy": ("ShiftAcc", 3), "learned": ("Learned", 3),
+    "ece": ("ECE", 3),
     "ece_ts": ("ECE-TS", 3), "ece_adaptive": ("ECE-ad", 3), "ece_10_mass": ("ECE-10m", 3),
     "mce": ("MCE", 3),
     "brier": ("Brier", 3), "nll": ("NLL", 3),
@@ -68,7 +72,7 @@ HEADERS: dict[str, tuple[str, int]] = {
 #: scaling, conformal sets and the expert budget read the predictive distribution (model);
 #: risk control thresholds a scorer's uncertainty (scorer)
 LEVELS: dict[str, str] = {
-    "ece_ts": "model", "avg_experts": "model", "forward_passes": "model",
+    "ece_ts": "model", "learned": "model", "avg_experts": "model", "forward_passes": "model",
     **{c: "model" for c in HEADERS if "cp_" in c}, **{c: "scorer" for c in HEADERS if "rc_" in c},
 }
 
@@ -303,7 +307,7 @@ def summary(rows: Sequence[Mapping[str, Any]], *, domain: str = "pooled") -> str
     def head(name: str, width: int, cols: Sequence[str]) -> str:
         return f"{name:<{width}}  " + "  ".join(HEADERS[c][0].rjust(_w(c)) for c in cols)
 
-    mcols = ("accuracy", "ece", "ece_ts", "avg_experts", "forward_passes")
+    mcols = ("accuracy", "learned", "ece", "ece_ts", "avg_experts", "forward_passes")
     scols = ("ood_auroc", "aurc", "augrc", "sel_acc_80")
     mw = max([len(m.label) + 12 * bool(m.at_chance) for m in models] + [5])
     lines = [head("Model", mw, mcols)]

@@ -66,6 +66,11 @@ def print_summary(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[st
         print(f"\nWARNING: {len(meta['at_chance'])} method/domain result(s) have an ID accuracy "
               "CI that includes chance (listed in the log, on stderr, and in run.json "
               "`at_chance`): their UQ numbers measure a model at chance", flush=True)
+    from uqbench.files.rundir import RunFolder
+    from uqbench.reporting.answers import learned_lines
+
+    for line in learned_lines(RunFolder(out, [dict(r) for r in rows], {}, dict(meta))):
+        print(line, flush=True)
     print(f"\nwrote {out}/results.{{md,csv,jsonl,tex}}", flush=True)
 
 

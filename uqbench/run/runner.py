@@ -41,9 +41,7 @@ from uqbench.files.cache import (
 )
 from uqbench.files.environment import environment
 from uqbench.io.recordset import RecordSet, method_entries, write_record_set
-from uqbench.results.references import (
-    reference_inputs,
-)
+from uqbench.results.references import reference_inputs, zero_shot_skipped
 from uqbench.results.rows import check_workers, score_all, score_workers
 from uqbench.run.folder import print_summary, write_run
 
@@ -252,11 +250,12 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
                         pair, split, rep, DET | {"features"})
                 stats.add_seconds("train features", time.perf_counter() - t)
     outs = with_train(outs)
+    zero_shot = zero_shot_correct(engine, [s for s in eval_splits if s.role in ("id", "shift")])
     t_score = time.perf_counter()  # models+passes: backbone, trainings, calibration, passes
     stats.seconds["models+passes"] = t_score - t0 - stats.seconds["data"]
     if not backend.is_main():  # every process holds every record; process 0 reports
         return RunResult(out, [], stats)
-    refs = reference_inputs(suite)
+    refs = reference_inputs(suite, zero_shot=zero_shot)
     workers = score_workers(cfg.score_workers, ms, outs, prof.bootstrap)
     rows, arrays = score_all(ms, refs, outs, n_seeds, prof.bootstrap, cache=ArrayCache(cache),
                              scorer_timeout=cfg.scorer_timeout, workers=workers,
@@ -272,6 +271,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
         "forward_passes_run": {"/".join(map(str, k)): v for k, v in sorted(stats.passes.items())},
         "cache_hits": stats.cache_hits, "trained": stats.trained,
         "training": engine.training_log,
+        "zero_shot": engine.zero_shot_log,  # the head, whether the reference applies, why not
         "fallbacks": fallbacks,  # {what, where, reason}: `uqbench.core.errors.record_fallback`
         "skipped_scorers": skipped,  # {scorer, pair, reason}: `uqbench.core.plan.drop_unusable`
         "processes": backend.world(),
@@ -280,11 +280,14 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
         "seconds": {**stats.seconds},
         "score_workers": workers,  # processes that scored (`score_workers`)
     }
+    if zero_shot is None:
+        meta["references_skipped"] = {"zero-shot": zero_shot_skipped(engine.zero_shot_log)}
     # the forward records themselves, so that `uqbench score`/`export` need no model work
     records = RecordSet(pairs, dict(outs), n_seeds, refs,
                         prof.bootstrap, method_entries(ms),
                         {"suite": cfg.suite, "profile": prof.name, "backbone": cfg.backbone,
-                         "gates": engine.gate_log, "training": engine.training_log})
+                         "gates": engine.gate_log, "training": engine.training_log,
+                         "zero_shot": engine.zero_shot_log})
     write_record_set(out / rundir.RECORDS, records)
     write_run(out, rows, arrays, meta, t0=t0, figures=cfg.figures, figure_set=cfg.figure_set)
     if cfg.experiment:  # paper_report.md: the claims of this experiment (paper: all)
@@ -294,6 +297,22 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     print_summary(out, rows, meta)
     print(f"forward passes run: {stats.total()}, cache hits: {stats.cache_hits}", flush=True)
     return RunResult(out, rows, stats)
+
+
+def zero_shot_correct(engine: Any, splits: list[Any]) -> dict[str, Any] | None:
+    """The frozen backbone's 0/1 correctness per question of each split (`Engine.zero_shot`:
+    its head's argmax), keyed by split name; None, warned about, where the head has none."""
+    import numpy as np
+
+    from uqbench.core.probs import softmax
+
+    got = {s.name: engine.zero_shot(s) for s in splits} if engine.zero_shot_log["applies"] \
+        else {}
+    if not got or any(o is None for o in got.values()):
+        log.warning("no zero-shot reference: %s", zero_shot_skipped(engine.zero_shot_log))
+        return None
+    return {name: (softmax(o.logits).argmax(axis=1) == o.labels).astype(np.float64)
+            for name, o in got.items()}
 
 
 __all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "run"]

@@ -36,6 +36,7 @@ from uqbench.files.cache import ArrayCache
 from uqbench.files.rundir import RunFolder
 from uqbench.io.recordset import RecordSet, new_folder, read_record_set
 from uqbench.results.columns import skipped_columns
+from uqbench.results.references import zero_shot_skipped
 from uqbench.results.rows import check_workers, score_all, score_workers
 from uqbench.run.folder import print_summary, write_run
 from uqbench.run.runner import RunResult, RunStats
@@ -272,12 +273,17 @@ def merge_models(loaded: Sequence[tuple[Path, RecordSet]]) -> RecordSet:
             if [mine[i] for i in order] != list(first.refs.n_choices[split]):
                 raise UserError(f"split {split}: the questions have other choice counts in "
                                 f"{src} than in {src0}; score runs of the same task version")
-    opts = [rs.refs.options_only for _, rs in loaded]
-    opts0 = opts[0]
-    same = opts0 is not None and all(
-        o is not None and o.keys() == opts0.keys() and all(
-            np.array_equal(o[k], opts0[k]) for k in o) for o in opts)
-    refs = replace(first.refs, options_only=opts0 if same else None)
+    def shared(tables: list[Any]) -> Any:
+        """The first source's reference table where every source has the same one, else None
+        (e.g. the zero-shot of several backbones)."""
+        t0 = tables[0]
+        same = t0 is not None and all(
+            t is not None and t.keys() == t0.keys() and all(
+                np.array_equal(t[k], t0[k]) for k in t) for t in tables)
+        return t0 if same else None
+
+    refs = replace(first.refs, options_only=shared([rs.refs.options_only for _, rs in loaded]),
+                   zero_shot=shared([rs.refs.zero_shot for _, rs in loaded]))
     methods = None if any(rs.methods is None for _, rs in loaded) else [
         m for _, rs in loaded for m in rs.methods or ()]
     meta = {"source": "several models", "models": {
@@ -323,15 +329,20 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
         "splits": {k: {"hash": h} for k, h in rs.refs.hashes.items()},
         "methods": [m.name for m in ms], "skipped_scorers": skipped, "fallbacks": fallbacks,
         "references": (["chance"] if rs.refs.n_choices else [])
-        + (["options-only"] if rs.refs.options_only is not None else []),
+        + (["options-only"] if rs.refs.options_only is not None else [])
+        + (["zero-shot"] if rs.refs.zero_shot is not None else []),
         "seconds": {"scoring": time.perf_counter() - t0}, "score_workers": workers,
     }
+    skipped_refs: dict[str, str] = {}
     if rs.refs.options_only is None:
-        meta["references_skipped"] = {"options-only": "needs the option texts of a train split "
-                                      "to fit the options-only classifier; these records have "
-                                      "none"}
+        skipped_refs["options-only"] = ("needs the option texts of a train split to fit the "
+                                        "options-only classifier; these records have none")
     if not rs.refs.n_choices:
-        meta["references_skipped"]["chance"] = "needs each question's option count (n_choices)"
+        skipped_refs["chance"] = "needs each question's option count (n_choices)"
+    if rs.refs.zero_shot is None:
+        skipped_refs["zero-shot"] = zero_shot_skipped(rs.meta.get("zero_shot"))
+    if skipped_refs:
+        meta["references_skipped"] = skipped_refs
     fields = frozenset.intersection(*(o.available() for (_, split, _), o in rs.outputs.items()
                                       if not split.endswith("/train")))
     if cols := skipped_columns(fields):
