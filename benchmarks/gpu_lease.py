@@ -43,7 +43,7 @@ from benchmarks.gpu_bundle import REPO, BundleError, prepare, suite_of
 
 #: the search's candidates on the bundle's backbone, in the order they run (why each is there:
 #: docs/recipe.md, "The lease's candidates"); the zero-shot row comes first
-CANDIDATES = ("gpu15-zero", "gpu15", "gpu15-ep2", "gpu15-lr1e-3", "gpu15-attn")
+CANDIDATES = ("gpu15-zero", "gpu15", "gpu15-lr1e-3", "gpu15-attn", "gpu15-ep2")
 #: on a bundle that also carries the 0.5B's weights, its rows after the 1.5B's, if time is left
 EXTRA = {"qwen2.5-coder-0.5b": ("gpu-zero", "gpu")}
 #: default seconds of each call (two calls: each command of a lease runs at most 10 minutes)
