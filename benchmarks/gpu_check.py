@@ -17,7 +17,10 @@ Steps, in order, each in its own process under its own time limit (`LIMITS`):
 ``gpu``            the ``gpu`` profile (`uqbench.core.profiles.GPU`): the whole pooled suite, every
                    default model, gate and scorer, one seed, at the profile's own sizes, on
                    `GPU_CANDIDATES` (the first installed and fitting; SmolLM2 only as the
-                   fallback) or ``--gpu-backbone``; its line has the run's wall time by phase
+                   fallback) or ``--gpu-backbone``, on ``--gpu-suite`` (default ``pooled``); a
+                   worker configuration with a ``recipe`` (`benchmarks.gpu_lease`) runs the
+                   profile with that recipe-search candidate's recipe; its line has the run's
+                   wall time by phase
                    (``run_seconds``) and the accuracies. ``make gpu-bundle`` carries what it
                    needs to a lease and runs it (`benchmarks.gpu_bundle`);
 ``accelerate``     ``accelerate launch`` with 2 processes (one per GPU; needs 2 GPUs) on SmolLM2

@@ -14,7 +14,10 @@ train_cap, targets (auto | ffn), top (adapt the last N blocks; 0 = all), batch, 
 max_length (tokens a question's input keeps; 0 = the profile's). Each row also gives, per
 domain, the fraction of ID questions whose option text that length cut (``cut_<domain>``).
 On a GPU (``--profile gpu --candidates gpu-zero,gpu,gpu-lr2e-3,...``, `GPU_PRESETS`) the
-backbone goes to the GPU in bfloat16, as the runner places it.
+backbone goes to the GPU in bfloat16, as the runner places it. ``--suite`` takes another
+registered suite or a suite YAML file (``benchmarks/suites/math-sets.yaml``: the seed paper's
+math sets side by side, for zero-shot rows); ``--time-budget`` writes a ``skipped`` row for
+each candidate that would end past it (a lease's call, `benchmarks.gpu_lease`).
 """
 from __future__ import annotations
 
