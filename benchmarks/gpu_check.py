@@ -17,7 +17,10 @@ Steps, in order, each in its own process under its own time limit (`LIMITS`):
 ``gpu``            the ``gpu`` profile (`uqbench.core.profiles.GPU`): the whole pooled suite, every
                    default model, gate and scorer, one seed, at the profile's own sizes, on
                    `GPU_CANDIDATES` (the first installed and fitting; SmolLM2 only as the
-                   fallback) or ``--gpu-backbone``; its line has the run's wall time by phase
+                   fallback) or ``--gpu-backbone``, on ``--gpu-suite`` (default ``pooled``); a
+                   worker configuration with a ``recipe`` (`benchmarks.gpu_lease`) runs the
+                   profile with that recipe-search candidate's recipe; its line has the run's
+                   wall time by phase
                    (``run_seconds``) and the accuracies. ``make gpu-bundle`` carries what it
                    needs to a lease and runs it (`benchmarks.gpu_bundle`);
 ``accelerate``     ``accelerate launch`` with 2 processes (one per GPU; needs 2 GPUs) on SmolLM2
@@ -198,10 +201,10 @@ def _why_not(backbone: str, gpu: bool) -> str | None:
 
 def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
          accelerate_backbone: str = "smollm2", gpu_backbone: str | None = None,
-         gpu_profile: str = "gpu", cuda_graph: str | None = None
+         gpu_profile: str = "gpu", cuda_graph: str | None = None, gpu_suite: str = "pooled"
          ) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
     """Step -> (its worker configuration, None) or (None, why it is skipped). ``cuda_graph``:
-    every run step's ``--cuda-graph`` (None: the profiles')."""
+    every run step's ``--cuda-graph`` (None: the profiles'); ``gpu_suite``: the gpu step's."""
     import torch
 
     caps = None if gpu else DRY_CAPS
@@ -236,7 +239,7 @@ def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
                               "full", models=["moe-lora"], seeds=1,
                               caps=FULL_CAPS if gpu else DRY_CAPS)
     steps["gpu"] = first_fit("gpu", [gpu_backbone] if gpu_backbone else list(GPU_CANDIDATES),
-                             gpu_profile)
+                             gpu_profile, suite=gpu_suite)
     n_gpus = torch.cuda.device_count() if gpu else 0
     why = _why_not(accelerate_backbone, gpu)
     if gpu and n_gpus < 2:
@@ -248,9 +251,9 @@ def plan(gpu: bool, work: Path, cache: Path, full_backbone: str | None = None,
 
 
 def run_step(name: str, conf: dict[str, Any] | None, skip: str | None, gpu: bool,
-             max_seconds: float | None = None
+             max_seconds: float | None = None, env: dict[str, str] | None = None
              ) -> dict[str, Any]:
-    """One step's JSON line."""
+    """One step's JSON line (``env``: its process's environment; default this one's)."""
     row: dict[str, Any] = {"step": name, "status": "skipped", "reason": skip, "seconds": 0.0}
     if conf is None:
         warnings.warn(f"gpu-check step {name} skipped: {skip}", stacklevel=2)
@@ -260,7 +263,7 @@ def run_step(name: str, conf: dict[str, Any] | None, skip: str | None, gpu: bool
     if name == "accelerate":
         result, why = _accelerate(conf, limit)
     else:
-        result, why = execute([sys.executable, *_worker(name, conf)], limit)
+        result, why = execute([sys.executable, *_worker(name, conf)], limit, env=env)
     row["seconds"] = round(time.perf_counter() - t, 1)
     if result is None:
         row.update(status="failed", reason=why)
@@ -312,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"{', '.join(GPU_CANDIDATES)} installed and fitting the GPU)")
     ap.add_argument("--gpu-profile", metavar="NAME", default="gpu",
                     help="profile of the gpu step (default: gpu)")
+    ap.add_argument("--gpu-suite", metavar="SUITE", default="pooled",
+                    help="suite of the gpu step: a registered one or a YAML file (default: pooled)")
     ap.add_argument("--cuda-graph", choices=COMPILE,
                     help="every run step's --cuda-graph (default: the profiles')")
     ap.add_argument("--accelerate-backbone", metavar="NAME", default="smollm2",
@@ -341,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         todo = plan(gpu, work, cache, args.full_backbone, args.accelerate_backbone,
-                    args.gpu_backbone, args.gpu_profile, args.cuda_graph)
+                    args.gpu_backbone, args.gpu_profile, args.cuda_graph, args.gpu_suite)
         failed = False
         for name in steps:
             conf, skip = todo[name]
@@ -383,15 +388,30 @@ def environment(gpu: bool) -> dict[str, Any]:
     return row
 
 
-def _suite(caps: dict[str, int] | None) -> str:
-    """``pooled`` itself, or ``pooled`` under ``caps`` (registered in this process)."""
+def _suite(caps: dict[str, int] | None, base: str = "pooled") -> str:
+    """``base`` itself, or ``base`` under ``caps`` (registered in this process)."""
     if not caps:
-        return "pooled"
+        return base
     from uqbench.data.suite_spec import SUITES, get_suite_spec, register_suite
 
-    name = "pooled-gpu-check"
+    spec = get_suite_spec(base)
+    name = f"{spec.name}-gpu-check"
     if name not in SUITES:
-        register_suite(dataclasses.replace(get_suite_spec("pooled"), name=name, caps=caps))
+        register_suite(dataclasses.replace(spec, name=name, caps=caps))
+    return name
+
+
+def _profile(conf: dict[str, Any]) -> str:
+    """The step's profile, or (``recipe``: a `benchmarks.recipe_search` candidate) that profile
+    with the candidate's recipe, registered in this process as ``<profile>+<candidate>``."""
+    if not conf.get("recipe"):
+        return str(conf["profile"])
+    from benchmarks.recipe_search import recipe_profile
+    from uqbench.core.profiles import PROFILES, get_profile, register_profile
+
+    name = f"{conf['profile']}+{conf['recipe']['candidate']}"
+    if name not in PROFILES:
+        register_profile(recipe_profile(get_profile(conf["profile"]), conf["recipe"], name))
     return name
 
 
@@ -403,7 +423,8 @@ def run_and_compare(conf: dict[str, Any]) -> dict[str, Any] | None:
     from uqbench.core.plan import MOE, TOP4
     from uqbench.run.runner import RunConfig, run
 
-    cfg = RunConfig(suite=_suite(conf["caps"]), profile=conf["profile"],
+    cfg = RunConfig(suite=_suite(conf["caps"], conf.get("suite") or "pooled"),
+                    profile=_profile(conf),
                     backbone=conf["backbone"], models=tuple(conf["models"]),
                     scorers=tuple(conf["scorers"]), seeds=conf["seeds"], figures=False,
                     # on a GPU the progress bars go to stderr, whose tail a step that runs out
@@ -429,6 +450,8 @@ def run_and_compare(conf: dict[str, Any]) -> dict[str, Any] | None:
     }
     if conf.get("not_chosen"):
         row["not_chosen"] = conf["not_chosen"]
+    if conf.get("recipe"):
+        row["recipe"] = conf["recipe"]
     if conf.get("reference"):
         row["matches_cpu"] = same_report(Path(conf["reference"]), res.out)
     elif conf["compare"]:

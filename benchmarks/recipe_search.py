@@ -16,7 +16,10 @@ train_cap, targets (auto | ffn), top (adapt the last N blocks; 0 = all), batch, 
 max_length (tokens a question's input keeps; 0 = the profile's). Each row also gives, per
 domain, the fraction of ID questions whose option text that length cut (``cut_<domain>``).
 On a GPU (``--profile gpu --candidates gpu-zero,gpu,gpu-lr2e-3,...``, `GPU_PRESETS`) the
-backbone goes to the GPU in bfloat16, as the runner places it.
+backbone goes to the GPU in bfloat16, as the runner places it. ``--suite`` takes another
+registered suite or a suite YAML file (``benchmarks/suites/math-sets.yaml``: the seed paper's
+math sets side by side, for zero-shot rows); ``--time-budget`` writes a ``skipped`` row for
+each candidate that would end past it (a lease's call, `benchmarks.gpu_lease`).
 """
 from __future__ import annotations
 
@@ -71,7 +74,24 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
     "gpu15-zero": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b", "epochs": 0},
     "gpu15": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b"},
     "gpu15-lr2e-3": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b", "lr": 2e-3},
+    # the lease's candidates on the 1.5B (`benchmarks.gpu_lease.CANDIDATES`; docs/recipe.md
+    # says why each is there): more passes, a learning rate between the 0.5B's 5e-4 (barely
+    # moved) and 2e-3 (collapsed), attention with the FFN on the same last 8 blocks
+    "gpu15-ep2": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b", "epochs": 2},
+    "gpu15-lr1e-3": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b", "lr": 1e-3},
+    "gpu15-attn": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b", "targets": "auto"},
 }
+
+
+def recipe_profile(base: Any, cand: dict[str, Any], name: str) -> Any:
+    """``base`` (a `uqbench.core.profiles.Profile`) with a candidate's recipe, called ``name``:
+    what ``uqbench run`` trains with when it runs that candidate (the keys' meanings are this
+    module's: ``top`` 0 = every block, ``max_length`` 0 = the profile's)."""
+    return dataclasses.replace(
+        base, name=name, lr=float(cand["lr"]), head_lr=float(cand["head_lr"]),
+        epochs=int(cand["epochs"]), train_cap=int(cand["train_cap"]),
+        target_modules=str(cand["targets"]), top_layers=int(cand["top"]) or None,
+        batch_size=int(cand["batch"]), max_length=int(cand["max_length"]) or base.max_length)
 
 
 def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
@@ -97,7 +117,8 @@ def boot_ci(correct: np.ndarray, n_boot: int = 1000, seed: int = 0) -> tuple[flo
 
 def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str | None,
                   cache_dir: str, backbones: dict[str, Any], id_cap: int | None = None,
-                  domains: list[str] | None = None) -> dict[str, Any]:
+                  domains: list[str] | None = None, suite_name: str = "pooled"
+                  ) -> dict[str, Any]:
     import torch
 
     from baselines import forward, heads, moe, train
@@ -108,7 +129,7 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     prof = get_profile(profile)
     prof = dataclasses.replace(prof, train_cap=int(cand["train_cap"]),
                                max_length=int(cand["max_length"]) or prof.max_length)
-    suite = build_suite("pooled", prof, data_dir=data_dir, cache_dir=f"{cache_dir}/splits",
+    suite = build_suite(suite_name, prof, data_dir=data_dir, cache_dir=f"{cache_dir}/splits",
                         progress=False)
     load_s = None   # seconds loading the backbone (a GGUF converted on a first load)
     if cand["backbone"] not in backbones:   # on the GPU where there is one (bfloat16)
@@ -143,7 +164,7 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
                                   batch_size=prof.eval_batch_size)
     t_train = time.perf_counter() - t0
     row: dict[str, Any] = {"candidate": name, **cand, "max_length": prof.max_length,
-                           "device": str(model.device),
+                           "device": str(model.device), "suite": suite.name,
                            "profile": profile, "id_cap": id_cap, "backbone_load_s": load_s,
                            "train_records": len(records),
                            "steps": len(losses),
@@ -191,18 +212,18 @@ def domain_training(initial: dict[str, Any] | None, curves: dict[str, Any] | Non
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of docs/recipe.md: one row per candidate."""
-    doms = [k[4:] for k in next((r for r in rows if "diverged" not in r), rows[0])
+    doms = [k[4:] for k in next((r for r in rows if "acc_pooled" in r), rows[0])
             if k.startswith("acc_")]
     head = ["candidate", "head", "lr", "head_lr", "epochs", "train/domain", "targets", "top",
             "batch", "backbone", *doms, "final loss", "train s", "eval s"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         accs = ([f"{a:.3f} [{lo:.2f}, {hi:.2f}]" for a, lo, hi in (r[f"acc_{d}"] for d in doms)]
-                if "diverged" not in r else ["diverged"] * len(doms))
-        loss = "-" if r["final_loss"] is None else f"{r['final_loss']:.3f}"
+                if "acc_pooled" in r else ["skipped" if "skipped" in r else "diverged"] * len(doms))
+        loss = "-" if r.get("final_loss") is None else f"{r['final_loss']:.3f}"
         cells = [r["candidate"], r["head"], f"{r['lr']:g}", f"{r['head_lr']:g}", r["epochs"],
                  r["train_cap"], r["targets"], r.get("top", 0) or "all", r.get("batch", 16),
-                 r["backbone"], *accs, loss, r["train_seconds"],
+                 r["backbone"], *accs, loss, r.get("train_seconds", "-"),
                  r.get("eval_seconds", "-")]
         out.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(out)
@@ -214,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--candidates", default=",".join(PRESETS),
                     help="';'-separated candidates (preset names or name:key=value,...)")
     ap.add_argument("--profile", default="cpu", help="caps and batch sizes (train_cap overridden)")
+    ap.add_argument("--suite", default="pooled",
+                    help="a registered suite or a suite YAML file (default: pooled)")
     ap.add_argument("--data-dir", help="local dataset copies (default $UQBENCH_DATA)")
     ap.add_argument("--cache-dir", default=str(resolve_cache_dir()))
     ap.add_argument("--out", help="append JSON lines here too")
@@ -222,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
                     "check of a large backbone on the CPU)")
     ap.add_argument("--domains", help="evaluate only these domains (comma-separated; default: "
                     "all of the suite's)")
+    ap.add_argument("--time-budget", type=float, metavar="SECONDS",
+                    help="skip (with a row saying so) each candidate that would end past this "
+                         "many seconds from the start, judged by the longest candidate so far")
     ap.add_argument("--table", metavar="JSONL", help="print the markdown table of a finished "
                     "search's JSON lines and exit")
     args = ap.parse_args(argv)
@@ -230,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.domains:
         from uqbench.data.suite_spec import get_suite_spec
 
-        valid = [d.name for d in get_suite_spec("pooled").domains]
+        valid = [d.name for d in get_suite_spec(args.suite).domains]
         if unknown := sorted(set(args.domains.split(",")) - set(valid)):
             raise SystemExit(f"--domains: no domain {', '.join(unknown)} in the suite; valid: "
                              f"{', '.join(valid)}")
@@ -245,10 +271,20 @@ def main(argv: list[str] | None = None) -> int:
     from baselines.train import deterministic_cublas
     deterministic_cublas()   # before the backbone starts CUDA, as a run sets it
     backbones: dict[str, Any] = {}
+    start, longest = time.perf_counter(), 0.0
     for name, cand in cands:
+        used = time.perf_counter() - start
+        if args.time_budget is not None and used + longest > args.time_budget:
+            emit({"candidate": name, **cand, "profile": args.profile, "suite": args.suite,
+                  "skipped": f"time budget: {used:.0f} s of {args.time_budget:.0f} s used, and "
+                             f"the longest candidate so far took {longest:.0f} s"}, args.out)
+            continue
+        t0 = time.perf_counter()
         row = run_candidate(name, cand, args.profile, args.data_dir, args.cache_dir, backbones,
-                            args.id_cap, args.domains.split(",") if args.domains else None)
+                            args.id_cap, args.domains.split(",") if args.domains else None,
+                            args.suite)
         emit(row, args.out)
+        longest = max(longest, time.perf_counter() - t0)
     return 0
 
 

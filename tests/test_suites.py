@@ -383,8 +383,9 @@ def test_yaml_syntax_error_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_unknown_suite_and_profile_names() -> None:
-    with pytest.raises(ConfigError, match=r"unknown suite 'poold' \(did you mean 'pooled'\?\); "
-                                          r"valid: pooled, or the path to a suite YAML"):
+    with pytest.raises(ConfigError, match=r"unknown suite 'poold' \(did you mean 'pooled', "
+                                          r"'pooled-plus'\?\); valid: pooled, pooled-plus, or "
+                                          r"the path to a suite YAML"):
         S.build_suite("poold", "smoke")
     with pytest.raises(ConfigError, match=r"unknown profile 'tiny'.*smoke"):
         S.build_suite("pooled", "tiny")

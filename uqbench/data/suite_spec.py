@@ -120,7 +120,8 @@ class SuiteSpec:
 
 
 SUITES: Registry[SuiteSpec] = Registry(
-    "suite", builtins=("uqbench.data.pooled",), entry_point_group="uqbench.suites",
+    "suite", builtins=("uqbench.data.pooled", "uqbench.data.pooled_plus"),
+    entry_point_group="uqbench.suites",
     also="or the path to a suite YAML file (see examples/suites/)")
 
 
