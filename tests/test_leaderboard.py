@@ -146,7 +146,7 @@ def test_lmeval_042_json_arrays_read_as_the_same_samples(tmp_path: Path) -> None
         (tracker / f"samples_{task}_{STAMP}.json").write_text(dumped)
     dom = [DomainTasks.parse("science=arc_easy_local:arc_challenge_local")]
     ref = read_lmeval(dom, MC)
-    for src, model in ((old, "tiny"), (tracker, "org__tiny")):
+    for src, model in ((old, "org/tiny"), (tracker, "org__tiny")):
         rs = read_lmeval(dom, src)
         assert rs.pairs[0].name == f"{model}/loglik-per-char"
         assert rs.meta["lmeval"]["labels"]["arc_easy_local"]["verified"] == [

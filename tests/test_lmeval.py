@@ -618,7 +618,8 @@ def test_the_report_shows_lm_evals_accuracy_beside_uqbenchs(tmp_path: Path) -> N
                       calib_fraction=0.25)
     score(rs, ScoreConfig(out=tmp_path / "o", scorers=("msp",), figures=False, bootstrap=20))
     page = render_report(tmp_path / "o")
-    assert "lm-eval 0.4.13" in page and "accuracy as acc_norm" in page
+    assert "<h1>uqbench: tiny-llama scored from lm-eval 0.4.13</h1>" in page
+    assert "accuracy as acc_norm" in page and "ID arc_easy_local, shift arc_challenge_local" in page
     table = page[page.index('class="lmeval-accuracy"'):]
     table = table[:table.index("</table>")]
     assert table.count("<tr data-split=") == 2 and "arc_challenge_local" in table

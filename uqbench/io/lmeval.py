@@ -345,6 +345,7 @@ class Source:
     folder: Path | None = None  # the model's folder (its name names the model without results)
     #: task -> what its run's results file says of it (`_task_results`); absent without one
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    model_args: str | None = None  # the results file's config.model_args, as JSON
 
 
 @dataclass(frozen=True)
@@ -427,6 +428,7 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
     models: dict[str, str] = {}  # task -> the model its results file names
     delims: dict[str, str] = {}
     results: dict[str, dict[str, Any]] = {}
+    args: dict[str, str] = {}
     for task, run in chosen.items():
         # the run's own results file (named by the same date), else any beside it
         own = [f / (f"results_{run.date}.json" if run.date else "results.json")
@@ -445,6 +447,8 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
             models[task] = str(doc.get("model_name") or general.get("model_name")
                                or doc.get("config", {}).get("model_args"))
             results[task] = _task_results(doc, task, r)
+            args[task] = json.dumps((doc.get("config") or {}).get("model_args"),
+                                    sort_keys=True, default=str)
     folders = {t: r.folder for t, r in chosen.items()}
     if len(set(folders.values())) > 1 and len(models) < len(folders):
         raise UserError("the tasks' files lie in different model folders (" + "; ".join(
@@ -457,7 +461,8 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
             "shifted tasks must be scored from one model's run (give other models as members "
             "or separate runs)")
     return Source(root, {t: r.path for t, r in chosen.items()}, next(iter(models.values()), None),
-                  delims, others, next(iter(folders.values()), None), results)
+                  delims, others, next(iter(folders.values()), None), results,
+                  next(iter(args.values()), None))
 
 
 def _task_results(doc: dict[str, Any], task: str, path: Path) -> dict[str, Any]:
@@ -482,6 +487,47 @@ def slug(name: str) -> str:
     """A method-name-safe model name: the last part of a path or hub id."""
     base = name.split("pretrained=")[-1].split(",")[0].rstrip("/").split("/")[-1]
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-") or "lm-eval-model"
+
+
+#: a Hugging Face cache path: ``.../models--ORG--NAME/snapshots/SHA``
+_HF_CACHE = re.compile(r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)(?:/snapshots(?:/[^/]*)?)?/?$")
+_HASH = re.compile(r"[0-9a-fA-F]{12,64}")
+
+
+def _pretrained(model_args: str | None) -> str | None:
+    """``pretrained=`` (or ``model=``) of a results file's model_args: a dict (lm-eval >=
+    0.4.5) or its ``key=value,...`` string."""
+    if not model_args:
+        return None
+    try:
+        args = json.loads(model_args)
+    except ValueError:
+        args = model_args
+    if isinstance(args, str):
+        args = dict(kv.split("=", 1) for kv in args.split(",") if "=" in kv)
+    if not isinstance(args, dict):
+        return None
+    found = args.get("pretrained") or args.get("model")
+    return str(found) if found else None
+
+
+def model_label(name: str | None, model_args: str | None, folder: Path) -> str:
+    """A model's name people recognise: its ``pretrained=`` hub id (``ORG/NAME``) from
+    ``model_args``, else ``name`` (the results file's model_name); a Hugging Face cache path
+    ``.../models--ORG--NAME/snapshots/SHA`` is ``ORG/NAME``, another local path its folder's
+    name (a bare hash never: the nearest folder above it that is not one); without either,
+    ``folder``'s name (the leaderboard's ``<org>__<model>``)."""
+    raw = (_pretrained(model_args) or name or "").strip()
+    if not raw or raw.startswith("{"):
+        return slug(folder.name.removeprefix("details_"))
+    m = _HF_CACHE.search(raw)
+    if m:
+        return f"{slug(m['org'])}/{slug(m['name'])}"
+    parts = [p for p in raw.rstrip("/").split("/") if p not in ("", ".", "..")]
+    if raw.startswith(("/", ".", "~")) or len(parts) > 2:  # a local folder
+        named = [p for p in parts if not _HASH.fullmatch(p) and p != "snapshots"]
+        return slug(named[-1]) if named else slug(folder.name)
+    return "/".join(slug(p) for p in parts)
 
 
 def corresponds(ts: TaskSamples, normalize: str) -> str:
@@ -557,8 +603,8 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
                 raise UserError(f"member {s.samples[t]} has other questions than "
                                 f"{srcs[0].samples[t]} for task {t!r}: members must be runs of "
                                 "the same tasks with the same --limit")
-    model = model_name or slug(srcs[0].model or (srcs[0].folder or srcs[0].root).name
-                               .removeprefix("details_"))
+    model = model_name or model_label(srcs[0].model, srcs[0].model_args,
+                                      srcs[0].folder or srcs[0].root)
     norms = {d.name: choose_normalize(normalize, [main[t] for t in d.tasks]) for d in domains}
     not_logged = {t: NORMALIZE[norms[d.name]] for d in domains for t in d.tasks
                   if corresponds(main[t], norms[d.name]) not in main[t].verified
@@ -625,7 +671,8 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
             "files": {t: str(p) for t, p in srcs[0].samples.items()},
             "runs_not_read": {t: o for t, o in srcs[0].other_runs.items() if o},
             "members": [{t: str(p) for t, p in s.samples.items()} for s in srcs[1:]],
-            "model": srcs[0].model, "member_models": [s.model for s in srcs[1:]],
+            "model": srcs[0].model, "model_args": srcs[0].model_args,
+            "named": model, "member_models": [s.model for s in srcs[1:]],
             "lm_eval_version": ", ".join(sorted({str(r["version"]) for r in
                                                  srcs[0].results.values() if r["version"]}))
             or None,

@@ -178,27 +178,75 @@ def model_sources(source: Path) -> list[Path]:
     return subs if len(subs) > 1 else [source]
 
 
-def load_models(sources: Sequence[Path], *, model_name: str | None = None,
+def load_models(sources: Sequence[Path], *, model_name: str | Sequence[str] | None = None,
                 members: Sequence[Path] = (), **kw: Any) -> RecordSet:
     """The records of one or several models: each of ``sources`` (a folder of models counts as
     its subfolders, `model_sources`) read by `load_records` with the options ``kw``, then
-    merged into one `RecordSet` (`merge_models`). ``model_name`` and ``members`` belong to one
-    model: refused with several."""
+    merged into one `RecordSet` (`merge_models`). ``model_name``: one name per source, in order
+    (a string: the one source's); ``members`` belong to one model: refused with several. Two
+    lm-eval sources whose names collide but whose ``model_args`` differ (a base model and its
+    fine-tuned adapter share the base's path) are named by their source folders, saying so."""
     found = [m for s in sources for m in model_sources(Path(s))]
+    names = [model_name] if isinstance(model_name, str) else list(model_name or ())
+    if names and len(names) != len(found):
+        raise ConfigError(f"{len(names)} --model-name for {len(found)} model source(s) ("
+                          f"{', '.join(map(str, found))}): give one name per source, in order")
     if len(found) == 1:
-        return load_records(found[0], members=members, model_name=model_name, **kw)
+        return load_records(found[0], members=members, model_name=next(iter(names), None),
+                            **kw)
     if len(set(found)) < len(found):
         raise ConfigError("a source is given twice: " + ", ".join(
             sorted({str(p) for p in found if found.count(p) > 1})))
-    if model_name is not None or members:
-        raise ConfigError(f"--model-name and --members belong to one model, and the sources "
-                          f"hold {len(found)} ({', '.join(map(str, found))}): models are named "
-                          "from their sources; score one source at a time to use them")
+    if members:
+        raise ConfigError(f"--members belong to one model, and the sources hold {len(found)} "
+                          f"({', '.join(map(str, found))}): score one source at a time to use "
+                          "them")
     loaded: list[tuple[Path, RecordSet]] = []
-    for p in found:
+    for k, p in enumerate(found):
         print(f"model {len(loaded) + 1} of {len(found)}: {p}", flush=True)
-        loaded.append((p, load_records(p, **kw)))
-    return merge_models(loaded)
+        loaded.append((p, load_records(p, model_name=names[k] if names else None, **kw)))
+    return merge_models(name_apart(loaded))
+
+
+def _model_args(rs: RecordSet) -> str | None:
+    lm = rs.meta.get("lmeval") or {}
+    return lm.get("model_args") if lm.get("model_args") not in (None, "null") else None
+
+
+def name_apart(loaded: Sequence[tuple[Path, RecordSet]]) -> list[tuple[Path, RecordSet]]:
+    """``loaded`` with each lm-eval source whose model name another one shares, while their
+    ``model_args`` differ, renamed after its source folder (printed; run.json ``models``
+    ``renamed``). Sources of equal model_args keep their names: `merge_models` refuses them
+    as two runs of one model."""
+    by_name: dict[str, list[int]] = {}
+    for k, (_, rs) in enumerate(loaded):
+        for p in rs.pairs:
+            by_name.setdefault(p.model.name, []).append(k)
+    out = list(loaded)
+    for name, ks in by_name.items():
+        args = [_model_args(loaded[k][1]) for k in ks]
+        if len(ks) < 2 or None in args or len(set(args)) < len(args):
+            continue
+        folders = [loaded[k][0].resolve().name for k in ks]
+        if len(set(folders)) < len(folders):
+            continue
+        for k, folder in zip(ks, folders):
+            src, rs = loaded[k]
+            out[k] = (src, renamed(rs, folder, f"{name!r} names {len(ks)} sources of other "
+                                   f"model_args ({', '.join(folders)}): named by its folder"))
+        print(f"model {name!r}: {len(ks)} sources with other model_args (e.g. an adapter on "
+              f"the same base) share the name; named by their folders: {', '.join(folders)} "
+              "(give --model-name once per source to choose)", flush=True)
+    return out
+
+
+def renamed(rs: RecordSet, model: str, why: str) -> RecordSet:
+    """``rs`` with its (lm-eval) pairs' model named ``model``; ``why`` goes to its meta."""
+    new = {p.name: replace(p, model=replace(p.model, name=model)) for p in rs.pairs}
+    outputs = {(new[pair].name if pair in new else pair, split, seed): o
+               for (pair, split, seed), o in rs.outputs.items()}
+    return replace(rs, pairs=list(new.values()), outputs=outputs,
+                   meta={**rs.meta, "renamed": why})
 
 
 def _mismatch(what: str, a: Sequence[str], b: Sequence[str]) -> str:
@@ -225,8 +273,8 @@ def merge_models(loaded: Sequence[tuple[Path, RecordSet]]) -> RecordSet:
             if p.name in owner:
                 raise UserError(
                     f"{owner[p.name]} and {src} both hold model {p.name!r}: two runs of one "
-                    "model cannot be told apart in one table; give one run per model (lm-eval "
-                    "names a model by its model_name; `uqbench compare RUN_A RUN_B` compares "
+                    "model cannot be told apart in one table; give one run per model, or "
+                    "--model-name once per source (lm-eval names a model by its model_args; `uqbench compare RUN_A RUN_B` compares "
                     "two uqbench runs of the same models)")
             owner[p.name] = src
     outputs = dict(first.outputs)
@@ -282,7 +330,8 @@ def merge_models(loaded: Sequence[tuple[Path, RecordSet]]) -> RecordSet:
         m for _, rs in loaded for m in rs.methods or ()]
     meta = {"source": "several models", "models": {
         p.name: {"source": str(src), **{k: rs.meta[k] for k in ("source", "lmeval", "suite",
-                                                                  "backbone") if k in rs.meta}}
+                                                                  "backbone", "renamed")
+                                        if k in rs.meta}}
         for src, rs in loaded for p in rs.pairs}}
     return RecordSet([p for _, rs in loaded for p in rs.pairs], outputs, first.seeds, refs,
                      min(rs.bootstrap for _, rs in loaded), methods, meta, first.protocol)
