@@ -528,6 +528,7 @@ def test_bad_choice_counts_are_errors_naming_the_line(tmp_path: Path) -> None:
     member = copy_part(MC, tmp_path / "member")
     write_lines(member, lmeval.VC_TASK, [fewer if r["doc_id"] == fewer["doc_id"] else r
                                          for r in rows])
+    (member / one(VC, "results_*.json").name).write_text(one(VC, "results_*.json").read_text())
     dom = [DomainTasks.parse(f"v={lmeval.VC_TASK}:arc_easy_local")]
     with pytest.raises(UserError, match="other questions than"):
         read_lmeval(dom, tmp_path / "main", members=[member])
@@ -623,3 +624,59 @@ def test_the_report_shows_lm_evals_accuracy_beside_uqbenchs(tmp_path: Path) -> N
     table = page[page.index('class="lmeval-accuracy"'):]
     table = table[:table.index("</table>")]
     assert table.count("<tr data-split=") == 2 and "arc_challenge_local" in table
+
+
+# -- refused, naming the task and why -------------------------------------------------------------
+
+def test_a_samples_file_of_an_unknown_model_is_never_given_another_runs_model(tmp_path, capsys):
+    """One model's ARC-Easy samples copied without their results file, beside another run (of
+    another task) whose results file names its model: refused, not scored as that model;
+    --model-name scores them, saying so."""
+    from uqbench.core.errors import UserError
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+
+    src = tmp_path / "lm"
+    src.mkdir()
+    path = one(MC, "samples_arc_easy_local_*.jsonl")
+    (src / path.name).write_text(path.read_text())
+    for f in VC.iterdir():
+        (src / f.name).write_text(f.read_text())
+    dom = [DomainTasks.parse(f"v=arc_easy_local:{lmeval.VC_TASK}")]
+    with pytest.raises(UserError, match=r"samples_arc_easy_local_.*cannot be established: no "
+                       r"results file of its run .*not assumed to be 'tiny-llama'.*--model-name"):
+        read_lmeval(dom, src, calib_fraction=0.25)
+    rs = read_lmeval(dom, src, calib_fraction=0.25, model_name="mine")
+    assert rs.pairs[0].name == "mine/loglik-per-char"
+    assert "arc_easy_local: no results file of its run names the model; scored as " \
+           "--model-name 'mine' says" in capsys.readouterr().out
+
+
+def test_tasks_that_are_not_single_answer_multiple_choice_are_refused(tmp_path: Path) -> None:
+    """truthfulqa_mc2-style samples (acc a probability), a generate_until task its results
+    file declares, and generate_until / loglikelihood_rolling samples without one: each
+    refused naming the task (its file) and why."""
+    from uqbench.core.errors import UserError
+    from uqbench.io.lmeval import DomainTasks, read_lmeval, read_task
+
+    rows = read_samples(one(MC, "samples_arc_easy_local_*.jsonl"))
+    mc2 = [dict(r, acc=0.5 + r["doc_id"] / 100, target="0") for r in rows]
+    mc2[0]["acc"] = 1.0  # the first lines may look like a correctness
+    with pytest.raises(UserError, match=r"samples_truthfulqa_mc2_.*line 2: `acc` is 0.51: a "
+                       r"probability.*truthfulqa_mc2-style.*score truthfulqa_mc1 instead"):
+        read_task(write_lines(tmp_path / "mc2", "truthfulqa_mc2", mc2), "truthfulqa_mc2")
+    both = copy_part(MC, tmp_path / "both")
+    for f in GEN.iterdir():
+        (both / f.name).write_text(f.read_text())
+    with pytest.raises(UserError, match=rf"task '{lmeval.GEN_TASK}' is a generate_until task "
+                       r"\(results_.*says so\): it generates text"):
+        read_lmeval([DomainTasks.parse(f"m=arc_easy_local:{lmeval.GEN_TASK}")], both)
+    gen = read_samples(one(GEN, "samples_*.jsonl"))
+    with pytest.raises(UserError, match=r"samples_g_.*line 1: `filtered_resps` holds generated "
+                       r"text: this is a generate_until task"):
+        read_task(write_lines(tmp_path / "gen", "g", gen), "g")
+    rolling = [{"doc_id": 0, "doc": {"page": "text"}, "target": "", "arguments": {
+        "gen_args_0": {"arg_0": "text", "arg_1": None}}, "resps": [[-1234.5]],
+        "filtered_resps": [-1234.5], "word_perplexity": [-1234.5, 2]}]
+    with pytest.raises(UserError, match=r"samples_wikitext_.*line 1: `filtered_resps` holds one "
+                       r"number per document: this is a loglikelihood_rolling task"):
+        read_task(write_lines(tmp_path / "roll", "wikitext", rolling), "wikitext")

@@ -394,11 +394,23 @@ def _runs(root: Path, task: str) -> list[_Run]:
     return sorted(found, key=lambda r: r.key)
 
 
-def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> Source:
+#: lm-eval output types that are not single-answer multiple choice, and why uqbench refuses them
+NOT_MC = {"generate_until": "it generates text: there is no distribution over choices",
+          "loglikelihood_rolling": "it logs one log-likelihood of a whole text per document "
+          "(perplexity), not one per choice",
+          "loglikelihood": "it logs the log-likelihood of one continuation per document, not "
+          "one per choice"}
+
+
+def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = (),
+                named: bool = False) -> Source:
     """The samples file of each task under ``root`` (searched recursively, `_runs`) and the
     results JSON of its run. Where a folder holds several runs of a task (``--output_path``
     accumulates them), the newest, or the one whose date starts with one of ``runs``
-    (``--run``)."""
+    (``--run``). A task whose run's model cannot be established (no results file of its run)
+    beside a task whose results file names one is refused unless ``named`` (``--model-name``
+    names the model of every file); a task a results file declares of another output type
+    than multiple_choice is refused (`NOT_MC`)."""
     if not root.exists():
         raise UserError(f"{root} not found: give the --output_path folder of an lm-eval run "
                         "(made with --log_samples), or a downloaded leaderboard details folder")
@@ -443,6 +455,12 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
             general = doc.get("config_general") or {}  # the leaderboard v1's (lighteval's)
             if conf is None and not (own and general.get("model_name")):
                 continue
+            kind = (conf or {}).get("output_type")
+            if kind in NOT_MC:
+                raise UserError(f"task {task!r} is a {kind} task ({r.name} says so): "
+                                f"{NOT_MC[kind]}; uqbench score reads single-answer "
+                                "multiple-choice tasks (output_type: multiple_choice) only: "
+                                "drop it from --domain")
             delims[task] = (conf or {}).get("target_delimiter", " ")
             models[task] = str(doc.get("model_name") or general.get("model_name")
                                or doc.get("config", {}).get("model_args"))
@@ -455,6 +473,15 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
             f"{t}: {f}" for t, f in folders.items()) + ") and not every one has a results file "
             "naming its model: give one model's folder (other models as members or separate "
             "runs)")
+    unknown = [t for t in chosen if t not in models]
+    if models and unknown and not named:
+        raise UserError(
+            f"the model of {', '.join(str(chosen[t].path) for t in unknown)} cannot be "
+            f"established: no results file of its run (results_{chosen[unknown[0]].date or 'DATE'}"
+            ".json) lies beside it, and the samples name no model; it is not "
+            f"assumed to be {next(iter(models.values()))!r}, the model of the run of "
+            f"{', '.join(models)}: copy that run's results file beside it, or give "
+            "--model-name to name the model of every file")
     if len(set(models.values())) > 1:
         raise UserError("the samples files come from different models: " + "; ".join(
             f"{chosen[t].path} from {m!r}" for t, m in models.items()) + "; a domain's ID and "
@@ -583,8 +610,11 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
         raise ConfigError(f"--calib-fraction {calib_fraction}: give a fraction in (0, 1) of the "
                           "ID questions to hold out for recalibration")
     tasks = list(dict.fromkeys(t for d in domains for t in (d.id, d.shift, d.calib) if t))
-    srcs = [find_source(Path(p), tasks, runs if not k else ()) for k, p in
-            enumerate((source, *members))]
+    srcs = [find_source(Path(p), tasks, runs if not k else (), named=model_name is not None)
+            for k, p in enumerate((source, *members))]
+    if model_name is not None and (lost := [t for t in tasks if t not in srcs[0].results]):
+        print(f"{', '.join(lost)}: no results file of its run names the model; scored as "
+              f"--model-name {model_name!r} says", flush=True)
     for src in srcs:
         for t, other in src.other_runs.items():
             if other:
