@@ -680,3 +680,40 @@ def test_tasks_that_are_not_single_answer_multiple_choice_are_refused(tmp_path: 
     with pytest.raises(UserError, match=r"samples_wikitext_.*line 1: `filtered_resps` holds one "
                        r"number per document: this is a loglikelihood_rolling task"):
         read_task(write_lines(tmp_path / "roll", "wikitext", rolling), "wikitext")
+
+
+# -- warned where a number means nothing ----------------------------------------------------------
+
+def test_mixed_choice_counts_shots_and_limit_runs_warn_and_show_in_the_report(tmp_path):
+    """HellaSwag-like ID (4 choices) against a WinoGrande-like shift (2), a shift run 25-shot
+    against a 0-shot ID, and --limit runs: each a warning naming the domain, the tasks and the
+    columns, in run.json lmeval.warnings and as a banner of the report."""
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+    from uqbench.reporting.html import render_report
+    from uqbench.run.score_records import ScoreConfig, score
+
+    both = copy_part(MC, tmp_path / "lm")
+    for f in MI.iterdir():
+        (both / f.name).write_text(f.read_text())
+    res = one(both, "results_2026-11-25*.json")
+    doc = json.loads(res.read_text())
+    doc["n-shot"]["arc_challenge_local"] = 25
+    res.write_text(json.dumps(doc))
+    doms = [DomainTasks.parse(f"w=arc_easy_local:{lmeval.MI_TASK}"),
+            DomainTasks.parse("s=arc_easy_local:arc_challenge_local")]
+    with pytest.warns(UserWarning) as caught:
+        rs = read_lmeval(doms, both, calib_fraction=0.25)
+    said = " | ".join(str(w.message) for w in caught)
+    assert (f"domain w: ID task arc_easy_local has 4 choices per question, shift task "
+            f"{lmeval.MI_TASK} 2: OOD-AUROC, AUPR-out and FPR95 of every scorer") in said
+    assert "domain s: ID task arc_easy_local ran 0-shot, shift task arc_challenge_local " \
+           "25-shot" in said
+    assert "domain s: task arc_challenge_local ran on a --limit subset (8 of 1172 " in said
+    kinds = {(w["domain"], w["kind"]): w for w in rs.meta["lmeval"]["warnings"]}
+    assert set(kinds) == {("w", "choices"), ("w", "limit"), ("s", "n-shot"), ("s", "limit")}
+    assert kinds["w", "choices"]["tasks"] == ["arc_easy_local", lmeval.MI_TASK]
+    assert kinds["w", "choices"]["columns"] == ["ood_auroc", "aupr_out", "fpr95"]
+    score(rs, ScoreConfig(out=tmp_path / "o", scorers=("msp",), figures=False, bootstrap=20))
+    page = render_report(tmp_path / "o")
+    assert page.count('data-part="lmeval-warning"') == len(rs.meta["lmeval"]["warnings"]) == 6
+    assert page.index('data-part="lmeval-warning"') < page.index('id="summary"')

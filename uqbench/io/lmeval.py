@@ -506,7 +506,9 @@ def _task_results(doc: dict[str, Any], task: str, path: Path) -> dict[str, Any]:
               and (k.endswith(",none") or "," not in k)}
     n_shot = (doc.get("n-shot") or {}).get(task)
     config = doc.get("config") or {}
+    n = (doc.get("n-samples") or {}).get(task) or {}
     return {"values": values, "n_shot": n_shot, "limit": config.get("limit"),
+            "n_samples": [n.get("effective"), n.get("original")],
             "version": doc.get("lm_eval_version"), "file": str(path)}
 
 
@@ -593,6 +595,55 @@ def accuracy_check(ts: TaskSamples, normalize: str, rows: np.ndarray, split: str
             "of": len(ts.labels)}
 
 
+#: the columns a difference between ID and shift beyond the shift itself makes meaningless
+OOD_COLUMNS = ("ood_auroc", "aupr_out", "fpr95")
+
+
+def comparability(d: DomainTasks, main: dict[str, TaskSamples],
+                  results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where a domain's numbers mean less than they seem: ID and shift (or calib) tasks whose
+    choice counts differ (the OOD columns of every scorer that reads the distribution's shape
+    then measure the number of options), whose few-shot counts differ, or tasks run on a
+    ``--limit`` subset (lm-eval's first N questions)."""
+    found: list[dict[str, Any]] = []
+    others = [(role, t) for role, t in (("shift", d.shift), ("calib", d.calib)) if t]
+    ood = list(OOD_COLUMNS)
+    counts = {t: sorted(set(main[t].n_choices.tolist())) for t in d.tasks}
+    for role, t in others:
+        if counts[t] != counts[d.id]:
+            cols = ood if role == "shift" else ["ece_ts", "ece_hb", "ece_iso", "cp_*", "rc_*"]
+            found.append({"domain": d.name, "kind": "choices", "tasks": [d.id, t],
+                          "columns": cols, "message": (
+                f"domain {d.name}: ID task {d.id} has {_counts(counts[d.id])} choices per "
+                f"question, {role} task {t} {_counts(counts[t])}: "
+                + ("OOD-AUROC, AUPR-out and FPR95 of every scorer that reads the predictive "
+                   "distribution's shape (MSP, entropy, margin, energy...) measure the number "
+                   "of options, not the shift" if role == "shift" else "recalibration, "
+                   "conformal sets and risk control fitted on it do not transfer to ID"))})
+    shots = {t: (results.get(t) or {}).get("n_shot") for t in d.tasks}
+    for role, t in others:
+        if None not in (shots[t], shots[d.id]) and shots[t] != shots[d.id]:
+            found.append({"domain": d.name, "kind": "n-shot", "tasks": [d.id, t],
+                          "columns": ood, "message": (
+                f"domain {d.name}: ID task {d.id} ran {shots[d.id]}-shot, {role} task {t} "
+                f"{shots[t]}-shot: the prompt differs as well as the data, so OOD-AUROC, "
+                "AUPR-out and FPR95 measure both")})
+    for t in d.tasks:
+        info = results.get(t) or {}
+        eff, orig = info.get("n_samples") or [None, None]
+        if info.get("limit") is not None or (eff is not None and orig and eff < orig):
+            found.append({"domain": d.name, "kind": "limit", "tasks": [t],
+                          "columns": ["every column"], "message": (
+                f"domain {d.name}: task {t} ran on a --limit subset ({eff or '?'} of "
+                f"{orig or '?'} questions, lm-eval's first ones, not a random sample): every "
+                "column describes those questions, not the task")})
+    return found
+
+
+def _counts(c: list[int]) -> str:
+    return str(c[0]) if len(c) == 1 else f"{c[0]} to {c[-1]}"
+
+
 def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequence[Path] = (),
                 normalize: str = "auto", calib_fraction: float = 0.2, seed: int = 0,
                 model_name: str | None = None, runs: Sequence[str] = ()) -> RecordSet:
@@ -646,6 +697,10 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
             "is not one lm-eval logged (" + ("drop --normalize: auto takes the metric each "
             "task logs" if normalize != "auto" else "their samples log neither acc_norm nor "
             "acc") + "); recorded in run.json lmeval.not_logged", stacklevel=2)
+    cautions = [c for d in domains for c in comparability(d, main, srcs[0].results)]
+    for c in cautions:
+        warnings.warn(c["message"] + " (run.json lmeval.warnings; the report's banner)",
+                      stacklevel=2)
     outputs: dict[tuple[str, str, int], Outputs] = {}
     n_choices, hashes, held_out = {}, {}, {}
     gate = "+".join(dict.fromkeys(GATES[n] for n in norms.values()))
@@ -708,7 +763,7 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
             or None,
             "normalize": normalize, "normalized": norms,
             "metric": {dom: NORMALIZE[n] for dom, n in norms.items()},
-            "not_logged": not_logged,
+            "not_logged": not_logged, "warnings": cautions,
             "accuracy": checks,
             "domains": {d.name: {"id": d.id, "shift": d.shift, "calib": d.calib}
                         for d in domains},

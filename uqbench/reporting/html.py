@@ -189,6 +189,7 @@ def lmeval_sources(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
              "version": m["lmeval"].get("lm_eval_version"),
              "domains": m["lmeval"].get("domains") or {},
              "metric": m["lmeval"].get("metric") or {},
+             "warnings": m["lmeval"].get("warnings") or [],
              "accuracy": [dict(c, **{k: _num(c.get(k), 4) for k in
                                      ("lm_eval", "uqbench_all", "uqbench")})
                           for c in m["lmeval"].get("accuracy") or []]}
