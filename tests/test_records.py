@@ -117,7 +117,10 @@ def test_scorers_without_their_fields_are_skipped_and_listed(tmp_path, caplog):
     assert skipped[("mc_dropout_msp", "lora/dense")] == ["mc_logits"]
     assert ("care", "moe-lora/top4") not in skipped
     assert {r["method"] for r in res.rows if r["model"] == "lora"} == {"lora/dense/msp"}
-    assert "skipped care on lora/dense: needs disagreement, route_entropy" in caplog.text
+    assert "2 scorer(s) need model internals these records do not hold (disagreement, mc_logits, " \
+        "route_entropy): care, mc_dropout_msp; each with what it needs in run.json " \
+        "skipped_scorers" in caplog.text
+    assert caplog.text.count("need model internals") == 1
 
 
 def test_feature_scorers_are_skipped_on_records_without_features_or_train_records(tmp_path):

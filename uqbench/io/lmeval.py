@@ -98,6 +98,36 @@ class DomainTasks:
                               "another task, or none to hold out a fraction of the ID questions")
 
 
+#: known ID -> shift pairs of lm-eval's task families, as (ID pattern, shift template): ARC-Easy
+#: -> ARC-Challenge, each MMLU high-school subject -> its college subject, BBH's logical
+#: deduction over three objects -> seven (any prefix or suffix such as ``leaderboard_`` or
+#: ``_local`` kept)
+KNOWN_PAIRS = ((re.compile(r"(?P<a>.*)arc_easy(?P<b>.*)"), r"\g<a>arc_challenge\g<b>"),
+               (re.compile(r"(?P<a>.*)high_school_(?P<b>.*)"), r"\g<a>college_\g<b>"),
+               (re.compile(r"(?P<a>.*)three_objects(?P<b>.*)"), r"\g<a>seven_objects\g<b>"))
+
+
+def task_names(root: Path) -> list[str]:
+    """The tasks whose samples lie under ``root`` (samples files and simple_evaluate results)."""
+    name = re.compile(rf"samples_(.+)_{DATE}\.(?:jsonl|json|parquet)")
+    found = [m[1] for p in root.rglob("samples_*") if (m := name.fullmatch(p.name))] \
+        if root.is_dir() else []
+    found += [t for p in dump_files(root) for t in dump_index(p)[0]]
+    return sorted(set(found))
+
+
+def known_pairs(tasks: Sequence[str]) -> list[DomainTasks]:
+    """The domains `KNOWN_PAIRS` forms of ``tasks`` (each named after its ID task)."""
+    have = set(tasks)
+    out = []
+    for t in tasks:
+        for pat, shift in KNOWN_PAIRS:
+            if (m := pat.fullmatch(t)) and (s := m.expand(shift)) in have and s != t:
+                out.append(DomainTasks(re.sub(r"[=:\s]", "_", t), t, s))
+                break
+    return out
+
+
 def domains_from_yaml(path: Path) -> list[DomainTasks]:
     """A YAML ``domains: {NAME: {id: TASK, shift: TASK, calib: TASK (optional)}}``."""
     import yaml
@@ -262,7 +292,12 @@ def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
         from uqbench.io.leaderboard import details_v1_rows  # it builds on this module
 
         return collect(path, task, "row", details_v1_rows(path), delim)
-    unit, samples = _samples(path)
+    dumped = read_dump(path) if path.suffix == ".json" and _sniff_dump(path) else None
+    if dumped is not None:
+        unit = f"samples[{task!r}] element"
+        samples: Iterable[tuple[int, Any]] = enumerate(dumped["samples"].get(task) or [])
+    else:
+        unit, samples = _samples(path)
 
     def parsed() -> Iterator[tuple[int, Parsed]]:
         for i, d in samples:
@@ -391,7 +426,104 @@ def _runs(root: Path, task: str) -> list[_Run]:
     found += [_Run(m["date"], p, p.parent.parent if re.fullmatch(DATE, p.parent.name)
                    else p.parent) for p in root.rglob("details_*.parquet")
               if (m := V1_FILE.fullmatch(p.name)) and task in (m["task"], v1_task_name(m["task"]))]
+    found += [_Run(index[1], p, p.parent) for p in dump_files(root)
+              if task in (index := dump_index(p))[0]]
     return sorted(found, key=lambda r: r.key)
+
+
+def _sniff_dump(path: Path) -> bool:
+    """Whether ``path`` may be a `simple_evaluate` result: a JSON object naming ``results``
+    in its first kilobytes (json.dump writes it first)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(1 << 14)
+    except OSError:
+        return False
+    return head.lstrip()[:1] == b"{" and b'"results"' in head
+
+
+_DUMPS: dict[tuple[str, float, int], dict[str, Any] | None] = {}
+
+
+def read_dump(path: Path) -> dict[str, Any] | None:
+    """The `simple_evaluate(log_samples=True)` result saved with ``json.dump`` in ``path`` (a
+    dict whose ``samples`` maps each task to its samples, beside ``results``), or None if it
+    is none; parsed once per file version, from the file object (never its whole text and
+    its objects at once), one file held at a time."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime, st.st_size)
+    if key not in _DUMPS:
+        doc = None
+        if _sniff_dump(path):
+            try:
+                with path.open(encoding="utf-8") as f:
+                    doc = json.load(f)
+            except (OSError, ValueError) as exc:
+                raise UserError(f"{path}: looks like a simple_evaluate result but is not "
+                                f"readable JSON ({exc}); the file is truncated") from None
+        ok = isinstance(doc, dict) and isinstance(doc.get("samples"), dict) \
+            and isinstance(doc.get("results"), dict)
+        _DUMPS.clear()
+        _DUMPS[key] = doc if ok else None
+    return _DUMPS[key]
+
+
+_INDEX: dict[tuple[str, float, int], tuple[tuple[str, ...], str, str]] = {}
+
+
+def dump_index(path: Path) -> tuple[tuple[str, ...], str, str]:
+    """(tasks with samples, date, model_args as JSON) of a `simple_evaluate` result (no tasks:
+    none), kept per file version so a folder of dumps is parsed once per file."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime, st.st_size)
+    if key not in _INDEX:
+        doc = read_dump(path)
+        _INDEX[key] = (tuple(doc["samples"]), _dump_date(doc), json.dumps(
+            (doc.get("config") or {}).get("model_args"), sort_keys=True, default=str)) \
+            if doc else ((), "", "")
+    return _INDEX[key]
+
+
+def dump_files(root: Path) -> list[Path]:
+    """The ``*.json`` files under ``root`` that are `simple_evaluate` results with samples."""
+    files = [root] if root.is_file() else sorted(root.rglob("*.json"))
+    return [p for p in files if not re.match(r"(results|samples)_", p.name)
+            and _sniff_dump(p) and dump_index(p)[0]]
+
+
+def _dump_date(doc: dict[str, Any] | None) -> str:
+    """A dump's ``date`` (a Unix time) as lm-eval's date_id, for choosing the newest run."""
+    import datetime
+
+    t = (doc or {}).get("date")
+    if not isinstance(t, (int, float)):
+        return ""
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H-%M-%S.%f")
+
+
+def _inventory(root: Path) -> str:
+    """What ``root`` holds that looks like lm-eval output, and why each is not usable."""
+    why = []
+    for p in sorted(root.rglob("*"))[:5000]:
+        if not p.is_file() or p.suffix not in (".json", ".jsonl", ".parquet"):
+            continue
+        rel = p.relative_to(root)
+        if p.name.startswith("results"):
+            why.append(f"{rel}: a results file (aggregates only; samples need --log_samples)")
+        elif p.name.startswith(("samples_", "details_")):
+            why.append(f"{rel}: samples of another task")
+        elif _sniff_dump(p):
+            doc = read_dump(p)
+            why.append(f"{rel}: a simple_evaluate result " + (
+                f"with samples of {', '.join(doc['samples'])}" if doc else
+                "without samples (call it with log_samples=True)"))
+        else:
+            why.append(f"{rel}: not lm-eval output")
+        if len(why) == 12:
+            why.append("...")
+            break
+    return "; ".join(why) or "no .json, .jsonl or .parquet file"
 
 
 #: lm-eval output types that are not single-answer multiple choice, and why uqbench refuses them
@@ -422,8 +554,10 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = (),
             raise UserError(f"no samples file of task {task!r} under {root} (looked for "
                             f"samples_{task}_DATE.jsonl/.json/.parquet, lm-eval <= 0.4.2's "
                             f"MODEL_ARGS_{task}.jsonl beside results.json, and leaderboard v1's "
-                            "details_harness|TASK|N_DATE.parquet, named harness_TASK_N): run "
-                            f"lm-eval on task {task!r} with --log_samples --output_path {root}")
+                            "details_harness|TASK|N_DATE.parquet, named harness_TASK_N, and "
+                            "simple_evaluate results saved as *.json); found: "
+                            f"{_inventory(root)}; run lm-eval on task {task!r} with "
+                            f"--log_samples --output_path {root}")
         if len({r.folder for r in found}) > 1:
             raise UserError(f"samples files of task {task!r} in several folders under {root} ("
                             f"{', '.join(str(r.path.relative_to(root)) for r in found)}): lm-eval "
@@ -446,14 +580,15 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = (),
         own = [f / (f"results_{run.date}.json" if run.date else "results.json")
                for f in dict.fromkeys((run.path.parent, run.folder))]
         own = [r for r in own if r.is_file()][:1]
-        for r in own or sorted(run.path.parent.glob("results_*.json")):
+        dumped = read_dump(run.path) if run.path.suffix == ".json" else None
+        for r in [run.path] if dumped else own or sorted(run.path.parent.glob("results_*.json")):
             try:
-                doc = json.loads(r.read_text())
+                doc = dumped or json.loads(r.read_text())
             except (OSError, ValueError) as exc:
                 raise UserError(f"{r}: unreadable results file ({exc})") from None
             conf = (doc.get("configs") or {}).get(task)
             general = doc.get("config_general") or {}  # the leaderboard v1's (lighteval's)
-            if conf is None and not (own and general.get("model_name")):
+            if conf is None and not dumped and not (own and general.get("model_name")):
                 continue
             kind = (conf or {}).get("output_type")
             if kind in NOT_MC:
@@ -653,8 +788,16 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
     if normalize != "auto" and normalize not in NORMALIZE:
         raise ConfigError(f"--normalize {normalize!r}; valid: auto, {', '.join(NORMALIZE)}")
     if not domains:
+        tasks_ = task_names(Path(source))
+        pairs = known_pairs(tasks_)
         raise ConfigError("give at least one --domain NAME=ID_TASK:SHIFT_TASK (or --domains "
-                          "FILE.yaml)")
+                          f"FILE.yaml); {source} holds samples of "
+                          f"{', '.join(tasks_) or 'no task'}" + (
+                              "; --domain auto forms the known pairs " + " ".join(
+                                  f"{d.name}={d.id}:{d.shift}" for d in pairs)
+                              if pairs else "; none of them is a known ID -> shift pair "
+                              "(ARC-Easy -> Challenge, MMLU high-school -> college subject, "
+                              "...): pair them with --domain"))
     if len({d.name for d in domains}) < len(domains):
         raise ConfigError("two --domain entries share a name")
     if any(d.calib is None for d in domains) and not 0 < calib_fraction < 1:

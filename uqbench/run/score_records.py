@@ -109,9 +109,8 @@ def plan_methods(rs: RecordSet, cfg: ScoreConfig
                 skipped.append({"scorer": sc.name, "pair": p.name, "missing": missing})
             else:
                 ms.append(Method(p, sc))
-    for s in skipped:
-        log.warning("skipped %s on %s: needs %s, which these records do not hold", s["scorer"],
-                    s["pair"], ", ".join(s["missing"]))
+    for line in skipped_summary(skipped):
+        log.warning("%s", line)
     train_domain = next((o.train_domain for o in rs.outputs.values()
                          if o.train_domain is not None), None)
     if ms and train_domain is not None:  # the training set the run's feature scorers would read
@@ -123,6 +122,21 @@ def plan_methods(rs: RecordSet, cfg: ScoreConfig
     return ms, skipped
 
 
+def skipped_summary(skipped: Sequence[dict[str, Any]]) -> list[str]:
+    """One line for the scorers skipped because the records lack the fields they need (lm-eval
+    samples hold no model internals), one per other skip (its reason)."""
+    missing = [s for s in skipped if "missing" in s and "reason" not in s]
+    lines = [f"{s['scorer']} on {s['pair']} skipped: {s['reason']}" for s in skipped
+             if "reason" in s]
+    if missing:
+        names = list(dict.fromkeys(s["scorer"] for s in missing))
+        fields = sorted({f for s in missing for f in s["missing"]})
+        lines.insert(0, f"{len(names)} scorer(s) need model internals these records do not "
+                     f"hold ({', '.join(fields)}): {', '.join(names)}; each with what it "
+                     "needs in run.json skipped_scorers")
+    return lines
+
+
 def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Path | None = None,
                  members: Sequence[Path] = (), **lmeval: Any) -> RecordSet:
     """The records at ``source``: a records folder (``manifest.json``), a run folder (its
@@ -131,9 +145,11 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
     ``domains``/``domains_file`` pair its tasks or HELM runs, ``members`` are other runs of
     them; ``lmeval``: the other options of `uqbench.io.lmeval.read_lmeval`, unused for uqbench
     records)."""
-    from uqbench.io.lmeval import DomainTasks, domains_from_yaml, read_lmeval
+    from uqbench.io.lmeval import DomainTasks, domains_from_yaml, dump_files, read_lmeval
 
-    if source.suffix in (".jsonl", ".csv") or source.is_file():
+    if source.is_file() and source.suffix == ".json" and dump_files(source):
+        pass  # a simple_evaluate result: read_lmeval below
+    elif source.suffix in (".jsonl", ".csv") or source.is_file():
         from uqbench.io.confidence import read_confidence
 
         if domains or domains_file or members or lmeval.get("runs"):
@@ -149,7 +165,20 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
                 raise ConfigError(f"{folder} holds uqbench records, which know their domains "
                                   "and members: drop --domain/--domains/--members/--run")
             return read_record_set(folder)
-    tasks = [DomainTasks.parse(d) for d in domains]
+    if list(domains) == ["auto"]:
+        from uqbench.io.lmeval import known_pairs, task_names
+
+        tasks = known_pairs(task_names(source))
+        if not tasks:
+            raise ConfigError(f"--domain auto: the tasks of {source} ("
+                              f"{', '.join(task_names(source)) or 'none'}) form no known ID -> "
+                              "shift pair (ARC-Easy -> Challenge, MMLU high-school -> college "
+                              "subject, BBH logical deduction 3 -> 7 objects); pair them with "
+                              "--domain NAME=ID:SHIFT")
+        print("--domain auto: " + " ".join(f"{d.name}={d.id}:{d.shift}" for d in tasks),
+              flush=True)
+    else:
+        tasks = [DomainTasks.parse(d) for d in domains]
     if domains_file is not None:
         tasks += domains_from_yaml(domains_file)
     from uqbench.io.helm import is_helm, read_helm
@@ -165,13 +194,21 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
 
 def model_sources(source: Path) -> list[Path]:
     """The models under ``source``: itself when it holds one model's records (a records or run
-    folder, or samples files of its own), else each of its subfolders holding some (lm-eval's
+    folder, or samples files of its own), each `simple_evaluate` result file in it when they
+    are of several models (other ``model_args``), else each of its subfolders holding some (lm-eval's
     ``--output_path`` layout ``<out>/<org>__<model>/samples_*.jsonl``) when there are two or
     more; itself otherwise (then its reader names what is missing)."""
     def holds_records(d: Path) -> bool:
         return (d / "manifest.json").is_file() or (d / "records" / "manifest.json").is_file()
 
-    if not source.is_dir() or holds_records(source) or any(source.glob("samples_*.json*")):
+    from uqbench.io.lmeval import dump_files, dump_index
+
+    if not source.is_dir() or holds_records(source):
+        return [source]
+    dumps = dump_files(source)
+    if len({dump_index(d)[2] for d in dumps}) > 1:  # simple_evaluate results of several models
+        return dumps
+    if dumps or any(source.glob("samples_*.json*")):
         return [source]
     subs = [d for d in sorted(source.iterdir()) if d.is_dir() and (
         holds_records(d) or next(d.rglob("samples_*.json*"), None) is not None)]
@@ -405,11 +442,6 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
     if table is not None:
         from uqbench.reporting.models import markdown
         print("\n" + markdown(table) + f"\nwrote {cfg.out}/models.{{md,csv,json}}", flush=True)
-    if skipped:
-        print("skipped: " + "; ".join(
-            f"{s['scorer']} on {s['pair']}: " + (s["reason"] if "reason" in s else
-                                                 f"needs {', '.join(s['missing'])}")
-            for s in skipped), flush=True)
     return RunResult(cfg.out, rows, RunStats())
 
 
