@@ -498,3 +498,27 @@ def lmeval_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> lme
     finally:
         p.close()
     return lmeval.find_run(root / "out", lmeval.RUN_TASKS)
+
+
+@slow_fixture(scope="session", reason="runs lm-evaluation-harness's simple_evaluate on a tiny "
+              "model")
+def lmeval_dump(lmeval_run: lmeval.LmEvalRun, tmp_path_factory: pytest.TempPathFactory,
+                real_data: Path) -> Path:
+    """``lm_eval.simple_evaluate(..., log_samples=True)`` of the tiny model of `lmeval_run`
+    over the two ARC tasks at ``limit=20``, saved with ``json.dump`` as ``my-eval.json`` in a
+    folder of its own (returned)."""
+    root = tmp_path_factory.mktemp("lmeval-dump")
+    model = next(lmeval_run.results.parents[2].glob("model"), None)
+    if model is None:  # the fixture's layout: ROOT/out/<model>/results_*.json, ROOT/model
+        model = lmeval.tiny_llama(root / "model")
+    tasks = lmeval.render_tasks(real_data, root / "tasks")
+    out = root / "out" / "my-eval.json"
+    out.parent.mkdir()
+    p = Procs()
+    try:
+        p.run(lmeval.simple_evaluate_cmd(model, tasks, lmeval.MC_TASKS, limit=20, out=out),
+              what="simple_evaluate on the tiny model", quiet_s=lmeval.LMEVAL_QUIET_S,
+              env=lmeval.lm_eval_env(root / "datasets"), cwd=root, watch=[out.parent])
+    finally:
+        p.close()
+    return out.parent

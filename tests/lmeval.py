@@ -105,6 +105,30 @@ def lm_eval_cmd(model: Path, tasks_dir: Path, tasks: Sequence[str], *, limit: in
             "--limit", str(limit), "--log_samples", "--output_path", str(out)]
 
 
+#: ``lm_eval.simple_evaluate(log_samples=True)`` in a subprocess, its result saved with
+#: ``json.dump`` as people save it (argv: model, tasks folder, tasks, limit, the .json to write)
+SIMPLE_EVALUATE = """
+import json, sys
+import lm_eval
+from lm_eval.tasks import TaskManager
+from lm_eval.utils import handle_non_serializable
+model, tasks_dir, tasks, limit, out = sys.argv[1:]
+res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model},dtype=float32",
+                              tasks=tasks.split(","), limit=int(limit), device="cpu",
+                              batch_size=8, log_samples=True,
+                              task_manager=TaskManager(include_path=tasks_dir))
+with open(out, "w") as f:
+    json.dump(res, f, default=handle_non_serializable)
+"""
+
+
+def simple_evaluate_cmd(model: Path, tasks_dir: Path, tasks: Sequence[str], *, limit: int,
+                        out: Path) -> list[str]:
+    """`SIMPLE_EVALUATE` on the ``hf`` model in ``model``, float32 on the CPU."""
+    return [sys.executable, "-c", SIMPLE_EVALUATE, str(model), str(tasks_dir), ",".join(tasks),
+            str(limit), str(out)]
+
+
 def lm_eval_env(datasets_cache: Path) -> dict[str, str]:
     """Offline, 2 threads, the datasets cache in ``datasets_cache`` (not the user's)."""
     return {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",

@@ -146,7 +146,7 @@ def test_lmeval_042_json_arrays_read_as_the_same_samples(tmp_path: Path) -> None
         (tracker / f"samples_{task}_{STAMP}.json").write_text(dumped)
     dom = [DomainTasks.parse("science=arc_easy_local:arc_challenge_local")]
     ref = read_lmeval(dom, MC)
-    for src, model in ((old, "tiny"), (tracker, "org__tiny")):
+    for src, model in ((old, "org/tiny"), (tracker, "org__tiny")):
         rs = read_lmeval(dom, src)
         assert rs.pairs[0].name == f"{model}/loglik-per-char"
         assert rs.meta["lmeval"]["labels"]["arc_easy_local"]["verified"] == [
@@ -262,7 +262,7 @@ def test_v1_disagreeing_row_is_refused_naming_it(tmp_path: Path) -> None:
     ({"acc": None, "acc_norm": None}, r"row 0: neither `acc` nor `acc_norm` is logged"),
     ({"predictions": [-1.0]}, r"row 0: 1 predictions for 4 choices"),
     ({"gold": 7}, r"row 0: gold 7 is not an index among the 4 choices"),
-    ({"acc": 0.5}, r"row 0: `acc` is 0.5, not 0 or 1"),
+    ({"acc": 0.5}, r"row 0: `acc` is 0.5: a probability, not a correctness"),
     ({"predictions": [float("nan")] * 4}, r"row 0: non-finite log-likelihood"),
 ])
 def test_v1_bad_rows_are_refused(tmp_path: Path, edit: dict, match: str) -> None:

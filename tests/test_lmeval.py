@@ -528,6 +528,7 @@ def test_bad_choice_counts_are_errors_naming_the_line(tmp_path: Path) -> None:
     member = copy_part(MC, tmp_path / "member")
     write_lines(member, lmeval.VC_TASK, [fewer if r["doc_id"] == fewer["doc_id"] else r
                                          for r in rows])
+    (member / one(VC, "results_*.json").name).write_text(one(VC, "results_*.json").read_text())
     dom = [DomainTasks.parse(f"v={lmeval.VC_TASK}:arc_easy_local")]
     with pytest.raises(UserError, match="other questions than"):
         read_lmeval(dom, tmp_path / "main", members=[member])
@@ -618,7 +619,231 @@ def test_the_report_shows_lm_evals_accuracy_beside_uqbenchs(tmp_path: Path) -> N
                       calib_fraction=0.25)
     score(rs, ScoreConfig(out=tmp_path / "o", scorers=("msp",), figures=False, bootstrap=20))
     page = render_report(tmp_path / "o")
-    assert "lm-eval 0.4.13" in page and "accuracy as acc_norm" in page
+    assert "<h1>uqbench: tiny-llama scored from lm-eval 0.4.13</h1>" in page
+    assert "accuracy as acc_norm" in page and "ID arc_easy_local, shift arc_challenge_local" in page
     table = page[page.index('class="lmeval-accuracy"'):]
     table = table[:table.index("</table>")]
     assert table.count("<tr data-split=") == 2 and "arc_challenge_local" in table
+
+
+# -- refused, naming the task and why -------------------------------------------------------------
+
+def test_a_samples_file_of_an_unknown_model_is_never_given_another_runs_model(tmp_path, capsys):
+    """One model's ARC-Easy samples copied without their results file, beside another run (of
+    another task) whose results file names its model: refused, not scored as that model;
+    --model-name scores them, saying so."""
+    from uqbench.core.errors import UserError
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+
+    src = tmp_path / "lm"
+    src.mkdir()
+    path = one(MC, "samples_arc_easy_local_*.jsonl")
+    (src / path.name).write_text(path.read_text())
+    for f in VC.iterdir():
+        (src / f.name).write_text(f.read_text())
+    dom = [DomainTasks.parse(f"v=arc_easy_local:{lmeval.VC_TASK}")]
+    with pytest.raises(UserError, match=r"samples_arc_easy_local_.*cannot be established: no "
+                       r"results file of its run .*not assumed to be 'tiny-llama'.*--model-name"):
+        read_lmeval(dom, src, calib_fraction=0.25)
+    rs = read_lmeval(dom, src, calib_fraction=0.25, model_name="mine")
+    assert rs.pairs[0].name == "mine/loglik-per-char"
+    assert "arc_easy_local: no results file of its run names the model; scored as " \
+           "--model-name 'mine' says" in capsys.readouterr().out
+
+
+def test_tasks_that_are_not_single_answer_multiple_choice_are_refused(tmp_path: Path) -> None:
+    """truthfulqa_mc2-style samples (acc a probability), a generate_until task its results
+    file declares, and generate_until / loglikelihood_rolling samples without one: each
+    refused naming the task (its file) and why."""
+    from uqbench.core.errors import UserError
+    from uqbench.io.lmeval import DomainTasks, read_lmeval, read_task
+
+    rows = read_samples(one(MC, "samples_arc_easy_local_*.jsonl"))
+    mc2 = [dict(r, acc=0.5 + r["doc_id"] / 100, target="0") for r in rows]
+    mc2[0]["acc"] = 1.0  # the first lines may look like a correctness
+    with pytest.raises(UserError, match=r"samples_truthfulqa_mc2_.*line 2: `acc` is 0.51: a "
+                       r"probability.*truthfulqa_mc2-style.*score truthfulqa_mc1 instead"):
+        read_task(write_lines(tmp_path / "mc2", "truthfulqa_mc2", mc2), "truthfulqa_mc2")
+    both = copy_part(MC, tmp_path / "both")
+    for f in GEN.iterdir():
+        (both / f.name).write_text(f.read_text())
+    with pytest.raises(UserError, match=rf"task '{lmeval.GEN_TASK}' is a generate_until task "
+                       r"\(results_.*says so\): it generates text"):
+        read_lmeval([DomainTasks.parse(f"m=arc_easy_local:{lmeval.GEN_TASK}")], both)
+    gen = read_samples(one(GEN, "samples_*.jsonl"))
+    with pytest.raises(UserError, match=r"samples_g_.*line 1: `filtered_resps` holds generated "
+                       r"text: this is a generate_until task"):
+        read_task(write_lines(tmp_path / "gen", "g", gen), "g")
+    rolling = [{"doc_id": 0, "doc": {"page": "text"}, "target": "", "arguments": {
+        "gen_args_0": {"arg_0": "text", "arg_1": None}}, "resps": [[-1234.5]],
+        "filtered_resps": [-1234.5], "word_perplexity": [-1234.5, 2]}]
+    with pytest.raises(UserError, match=r"samples_wikitext_.*line 1: `filtered_resps` holds one "
+                       r"number per document: this is a loglikelihood_rolling task"):
+        read_task(write_lines(tmp_path / "roll", "wikitext", rolling), "wikitext")
+
+
+# -- warned where a number means nothing ----------------------------------------------------------
+
+def test_mixed_choice_counts_shots_and_limit_runs_warn_and_show_in_the_report(tmp_path):
+    """HellaSwag-like ID (4 choices) against a WinoGrande-like shift (2), a shift run 25-shot
+    against a 0-shot ID, and --limit runs: each a warning naming the domain, the tasks and the
+    columns, in run.json lmeval.warnings and as a banner of the report."""
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+    from uqbench.reporting.html import render_report
+    from uqbench.run.score_records import ScoreConfig, score
+
+    both = copy_part(MC, tmp_path / "lm")
+    for f in MI.iterdir():
+        (both / f.name).write_text(f.read_text())
+    res = one(both, "results_2026-11-25*.json")
+    doc = json.loads(res.read_text())
+    doc["n-shot"]["arc_challenge_local"] = 25
+    res.write_text(json.dumps(doc))
+    doms = [DomainTasks.parse(f"w=arc_easy_local:{lmeval.MI_TASK}"),
+            DomainTasks.parse("s=arc_easy_local:arc_challenge_local")]
+    with pytest.warns(UserWarning) as caught:
+        rs = read_lmeval(doms, both, calib_fraction=0.25)
+    said = " | ".join(str(w.message) for w in caught)
+    assert (f"domain w: ID task arc_easy_local has 4 choices per question, shift task "
+            f"{lmeval.MI_TASK} 2: OOD-AUROC, AUPR-out and FPR95 of every scorer") in said
+    assert "domain s: ID task arc_easy_local ran 0-shot, shift task arc_challenge_local " \
+           "25-shot" in said
+    assert "domain s: task arc_challenge_local ran on a --limit subset (8 of 1172 " in said
+    kinds = {(w["domain"], w["kind"]): w for w in rs.meta["lmeval"]["warnings"]}
+    assert set(kinds) == {("w", "choices"), ("w", "limit"), ("s", "n-shot"), ("s", "limit")}
+    assert kinds["w", "choices"]["tasks"] == ["arc_easy_local", lmeval.MI_TASK]
+    assert kinds["w", "choices"]["columns"] == ["ood_auroc", "aupr_out", "fpr95"]
+    score(rs, ScoreConfig(out=tmp_path / "o", scorers=("msp",), figures=False, bootstrap=20))
+    page = render_report(tmp_path / "o")
+    assert page.count('data-part="lmeval-warning"') == len(rs.meta["lmeval"]["warnings"]) == 6
+    assert page.index('data-part="lmeval-warning"') < page.index('id="summary"')
+
+
+# -- simple_evaluate results saved with json.dump ---------------------------------------------------
+
+def dump_of(part: Path, dest: Path, tasks: tuple[str, ...] | None = None, **edit) -> Path:
+    """``part``'s results and samples as ``lm_eval.simple_evaluate(log_samples=True)`` returns
+    them (one dict: ``results``, ``configs``, ``config``, ... and ``samples: {task: [...]}``),
+    saved with ``json.dump`` at ``dest``; ``edit``: top-level keys to set."""
+    doc = json.loads(one(part, "results_*.json").read_text())
+    doc["samples"] = {t: read_samples(one(part, f"samples_{t}_*.jsonl"))
+                      for t in tasks or tuple(doc["configs"])}
+    doc.update(date=1764107660.0, **edit)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with dest.open("w") as f:
+        json.dump(doc, f)
+    return dest
+
+
+def test_a_simple_evaluate_dump_reads_as_its_samples_files(tmp_path: Path) -> None:
+    """One dump of two tasks under any name, two dumps of one task each, and a dump file given
+    as the source: the same records as the samples files, every metric verified."""
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+    from uqbench.run.score_records import load_models
+
+    dom = [DomainTasks.parse("science=arc_easy_local:arc_challenge_local")]
+    ref = read_lmeval(dom, MC, calib_fraction=0.25)
+    one_file = dump_of(MC, tmp_path / "a" / "my eval.json").parent
+    two_files = tmp_path / "b"
+    dump_of(MC, two_files / "easy.json", ("arc_easy_local",))
+    dump_of(MC, two_files / "sub" / "challenge.json", ("arc_challenge_local",))
+    for src in (one_file, two_files, one_file / "my eval.json"):
+        rs = load_models([src], domains=["science=arc_easy_local:arc_challenge_local"],
+                         calib_fraction=0.25)
+        assert rs.pairs[0].name == "tiny-llama/loglik-per-char", src
+        assert rs.meta["lmeval"]["labels"]["arc_easy_local"]["verified"] == [
+            "acc", "acc_norm", "acc_bytes"]
+        for key, o in ref.outputs.items():
+            np.testing.assert_array_equal(rs.outputs[key].ids, o.ids)
+            np.testing.assert_array_equal(rs.outputs[key].labels, o.labels)
+            np.testing.assert_array_equal(rs.outputs[key].logits, o.logits)
+        assert [c["lm_eval"] for c in rs.meta["lmeval"]["accuracy"]] == [
+            c["lm_eval"] for c in ref.meta["lmeval"]["accuracy"]]
+
+
+def test_dumps_of_two_models_in_one_folder_are_two_models(tmp_path: Path) -> None:
+    from uqbench.run.score_records import load_models
+
+    dump_of(MC, tmp_path / "lm" / "base.json")
+    res = json.loads(one(MC, "results_*.json").read_text())
+    dump_of(MC, tmp_path / "lm" / "tuned.json", config={**res["config"], "model_args": {
+        "pretrained": "org/tuned", "dtype": "float32"}}, model_name="org/tuned")
+    rs = load_models([tmp_path / "lm"], domains=["science=arc_easy_local:arc_challenge_local"],
+                     calib_fraction=0.25)
+    assert [p.name for p in rs.pairs] == ["tiny-llama/loglik-per-char",
+                                          "org/tuned/loglik-per-char"]
+
+
+def test_a_folder_with_nothing_readable_lists_what_it_found(tmp_path: Path) -> None:
+    from uqbench.core.errors import UserError
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+
+    src = tmp_path / "lm"
+    src.mkdir()
+    res = one(MC, "results_*.json")
+    (src / res.name).write_text(res.read_text())
+    dump_of(MC, src / "no-samples.json", ())
+    doc = json.loads((src / "no-samples.json").read_text())
+    del doc["samples"]
+    (src / "no-samples.json").write_text(json.dumps(doc))
+    dump_of(MC, src / "other.json", ("arc_challenge_local",))
+    (src / "notes.json").write_text('{"a": 1}')
+    with pytest.raises(UserError, match=r"no samples file of task 'arc_easy_local'.* found: "
+                       r"no-samples.json: a simple_evaluate result without samples \(call it "
+                       r"with log_samples=True\); notes.json: not lm-eval output; other.json: a "
+                       r"simple_evaluate result with samples of arc_challenge_local; results_"
+                       r".*: a results file \(aggregates only"):
+        read_lmeval([DomainTasks.parse("science=arc_easy_local:arc_challenge_local")], src)
+
+
+def test_uqbench_score_of_a_real_simple_evaluate_dump_equals_lm_evals_metrics(lmeval_dump,
+                                                                              tmp_path):
+    """A real ``simple_evaluate(log_samples=True)`` result of the tiny model saved with
+    ``json.dump``: scored to lm-eval's own acc_norm, per sample on ID and as the aggregate on
+    the shift task."""
+    from uqbench.run.score_records import ScoreConfig, load_models, score
+
+    (path,) = lmeval_dump.glob("*.json")
+    with path.open() as f:
+        doc = json.load(f)
+    rs = load_models([lmeval_dump], domains=["science=arc_easy_local:arc_challenge_local"],
+                     calib_fraction=0.25)
+    (pair,) = rs.pairs
+    assert pair.name == f"{Path(lmeval_dump.parent / 'model').name}/loglik-per-char"
+    rows = {r["doc_id"]: r for r in doc["samples"]["arc_easy_local"]}
+    o = rs.outputs[pair.name, "science/id", 0]
+    assert (o.logits.argmax(1) == o.labels).tolist() == [
+        rows[int(i.rsplit("/", 1)[1])]["acc_norm"] == 1 for i in o.ids]
+    res = score(rs, ScoreConfig(out=tmp_path / "o", scorers=("msp",), figures=False,
+                                bootstrap=20))
+    row = next(r for r in res.rows if r["method"] == f"{pair.name}/msp"
+               and r["domain"] == "science")
+    assert row["shift_accuracy"] == doc["results"]["arc_challenge_local"]["acc_norm,none"]
+
+
+def test_without_a_domain_the_known_pairs_are_named_and_auto_forms_them(tmp_path, capsys):
+    """No --domain: the error names the tasks found and the known ID -> shift pairs (ARC-Easy
+    -> Challenge); --domain auto scores them; tasks of no known pair are refused by auto."""
+    from uqbench.core.errors import ConfigError
+    from uqbench.io.lmeval import known_pairs
+    from uqbench.run.score_records import load_records
+
+    with pytest.raises(ConfigError, match=r"holds samples of arc_challenge_local, "
+                       r"arc_easy_local; --domain auto forms the known pairs "
+                       r"arc_easy_local=arc_easy_local:arc_challenge_local"):
+        load_records(MC)
+    rs = load_records(MC, domains=["auto"], calib_fraction=0.25)
+    assert rs.meta["lmeval"]["domains"] == {"arc_easy_local": {
+        "id": "arc_easy_local", "shift": "arc_challenge_local", "calib": None}}
+    assert "--domain auto: arc_easy_local=arc_easy_local:arc_challenge_local" in \
+        capsys.readouterr().out
+    assert [(d.id, d.shift) for d in known_pairs(
+        ["mmlu_high_school_physics", "mmlu_college_physics", "mmlu_anatomy",
+         "leaderboard_bbh_logical_deduction_three_objects",
+         "leaderboard_bbh_logical_deduction_seven_objects"])] == [
+        ("mmlu_high_school_physics", "mmlu_college_physics"),
+        ("leaderboard_bbh_logical_deduction_three_objects",
+         "leaderboard_bbh_logical_deduction_seven_objects")]
+    with pytest.raises(ConfigError, match=r"--domain auto: the tasks of .* \(winogrande_local\) "
+                       r"form no known ID -> shift pair"):
+        load_records(MI, domains=["auto"])

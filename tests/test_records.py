@@ -117,7 +117,10 @@ def test_scorers_without_their_fields_are_skipped_and_listed(tmp_path, caplog):
     assert skipped[("mc_dropout_msp", "lora/dense")] == ["mc_logits"]
     assert ("care", "moe-lora/top4") not in skipped
     assert {r["method"] for r in res.rows if r["model"] == "lora"} == {"lora/dense/msp"}
-    assert "skipped care on lora/dense: needs disagreement, route_entropy" in caplog.text
+    assert "2 scorer(s) need model internals these records do not hold (disagreement, mc_logits, " \
+        "route_entropy): care, mc_dropout_msp; each with what it needs in run.json " \
+        "skipped_scorers" in caplog.text
+    assert caplog.text.count("need model internals") == 1
 
 
 def test_feature_scorers_are_skipped_on_records_without_features_or_train_records(tmp_path):
@@ -212,13 +215,13 @@ def test_lmeval_logits_reproduce_acc_and_acc_norm_and_the_calib_hold_out(lm):
         rs = read_lmeval(dom, lm, normalize=normalize, calib_fraction=0.25, seed=3)
         assert rs.meta["lmeval"]["labels"]["easy"]["verified"] == ["acc", "acc_norm"]
         lines = {x["doc_id"]: x for x in mc_lines(40, 1)}
-        o = rs.outputs[f"tiny/{'loglik' if normalize == 'none' else 'loglik-per-char'}",
+        o = rs.outputs[f"org/tiny/{'loglik' if normalize == 'none' else 'loglik-per-char'}",
                        "science/id", 0]
         ours = o.logits.argmax(1) == o.labels
         theirs = [lines[int(i.split("/")[1])][metric] == 1 for i in o.ids]
         assert list(ours) == theirs
     held = rs.meta["lmeval"]["calib_held_out"]["doc_ids"]["science"]
-    cal = rs.outputs["tiny/loglik-per-char", "science/calib", 0]
+    cal = rs.outputs["org/tiny/loglik-per-char", "science/calib", 0]
     assert len(held) == 10 and sorted(int(i.split("/")[1]) for i in cal.ids) == held
     assert not set(cal.ids) & set(o.ids) and len(o.ids) == 30  # disjoint, 40 = 30 + 10
     assert rs.refs.options_only is None and rs.refs.n_choices["science/shift"].tolist() == [4] * 30
@@ -228,14 +231,14 @@ def test_lmeval_score_skips_router_scorers_and_members_feed_the_ensemble(lm, tmp
     write_task(tmp_path / "seed1" / "m", "easy", mc_lines(40, 11))
     write_task(tmp_path / "seed1" / "m", "hard", mc_lines(30, 12))
     rs = load_records(lm, domains=["science=easy:hard"], members=[tmp_path / "seed1"])
-    assert rs.outputs["tiny/loglik-per-char", "science/id", 0].member_logits.shape == (2, 32, 4)
+    assert rs.outputs["org/tiny/loglik-per-char", "science/id", 0].member_logits.shape == (2, 32, 4)
     res = score(rs, ScoreConfig(out=tmp_path / "o", scorers=("msp", "ensemble_msp", "care"),
                                 figures=False))
     methods = {r["method"] for r in res.rows}
-    assert {"tiny/loglik-per-char/msp", "tiny/loglik-per-char/ensemble_msp", "chance"} <= methods
+    assert {"org/tiny/loglik-per-char/msp", "org/tiny/loglik-per-char/ensemble_msp", "chance"} <= methods
     assert "options-only" not in methods
     meta = json.loads((tmp_path / "o" / "run.json").read_text())
-    assert meta["skipped_scorers"] == [{"scorer": "care", "pair": "tiny/loglik-per-char",
+    assert meta["skipped_scorers"] == [{"scorer": "care", "pair": "org/tiny/loglik-per-char",
                                         "missing": ["disagreement", "route_entropy"]}]
     assert "options-only" in meta["references_skipped"]
     assert not math.isnan(next(r for r in res.rows if r["method"] == "chance")["accuracy"])

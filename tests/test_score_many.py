@@ -88,7 +88,7 @@ def test_a_folder_of_models_gives_one_model_by_metric_table(scored: Path) -> Non
     from uqbench.results.tables import MODEL_COLUMNS
 
     meta = json.loads((scored / "run.json").read_text())
-    models = ["noisy-a/loglik-per-char", "noisy-b/loglik-per-char",
+    models = ["org/noisy-a/loglik-per-char", "org/noisy-b/loglik-per-char",
               "tiny-llama/loglik-per-char"]
     assert meta["model_table"]["models"] == models and meta["model_table"]["scorer"] == "msp"
     assert sorted(meta["models"]) == models
@@ -172,7 +172,7 @@ def test_the_report_shows_the_models_side_by_side(scored: Path) -> None:
     start = html.index('id="models-side-by-side"')
     assert start < html.index('id="scorers"')
     section = html[start:html.index('<div class="filter">')]
-    for m in ("noisy-a", "noisy-b", "tiny-llama"):
+    for m in ("org/noisy-a", "org/noisy-b", "tiny-llama"):
         assert f'data-model="{m}/loglik-per-char"' in section
     assert section.count('data-domain="pooled"') == 3 + 1  # 3 rows, the table
     for stem in ("models_ranking", "models_reliability_pooled", "models_reliability_science"):
@@ -229,7 +229,9 @@ def test_mismatched_questions_and_models_are_refused_before_any_output(tmp_path,
         "twice": (model_copy(tmp_path / "twice", None, 3), (),
                   r"both hold model 'tiny-llama/loglik-per-char': two runs of one model"),
         "name": (model_copy(tmp_path / "name", "org/y", 1), ("--model-name", "m"),
-                 r"--model-name and --members belong to one model"),
+                 r"1 --model-name for 2 model source\(s\) .*give one name per source"),
+        "members": (tmp_path / "name", ("--members", str(a)),
+                    r"--members belong to one model"),
         "rank": (tmp_path / "name", ("--rank-scorer", "energy"),
                  r"--rank-scorer 'energy' is not among the scorers run"),
     }
@@ -282,7 +284,7 @@ def test_a_split_listed_in_another_order_is_paired_question_by_question(tmp_path
     rev = model_copy(tmp_path / "rev", "org/b", 1)
     path = next(rev.glob("samples_arc_challenge_local_*.jsonl"))
     path.write_text("".join(reversed(path.read_text().splitlines(keepends=True))))
-    key = ("b/loglik-per-char", "science/shift", 0)
+    key = ("org/b/loglik-per-char", "science/shift", 0)
     plain = load_models([a, b], domains=[DOMAIN], calib_fraction=CALIB).outputs[key]
     merged = load_models([a, rev], domains=[DOMAIN], calib_fraction=CALIB)
     assert merged.outputs[key].ids.tolist() == plain.ids.tolist()
@@ -290,3 +292,40 @@ def test_a_split_listed_in_another_order_is_paired_question_by_question(tmp_path
                                                 for r in _rows(path)]
     np.testing.assert_array_equal(merged.outputs[key].logits, plain.logits)
     np.testing.assert_array_equal(merged.outputs[key].labels, plain.labels)
+
+
+def test_models_are_named_as_people_know_them(tmp_path: Path, capsys) -> None:
+    """A hub id stays ORG/NAME, a Hugging Face cache path is ORG/NAME, a local folder is its
+    name (never a snapshot hash); two sources sharing a base path with other model_args (an
+    adapter) are named by their folders, saying so; --model-name names each source in order;
+    equal model_args stay two runs of one model."""
+    from uqbench.core.errors import UserError
+    from uqbench.io.lmeval import model_label
+    from uqbench.run.score_records import load_models
+
+    sha = "3548789f2a0d5c1b9e6a4f7c8d2b1a0e9f8c7d6b"
+    cache = f"/hub/models--google--gemma-3-27b/snapshots/{sha}"
+    here = Path("lm-out")
+    assert model_label(cache, json.dumps({"pretrained": cache}), here) == "google/gemma-3-27b"
+    assert model_label("x", json.dumps("pretrained=Qwen/Qwen2.5-7B,dtype=bfloat16"),
+                       here) == "Qwen/Qwen2.5-7B"
+    assert model_label(f"/ckpt/my-model/{sha}", None, here) == "my-model"
+    assert model_label(None, None, Path("details_org__m")) == "org__m"
+
+    base = model_copy(tmp_path / "gemma-base", cache, None)
+    lofit = model_copy(tmp_path / "gemma-lofit", cache, 1)
+    res = next(lofit.glob("results_*.json"))
+    doc = json.loads(res.read_text())
+    doc["config"]["model_args"]["peft"] = "/adapters/lofit"
+    res.write_text(json.dumps(doc))
+    rs = load_models([base, lofit], domains=[DOMAIN], calib_fraction=CALIB)
+    assert [p.name for p in rs.pairs] == ["gemma-base/loglik-per-char",
+                                          "gemma-lofit/loglik-per-char"]
+    assert "named by their folders: gemma-base, gemma-lofit" in capsys.readouterr().out
+    assert "named by its folder" in rs.meta["models"]["gemma-lofit/loglik-per-char"]["renamed"]
+    named = load_models([base, lofit], domains=[DOMAIN], calib_fraction=CALIB,
+                        model_name=["base", "lofit"])
+    assert [p.name for p in named.pairs] == ["base/loglik-per-char", "lofit/loglik-per-char"]
+    same = model_copy(tmp_path / "same", cache, 2)
+    with pytest.raises(UserError, match=r"both hold model 'google/gemma-3-27b/loglik-per-char'"):
+        load_models([base, same], domains=[DOMAIN], calib_fraction=CALIB)

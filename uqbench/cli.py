@@ -147,8 +147,10 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="lm-eval: where the folder holds several runs of a task, the one whose "
                     "date (samples_<task>_<DATE>.jsonl, or its start) is DATE (default: the "
                     "newest); repeatable, for tasks run at different dates")
-    sc.add_argument("--model-name", help="lm-eval: the model's name in the method column "
-                    "(default: from the results file)")
+    sc.add_argument("--model-name", action="append", default=[], metavar="NAME",
+                    help="lm-eval: a model's name in the method column (default: its "
+                    "pretrained= hub id or folder, from the results file); with several "
+                    "sources, once per source, in order")
     sc.add_argument("--scorers", type=_csv, default=(),
                     help="comma-separated (default: the run's methods for uqbench records, all "
                     "scorers for lm-eval)")

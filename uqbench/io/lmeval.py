@@ -98,6 +98,36 @@ class DomainTasks:
                               "another task, or none to hold out a fraction of the ID questions")
 
 
+#: known ID -> shift pairs of lm-eval's task families, as (ID pattern, shift template): ARC-Easy
+#: -> ARC-Challenge, each MMLU high-school subject -> its college subject, BBH's logical
+#: deduction over three objects -> seven (any prefix or suffix such as ``leaderboard_`` or
+#: ``_local`` kept)
+KNOWN_PAIRS = ((re.compile(r"(?P<a>.*)arc_easy(?P<b>.*)"), r"\g<a>arc_challenge\g<b>"),
+               (re.compile(r"(?P<a>.*)high_school_(?P<b>.*)"), r"\g<a>college_\g<b>"),
+               (re.compile(r"(?P<a>.*)three_objects(?P<b>.*)"), r"\g<a>seven_objects\g<b>"))
+
+
+def task_names(root: Path) -> list[str]:
+    """The tasks whose samples lie under ``root`` (samples files and simple_evaluate results)."""
+    name = re.compile(rf"samples_(.+)_{DATE}\.(?:jsonl|json|parquet)")
+    found = [m[1] for p in root.rglob("samples_*") if (m := name.fullmatch(p.name))] \
+        if root.is_dir() else []
+    found += [t for p in dump_files(root) for t in dump_index(p)[0]]
+    return sorted(set(found))
+
+
+def known_pairs(tasks: Sequence[str]) -> list[DomainTasks]:
+    """The domains `KNOWN_PAIRS` forms of ``tasks`` (each named after its ID task)."""
+    have = set(tasks)
+    out = []
+    for t in tasks:
+        for pat, shift in KNOWN_PAIRS:
+            if (m := pat.fullmatch(t)) and (s := m.expand(shift)) in have and s != t:
+                out.append(DomainTasks(re.sub(r"[=:\s]", "_", t), t, s))
+                break
+    return out
+
+
 def domains_from_yaml(path: Path) -> list[DomainTasks]:
     """A YAML ``domains: {NAME: {id: TASK, shift: TASK, calib: TASK (optional)}}``."""
     import yaml
@@ -262,7 +292,12 @@ def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
         from uqbench.io.leaderboard import details_v1_rows  # it builds on this module
 
         return collect(path, task, "row", details_v1_rows(path), delim)
-    unit, samples = _samples(path)
+    dumped = read_dump(path) if path.suffix == ".json" and _sniff_dump(path) else None
+    if dumped is not None:
+        unit = f"samples[{task!r}] element"
+        samples: Iterable[tuple[int, Any]] = enumerate(dumped["samples"].get(task) or [])
+    else:
+        unit, samples = _samples(path)
 
     def parsed() -> Iterator[tuple[int, Parsed]]:
         for i, d in samples:
@@ -345,6 +380,7 @@ class Source:
     folder: Path | None = None  # the model's folder (its name names the model without results)
     #: task -> what its run's results file says of it (`_task_results`); absent without one
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    model_args: str | None = None  # the results file's config.model_args, as JSON
 
 
 @dataclass(frozen=True)
@@ -390,14 +426,123 @@ def _runs(root: Path, task: str) -> list[_Run]:
     found += [_Run(m["date"], p, p.parent.parent if re.fullmatch(DATE, p.parent.name)
                    else p.parent) for p in root.rglob("details_*.parquet")
               if (m := V1_FILE.fullmatch(p.name)) and task in (m["task"], v1_task_name(m["task"]))]
+    found += [_Run(index[1], p, p.parent) for p in dump_files(root)
+              if task in (index := dump_index(p))[0]]
     return sorted(found, key=lambda r: r.key)
 
 
-def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> Source:
+def _sniff_dump(path: Path) -> bool:
+    """Whether ``path`` may be a `simple_evaluate` result: a JSON object naming ``results``
+    in its first kilobytes (json.dump writes it first)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(1 << 14)
+    except OSError:
+        return False
+    return head.lstrip()[:1] == b"{" and b'"results"' in head
+
+
+_DUMPS: dict[tuple[str, float, int], dict[str, Any] | None] = {}
+
+
+def read_dump(path: Path) -> dict[str, Any] | None:
+    """The `simple_evaluate(log_samples=True)` result saved with ``json.dump`` in ``path`` (a
+    dict whose ``samples`` maps each task to its samples, beside ``results``), or None if it
+    is none; parsed once per file version, from the file object (never its whole text and
+    its objects at once), one file held at a time."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime, st.st_size)
+    if key not in _DUMPS:
+        doc = None
+        if _sniff_dump(path):
+            try:
+                with path.open(encoding="utf-8") as f:
+                    doc = json.load(f)
+            except (OSError, ValueError) as exc:
+                raise UserError(f"{path}: looks like a simple_evaluate result but is not "
+                                f"readable JSON ({exc}); the file is truncated") from None
+        ok = isinstance(doc, dict) and isinstance(doc.get("samples"), dict) \
+            and isinstance(doc.get("results"), dict)
+        _DUMPS.clear()
+        _DUMPS[key] = doc if ok else None
+    return _DUMPS[key]
+
+
+_INDEX: dict[tuple[str, float, int], tuple[tuple[str, ...], str, str]] = {}
+
+
+def dump_index(path: Path) -> tuple[tuple[str, ...], str, str]:
+    """(tasks with samples, date, model_args as JSON) of a `simple_evaluate` result (no tasks:
+    none), kept per file version so a folder of dumps is parsed once per file."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime, st.st_size)
+    if key not in _INDEX:
+        doc = read_dump(path)
+        _INDEX[key] = (tuple(doc["samples"]), _dump_date(doc), json.dumps(
+            (doc.get("config") or {}).get("model_args"), sort_keys=True, default=str)) \
+            if doc else ((), "", "")
+    return _INDEX[key]
+
+
+def dump_files(root: Path) -> list[Path]:
+    """The ``*.json`` files under ``root`` that are `simple_evaluate` results with samples."""
+    files = [root] if root.is_file() else sorted(root.rglob("*.json"))
+    return [p for p in files if not re.match(r"(results|samples)_", p.name)
+            and _sniff_dump(p) and dump_index(p)[0]]
+
+
+def _dump_date(doc: dict[str, Any] | None) -> str:
+    """A dump's ``date`` (a Unix time) as lm-eval's date_id, for choosing the newest run."""
+    import datetime
+
+    t = (doc or {}).get("date")
+    if not isinstance(t, (int, float)):
+        return ""
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H-%M-%S.%f")
+
+
+def _inventory(root: Path) -> str:
+    """What ``root`` holds that looks like lm-eval output, and why each is not usable."""
+    why = []
+    for p in sorted(root.rglob("*"))[:5000]:
+        if not p.is_file() or p.suffix not in (".json", ".jsonl", ".parquet"):
+            continue
+        rel = p.relative_to(root)
+        if p.name.startswith("results"):
+            why.append(f"{rel}: a results file (aggregates only; samples need --log_samples)")
+        elif p.name.startswith(("samples_", "details_")):
+            why.append(f"{rel}: samples of another task")
+        elif _sniff_dump(p):
+            doc = read_dump(p)
+            why.append(f"{rel}: a simple_evaluate result " + (
+                f"with samples of {', '.join(doc['samples'])}" if doc else
+                "without samples (call it with log_samples=True)"))
+        else:
+            why.append(f"{rel}: not lm-eval output")
+        if len(why) == 12:
+            why.append("...")
+            break
+    return "; ".join(why) or "no .json, .jsonl or .parquet file"
+
+
+#: lm-eval output types that are not single-answer multiple choice, and why uqbench refuses them
+NOT_MC = {"generate_until": "it generates text: there is no distribution over choices",
+          "loglikelihood_rolling": "it logs one log-likelihood of a whole text per document "
+          "(perplexity), not one per choice",
+          "loglikelihood": "it logs the log-likelihood of one continuation per document, not "
+          "one per choice"}
+
+
+def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = (),
+                named: bool = False) -> Source:
     """The samples file of each task under ``root`` (searched recursively, `_runs`) and the
     results JSON of its run. Where a folder holds several runs of a task (``--output_path``
     accumulates them), the newest, or the one whose date starts with one of ``runs``
-    (``--run``)."""
+    (``--run``). A task whose run's model cannot be established (no results file of its run)
+    beside a task whose results file names one is refused unless ``named`` (``--model-name``
+    names the model of every file); a task a results file declares of another output type
+    than multiple_choice is refused (`NOT_MC`)."""
     if not root.exists():
         raise UserError(f"{root} not found: give the --output_path folder of an lm-eval run "
                         "(made with --log_samples), or a downloaded leaderboard details folder")
@@ -409,8 +554,10 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
             raise UserError(f"no samples file of task {task!r} under {root} (looked for "
                             f"samples_{task}_DATE.jsonl/.json/.parquet, lm-eval <= 0.4.2's "
                             f"MODEL_ARGS_{task}.jsonl beside results.json, and leaderboard v1's "
-                            "details_harness|TASK|N_DATE.parquet, named harness_TASK_N): run "
-                            f"lm-eval on task {task!r} with --log_samples --output_path {root}")
+                            "details_harness|TASK|N_DATE.parquet, named harness_TASK_N, and "
+                            "simple_evaluate results saved as *.json); found: "
+                            f"{_inventory(root)}; run lm-eval on task {task!r} with "
+                            f"--log_samples --output_path {root}")
         if len({r.folder for r in found}) > 1:
             raise UserError(f"samples files of task {task!r} in several folders under {root} ("
                             f"{', '.join(str(r.path.relative_to(root)) for r in found)}): lm-eval "
@@ -427,37 +574,57 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = ()) -> S
     models: dict[str, str] = {}  # task -> the model its results file names
     delims: dict[str, str] = {}
     results: dict[str, dict[str, Any]] = {}
+    args: dict[str, str] = {}
     for task, run in chosen.items():
         # the run's own results file (named by the same date), else any beside it
         own = [f / (f"results_{run.date}.json" if run.date else "results.json")
                for f in dict.fromkeys((run.path.parent, run.folder))]
         own = [r for r in own if r.is_file()][:1]
-        for r in own or sorted(run.path.parent.glob("results_*.json")):
+        dumped = read_dump(run.path) if run.path.suffix == ".json" else None
+        for r in [run.path] if dumped else own or sorted(run.path.parent.glob("results_*.json")):
             try:
-                doc = json.loads(r.read_text())
+                doc = dumped or json.loads(r.read_text())
             except (OSError, ValueError) as exc:
                 raise UserError(f"{r}: unreadable results file ({exc})") from None
             conf = (doc.get("configs") or {}).get(task)
             general = doc.get("config_general") or {}  # the leaderboard v1's (lighteval's)
-            if conf is None and not (own and general.get("model_name")):
+            if conf is None and not dumped and not (own and general.get("model_name")):
                 continue
+            kind = (conf or {}).get("output_type")
+            if kind in NOT_MC:
+                raise UserError(f"task {task!r} is a {kind} task ({r.name} says so): "
+                                f"{NOT_MC[kind]}; uqbench score reads single-answer "
+                                "multiple-choice tasks (output_type: multiple_choice) only: "
+                                "drop it from --domain")
             delims[task] = (conf or {}).get("target_delimiter", " ")
             models[task] = str(doc.get("model_name") or general.get("model_name")
                                or doc.get("config", {}).get("model_args"))
             results[task] = _task_results(doc, task, r)
+            args[task] = json.dumps((doc.get("config") or {}).get("model_args"),
+                                    sort_keys=True, default=str)
     folders = {t: r.folder for t, r in chosen.items()}
     if len(set(folders.values())) > 1 and len(models) < len(folders):
         raise UserError("the tasks' files lie in different model folders (" + "; ".join(
             f"{t}: {f}" for t, f in folders.items()) + ") and not every one has a results file "
             "naming its model: give one model's folder (other models as members or separate "
             "runs)")
+    unknown = [t for t in chosen if t not in models]
+    if models and unknown and not named:
+        raise UserError(
+            f"the model of {', '.join(str(chosen[t].path) for t in unknown)} cannot be "
+            f"established: no results file of its run (results_{chosen[unknown[0]].date or 'DATE'}"
+            ".json) lies beside it, and the samples name no model; it is not "
+            f"assumed to be {next(iter(models.values()))!r}, the model of the run of "
+            f"{', '.join(models)}: copy that run's results file beside it, or give "
+            "--model-name to name the model of every file")
     if len(set(models.values())) > 1:
         raise UserError("the samples files come from different models: " + "; ".join(
             f"{chosen[t].path} from {m!r}" for t, m in models.items()) + "; a domain's ID and "
             "shifted tasks must be scored from one model's run (give other models as members "
             "or separate runs)")
     return Source(root, {t: r.path for t, r in chosen.items()}, next(iter(models.values()), None),
-                  delims, others, next(iter(folders.values()), None), results)
+                  delims, others, next(iter(folders.values()), None), results,
+                  next(iter(args.values()), None))
 
 
 def _task_results(doc: dict[str, Any], task: str, path: Path) -> dict[str, Any]:
@@ -474,7 +641,9 @@ def _task_results(doc: dict[str, Any], task: str, path: Path) -> dict[str, Any]:
               and (k.endswith(",none") or "," not in k)}
     n_shot = (doc.get("n-shot") or {}).get(task)
     config = doc.get("config") or {}
+    n = (doc.get("n-samples") or {}).get(task) or {}
     return {"values": values, "n_shot": n_shot, "limit": config.get("limit"),
+            "n_samples": [n.get("effective"), n.get("original")],
             "version": doc.get("lm_eval_version"), "file": str(path)}
 
 
@@ -482,6 +651,47 @@ def slug(name: str) -> str:
     """A method-name-safe model name: the last part of a path or hub id."""
     base = name.split("pretrained=")[-1].split(",")[0].rstrip("/").split("/")[-1]
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-") or "lm-eval-model"
+
+
+#: a Hugging Face cache path: ``.../models--ORG--NAME/snapshots/SHA``
+_HF_CACHE = re.compile(r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)(?:/snapshots(?:/[^/]*)?)?/?$")
+_HASH = re.compile(r"[0-9a-fA-F]{12,64}")
+
+
+def _pretrained(model_args: str | None) -> str | None:
+    """``pretrained=`` (or ``model=``) of a results file's model_args: a dict (lm-eval >=
+    0.4.5) or its ``key=value,...`` string."""
+    if not model_args:
+        return None
+    try:
+        args = json.loads(model_args)
+    except ValueError:
+        args = model_args
+    if isinstance(args, str):
+        args = dict(kv.split("=", 1) for kv in args.split(",") if "=" in kv)
+    if not isinstance(args, dict):
+        return None
+    found = args.get("pretrained") or args.get("model")
+    return str(found) if found else None
+
+
+def model_label(name: str | None, model_args: str | None, folder: Path) -> str:
+    """A model's name people recognise: its ``pretrained=`` hub id (``ORG/NAME``) from
+    ``model_args``, else ``name`` (the results file's model_name); a Hugging Face cache path
+    ``.../models--ORG--NAME/snapshots/SHA`` is ``ORG/NAME``, another local path its folder's
+    name (a bare hash never: the nearest folder above it that is not one); without either,
+    ``folder``'s name (the leaderboard's ``<org>__<model>``)."""
+    raw = (_pretrained(model_args) or name or "").strip()
+    if not raw or raw.startswith("{"):
+        return slug(folder.name.removeprefix("details_"))
+    m = _HF_CACHE.search(raw)
+    if m:
+        return f"{slug(m['org'])}/{slug(m['name'])}"
+    parts = [p for p in raw.rstrip("/").split("/") if p not in ("", ".", "..")]
+    if raw.startswith(("/", ".", "~")) or len(parts) > 2:  # a local folder
+        named = [p for p in parts if not _HASH.fullmatch(p) and p != "snapshots"]
+        return slug(named[-1]) if named else slug(folder.name)
+    return "/".join(slug(p) for p in parts)
 
 
 def corresponds(ts: TaskSamples, normalize: str) -> str:
@@ -520,6 +730,55 @@ def accuracy_check(ts: TaskSamples, normalize: str, rows: np.ndarray, split: str
             "of": len(ts.labels)}
 
 
+#: the columns a difference between ID and shift beyond the shift itself makes meaningless
+OOD_COLUMNS = ("ood_auroc", "aupr_out", "fpr95")
+
+
+def comparability(d: DomainTasks, main: dict[str, TaskSamples],
+                  results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where a domain's numbers mean less than they seem: ID and shift (or calib) tasks whose
+    choice counts differ (the OOD columns of every scorer that reads the distribution's shape
+    then measure the number of options), whose few-shot counts differ, or tasks run on a
+    ``--limit`` subset (lm-eval's first N questions)."""
+    found: list[dict[str, Any]] = []
+    others = [(role, t) for role, t in (("shift", d.shift), ("calib", d.calib)) if t]
+    ood = list(OOD_COLUMNS)
+    counts = {t: sorted(set(main[t].n_choices.tolist())) for t in d.tasks}
+    for role, t in others:
+        if counts[t] != counts[d.id]:
+            cols = ood if role == "shift" else ["ece_ts", "ece_hb", "ece_iso", "cp_*", "rc_*"]
+            found.append({"domain": d.name, "kind": "choices", "tasks": [d.id, t],
+                          "columns": cols, "message": (
+                f"domain {d.name}: ID task {d.id} has {_counts(counts[d.id])} choices per "
+                f"question, {role} task {t} {_counts(counts[t])}: "
+                + ("OOD-AUROC, AUPR-out and FPR95 of every scorer that reads the predictive "
+                   "distribution's shape (MSP, entropy, margin, energy...) measure the number "
+                   "of options, not the shift" if role == "shift" else "recalibration, "
+                   "conformal sets and risk control fitted on it do not transfer to ID"))})
+    shots = {t: (results.get(t) or {}).get("n_shot") for t in d.tasks}
+    for role, t in others:
+        if None not in (shots[t], shots[d.id]) and shots[t] != shots[d.id]:
+            found.append({"domain": d.name, "kind": "n-shot", "tasks": [d.id, t],
+                          "columns": ood, "message": (
+                f"domain {d.name}: ID task {d.id} ran {shots[d.id]}-shot, {role} task {t} "
+                f"{shots[t]}-shot: the prompt differs as well as the data, so OOD-AUROC, "
+                "AUPR-out and FPR95 measure both")})
+    for t in d.tasks:
+        info = results.get(t) or {}
+        eff, orig = info.get("n_samples") or [None, None]
+        if info.get("limit") is not None or (eff is not None and orig and eff < orig):
+            found.append({"domain": d.name, "kind": "limit", "tasks": [t],
+                          "columns": ["every column"], "message": (
+                f"domain {d.name}: task {t} ran on a --limit subset ({eff or '?'} of "
+                f"{orig or '?'} questions, lm-eval's first ones, not a random sample): every "
+                "column describes those questions, not the task")})
+    return found
+
+
+def _counts(c: list[int]) -> str:
+    return str(c[0]) if len(c) == 1 else f"{c[0]} to {c[-1]}"
+
+
 def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequence[Path] = (),
                 normalize: str = "auto", calib_fraction: float = 0.2, seed: int = 0,
                 model_name: str | None = None, runs: Sequence[str] = ()) -> RecordSet:
@@ -529,16 +788,27 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
     if normalize != "auto" and normalize not in NORMALIZE:
         raise ConfigError(f"--normalize {normalize!r}; valid: auto, {', '.join(NORMALIZE)}")
     if not domains:
+        tasks_ = task_names(Path(source))
+        pairs = known_pairs(tasks_)
         raise ConfigError("give at least one --domain NAME=ID_TASK:SHIFT_TASK (or --domains "
-                          "FILE.yaml)")
+                          f"FILE.yaml); {source} holds samples of "
+                          f"{', '.join(tasks_) or 'no task'}" + (
+                              "; --domain auto forms the known pairs " + " ".join(
+                                  f"{d.name}={d.id}:{d.shift}" for d in pairs)
+                              if pairs else "; none of them is a known ID -> shift pair "
+                              "(ARC-Easy -> Challenge, MMLU high-school -> college subject, "
+                              "...): pair them with --domain"))
     if len({d.name for d in domains}) < len(domains):
         raise ConfigError("two --domain entries share a name")
     if any(d.calib is None for d in domains) and not 0 < calib_fraction < 1:
         raise ConfigError(f"--calib-fraction {calib_fraction}: give a fraction in (0, 1) of the "
                           "ID questions to hold out for recalibration")
     tasks = list(dict.fromkeys(t for d in domains for t in (d.id, d.shift, d.calib) if t))
-    srcs = [find_source(Path(p), tasks, runs if not k else ()) for k, p in
-            enumerate((source, *members))]
+    srcs = [find_source(Path(p), tasks, runs if not k else (), named=model_name is not None)
+            for k, p in enumerate((source, *members))]
+    if model_name is not None and (lost := [t for t in tasks if t not in srcs[0].results]):
+        print(f"{', '.join(lost)}: no results file of its run names the model; scored as "
+              f"--model-name {model_name!r} says", flush=True)
     for src in srcs:
         for t, other in src.other_runs.items():
             if other:
@@ -557,8 +827,8 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
                 raise UserError(f"member {s.samples[t]} has other questions than "
                                 f"{srcs[0].samples[t]} for task {t!r}: members must be runs of "
                                 "the same tasks with the same --limit")
-    model = model_name or slug(srcs[0].model or (srcs[0].folder or srcs[0].root).name
-                               .removeprefix("details_"))
+    model = model_name or model_label(srcs[0].model, srcs[0].model_args,
+                                      srcs[0].folder or srcs[0].root)
     norms = {d.name: choose_normalize(normalize, [main[t] for t in d.tasks]) for d in domains}
     not_logged = {t: NORMALIZE[norms[d.name]] for d in domains for t in d.tasks
                   if corresponds(main[t], norms[d.name]) not in main[t].verified
@@ -570,6 +840,10 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
             "is not one lm-eval logged (" + ("drop --normalize: auto takes the metric each "
             "task logs" if normalize != "auto" else "their samples log neither acc_norm nor "
             "acc") + "); recorded in run.json lmeval.not_logged", stacklevel=2)
+    cautions = [c for d in domains for c in comparability(d, main, srcs[0].results)]
+    for c in cautions:
+        warnings.warn(c["message"] + " (run.json lmeval.warnings; the report's banner)",
+                      stacklevel=2)
     outputs: dict[tuple[str, str, int], Outputs] = {}
     n_choices, hashes, held_out = {}, {}, {}
     gate = "+".join(dict.fromkeys(GATES[n] for n in norms.values()))
@@ -625,13 +899,14 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
             "files": {t: str(p) for t, p in srcs[0].samples.items()},
             "runs_not_read": {t: o for t, o in srcs[0].other_runs.items() if o},
             "members": [{t: str(p) for t, p in s.samples.items()} for s in srcs[1:]],
-            "model": srcs[0].model, "member_models": [s.model for s in srcs[1:]],
+            "model": srcs[0].model, "model_args": srcs[0].model_args,
+            "named": model, "member_models": [s.model for s in srcs[1:]],
             "lm_eval_version": ", ".join(sorted({str(r["version"]) for r in
                                                  srcs[0].results.values() if r["version"]}))
             or None,
             "normalize": normalize, "normalized": norms,
             "metric": {dom: NORMALIZE[n] for dom, n in norms.items()},
-            "not_logged": not_logged,
+            "not_logged": not_logged, "warnings": cautions,
             "accuracy": checks,
             "domains": {d.name: {"id": d.id, "shift": d.shift, "calib": d.calib}
                         for d in domains},

@@ -70,11 +70,27 @@ def logged_metrics(path: Path, line: int | str, d: Mapping[str, Any]) -> dict[st
     metrics: dict[str, float] = {}
     for k in NORMALIZE.values():
         if d.get(k) is not None:
+            if isinstance(d[k], float) and 0 < d[k] < 1:
+                raise fail(path, line, f"`{k}` is {d[k]!r}: a probability, not a correctness "
+                           "(a truthfulqa_mc2-style task, whose acc is the probability mass "
+                           "on several true answers)", "uqbench score reads single-answer "
+                           "multiple choice (one gold choice); score truthfulqa_mc1 instead")
             if d[k] not in (0, 1):
                 raise fail(path, line, f"`{k}` is {d[k]!r}, not 0 or 1",
                            "give the file as it was written, unedited")
             metrics[k] = float(d[k])
     return metrics
+
+
+def _number(x: object) -> bool:
+    """A log-likelihood as lm-eval logs one: a number, or its string."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return True
+    try:
+        float(str(x))
+    except ValueError:
+        return False
+    return isinstance(x, str)
 
 
 def parse_sample(path: Path, line: int | str, d: Mapping[str, Any], delim: str
@@ -88,10 +104,14 @@ def parse_sample(path: Path, line: int | str, d: Mapping[str, Any], delim: str
     resps = d["filtered_resps"]
     if not (isinstance(resps, list) and resps and all(
             isinstance(r, list) and len(r) == 2 for r in resps)):
-        raise fail(path, line, "`filtered_resps` holds generated text, not one (log-likelihood, "
-                   "is_greedy) pair per choice: this is a generate_until task",
-                   "uqbench score reads multiple-choice tasks (output_type: multiple_choice) "
-                   "only")
+        what = ("one number per document: this is a loglikelihood_rolling task (perplexity of "
+                "a whole text), with no choices") if isinstance(resps, list) and resps and all(
+            _number(r) for r in resps) else ("generated text: this is a generate_until task, "
+                                            "with no distribution over choices")
+        raise fail(path, line, f"`filtered_resps` holds {what}, not one (log-likelihood, "
+                   "is_greedy) pair per choice", "uqbench score reads single-answer "
+                   "multiple-choice tasks (output_type: multiple_choice) only: drop it from "
+                   "--domain")
     try:
         lls = [float(r[0]) for r in resps]
     except (TypeError, ValueError):

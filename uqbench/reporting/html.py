@@ -185,9 +185,11 @@ def lmeval_sources(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
     items = [(None, meta)] if "lmeval" in meta else [
         (pair, m) for pair, m in (meta.get("models") or {}).items() if "lmeval" in m]
     return [{"pair": pair, "model": m["lmeval"].get("model"),
+             "name": m["lmeval"].get("named") or (pair or "").rsplit("/", 1)[0] or None,
              "version": m["lmeval"].get("lm_eval_version"),
              "domains": m["lmeval"].get("domains") or {},
              "metric": m["lmeval"].get("metric") or {},
+             "warnings": m["lmeval"].get("warnings") or [],
              "accuracy": [dict(c, **{k: _num(c.get(k), 4) for k in
                                      ("lm_eval", "uqbench_all", "uqbench")})
                           for c in m["lmeval"].get("accuracy") or []]}
@@ -217,9 +219,15 @@ def render_report(run_dir: str | Path) -> str:
                                    "models; rerun `uqbench score` over them")
     doms = T.domains_of(run.rows)
     models = [m for m in T.model_rows(run.rows) if not m.reference]
+    lm = lmeval_sources(meta)
+    title = f"uqbench run: {meta.get('suite', '?')} {meta.get('profile', '')}"
+    if lm:
+        title = "uqbench: " + ", ".join(dict.fromkeys(s["name"] or "?" for s in lm)) + \
+            " scored from lm-eval " + (", ".join(dict.fromkeys(
+                s["version"] for s in lm if s["version"])) or "(version not recorded)")
     return _env().get_template("report.html.j2").render(
-        title=f"uqbench run: {meta.get('suite', '?')} {meta.get('profile', '')}", meta=meta,
-        problems=problems, lmeval=lmeval_sources(meta), config=json.dumps(meta.get("config", {}), indent=1, default=str),
+        title=title, meta=meta,
+        problems=problems, lmeval=lm, config=json.dumps(meta.get("config", {}), indent=1, default=str),
         splits=splits, seconds=meta.get("seconds", {}), training=training,
         headline=[a for a in found if a["domain"] == (doms[0] if doms else None)],
         answers=found, learned=learned_lines(run) if run.rows else [],

@@ -110,9 +110,8 @@ def plan_methods(rs: RecordSet, cfg: ScoreConfig
                 skipped.append({"scorer": sc.name, "pair": p.name, "missing": missing})
             else:
                 ms.append(Method(p, sc))
-    for s in skipped:
-        log.warning("skipped %s on %s: needs %s, which these records do not hold", s["scorer"],
-                    s["pair"], ", ".join(s["missing"]))
+    for line in skipped_summary(skipped):
+        log.warning("%s", line)
     train_domain = next((o.train_domain for o in rs.outputs.values()
                          if o.train_domain is not None), None)
     if ms and train_domain is not None:  # the training set the run's feature scorers would read
@@ -124,6 +123,21 @@ def plan_methods(rs: RecordSet, cfg: ScoreConfig
     return ms, skipped
 
 
+def skipped_summary(skipped: Sequence[dict[str, Any]]) -> list[str]:
+    """One line for the scorers skipped because the records lack the fields they need (lm-eval
+    samples hold no model internals), one per other skip (its reason)."""
+    missing = [s for s in skipped if "missing" in s and "reason" not in s]
+    lines = [f"{s['scorer']} on {s['pair']} skipped: {s['reason']}" for s in skipped
+             if "reason" in s]
+    if missing:
+        names = list(dict.fromkeys(s["scorer"] for s in missing))
+        fields = sorted({f for s in missing for f in s["missing"]})
+        lines.insert(0, f"{len(names)} scorer(s) need model internals these records do not "
+                     f"hold ({', '.join(fields)}): {', '.join(names)}; each with what it "
+                     "needs in run.json skipped_scorers")
+    return lines
+
+
 def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Path | None = None,
                  members: Sequence[Path] = (), **lmeval: Any) -> RecordSet:
     """The records at ``source``: a records folder (``manifest.json``), a run folder (its
@@ -132,9 +146,11 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
     ``domains``/``domains_file`` pair its tasks or HELM runs, ``members`` are other runs of
     them; ``lmeval``: the other options of `uqbench.io.lmeval.read_lmeval`, unused for uqbench
     records)."""
-    from uqbench.io.lmeval import DomainTasks, domains_from_yaml, read_lmeval
+    from uqbench.io.lmeval import DomainTasks, domains_from_yaml, dump_files, read_lmeval
 
-    if source.suffix in (".jsonl", ".csv") or source.is_file():
+    if source.is_file() and source.suffix == ".json" and dump_files(source):
+        pass  # a simple_evaluate result: read_lmeval below
+    elif source.suffix in (".jsonl", ".csv") or source.is_file():
         from uqbench.io.confidence import read_confidence
 
         if domains or domains_file or members or lmeval.get("runs"):
@@ -150,7 +166,20 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
                 raise ConfigError(f"{folder} holds uqbench records, which know their domains "
                                   "and members: drop --domain/--domains/--members/--run")
             return read_record_set(folder)
-    tasks = [DomainTasks.parse(d) for d in domains]
+    if list(domains) == ["auto"]:
+        from uqbench.io.lmeval import known_pairs, task_names
+
+        tasks = known_pairs(task_names(source))
+        if not tasks:
+            raise ConfigError(f"--domain auto: the tasks of {source} ("
+                              f"{', '.join(task_names(source)) or 'none'}) form no known ID -> "
+                              "shift pair (ARC-Easy -> Challenge, MMLU high-school -> college "
+                              "subject, BBH logical deduction 3 -> 7 objects); pair them with "
+                              "--domain NAME=ID:SHIFT")
+        print("--domain auto: " + " ".join(f"{d.name}={d.id}:{d.shift}" for d in tasks),
+              flush=True)
+    else:
+        tasks = [DomainTasks.parse(d) for d in domains]
     if domains_file is not None:
         tasks += domains_from_yaml(domains_file)
     from uqbench.io.helm import is_helm, read_helm
@@ -166,40 +195,96 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
 
 def model_sources(source: Path) -> list[Path]:
     """The models under ``source``: itself when it holds one model's records (a records or run
-    folder, or samples files of its own), else each of its subfolders holding some (lm-eval's
+    folder, or samples files of its own), each `simple_evaluate` result file in it when they
+    are of several models (other ``model_args``), else each of its subfolders holding some (lm-eval's
     ``--output_path`` layout ``<out>/<org>__<model>/samples_*.jsonl``) when there are two or
     more; itself otherwise (then its reader names what is missing)."""
     def holds_records(d: Path) -> bool:
         return (d / "manifest.json").is_file() or (d / "records" / "manifest.json").is_file()
 
-    if not source.is_dir() or holds_records(source) or any(source.glob("samples_*.json*")):
+    from uqbench.io.lmeval import dump_files, dump_index
+
+    if not source.is_dir() or holds_records(source):
+        return [source]
+    dumps = dump_files(source)
+    if len({dump_index(d)[2] for d in dumps}) > 1:  # simple_evaluate results of several models
+        return dumps
+    if dumps or any(source.glob("samples_*.json*")):
         return [source]
     subs = [d for d in sorted(source.iterdir()) if d.is_dir() and (
         holds_records(d) or next(d.rglob("samples_*.json*"), None) is not None)]
     return subs if len(subs) > 1 else [source]
 
 
-def load_models(sources: Sequence[Path], *, model_name: str | None = None,
+def load_models(sources: Sequence[Path], *, model_name: str | Sequence[str] | None = None,
                 members: Sequence[Path] = (), **kw: Any) -> RecordSet:
     """The records of one or several models: each of ``sources`` (a folder of models counts as
     its subfolders, `model_sources`) read by `load_records` with the options ``kw``, then
-    merged into one `RecordSet` (`merge_models`). ``model_name`` and ``members`` belong to one
-    model: refused with several."""
+    merged into one `RecordSet` (`merge_models`). ``model_name``: one name per source, in order
+    (a string: the one source's); ``members`` belong to one model: refused with several. Two
+    lm-eval sources whose names collide but whose ``model_args`` differ (a base model and its
+    fine-tuned adapter share the base's path) are named by their source folders, saying so."""
     found = [m for s in sources for m in model_sources(Path(s))]
+    names = [model_name] if isinstance(model_name, str) else list(model_name or ())
+    if names and len(names) != len(found):
+        raise ConfigError(f"{len(names)} --model-name for {len(found)} model source(s) ("
+                          f"{', '.join(map(str, found))}): give one name per source, in order")
     if len(found) == 1:
-        return load_records(found[0], members=members, model_name=model_name, **kw)
+        return load_records(found[0], members=members, model_name=next(iter(names), None),
+                            **kw)
     if len(set(found)) < len(found):
         raise ConfigError("a source is given twice: " + ", ".join(
             sorted({str(p) for p in found if found.count(p) > 1})))
-    if model_name is not None or members:
-        raise ConfigError(f"--model-name and --members belong to one model, and the sources "
-                          f"hold {len(found)} ({', '.join(map(str, found))}): models are named "
-                          "from their sources; score one source at a time to use them")
+    if members:
+        raise ConfigError(f"--members belong to one model, and the sources hold {len(found)} "
+                          f"({', '.join(map(str, found))}): score one source at a time to use "
+                          "them")
     loaded: list[tuple[Path, RecordSet]] = []
-    for p in found:
+    for k, p in enumerate(found):
         print(f"model {len(loaded) + 1} of {len(found)}: {p}", flush=True)
-        loaded.append((p, load_records(p, **kw)))
-    return merge_models(loaded)
+        loaded.append((p, load_records(p, model_name=names[k] if names else None, **kw)))
+    return merge_models(name_apart(loaded))
+
+
+def _model_args(rs: RecordSet) -> str | None:
+    lm = rs.meta.get("lmeval") or {}
+    return lm.get("model_args") if lm.get("model_args") not in (None, "null") else None
+
+
+def name_apart(loaded: Sequence[tuple[Path, RecordSet]]) -> list[tuple[Path, RecordSet]]:
+    """``loaded`` with each lm-eval source whose model name another one shares, while their
+    ``model_args`` differ, renamed after its source folder (printed; run.json ``models``
+    ``renamed``). Sources of equal model_args keep their names: `merge_models` refuses them
+    as two runs of one model."""
+    by_name: dict[str, list[int]] = {}
+    for k, (_, rs) in enumerate(loaded):
+        for p in rs.pairs:
+            by_name.setdefault(p.model.name, []).append(k)
+    out = list(loaded)
+    for name, ks in by_name.items():
+        args = [_model_args(loaded[k][1]) for k in ks]
+        if len(ks) < 2 or None in args or len(set(args)) < len(args):
+            continue
+        folders = [loaded[k][0].resolve().name for k in ks]
+        if len(set(folders)) < len(folders):
+            continue
+        for k, folder in zip(ks, folders):
+            src, rs = loaded[k]
+            out[k] = (src, renamed(rs, folder, f"{name!r} names {len(ks)} sources of other "
+                                   f"model_args ({', '.join(folders)}): named by its folder"))
+        print(f"model {name!r}: {len(ks)} sources with other model_args (e.g. an adapter on "
+              f"the same base) share the name; named by their folders: {', '.join(folders)} "
+              "(give --model-name once per source to choose)", flush=True)
+    return out
+
+
+def renamed(rs: RecordSet, model: str, why: str) -> RecordSet:
+    """``rs`` with its (lm-eval) pairs' model named ``model``; ``why`` goes to its meta."""
+    new = {p.name: replace(p, model=replace(p.model, name=model)) for p in rs.pairs}
+    outputs = {(new[pair].name if pair in new else pair, split, seed): o
+               for (pair, split, seed), o in rs.outputs.items()}
+    return replace(rs, pairs=list(new.values()), outputs=outputs,
+                   meta={**rs.meta, "renamed": why})
 
 
 def _mismatch(what: str, a: Sequence[str], b: Sequence[str]) -> str:
@@ -226,8 +311,8 @@ def merge_models(loaded: Sequence[tuple[Path, RecordSet]]) -> RecordSet:
             if p.name in owner:
                 raise UserError(
                     f"{owner[p.name]} and {src} both hold model {p.name!r}: two runs of one "
-                    "model cannot be told apart in one table; give one run per model (lm-eval "
-                    "names a model by its model_name; `uqbench compare RUN_A RUN_B` compares "
+                    "model cannot be told apart in one table; give one run per model, or "
+                    "--model-name once per source (lm-eval names a model by its model_args; `uqbench compare RUN_A RUN_B` compares "
                     "two uqbench runs of the same models)")
             owner[p.name] = src
     outputs = dict(first.outputs)
@@ -288,7 +373,8 @@ def merge_models(loaded: Sequence[tuple[Path, RecordSet]]) -> RecordSet:
         m for _, rs in loaded for m in rs.methods or ()]
     meta = {"source": "several models", "models": {
         p.name: {"source": str(src), **{k: rs.meta[k] for k in ("source", "lmeval", "suite",
-                                                                  "backbone") if k in rs.meta}}
+                                                                  "backbone", "renamed")
+                                        if k in rs.meta}}
         for src, rs in loaded for p in rs.pairs}}
     return RecordSet([p for _, rs in loaded for p in rs.pairs], outputs, first.seeds, refs,
                      min(rs.bootstrap for _, rs in loaded), methods, meta, first.protocol)
@@ -367,11 +453,6 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
     if table is not None:
         from uqbench.reporting.models import markdown
         print("\n" + markdown(table) + f"\nwrote {cfg.out}/models.{{md,csv,json}}", flush=True)
-    if skipped:
-        print("skipped: " + "; ".join(
-            f"{s['scorer']} on {s['pair']}: " + (s["reason"] if "reason" in s else
-                                                 f"needs {', '.join(s['missing'])}")
-            for s in skipped), flush=True)
     return RunResult(cfg.out, rows, RunStats())
 
 
