@@ -22,8 +22,8 @@ and ``from tests.support import ...`` stay simple); this map is their layout, st
   test_head_selection, test_prefix, test_forward, test_train, test_compile, test_dense,
   test_variants, test_checkpoint, test_backbones, test_mpnet, test_smollm2, test_accelerate,
   test_recipe.
-- ``figures``: test_figures. ``benchmarks``: test_gpu_check, test_gpu_bundle, test_gpu_lease,
-  test_bench_backbone.
+- ``figures``: test_figures, test_figure_layout. ``benchmarks``: test_gpu_check, test_gpu_bundle,
+  test_gpu_lease, test_bench_backbone.
 - the layering rule: test_layers; ruff and mypy over the tree: test_static_checks.
 
 Shared helpers live in ``tests/support/`` (suite YAML, small inputs, a check for CPU tensors
