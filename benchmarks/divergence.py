@@ -21,8 +21,8 @@ came first.
     python -m benchmarks.divergence --profile gpu --candidate gpu-all-blocks \\
         --steps 40 --out divergence.jsonl
 
-On a 2-core CPU one step of that setting takes minutes (docs/recipe.md); on a GPU the 27
-steps before the recorded NaN take seconds.
+The backbone trains in bfloat16 on the CPU too, as on a GPU. docs/recipe.md says what the CPU
+runs of this setting showed and why the recorded NaN needs a GPU to be reached.
 """
 from __future__ import annotations
 
