@@ -12,7 +12,7 @@ train loss (mean of the last 10 steps) and the seconds of training and evaluatio
 
 A candidate is ``name:key=value,key=value`` or a preset name from `PRESETS`; keys: head
 (bi_encoder | cross_encoder | cross_encoder_cls), lr, head_lr, epochs (0 = no training),
-train_cap, targets (auto | ffn), top (adapt the last N blocks; 0 = all), batch, backbone,
+train_cap, targets (auto | ffn | module names joined by '+', e.g. q_proj+up_proj), top (adapt the last N blocks; 0 = all), batch, backbone,
 max_length (tokens a question's input keeps; 0 = the profile's). Each row also gives, per
 domain, the fraction of ID questions whose option text that length cut (``cut_<domain>``).
 On a GPU (``--profile gpu --candidates gpu-zero,gpu,gpu-lr2e-3,...``, `GPU_PRESETS`) the
@@ -109,6 +109,11 @@ def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
     return name, cand
 
 
+def target_modules(value: str) -> str | tuple[str, ...]:
+    """A candidate's ``targets``: ``auto``, ``ffn`` or '+'-joined module-name suffixes."""
+    return tuple(value.split("+")) if "+" in value else value
+
+
 def boot_ci(correct: np.ndarray, n_boot: int = 1000, seed: int = 0) -> tuple[float, float]:
     rng = np.random.default_rng(seed)
     means = correct[rng.integers(0, len(correct), (n_boot, len(correct)))].mean(1)
@@ -140,9 +145,9 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
         load_s = round(time.perf_counter() - t0, 1)
     torch.manual_seed(0)
     heads.PREFIX_CACHE.clear()  # each candidate pays for its own frozen-prefix states
-    model = heads.make_moe(backbones[cand["backbone"]],
-                           moe.MoELoRAConfig(seed=0, target_modules=cand["targets"],
-                                             top_layers=int(cand["top"]) or None),
+    adapter = moe.MoELoRAConfig(seed=0, target_modules=target_modules(cand["targets"]),
+                                top_layers=int(cand["top"]) or None)
+    model = heads.make_moe(backbones[cand["backbone"]], adapter,
                            mode=cand["head"], seed=0)
     records = [r for s in suite.role("train") for r in s.records]
     t0 = time.perf_counter()
