@@ -21,7 +21,8 @@ and ``from tests.support import ...`` stay simple); this map is their layout, st
 - ``baselines``: test_moe, test_moe_fast, test_gates, test_thermostat, test_heads,
   test_head_selection, test_prefix, test_forward, test_train, test_compile, test_dense,
   test_variants, test_checkpoint, test_backbones, test_mpnet, test_smollm2, test_accelerate,
-  test_recipe.
+  test_recipe; on real decoder weights, test_parity (the heads against lm-eval) and
+  test_memorise (training memorises a small set).
 - ``figures``: test_figures, test_figure_layout. ``benchmarks``: test_gpu_check, test_gpu_bundle,
   test_gpu_lease, test_bench_backbone.
 - the layering rule: test_layers; ruff and mypy over the tree: test_static_checks.

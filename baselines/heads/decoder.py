@@ -24,6 +24,20 @@ from uqbench.data.records import MCRecord
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
+def cloze_prompt(record: MCRecord) -> str:
+    """The text before each option of `Cloze` (the option follows as ``" " + option``)."""
+    return f"Question: {record.question}\nAnswer:"
+
+
+def _letter_lines(choices: Sequence[str]) -> str:
+    return "".join(f"{LETTERS[j]}. {c}\n" for j, c in enumerate(choices))
+
+
+def letters_prompt(record: MCRecord) -> str:
+    """The one text of `Letters`: the question, its lettered options, ``"Answer:"``."""
+    return f"Question: {record.question}\n{_letter_lines(record.choices)}Answer:"
+
+
 def _token_rows(tok: Any, ids: list[list[int]]) -> dict[str, Tensor]:
     """``input_ids`` and ``attention_mask`` (S, L) of unpadded token rows, right-padded."""
     return {"input_ids": pad_rows(ids, tok.pad_token_id),
@@ -94,7 +108,7 @@ class Cloze(DecoderHead):
                ) -> dict[str, Tensor]:
         ids, targets, q_cut, o_cut = [], [], [], []
         for r in records:
-            prompt = tok(f"Question: {r.question}\nAnswer:")["input_ids"]
+            prompt = tok(cloze_prompt(r))["input_ids"]
             q_cut.append(False)
             o_cut.append(False)
             for choice in r.choices:
@@ -160,13 +174,12 @@ class Letters(DecoderHead):
             raise ConfigError(f"letters mode supports at most {len(LETTERS)} choices, got {c_max}")
         ids, q_cut, o_cut = [], [], []
         for r in records:
-            lines = "".join(f"{LETTERS[j]}. {c}\n" for j, c in enumerate(r.choices))
-            prompt = tok(f"Question: {r.question}\n{lines}Answer:")["input_ids"]
+            prompt = tok(letters_prompt(r))["input_ids"]
             ids.append(prompt[-max_length:])   # keep the options and "Answer:" at the end
             q_cut.append(len(prompt) > max_length)
             # the options' text (tokenized alone: +-1 token at the seam) did not all fit
-            o_cut.append(len(tok(f"{lines}Answer:", add_special_tokens=False)["input_ids"])
-                         > max_length)
+            lines = f"{_letter_lines(r.choices)}Answer:"
+            o_cut.append(len(tok(lines, add_special_tokens=False)["input_ids"]) > max_length)
         return {**_token_rows(tok, ids), "cut": cut_codes(q_cut, o_cut),
                 "letter_ids": torch.tensor(self.letter_ids(tok)[:c_max], dtype=torch.long)}
 
