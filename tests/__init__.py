@@ -24,7 +24,7 @@ and ``from tests.support import ...`` stay simple); this map is their layout, st
   test_recipe; on real decoder weights, test_parity (the heads against lm-eval) and
   test_memorise (training memorises a small set).
 - ``figures``: test_figures, test_figure_layout. ``benchmarks``: test_gpu_check, test_gpu_bundle,
-  test_gpu_lease, test_bench_backbone.
+  test_gpu_lease, test_bench_backbone, test_divergence (the bf16 divergence probe).
 - the layering rule: test_layers; ruff and mypy over the tree: test_static_checks.
 
 Shared helpers live in ``tests/support/`` (suite YAML, small inputs, a check for CPU tensors
