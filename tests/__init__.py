@@ -12,7 +12,7 @@ and ``from tests.support import ...`` stay simple); this map is their layout, st
   (feature scorers against scikit-learn).
 - ``uqbench/data``: test_loaders, test_data_registry, test_suites, test_fingerprints,
   test_artifacts, test_mathmc, test_codemc, test_sandbox, test_seeds.
-- ``uqbench/results``: test_columns, test_conformal_risk, test_references, test_score_workers
+- ``uqbench/results``: test_columns, test_conformal_risk, test_references, test_zero_shot, test_score_workers
   (scoring in worker processes).
 - ``uqbench/io``: test_records, test_lmeval, test_leaderboard, test_confidence_records.
 - ``uqbench/reporting``: test_html, test_paper, test_score_many (many models in one table).
