@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from uqbench.core.errors import NotReachable
 from uqbench.stats import conformal as C
 
 P = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.25, 0.25, 0.5]])
@@ -98,7 +99,7 @@ def test_bad_alpha_and_too_small_calib_are_clear_errors() -> None:
     for a in (0.0, 1.0, -0.1, 1.5):
         with pytest.raises(ValueError, match="outside \\(0, 1\\)"):
             C.conformal_quantile([0.1, 0.2], a)
-    with pytest.raises(C.NotReachable, match="16 calibration questions.*n >= 1/alpha - 1 = 19"):
+    with pytest.raises(NotReachable, match="16 calibration questions.*n >= 1/alpha - 1 = 19"):
         C.conformal_quantile(np.linspace(0, 1, 16), 0.05)
     assert C.conformal_quantile(np.linspace(0, 1, 19), 0.05) == 1.0  # n = 19: k = 19 = n
     nominal, _ = C.coverage_curve(np.linspace(0, 1, 16), np.linspace(0, 1, 5), [0.05, 0.5])

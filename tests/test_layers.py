@@ -156,6 +156,28 @@ def stage_violations(graph: dict[str, set[str]]) -> list[str]:
             for d in sorted(deps) if d in graph and d.startswith("uqbench.") and rank(d) > rank(mod)]
 
 
+#: what `uqbench.stats` (pure functions of arrays) may import from the rest of `uqbench`
+STATS_MAY_USE = {"uqbench.core.errors"}
+
+
+def impure_stats(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a `uqbench` module outside `uqbench.stats` and `STATS_MAY_USE` from a
+    module of `uqbench.stats`: statistics hold no model, no file and no run."""
+    return [f"{mod} imports {d}" for mod, deps in sorted(graph.items())
+            if mod.startswith("uqbench.stats") for d in sorted(deps)
+            if d.startswith("uqbench.") and d != "uqbench.stats" and not d.startswith(
+                "uqbench.stats.") and d not in STATS_MAY_USE
+            and d.rpartition(".")[0] not in STATS_MAY_USE]
+
+
+def test_stats_imports_only_the_core_errors() -> None:
+    bad = impure_stats(GRAPH)
+    assert not bad, "stats imports more than uqbench.core.errors:\n" + "\n".join(bad)
+    fake = {"uqbench.stats.a": {"uqbench.core.errors", "uqbench.core.errors.NotReachable",
+                                "uqbench.stats.metrics", "numpy", "uqbench.core.outputs"}}
+    assert impure_stats(fake) == ["uqbench.stats.a imports uqbench.core.outputs"]
+
+
 def test_uqbench_stages_import_one_way() -> None:
     assert {m.split(".")[1] for m in GRAPH if m.count(".") >= 2 and m.startswith("uqbench.")} \
         == set(STAGES), "a subpackage of uqbench is missing from STAGES (or STAGES is stale)"

@@ -1,4 +1,5 @@
-"""Recalibration (uqbench.stats.recalibration, through netcal): temperatures with a known answer,
+"""Recalibration (uqbench.stats.recalibration, through netcal, and its per-method fits in
+uqbench.results.recalibration): temperatures with a known answer,
 predictions and accuracy unchanged, the binning calibrators, the cached columns, and the
 calibration split disjoint from the ID test split."""
 from __future__ import annotations
@@ -15,16 +16,9 @@ from uqbench.core.outputs import Outputs
 from uqbench.core.scorer import Scorer, get_scorer
 from uqbench.files.cache import ArrayCache
 from uqbench.results.evaluate import Scored
+from uqbench.results.recalibration import columns, recalibrate, recalibrate_cached
 from uqbench.stats import metrics as M
-from uqbench.stats.recalibration import (
-    CALIBRATORS,
-    T_MAX,
-    columns,
-    recalibrate,
-    recalibrate_cached,
-    temperature_scaling,
-    top_label,
-)
+from uqbench.stats.recalibration import CALIBRATORS, T_MAX, temperature_scaling, top_label
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
@@ -103,7 +97,7 @@ def test_a_failed_temperature_fit_warns_and_is_recorded_every_run(tmp_path, monk
     domain and the seed -- on the first run and on a warm one that reads the cache."""
     import netcal.scaling
 
-    import uqbench.stats.recalibration as R
+    import uqbench.results.recalibration as R
     from uqbench.core.errors import FallbackWarning, reset_fallbacks
 
     monkeypatch.setattr(netcal.scaling.TemperatureScaling, "temperature",
@@ -223,7 +217,7 @@ def test_a_scorer_with_its_own_confidence_gets_binary_temperature_scaling():
 
 
 def test_columns_and_cache(tmp_path, monkeypatch):
-    import uqbench.stats.recalibration as R
+    import uqbench.results.recalibration as R
 
     scorer = get_scorer("msp")
     cal, test = _seeds(60, 2, 0), _seeds(50, 2, 10)
@@ -256,7 +250,8 @@ def test_columns_and_cache(tmp_path, monkeypatch):
 
 
 def test_importing_recalibration_does_not_load_netcal_or_torch():
-    probe = ("import sys, json, uqbench.stats.recalibration, uqbench.run.runner; "
+    probe = ("import sys, json, uqbench.stats.recalibration, uqbench.results.recalibration, "
+             "uqbench.run.runner; "
              "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
     loaded = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True,
                                        text=True, check=True).stdout)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
+from uqbench.core.errors import NotReachable
 from uqbench.stats import risk as R
 from uqbench.stats.conformal import resample_counts
 
@@ -33,7 +34,7 @@ def test_ltt_threshold_by_hand() -> None:
     # accepted 2, 4, ..., 20; errors 0 (first 10), then 1, 1, 2, 2, ... at 12, 14, 16...
     grid = tuple(np.arange(1, 11) / 10)
     # target 0.5, delta 0.1: p = 0.5^n for errors 0: n = 2 -> 0.25 > 0.1: not reachable
-    with pytest.raises(R.NotReachable, match="most confident 2 of 20 calib questions have 0 "
+    with pytest.raises(NotReachable, match="most confident 2 of 20 calib questions have 0 "
                                              "errors, an upper bound of 0.684"):
         R.ltt_threshold(u, correct, 0.5, delta=0.1, grid=grid)
     # delta 0.3: n=2 p=.25 ok, n=4 .0625, ... n=12 e=1: 13/4096 ok ... n=20 e=5: P(Bin(20,.5)<=5)

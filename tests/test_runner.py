@@ -69,7 +69,7 @@ def test_cold_run_counts_exactly_the_passes_the_plan_needs(cold):
     prof = get_profile("smoke")
     passes = cold.stats.passes
     splits = {k[3] for k in passes if not k[3].endswith("/train")}
-    # calib too: every method's ECE is recalibrated on it (uqbench.stats.recalibration)
+    # calib too: every method's ECE is recalibrated on it (uqbench.results.recalibration)
     assert splits == {f"{d}/{r}" for d in ("science", "knowledge")
                       for r in ("id", "shift", "calib")}
     # train: one deterministic pass per (model, gate), the feature scorers' reference
@@ -193,8 +193,9 @@ def test_fallbacks_go_to_run_json_on_every_run_and_are_reset_per_run(env, cold, 
     lists none (the collector is per run)."""
     import netcal.scaling
 
-    import uqbench.stats.recalibration as R
+    import uqbench.results.recalibration as R
     from uqbench.core.errors import FallbackWarning
+    from uqbench.stats.recalibration import T_MAX
 
     assert json.loads((cold.out / "run.json").read_text())["fallbacks"] == []
     monkeypatch.setattr(netcal.scaling.TemperatureScaling, "temperature",
@@ -209,7 +210,7 @@ def test_fallbacks_go_to_run_json_on_every_run_and_are_reset_per_run(env, cold, 
         assert {r["what"] for r in got} == {"temperature scaling fit"}
         assert all("1/T = nan" in r["reason"] for r in got)
         assert [r["ts_temperature"] for r in res.rows if "ts_temperature" in r] == \
-            [R.T_MAX] * n_rows
+            [T_MAX] * n_rows
     monkeypatch.undo()
     assert json.loads((run(cfg(env)).out / "run.json").read_text())["fallbacks"] == []
 

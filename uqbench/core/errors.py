@@ -33,6 +33,12 @@ class PluginError(UserError):
     """A user scorer that fails to import, raises, or returns a bad array."""
 
 
+class NotReachable(ValueError):
+    """A statistical target that this calibration split cannot reach: a conformal α finer than
+    its size resolves (n < 1/α − 1, `uqbench.stats.conformal`), or a selective risk that no
+    threshold certifies (`uqbench.stats.risk`). The message says which and what was reached."""
+
+
 class FallbackWarning(UserWarning):
     """A step could not do what was asked and did something else (a failed fit held at a bound,
     a sandbox limit the OS refused, ...): the run goes on, and run.json ``fallbacks`` says so."""

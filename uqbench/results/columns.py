@@ -23,10 +23,11 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from uqbench.core.errors import NotReachable
 from uqbench.files.rundir import RunFolder
 from uqbench.stats import metrics as M
 from uqbench.stats import risk as R
-from uqbench.stats.conformal import NotReachable, conformal_quantile
+from uqbench.stats.conformal import conformal_quantile
 
 Split = Literal["id", "shift"]
 #: a `uqbench.results.evaluate.Scored` field, or ``covered_<score>``: whether the gold option is

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from uqbench.core.errors import NotReachable
 from uqbench.files.cache import ArrayCache, source_hash
 from uqbench.files.rundir import score_key
 from uqbench.results import columns
@@ -142,7 +143,7 @@ def conformal_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, s
             col = f"{kind}_{name}_{_pct(alpha)}"
             try:
                 qhat = [_quantiles(t, alpha, grp) for t in true]
-            except C.NotReachable as exc:
+            except NotReachable as exc:
                 if str(exc) not in notes:
                     notes.append(str(exc))
                 for prefix, _ in SPLITS:
@@ -181,7 +182,7 @@ def risk_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: 
         try:
             thr = [R.ltt_threshold(cal.uncertainty[:, s], cal.correct[:, s], target)
                    for s in range(n_seeds)]
-        except R.NotReachable as exc:
+        except NotReachable as exc:
             notes.append(str(exc))
             for prefix, _ in SPLITS:
                 for stat in ("coverage", "risk"):

@@ -106,7 +106,7 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
     result is the same.
 
     ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
-    ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.stats.recalibration`)."""
+    ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.results.recalibration`)."""
     job = (refs, n_seeds, n_boot, cache, scorer_timeout, protocol)
     rows: Rows = []
     arrays: Arrays = {}
@@ -154,7 +154,8 @@ def _score_method(m: Method, dom: str, outs: Mapping[tuple[str, str, int], Outpu
                   scorer_timeout: float | None, protocol: str) -> tuple[dict[str, Any], Arrays]:
     """The row of ``m`` on ``dom`` (a domain of ``refs`` or ``pooled``) and the arrays it adds."""
     from uqbench.results.conformal_risk import conformal_risk_columns
-    from uqbench.stats.recalibration import CALIBRATORS, recalibrate_cached
+    from uqbench.results.recalibration import recalibrate_cached
+    from uqbench.stats.recalibration import CALIBRATORS
 
     arrays: Arrays = {}
     domains = list(refs.domains)

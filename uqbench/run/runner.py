@@ -235,7 +235,8 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
                             head=cfg.head or get_suite_spec(cfg.suite).head)
     n_seeds = cfg.seeds or prof.seeds
     pairs = list(dict.fromkeys(m.pair for m in ms))
-    # calib: every method's ECE is reported beside its recalibrated ECE (`uqbench.stats.recalibration`)
+    # calib: every method's ECE is reported beside its recalibrated ECE
+    # (`uqbench.results.recalibration`)
     eval_splits = [s for s in suite.splits.values() if s.role in ("id", "shift", "calib")]
     outs: dict[tuple[str, str, int], Outputs] = {}
     for rep in range(n_seeds):

@@ -9,7 +9,7 @@ of n questions, split conformal takes
 i.e. the ⌈(n+1)(1−α)⌉/n empirical quantile, and predicts the set ``{c : s(x, c, u) ≤ q̂}``.
 On exchangeable data the set holds the gold option with probability ≥ 1 − α (Vovk et al. 2005;
 Angelopoulos & Bates 2021). It needs k ≤ n, i.e. n ≥ 1/α − 1: a smaller calibration split
-cannot resolve α (`NotReachable`).
+cannot resolve α (`uqbench.core.errors.NotReachable`).
 
 The scores (MAPIE's classes, one interface: `ConformityScore.scores`):
 
@@ -53,6 +53,8 @@ from typing import Any, TypedDict
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from uqbench.core.errors import NotReachable
+
 #: The α of the table's columns.
 ALPHAS = (0.05, 0.1, 0.2)
 #: RAPS regulariser and the rank it starts after (Angelopoulos et al. 2021).
@@ -60,10 +62,6 @@ RAPS_LAMBDA = 0.1
 RAPS_K_REG = 1
 #: Float tolerance of ⌈(n + 1)(1 − α)⌉: (9 + 1) * 0.9 is 9.000000000000002, and means 9.
 _CEIL_TOL = 1e-9
-
-
-class NotReachable(ValueError):
-    """The calibration split is too small for the requested α (n < 1/α − 1)."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +183,8 @@ def check_alpha(alpha: float) -> float:
 
 
 def quantile_rank(n: int, alpha: float) -> int:
-    """k = ⌈(n + 1)(1 − α)⌉; raises `NotReachable` when k > n (n < 1/α − 1)."""
+    """k = ⌈(n + 1)(1 − α)⌉; raises `uqbench.core.errors.NotReachable` when k > n
+    (n < 1/α − 1)."""
     a = check_alpha(alpha)
     k = math.ceil((n + 1) * (1.0 - a) - _CEIL_TOL)
     if k > n:
@@ -333,7 +332,7 @@ def coverage_curve(calib_scores: ArrayLike, test_scores: ArrayLike, alphas: Arra
 
 
 __all__ = ["ALPHAS", "APS", "LAC", "SCORES", "ConformityScore", "CumulativeAPS",
-           "NotReachable", "check_alpha", "conformal_quantile", "coverage", "coverage_curve",
+           "check_alpha", "conformal_quantile", "coverage", "coverage_curve",
            "covered", "mean_set_size",
            "prediction_sets", "quantile_rank", "resample_counts", "resample_sums",
            "set_statistics", "true_label_scores", "worst_size_stratified_coverage"]

@@ -16,7 +16,8 @@ threshold and stops at the first p_j > δ; the chosen threshold is the last one 
 largest certified coverage). The family-wise error of the walk is ≤ δ without a multiplicity
 correction; the thresholds are read off the calib split itself (as in SGR, Geifman & El-Yaniv
 2017), so the guarantee is for the grid of calib coverages. If even the first threshold is not
-certified, the target is not reachable (`NotReachable`, with the bound that was reached).
+certified, the target is not reachable (`uqbench.core.errors.NotReachable`, with the bound that
+was reached).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import beta, binom
 
+from uqbench.core.errors import NotReachable
 from uqbench.stats.conformal import resample_sums
 
 #: Level of the guarantee: P(risk > r*) ≤ δ over the calib draw.
@@ -40,10 +42,6 @@ DEFAULT_TARGET = 0.5
 COVERAGE_GRID = tuple(np.round(np.arange(1, 21) / 20, 2))
 #: Coverages of the ``risk_at_*`` columns.
 RISK_AT = (0.5, 0.8, 0.9)
-
-
-class NotReachable(ValueError):
-    """No threshold of the grid certifies the target risk on this calib split."""
 
 
 def binomial_p_value(errors: ArrayLike, n: ArrayLike, target: float) -> NDArray[np.float64]:
@@ -144,6 +142,6 @@ def selective_risk(accepted: ArrayLike, correct: ArrayLike, counts: ArrayLike | 
     return float(v[0]) if counts is None else v
 
 
-__all__ = ["COVERAGE_GRID", "DEFAULT_TARGET", "DELTA", "RISK_AT", "TARGETS", "NotReachable",
+__all__ = ["COVERAGE_GRID", "DEFAULT_TARGET", "DELTA", "RISK_AT", "TARGETS",
            "Threshold", "binomial_p_value", "clopper_pearson_upper", "fixed_sequence",
            "ltt_threshold", "selective_risk"]
