@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 from figures.data import RunData
 from figures.style import PALETTE, REFERENCE_COLOR, new_figure
 from uqbench.results.columns import COLUMNS
-from uqbench.results.tables import FOREST_COLUMNS, HEADERS, chance_reasons, random_ranking
+from uqbench.results.tables import FOREST_COLUMNS, chance_reasons, random_ranking, short_name
 
 ROW_HEIGHT = 0.17  # inches per method
 
@@ -89,7 +89,7 @@ def forest_figure(run: RunData, column: str) -> Figure | None:
     ax = fig.add_subplot()
     draw_intervals(ax, run, column, [(m, m) for m in methods],
                    hollow=chance_reasons(run.rows + run.references), random_marks=True)
-    header = HEADERS.get(column, (column, 3))[0]
+    header = short_name(column)
     better = "higher" if higher else "lower"
     ax.set_xlabel(f"{header} ({better} is better; 95% bootstrap CI)")
     fig.suptitle(f"{header} per method and domain (sorted on {first})", x=0.02, ha="left")

@@ -1,4 +1,4 @@
-"""The README's "Adding a backbone" example, verbatim (tests: test_backbones, test_readme)."""
+"""docs/extending.md's "A backbone" example, verbatim (tests: test_backbones, test_readme)."""
 # my_backbones.py:  uqbench run --plugin my_backbones --backbone my-bert ...
 from pathlib import Path
 

@@ -177,11 +177,11 @@ def other(arrays: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarray
 
 def test_columns_others_report_are_the_metrics_at_their_level_with_cis() -> None:
     from uqbench.results.columns import COLUMNS
-    from uqbench.results.tables import MODEL_SHOWN, SCORER_SHOWN
+    from uqbench.results.tables import shown as shown_at
 
     s = _scored()
     row = evaluate(s, s, n_boot=50)
-    shown = {"model": [c for c, _, _ in MODEL_SHOWN], "scorer": [c for c, _, _ in SCORER_SHOWN]}
+    shown = {level: [c for c, _, _ in shown_at(level)] for level in ("model", "scorer")}
     for name, (level, higher) in OTHERS.items():
         col = COLUMNS[name]
         assert (col.level, col.higher_is_better, col.ci) == (level, higher, True)
@@ -205,3 +205,77 @@ def test_columns_others_report_are_the_metrics_at_their_level_with_cis() -> None
     assert per_seed["prr"] == pytest.approx([(0.4 - 49 / 300) / 0.27,
                                              (0.4 - (1 / 3 + 1 / 4 + 2 / 5) / 5) / 0.27])
     assert per_seed["sel_acc_10"] == [1.0, 1.0]  # N = 5: the single least uncertain
+
+
+def test_every_shown_column_is_declared_once_with_its_header_and_level() -> None:
+    """The tables show exactly the declared columns that have a header, each at its level,
+    in `ORDER` (which names only declared ones); the model/scorer sets are disjoint."""
+    from uqbench.results import tables as T
+    from uqbench.results.columns import DECLARED
+
+    assert set(T.ORDER) <= set(DECLARED) and len(set(T.ORDER)) == len(T.ORDER)
+    model, scorer = ([c for c, _, _ in T.shown(level)] for level in ("model", "scorer"))
+    assert set(model) | set(scorer) == {n for n, c in DECLARED.items() if c.header}
+    assert not set(model) & set(scorer)
+    assert model[:3] == ["accuracy", "shift_accuracy", "ece"] and scorer[0] == "ood_auroc"
+    assert T.short_name("ece_ts") == "ECE-TS" and T.digits_of("avg_experts") == 2
+    assert T.short_name("brier_conf") == "brier_conf" and T.digits_of("not_a_column") == 3
+    assert all(c.doc and "\n" not in c.doc for c in DECLARED.values())
+
+
+def test_the_columns_table_of_docs_results_is_the_declarations() -> None:
+    """docs/results.md holds `columns_doc()` between its markers (regenerate it with
+    ``python -m uqbench.results.columns``)."""
+    import re
+
+    from tests.conftest import REPO
+    from uqbench.results.columns import DECLARED, columns_doc
+
+    page = (REPO / "docs" / "results.md").read_text()
+    found = re.search(r"<!-- columns: .*?-->\n(.*?)<!-- /columns -->", page, re.DOTALL)
+    assert found, "docs/results.md lost its <!-- columns --> markers"
+    assert found.group(1) == columns_doc(), "regenerate: python -m uqbench.results.columns"
+    assert len(columns_doc().splitlines()) == 2 + len(DECLARED)
+    assert "| `mce` | MCE | model | lower | yes | the largest \\|accuracy" in columns_doc()
+
+
+@pytest.fixture
+def gap_column():
+    """The README's column plugin (tests/example_column.py), registered for one test."""
+    import importlib
+    import sys
+
+    from uqbench.results.columns import unregister_column
+
+    sys.modules.pop("tests.example_column", None)
+    yield importlib.import_module("tests.example_column")
+    unregister_column("conf_gap")
+    sys.modules.pop("tests.example_column", None)
+
+
+def test_a_registered_column_is_computed_with_a_ci_and_shown(gap_column, tmp_path) -> None:
+    """One declaration (the README's): every results row gains the column, per seed with a
+    bootstrap CI, the cache key names its module, and the model table shows its header."""
+    from uqbench.files.cache import ArrayCache
+    from uqbench.results import columns as C
+    from uqbench.results import tables as T
+    from uqbench.results.evaluate import evaluate_cached
+
+    s = _scored()
+    row = evaluate(s, s, n_boot=50)
+    # seed 0: mean conf (0.1 + 0.3 + 0.55 + 0.8 + 0.95) / 5 = 0.54, accuracy 0.6 -> 0.06;
+    # seed 1: conf 0.6, accuracy 0.6 -> 0
+    assert row["conf_gap"] == pytest.approx(0.03)
+    assert row["conf_gap_std"] == pytest.approx(np.std([0.06, 0.0], ddof=1))
+    assert row["conf_gap_lo"] <= row["conf_gap"] <= row["conf_gap_hi"]
+    assert C.registered_modules() == ("tests.example_column",)
+    assert "conf_gap" in [c for c, _, _ in T.shown("model")]
+    table = markdown_table([{"method": "m", "domain": "d", **row}])
+    assert "| Gap |" in table and "0.030 [" in table
+    cache = ArrayCache(tmp_path)
+    assert evaluate_cached(cache, s, s, n_boot=50)["conf_gap"] == pytest.approx(0.03)
+    with pytest.raises(ValueError, match="'conf_gap' is already declared"):
+        C.register_column("conf_gap", reads=(("id", "correct"),), higher_is_better=True,
+                          level="model")(np.mean)
+    with pytest.raises(ValueError, match="not added by register_column"):
+        C.unregister_column("ece")

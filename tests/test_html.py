@@ -87,7 +87,7 @@ def assert_numbers_equal_results_csv(html: str, run: Path) -> int:
             assert "–" in text
             continue
         assert float(sort) == float(want), (method, domain, col, sort, want)
-        digits = T.HEADERS[col][1]
+        digits = T.digits_of(col)
         assert text.split()[-1] == f"{float(want):.{digits}f}", (method, domain, col, text)
     return len(cells)
 
@@ -139,8 +139,8 @@ def test_model_level_once_per_predictive_and_scorer_level_once_per_scorer(runs) 
     html = (runs[0] / "report.html").read_text()
     rows = read_run(runs[0]).rows
     cells = report_cells(html)
-    model_cols = {c for c, _, _ in T.MODEL_SHOWN}
-    scorer_cols = {c for c, _, _ in T.SCORER_SHOWN}
+    model_cols = {c for c, _, _ in T.shown("model")}
+    scorer_cols = {c for c, _, _ in T.shown("scorer")}
     assert "ece" in model_cols and "ood_auroc" in scorer_cols and not model_cols & scorer_cols
     for dom in ("pooled", "science", "math"):
         # the model table: lora/dense, moe-lora/top4 (msp and entropy share its predictive),

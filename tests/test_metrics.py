@@ -748,8 +748,8 @@ def test_resampled_ranking_metrics_equal_resorting_every_resample(seed, n_id, n_
     # (rounded keys), one-example splits and a single class included.
     u_id, u_ood = _ood_sample(n_id, n_ood, seed=seed % 1000, decimals=decimals)
     ok = np.random.default_rng(seed).random(n_id) < 0.5
-    assert (bootstrap_ci_two_sample(metrics.RESAMPLED_OOD_AUROC, u_id, u_ood, n_resamples=30,
-                                    seed=seed)
+    fast_auroc = metrics.Resampled(ood_auroc, metrics.auroc_resampler)
+    assert (bootstrap_ci_two_sample(fast_auroc, u_id, u_ood, n_resamples=30, seed=seed)
             == bootstrap_ci_two_sample(ood_auroc, u_id, u_ood, n_resamples=30, seed=seed))
     fast = metrics.resampled_selective_summary(0.7)
     plain = functools.partial(selective_summary, coverage=0.7)
@@ -760,13 +760,14 @@ def test_resampled_ranking_metrics_equal_resorting_every_resample(seed, n_id, n_
 
 def test_resampled_metric_is_the_metric_on_the_full_data():
     u_id, u_ood = _ood_sample(40, 30, seed=1, decimals=1)
-    assert metrics.RESAMPLED_OOD_AUROC(u_id, u_ood) == ood_auroc(u_id, u_ood) == roc_auc_score(
+    fast_auroc = metrics.Resampled(ood_auroc, metrics.auroc_resampler)
+    assert fast_auroc(u_id, u_ood) == ood_auroc(u_id, u_ood) == roc_auc_score(
         np.r_[np.zeros(40), np.ones(30)], np.r_[u_id, u_ood])
     # the resampler on the identity resample is the metric itself
-    stat = metrics.RESAMPLED_OOD_AUROC.resampler(u_id, u_ood)
+    stat = metrics.auroc_resampler(u_id, u_ood)
     assert stat(np.arange(40), np.arange(30)) == ood_auroc(u_id, u_ood)
     # and on a hand-made resample: id [0.1, 0.1], ood [0.9]: every pair a win
-    stat = metrics.RESAMPLED_OOD_AUROC.resampler([0.1, 0.5], [0.9, 0.5])
+    stat = metrics.auroc_resampler([0.1, 0.5], [0.9, 0.5])
     assert stat(np.array([0, 0]), np.array([0])) == 1.0
     assert stat(np.array([1, 1]), np.array([1, 1])) == 0.5  # all tied: half credit
 

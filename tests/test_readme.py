@@ -24,6 +24,7 @@ def _body(path: Path) -> str:
     ("@register_gate(", lambda: _body(ROOT / "tests" / "example_gate.py")),
     ("@register_variant(", lambda: _body(ROOT / "tests" / "example_variant.py")),
     ("@register_backbone(", lambda: _body(ROOT / "tests" / "example_backbone.py")),
+    ("@register_column(", lambda: _body(ROOT / "tests" / "example_column.py")),
     ("@register_source(", lambda: __import__("tests.test_data_registry",
                                               fromlist=["PLUGIN"]).PLUGIN.lstrip("\n")),
 ])

@@ -139,7 +139,7 @@ def model_tables(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{"domain": dom, "rows": [
         {"label": m.label, "method": m.row["method"], "methods": m.methods,
          "reference": m.reference, "chance": m.at_chance,
-         "cells": [_cell(m.row, c, d) for c, _, d in T.MODEL_SHOWN]} for m in items]}
+         "cells": [_cell(m.row, c, d) for c, _, d in T.shown("model")]} for m in items]}
         for dom, items in _by_domain(T.model_rows(rows))]
 
 
@@ -148,15 +148,15 @@ def scorer_tables(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{"domain": dom, "blocks": [
         {"pair": b.pair, "chance": b.at_chance, "rows": [
             {"scorer": r.get("scorer", r["method"]), "method": r["method"],
-             "cells": [_cell(r, c, d) for c, _, d in T.SCORER_SHOWN]} for r in b.rows]}
+             "cells": [_cell(r, c, d) for c, _, d in T.shown("scorer")]} for r in b.rows]}
         for b in items]} for dom, items in _by_domain(T.scorer_blocks(rows))]
 
 
 def _answer(a: Answer) -> dict[str, Any]:
-    digits = T.HEADERS.get(a.column, ("", 3))[1]
+    digits = T.digits_of(a.column)
     out: dict[str, Any] = {"question": a.question.text, "domain": a.domain, "name": a.name,
                            "verdict": a.verdict, "line": a.line, "vs": a.vs_msp, "diff": "",
-                           "header": T.HEADERS.get(a.column, (a.column, 3))[0],
+                           "header": T.short_name(a.column),
                            "cell": _cell(a.best, a.column, digits) if a.best else None,
                            "method": a.best["method"] if a.best else ""}
     if a.diff is not None and a.diff != (0.0, 0.0, 0.0):
@@ -235,8 +235,8 @@ def render_report(run_dir: str | Path) -> str:
         chance_by_domain=[(d, len([m for m in ms if m.at_chance]), len(ms),
                            [m.label for m in ms if m.at_chance])
                           for d, ms in _by_domain(models) if any(m.at_chance for m in ms)],
-        model_headers=[h for _, h, _ in T.MODEL_SHOWN],
-        scorer_headers=[h for _, h, _ in T.SCORER_SHOWN],
+        model_headers=[h for _, h, _ in T.shown("model")],
+        scorer_headers=[h for _, h, _ in T.shown("scorer")],
         model_tables=model_tables(run.rows), scorer_tables=scorer_tables(run.rows),
         forests=forests, groups=groups,
         paper=_paper_claims(run.path / rundir.PAPER_REPORT),

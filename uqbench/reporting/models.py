@@ -29,8 +29,8 @@ from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import RunFolder
 from uqbench.results.columns import COLUMNS, Column, inputs_of
 from uqbench.results.tables import (
-    HEADERS,
     MODEL_COLUMNS,
+    digits_of,
     domains_of,
     header,
     is_reference,
@@ -133,7 +133,7 @@ def _f(v: float | None, digits: int, signed: bool = False) -> str:
 def cell_text(c: ModelCell, column: str) -> str:
     """``value [lo, hi]``, then ``best`` or ``Δ d [lo, hi]`` to the best (``*``: its CI
     excludes 0)."""
-    digits = HEADERS.get(column, (column, 3))[1]
+    digits = digits_of(column)
     s = _f(c.value, digits) + (f" [{_f(c.lo, digits)}, {_f(c.hi, digits)}]"
                                if c.lo is not None and c.hi is not None else "")
     if c.best:

@@ -6,8 +6,9 @@ seed-mean, resampling examples (the same examples for every seed, since all seed
 split). ID metrics resample the ID split; OOD metrics resample ID and shifted splits independently.
 
 `evaluate_cached` memoises rows on disk by *content*: the key is a hash of the scored arrays, the
-options and the source of this module and `uqbench.stats.metrics`, so a changed score, option or metric
-definition can never be answered by an old row.
+options and the source of this module, `uqbench.stats.metrics` and the column declarations (a
+plugin's too), so a changed score, option or metric definition can never be answered by an old
+row.
 """
 from __future__ import annotations
 
@@ -163,8 +164,11 @@ def per_token_experts(scored: Scored) -> list[float]:
 
 
 @cache
-def _code_hash() -> str:
-    return source_hash(M, columns, sys.modules[__name__])
+def _code_hash(registered: tuple[str, ...] = ()) -> str:
+    """The source of the metrics, the column declarations, this module and the modules of the
+    columns a plugin registered (`uqbench.results.columns.registered_modules`)."""
+    return source_hash(M, columns, sys.modules[__name__],
+                       *(sys.modules[m] for m in registered))
 
 
 def _content_hash(*scored: Scored) -> str:
@@ -182,7 +186,8 @@ def evaluate_cached(cache: ArrayCache | None, id_: Scored, shift: Scored, **opti
     """`evaluate`, memoised in ``cache`` (kind ``evaluate``) by content; no cache -> compute."""
     if cache is None:
         return evaluate(id_, shift, **options)
-    material = {"scores": _content_hash(id_, shift), "options": options, "code": _code_hash()}
+    material = {"scores": _content_hash(id_, shift), "options": options,
+                "code": _code_hash(columns.registered_modules())}
     arrays, _ = cache.get_or_compute(
         "evaluate", material,
         lambda: {k: np.asarray(v, dtype=np.float64)

@@ -42,10 +42,10 @@ from uqbench.stats.recalibration import CALIBRATORS, temperature_scaling, top_la
 class Recalibrated:
     """Recalibrated confidences of one method on its ID test split, stacked over seeds.
 
-    ``confidence[kind]`` has shape (N, S) like `uqbench.results.evaluate.Scored`; ``temperature`` (S,)
-    is the fitted T of temperature scaling per seed; ``failed`` (S,): why that seed's fit
-    failed and was held at `uqbench.stats.recalibration.T_MAX` ("" when it did not;
-    `uqbench.stats.recalibration.temperature_scaling`).
+    ``confidence[kind]`` has shape (N, S) like `uqbench.results.evaluate.Scored`;
+    ``temperature`` (S,) is the fitted T of temperature scaling per seed; ``failed`` (S,): why
+    that seed's fit failed and was held at `uqbench.stats.recalibration.T_MAX` ("" when it did
+    not; `uqbench.stats.recalibration.temperature_scaling`).
     """
 
     confidence: dict[str, NDArray[np.float64]]
@@ -102,7 +102,7 @@ def columns(rec: Recalibrated, correct: NDArray[Any], *, n_bins: int = M.ECE_BIN
     examples (the calibrators held fixed), for each of `CALIBRATORS`; ``ts_temperature``."""
     # a Resampled metric: the bootstrap evaluates a chunk of resamples in one call
     ece = M.Resampled(partial(M.expected_calibration_error, n_bins=n_bins),
-                      partial(M.RESAMPLED_ECE.resampler, n_bins=n_bins))
+                      partial(M.calibration_resampler, n_bins=n_bins))
     row: dict[str, float] = {}
     for kind in CALIBRATORS:
         name, arrays = f"ece_{kind}", (rec.confidence[kind], correct.astype(bool))
@@ -129,7 +129,8 @@ def recalibrate_cached(cache: ArrayCache | None, scorer: Scorer, calib: Sequence
                        ) -> tuple[dict[str, float], Recalibrated]:
     """(`columns`, `Recalibrated`), memoised in ``cache`` (kind ``recalibrate``) by content:
     the predictive distributions, labels and confidences of both splits, the options, the
-    source of this module, the calibrators and the metrics, and netcal's version. No cache -> compute.
+    source of this module, the calibrators and the metrics, and netcal's version. No cache ->
+    compute.
 
     A failed temperature fit (`uqbench.stats.recalibration.temperature_scaling`) warns and goes
     to run.json ``fallbacks`` (`uqbench.core.errors.record_fallback`) on every run, a cached one

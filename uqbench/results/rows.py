@@ -106,7 +106,8 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
     result is the same.
 
     ``outs`` holds the ``calib`` split of every domain too: each row's ``ece_ts``/``ece_hb``/
-    ``ece_iso`` are the ECE on the ID split after recalibrating on it (`uqbench.results.recalibration`)."""
+    ``ece_iso`` are the ECE on the ID split after recalibrating on it
+    (`uqbench.results.recalibration`)."""
     job = (refs, n_seeds, n_boot, cache, scorer_timeout, protocol)
     rows: Rows = []
     arrays: Arrays = {}

@@ -18,12 +18,12 @@ added anything, which each model row's Learned column gives (accuracy − zero-s
 bootstrap CI; `uqbench.results.references`). The conformal
 and risk-control columns are defined in `uqbench.results.conformal_risk`.
 
-Two levels (`HEADERS`, each column's level from `uqbench.results.columns`): the model level holds
-what depends only on a model/gate's predictive distribution (accuracy, calibration, conformal
-sets, expert budget), once per model/gate and domain, plus one row per other predictive
-distribution a scorer brings (MC-dropout or ensemble means); the scorer level holds the ranking
-each scorer's uncertainty induces (OOD detection, selective prediction, risk control), the
-model named once per block. ``results.csv``/``.jsonl`` keep every column of every row.
+Two levels (each column's header and level declared in `uqbench.results.columns`): the model
+level holds what depends only on a model/gate's predictive distribution (accuracy,
+calibration, conformal sets, expert budget), once per model/gate and domain, plus one row per
+other predictive distribution a scorer brings (MC-dropout or ensemble means); the scorer level
+holds the ranking each scorer's uncertainty induces (OOD detection, selective prediction, risk
+control), the model named once per block. ``results.csv``/``.jsonl`` keep every column of every row.
 """
 from __future__ import annotations
 
@@ -39,56 +39,49 @@ from typing import Any
 
 from uqbench.files import rundir
 from uqbench.files.cache import atomic_write_text
-from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE, RISK_AT
+from uqbench.results.columns import COLUMNS, DECLARED, RISK_AT
 from uqbench.results.references import (
     at_chance,
     is_reference,
 )
 
 KEY_COLUMNS = ("method", "model", "gate", "scorer", "domain")
-#: Reference rows (`uqbench.results.references`): accuracy columns only, gate and scorer "-".
-#: column -> (header, digits) of every column the tables show, in their order; a column's level
-#: (model or scorer) comes from `uqbench.results.columns` where it is declared, else `LEVELS`
-HEADERS: dict[str, tuple[str, int]] = {
-    "accuracy": ("Acc", 3), "shift_accuracy": ("ShiftAcc", 3), "learned": ("Learned", 3),
-    "ece": ("ECE", 3),
-    "ece_ts": ("ECE-TS", 3), "ece_adaptive": ("ECE-ad", 3), "ece_10_mass": ("ECE-10m", 3),
-    "mce": ("MCE", 3),
-    "brier": ("Brier", 3), "nll": ("NLL", 3),
-    "cp_lac_10_cov": ("LAC cov", 3), "cp_lac_10_size": ("LAC size", 2),
-    "cp_aps_rand_10_cov": ("APS cov", 3), "cp_aps_rand_10_size": ("APS size", 2),
-    "shift_cp_aps_rand_10_cov": ("Shift APS cov", 3),
-    "shift_cp_aps_rand_10_size": ("Shift APS size", 2),
-    "avg_experts": ("Experts", 2), "forward_passes": ("Passes", 0),
-    "ood_auroc": ("OOD-AUROC", 3), "aupr_out": ("AUPR-out", 3), "fpr95": ("FPR95", 3),
-    "aurc": ("AURC", 3), "e_aurc": ("E-AURC", 3), "augrc": ("AUGRC", 3),
-    "sel_acc_80": ("SelAcc@80", 3), "shift_sel_acc_80": ("ShiftSelAcc@80", 3),
-    "prr": ("PRR", 3), "sel_acc_10": ("SelAcc@10", 3),
-    "rc_50_coverage": ("Cov@r*", 3), "rc_50_risk": ("Risk@r*", 3),
-    "shift_rc_50_coverage": ("Shift cov@r*", 3), "shift_rc_50_risk": ("Shift risk@r*", 3),
-    **{name: (f"Risk@{name[-2:]}", 3) for name in RISK_AT},
-}
-#: levels of the shown columns that `uqbench.results.columns` does not declare: temperature
-#: scaling, conformal sets and the expert budget read the predictive distribution (model);
-#: risk control thresholds a scorer's uncertainty (scorer)
-LEVELS: dict[str, str] = {
-    "ece_ts": "model", "learned": "model", "avg_experts": "model", "forward_passes": "model",
-    **{c: "model" for c in HEADERS if "cp_" in c}, **{c: "scorer" for c in HEADERS if "rc_" in c},
-}
+#: the order of the tables' columns; a declared column with a header (`DECLARED`) that this
+#: does not name comes after these, in declaration order
+ORDER = (
+    "accuracy", "shift_accuracy", "learned", "ece", "ece_ts", "ece_adaptive", "ece_10_mass", "mce",
+    "brier", "nll", "cp_lac_10_cov", "cp_lac_10_size", "cp_aps_rand_10_cov",
+    "cp_aps_rand_10_size", "shift_cp_aps_rand_10_cov", "shift_cp_aps_rand_10_size",
+    "avg_experts", "forward_passes", "ood_auroc", "aupr_out", "fpr95", "aurc", "e_aurc",
+    "augrc", "sel_acc_80", "shift_sel_acc_80", "prr", "sel_acc_10", "rc_50_coverage",
+    "rc_50_risk", "shift_rc_50_coverage", "shift_rc_50_risk", *RISK_AT,
+)
+
+
+def short_name(column: str) -> str:
+    """The header the tables show ``column`` under (its name where it has none)."""
+    col = DECLARED.get(column)
+    return col.header if col is not None and col.header else column
+
+
+def digits_of(column: str) -> int:
+    """The digits the tables show ``column`` with (3 where it is not declared)."""
+    col = DECLARED.get(column)
+    return col.digits if col is not None else 3
 
 
 def level_of(column: str) -> str:
-    """``model`` or ``scorer``: the `Column`'s declared level, else `LEVELS`'."""
-    col = COLUMNS.get(column) or RISK_AT.get(column) or CONFORMAL_COVERAGE.get(column)
-    return col.level if col is not None else LEVELS[column]
+    """``model`` or ``scorer``: the column's declared level (`uqbench.results.columns`)."""
+    return DECLARED[column].level
 
 
 def shown(level: str) -> tuple[tuple[str, str, int], ...]:
-    """(column, header, digits) of one level's table."""
-    return tuple((c, h, d) for c, (h, d) in HEADERS.items() if level_of(c) == level)
+    """(column, header, digits) of one level's table: every declared column with a header."""
+    names = [*ORDER, *(n for n in DECLARED if n not in ORDER)]
+    return tuple((c.name, c.header, c.digits) for c in map(DECLARED.__getitem__, names)
+                 if c.header and c.level == level)
 
 
-MODEL_SHOWN, SCORER_SHOWN = shown("model"), shown("scorer")
 #: the ranking columns with a bootstrap CI: one forest plot each (`figures.forest`)
 FOREST_COLUMNS = tuple(c.name for c in COLUMNS.values() if c.level == "scorer" and c.ci)
 #: the many-model table's columns (`uqbench.reporting.models`): those with a CI in the results
@@ -99,8 +92,7 @@ MODEL_COLUMNS = ("accuracy", "ece", "ood_auroc", "aurc", "augrc", "sel_acc_80")
 
 def header(column: str) -> str:
     """A column's short name with its direction (``ECE ↓``)."""
-    better = "↑" if COLUMNS[column].higher_is_better else "↓"
-    return f"{HEADERS.get(column, (column, 3))[0]} {better}"
+    return f"{short_name(column)} {'↑' if DECLARED[column].higher_is_better else '↓'}"
 
 
 def random_ranking(column: str, row: Mapping[str, Any]) -> float | None:
@@ -197,7 +189,7 @@ def model_rows(rows: Sequence[Mapping[str, Any]]) -> list[ModelRow]:
     """The model-level table: per domain, one row per model/gate and predictive distribution
     (see `ModelRow`), then the reference rows."""
     why = chance_reasons(rows)
-    keys = [c for c, _, _ in MODEL_SHOWN]
+    keys = [c for c, _, _ in shown("model")]
     out = []
     for dom in domains_of(rows):
         groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -253,18 +245,20 @@ def _table(head: Sequence[str], body: Iterable[Sequence[str]], *, tex: bool) -> 
 
 def model_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True, tex: bool = False) -> str:
     """Model level: Model | Domain | Scorers | accuracy, calibration, conformal, budget."""
-    head = ["Model", "Domain", "Scorers", *(h for _, h, _ in MODEL_SHOWN)]
+    cols = shown("model")
+    head = ["Model", "Domain", "Scorers", *(h for _, h, _ in cols)]
     body = [[m.label + (" (at chance)" if m.at_chance else ""), m.domain,
              "–" if m.reference else str(len(m.methods)),
-             *(_fmt(m.row, c, d, ci=ci) for c, _, d in MODEL_SHOWN)] for m in model_rows(rows)]
+             *(_fmt(m.row, c, d, ci=ci) for c, _, d in cols)] for m in model_rows(rows)]
     return _table(head, body, tex=tex)
 
 
 def scorer_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True, tex: bool = False) -> str:
     """Scorer level: Model (named once per block) | Scorer | Domain | the ranking metrics."""
-    head = ["Model", "Scorer", "Domain", *(h for _, h, _ in SCORER_SHOWN)]
+    cols = shown("scorer")
+    head = ["Model", "Scorer", "Domain", *(h for _, h, _ in cols)]
     body = [[(b.pair + (" (at chance)" if b.at_chance else "")) if i == 0 else "",
-             _scorer_name(r), b.domain, *(_fmt(r, c, d, ci=ci) for c, _, d in SCORER_SHOWN)]
+             _scorer_name(r), b.domain, *(_fmt(r, c, d, ci=ci) for c, _, d in cols)]
             for b in scorer_blocks(rows) for i, r in enumerate(b.rows)]
     return _table(head, body, tex=tex)
 
@@ -289,7 +283,7 @@ def latex_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _w(col: str) -> int:
-    return max(len(HEADERS[col][0]), 6)
+    return max(len(DECLARED[col].header), 6)
 
 
 def summary(rows: Sequence[Mapping[str, Any]], *, domain: str = "pooled") -> str:
@@ -300,12 +294,12 @@ def summary(rows: Sequence[Mapping[str, Any]], *, domain: str = "pooled") -> str
     blocks = scorer_blocks(sel)
 
     def line(name: str, width: int, row: Mapping[str, Any], cols: Sequence[str]) -> str:
-        cells = [_fmt(row, c, HEADERS[c][1], ci=False).split(" ")[0].rjust(_w(c))
+        cells = [_fmt(row, c, DECLARED[c].digits, ci=False).split(" ")[0].rjust(_w(c))
                  for c in cols]  # the value, without ± std
         return f"{name:<{width}}  " + "  ".join(cells)
 
     def head(name: str, width: int, cols: Sequence[str]) -> str:
-        return f"{name:<{width}}  " + "  ".join(HEADERS[c][0].rjust(_w(c)) for c in cols)
+        return f"{name:<{width}}  " + "  ".join(DECLARED[c].header.rjust(_w(c)) for c in cols)
 
     mcols = ("accuracy", "learned", "ece", "ece_ts", "avg_experts", "forward_passes")
     scols = ("ood_auroc", "aurc", "augrc", "sel_acc_80")

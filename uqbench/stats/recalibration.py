@@ -76,7 +76,8 @@ def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
     returned: `uqbench.results.recalibration.recalibrate_cached` warns and records it in run.json
     ``fallbacks``. A held fit is applied by `_rescale` (netcal has no public setter for its
     fitted factor). A choice of probability 0 (a padded choice of a pooled row whose domains
-    have fewer options) stays at 0; the fit sees it at netcal's epsilon (~1e-16), negligible unless T is in the hundreds.
+    have fewer options) stays at 0; the fit sees it at netcal's epsilon (~1e-16), negligible
+    unless T is in the hundreds.
 
     Examples
     --------

@@ -13,7 +13,6 @@ from numpy.typing import ArrayLike, NDArray
 
 from uqbench.stats.metrics._ties import TieGroups
 from uqbench.stats.metrics._validation import (
-    HELM_SELECTIVE_FRACTION,
     MAX_DROPPED_FRACTION,
     SELECTIVE_COVERAGE,
     BoolArray,
@@ -26,25 +25,8 @@ from uqbench.stats.metrics._validation import (
     numeric,
     ood_inputs,
 )
-from uqbench.stats.metrics.calibration import (
-    brier_resampler,
-    brier_score,
-    calibration_resampler,
-    expected_calibration_error,
-    max_calibration_error,
-    negative_log_likelihood,
-    nll_resampler,
-)
-from uqbench.stats.metrics.ranking import auroc_of_groups, ood_auroc
+from uqbench.stats.metrics.ranking import auroc_of_groups
 from uqbench.stats.metrics.selective import (
-    augrc,
-    augrc_of_groups,
-    aurc,
-    aurc_of_groups,
-    helm_selective_accuracy,
-    helm_selective_accuracy_of_groups,
-    prediction_rejection_ratio,
-    prr_of_groups,
     selective_accuracy,
     selective_accuracy_of_groups,
     selective_inputs,
@@ -102,9 +84,10 @@ def _counted_groups(values: FloatArray, group: IntArray, hit: BoolArray
     return groups
 
 
-def _selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *,
-                         of_groups: Callable[[TieGroups], Any]) -> Callable[[IntArray], Any]:
-    """The resampler of a selective metric computed by ``of_groups`` from tie groups."""
+def selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *,
+                        of_groups: Callable[[TieGroups], Any]) -> Callable[[IntArray], Any]:
+    """The resampler (`Resampled`) of a selective metric computed by ``of_groups`` from the tie
+    groups of the uncertainties (e.g. `uqbench.stats.metrics.selective.aurc_of_groups`)."""
     u, corr = selective_inputs(uncertainty, correct)
     values, group = np.unique(u, return_inverse=True)
     groups = _counted_groups(values, group, ~corr)  # hits: the errors
@@ -112,11 +95,12 @@ def _selective_resampler(uncertainty: ArrayLike, correct: ArrayLike, *,
 
 
 def _selective(fn: Callable[..., Any], of_groups: Callable[[TieGroups], Any]) -> Resampled:
-    return Resampled(fn, partial(_selective_resampler, of_groups=of_groups))
+    return Resampled(fn, partial(selective_resampler, of_groups=of_groups))
 
 
-def _auroc_resampler(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike
-                     ) -> Callable[[IntArray, IntArray], float | FloatArray]:
+def auroc_resampler(uncertainty_id: ArrayLike, uncertainty_ood: ArrayLike
+                    ) -> Callable[[IntArray, IntArray], float | FloatArray]:
+    """The resampler (`Resampled`) of :func:`ood_auroc`: one sort of both splits' scores."""
     u_id, u_ood = ood_inputs(uncertainty_id, uncertainty_ood)
     values, group = np.unique(np.concatenate([-u_ood, -u_id]), return_inverse=True)
     ood = np.arange(group.size) < u_ood.size
@@ -143,32 +127,14 @@ def resampled_selective_accuracy(coverage: float = SELECTIVE_COVERAGE) -> Resamp
                       partial(selective_accuracy_of_groups, cov=cov))
 
 
-#: the selective metrics of the summary, each as a `Resampled` metric (at their defaults)
-RESAMPLED_AURC = _selective(aurc, aurc_of_groups)
-RESAMPLED_AUGRC = _selective(augrc, augrc_of_groups)
-RESAMPLED_PRR = _selective(prediction_rejection_ratio, prr_of_groups)
-RESAMPLED_HELM_SELECTIVE_ACCURACY = _selective(
-    helm_selective_accuracy,
-    partial(helm_selective_accuracy_of_groups, frac=HELM_SELECTIVE_FRACTION))
-
-
-#: :func:`ood_auroc` as a `Resampled` metric
-RESAMPLED_OOD_AUROC = Resampled(ood_auroc, _auroc_resampler)
-#: the calibration metrics as `Resampled` metrics (the binned ones take ``n_bins`` and
-#: ``strategy`` in both forms)
-RESAMPLED_ECE = Resampled(expected_calibration_error, calibration_resampler)
-RESAMPLED_MCE = Resampled(max_calibration_error, partial(calibration_resampler, largest=True))
-RESAMPLED_BRIER = Resampled(brier_score, brier_resampler)
-RESAMPLED_NLL = Resampled(negative_log_likelihood, nll_resampler)
-
-
-def _mean(values: NDArray[Any]) -> float:
+def mean_score(values: NDArray[Any]) -> float:
+    """The mean of ``values`` (accuracy: of the 0/1 correctness)."""
     return float(np.mean(values))
 
 
-#: the mean (e.g. accuracy: of the 0/1 correctness) as a `Resampled` metric
-RESAMPLED_MEAN = Resampled(_mean, lambda values: lambda idx: np.mean(
-    np.asarray(values)[idx], axis=1))
+def mean_resampler(values: NDArray[Any]) -> Callable[[IntArray], FloatArray]:
+    """The resampler (`Resampled`) of :func:`mean_score`."""
+    return lambda idx: np.mean(np.asarray(values)[idx], axis=1)
 
 
 def _check_bootstrap_options(n_resamples: int, level: float) -> None:
