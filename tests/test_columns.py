@@ -217,7 +217,8 @@ def test_every_shown_column_is_declared_once_with_its_header_and_level() -> None
     model, scorer = ([c for c, _, _ in T.shown(level)] for level in ("model", "scorer"))
     assert set(model) | set(scorer) == {n for n, c in DECLARED.items() if c.header}
     assert not set(model) & set(scorer)
-    assert model[:3] == ["accuracy", "shift_accuracy", "ece"] and scorer[0] == "ood_auroc"
+    assert model[:4] == ["accuracy", "shift_accuracy", "learned", "ece"]
+    assert scorer[0] == "ood_auroc"
     assert T.short_name("ece_ts") == "ECE-TS" and T.digits_of("avg_experts") == 2
     assert T.short_name("brier_conf") == "brier_conf" and T.digits_of("not_a_column") == 3
     assert all(c.doc and "\n" not in c.doc for c in DECLARED.values())
