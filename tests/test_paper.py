@@ -453,3 +453,36 @@ def test_every_declared_claim_names_methods_of_its_experiment() -> None:
     typo = replace(CLAIMS[0], b="moe-lora/top4/mps")  # the check sees a typo
     assert _unknown(typo, names["uq"]) == ["moe-lora/top4/mps"]
     assert _unknown(replace(CLAIMS[0], section="kmax"), names["kmax"]) == list(CLAIMS[0].methods)
+
+
+def test_claims_resting_on_a_model_no_better_than_zero_shot_are_not_evidence(
+        run_dir: Path) -> None:
+    """A claim is marked when a method it compares has a learned column (trained minus
+    zero-shot accuracy) whose CI does not lie above 0; both marks join when both apply."""
+    from uqbench.reporting.paper import AT_CHANCE, NOT_LEARNED
+
+    rows = _rows(run_dir)
+    for r in rows:
+        if r["method"] == CARE and r["domain"] == "pooled":
+            r["learned"], r["learned_lo"], r["learned_hi"] = 0.01, -0.02, 0.04   # includes 0
+        elif r["method"] == CARE and r["domain"] == "science":
+            r["learned"], r["learned_lo"], r["learned_hi"] = 0.10, 0.05, 0.15    # above 0
+            r["accuracy_lo"], r["accuracy_hi"] = 0.20, 0.95                      # at chance
+        elif r["method"] == CARE and r["domain"] == "math":
+            r["learned"], r["learned_lo"], r["learned_hi"] = -0.05, -0.09, -0.01  # below 0
+        elif r["method"] == MSP and r["domain"] == "pooled":
+            r["learned"], r["learned_lo"], r["learned_hi"] = 0.00, 0.00, 0.03    # lo at 0
+    rows.append({"method": "chance", "model": "chance", "gate": "-", "scorer": "-",
+                 "domain": "science", "accuracy": 0.25, "accuracy_lo": 0.15,
+                 "accuracy_hi": 0.35, "ece": float("nan")})
+    _write_rows(run_dir, rows)
+    by = {c.text: c for c in claims(_Run(run_dir))}
+    assert by["CARE's OOD-AUROC beats MoE top-4 + MSP"].note == NOT_LEARNED
+    assert by["mean experts rises monotonically with τ (point estimates)"].note == ""
+    allocation = ("one global τ spends more experts on harder domains (Spearman ρ of experts vs "
+                  "error)")   # rests on CARE's per-domain rows: science and math, both marks
+    assert by[allocation].note == f"{AT_CHANCE}; {NOT_LEARNED}"
+    report = write_paper_report(run_dir).read_text()
+    n = sum(NOT_LEARNED in c.note for c in by.values())
+    assert n >= 2 and f"{n} rest on a model no better than its zero-shot backbone" in report
+    assert "1 of these rest on a model at chance" in report

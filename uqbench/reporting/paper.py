@@ -19,7 +19,10 @@ Verdict rules, written down once and applied to every claim:
   frontier every budget "matches", above or below 4 experts, and neither would be CARE's doing;
 - a claim that rests on a method whose ID accuracy CI includes its domain's chance level (the
   ``chance`` row; `uqbench.results.references.at_chance`) keeps its verdict but is marked **not
-  evidence: model at chance**: its numbers describe a model that cannot be told from guessing.
+  evidence: model at chance**: its numbers describe a model that cannot be told from guessing;
+- likewise a claim that rests on a method whose learned column's CI does not lie above 0
+  (`uqbench.results.references.not_learned`: trained minus zero-shot accuracy, paired) is marked
+  **not evidence: no better than its zero-shot backbone**: its numbers describe the backbone.
 
 `write_paper_report(run_dir)` writes ``paper_report.md`` from the numbers; it is never edited by
 hand. The claims are data (`CLAIMS`: section, text, the paper's numbers, methods, metric,
@@ -44,7 +47,7 @@ from uqbench.core.plan import MODELS
 from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import PAPER_REPORT, read_meta, read_run, score_key
 from uqbench.results.columns import COLUMNS
-from uqbench.results.references import at_chance
+from uqbench.results.references import at_chance, not_learned
 from uqbench.stats import metrics as M
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
@@ -59,6 +62,7 @@ TAU_GATES, BUDGET_GATES, W_SCORERS = "*/care-tau*/care", "*/care-b*/msp", "*/*/c
 TOP5 = "moe-lora/top5/msp"
 N_BOOT = 1000
 AT_CHANCE = "not evidence: model at chance"
+NOT_LEARNED = "not evidence: no better than its zero-shot backbone"
 #: The seed's MoE-LoRA baselines are uqbench's re-implementations (`baselines/variants.py`: one
 #: MoE-LoRA layer configured per method, trained with the run's recipe), not their authors'
 #: code; what each leaves out is registered with it (`uqbench.core.plan.ModelEntry.simplified`).
@@ -81,7 +85,8 @@ class Claim:
     verdict: str
     #: the (method, domain) rows the claim rests on
     rests_on: tuple[tuple[str, str], ...] = ()
-    #: `AT_CHANCE` when one of them is a model at chance, else ""
+    #: `AT_CHANCE` when one of them is a model at chance, `NOT_LEARNED` when one is no better
+    #: than its zero-shot backbone, both joined by "; ", else ""
     note: str = ""
 
     def shown_verdict(self) -> str:
@@ -266,14 +271,18 @@ _PP = 0.01  # one percentage point
 
 
 def claims(run: _Run) -> list[Claim]:
-    """Every claim of `CLAIMS`, judged on ``run``, marked where it rests on a model at chance."""
-    return _mark_at_chance(run, [c for spec in CLAIMS for c in spec.judge(run)])
+    """Every claim of `CLAIMS`, judged on ``run``, marked where it rests on a model at chance
+    or on one no better than its zero-shot backbone."""
+    return _mark_not_evidence(run, [c for spec in CLAIMS for c in spec.judge(run)])
 
 
-def _mark_at_chance(run: _Run, cs: list[Claim]) -> list[Claim]:
-    """Mark every claim resting on a (method, domain) whose ID accuracy CI includes chance."""
-    flagged = {(f["method"], f["domain"]) for f in at_chance(run.rows)}
-    return [replace(c, note=AT_CHANCE) if flagged.intersection(c.rests_on) else c for c in cs]
+def _mark_not_evidence(run: _Run, cs: list[Claim]) -> list[Claim]:
+    """Mark every claim resting on a (method, domain) whose ID accuracy CI includes chance
+    (`AT_CHANCE`) or whose learned column's CI does not lie above 0 (`NOT_LEARNED`)."""
+    marks = [(AT_CHANCE, {(f["method"], f["domain"]) for f in at_chance(run.rows)}),
+             (NOT_LEARNED, {(f["method"], f["domain"]) for f in not_learned(run.rows)})]
+    return [replace(c, note="; ".join(m for m, flagged in marks if flagged.intersection(c.rests_on)))
+            for c in cs]
 
 
 def _pooled_rows(run: _Run, pattern: str) -> list[dict[str, Any]]:
@@ -523,11 +532,14 @@ def write_paper_report(run_dir: str | Path, experiment: str | None = None) -> Pa
                   "against these versions. Simplifications: "
                   + "; ".join(notes[m] for m in used) + "."]
     counts = {v: sum(c.verdict == v for c in cs) for v in (HOLDS, FAILS, INCONCLUSIVE)}
-    n_chance = sum(bool(c.note) for c in cs)
+    n_chance = sum(AT_CHANCE in c.note for c in cs)
+    n_flat = sum(NOT_LEARNED in c.note for c in cs)
     lines += ["", f"Totals: {counts[HOLDS]} hold, {counts[FAILS]} do not hold, "
               f"{counts[INCONCLUSIVE]} inconclusive at this scale."
               + (f" {n_chance} of these rest on a model at chance (ID accuracy CI includes "
-                 "chance): not evidence." if n_chance else "")]
+                 "chance): not evidence." if n_chance else "")
+              + (f" {n_flat} rest on a model no better than its zero-shot backbone (learned "
+                 "column's CI not above 0): not evidence." if n_flat else "")]
     path = run_dir / PAPER_REPORT
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -221,6 +221,29 @@ def at_chance(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def not_learned(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Model rows whose learned column's CI ``[learned_lo, learned_hi]`` does not lie above 0:
+    training is not shown to answer better than the frozen backbone zero-shot on the same
+    questions (rows without a learned value, e.g. no ``zero-shot`` row, are not checked).
+
+    Examples
+    --------
+    >>> not_learned([{"method": "m", "domain": "d", "learned": 0.02, "learned_lo": -0.01,
+    ...               "learned_hi": 0.05}, {"method": "n", "domain": "d", "learned": 0.1,
+    ...               "learned_lo": 0.04, "learned_hi": 0.16}])
+    [{'method': 'm', 'domain': 'd', 'learned': 0.02, 'learned_lo': -0.01, 'learned_hi': 0.05}]
+    """
+    out = []
+    for r in rows:
+        vals = [_num(r.get(c)) for c in LEARNED_COLUMNS]
+        if is_reference(r) or any(v is None for v in vals):
+            continue
+        if vals[1] <= 0:
+            out.append({"method": r["method"], "domain": r["domain"],
+                        **dict(zip(LEARNED_COLUMNS, vals))})
+    return out
+
+
 def at_chance_message(flags: Sequence[Mapping[str, Any]]) -> str:
     """One warning listing every flagged method and domain ('' when none)."""
     if not flags:
