@@ -528,7 +528,9 @@ def test_bad_choice_counts_are_errors_naming_the_line(tmp_path: Path) -> None:
     member = copy_part(MC, tmp_path / "member")
     write_lines(member, lmeval.VC_TASK, [fewer if r["doc_id"] == fewer["doc_id"] else r
                                          for r in rows])
-    (member / one(VC, "results_*.json").name).write_text(one(VC, "results_*.json").read_text())
+    # the results file of the member's run, under its date
+    (member / "results_2026-11-25T10-00-00.000000.json").write_text(
+        one(VC, "results_*.json").read_text())
     dom = [DomainTasks.parse(f"v={lmeval.VC_TASK}:arc_easy_local")]
     with pytest.raises(UserError, match="other questions than"):
         read_lmeval(dom, tmp_path / "main", members=[member])
@@ -649,6 +651,28 @@ def test_a_samples_file_of_an_unknown_model_is_never_given_another_runs_model(tm
     assert rs.pairs[0].name == "mine/loglik-per-char"
     assert "arc_easy_local: no results file of its run names the model; scored as " \
            "--model-name 'mine' says" in capsys.readouterr().out
+
+
+def test_a_results_file_of_another_date_never_names_the_samples_model(tmp_path: Path) -> None:
+    """Samples whose own results file is missing beside a results file of another date (another
+    run, here of another model): that file is not read as theirs; the model stays unknown
+    (named after the folder, recorded as None) and lm-eval's logged accuracy comes from the
+    samples themselves."""
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+
+    src = tmp_path / "my-model"
+    copy_part(MC, src)
+    res = one(src, "results_*.json")
+    doc = json.loads(res.read_text())
+    doc.update(model_name="org/other", config={**doc["config"], "model_args": "pretrained=org/other"})
+    res.unlink()
+    (src / "results_2026-12-01T09-00-00.000001.json").write_text(json.dumps(doc))
+    rs = read_lmeval([DomainTasks.parse("science=arc_easy_local:arc_challenge_local")], src,
+                     calib_fraction=0.25)
+    assert rs.pairs[0].name == "my-model/loglik-per-char"
+    assert rs.meta["lmeval"]["model"] is None and rs.meta["lmeval"]["lm_eval_version"] is None
+    assert {c["lm_eval_from"] for c in rs.meta["lmeval"]["accuracy"]} == {
+        "mean of the samples' acc_norm"}
 
 
 def test_tasks_that_are_not_single_answer_multiple_choice_are_refused(tmp_path: Path) -> None:
