@@ -113,7 +113,11 @@ def _scale_run(root: Path, kind: str) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-c", SCALE_CHILD, str(root), kind], env=env,
                          check=True, capture_output=True, text=True).stdout
     child = json.loads(out.strip().splitlines()[-1])
-    child["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child["peak_rss_mb"] = usage.ru_maxrss / 1024
+    # CPU seconds (user + system, every process it started): on a shared machine the wall
+    # time measures the others' load as well
+    child["cpu_s"] = usage.ru_utime + usage.ru_stime
     return child
 
 

@@ -626,6 +626,10 @@ def test_the_report_shows_lm_evals_accuracy_beside_uqbenchs(tmp_path: Path) -> N
     table = page[page.index('class="lmeval-accuracy"'):]
     table = table[:table.index("</table>")]
     assert table.count("<tr data-split=") == 2 and "arc_challenge_local" in table
+    # nothing was trained: no Learned column, no word on what training added
+    assert "Learned" not in page and "training add" not in page
+    printed = (tmp_path / "o" / "results.md").read_text()
+    assert "| Learned |" not in printed
 
 
 # -- refused, naming the task and why -------------------------------------------------------------

@@ -239,6 +239,7 @@ def render_report(run_dir: str | Path) -> str:
         chance_by_domain=[(d, len([m for m in ms if m.at_chance]), len(ms),
                            [m.label for m in ms if m.at_chance])
                           for d, ms in _by_domain(models) if any(m.at_chance for m in ms)],
+        trained=trained(meta),
         model_headers=[h for _, h, _ in T.shown("model", learned=trained(meta))],
         scorer_headers=[h for _, h, _ in T.shown("scorer")],
         model_tables=model_tables(run.rows, learned=trained(meta)), scorer_tables=scorer_tables(run.rows),
