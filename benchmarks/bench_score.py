@@ -19,7 +19,12 @@ their ratio and whether the files are byte-identical. Scoring was 98 s of the ``
 
 ``figure_workers``: the figures of the cpu-like records' run folder drawn in this process and by
 ``auto`` worker processes (`figures.run.draw_run`), in one run: both times, their ratio, and
-whether the PNG files are byte-identical (a PDF holds its creation time)."""
+whether the PNG files are byte-identical (a PDF holds its creation time).
+
+``score_lmeval_1m`` and ``score_lmeval_50_models`` (`lmeval_1m_line`, `models_50_line`): a
+leaderboard's scale, 10^6 questions of one model (goal 60 s, 2 GiB peak RSS) and 50 models of
+10^4 questions in one table (goal 120 s), each scored in a child process: seconds per phase,
+its CPU seconds and peak RSS."""
 from __future__ import annotations
 
 import contextlib
@@ -75,8 +80,8 @@ def write_results(folder: Path, name: str, tasks: dict[str, int]) -> None:
 
 
 def run() -> list[dict[str, Any]]:
-    return [lmeval_line(), lmeval_1m_line(), models_50_line(), score_workers_line(),
-            bootstrap_chunks_line(), figure_workers_line()]
+    return [lmeval_line(), score_workers_line(), bootstrap_chunks_line(), figure_workers_line(),
+            lmeval_1m_line(), models_50_line()]
 
 
 #: ``uqbench score`` at a leaderboard's scale, in a child process (its own peak RSS): one model
