@@ -1,8 +1,9 @@
 """`uqbench score` on lm-evaluation-harness samples: 100,000 questions x 4 choices (synthetic files
 in lm-eval 0.4's samples format: an ID task of 60,000 questions, 20% held out for calibration,
 and a shifted task of 40,000), every logits-only scorer, figures included. Goal: <= 60 s on 2
-cores. One JSON line: seconds to read the files, to score (rows and their bootstrap intervals)
-and to draw the figures (from ``run.json``), in all, the ratio to the goal, and the machine's
+cores. One JSON line (scored in a child process, `SCALE_CHILD`): seconds to read the files, to
+score (rows and their bootstrap intervals) and to draw the figures (from ``run.json``), in
+all, the child's CPU seconds and peak RSS, the ratio to the goal, and the machine's
 1-minute load average before and after (a shared machine's numbers are only comparable at a
 similar load).
 
@@ -168,26 +169,16 @@ def models_50_line() -> dict[str, Any]:
 
 
 def lmeval_line() -> dict[str, Any]:
-    from uqbench.run.score_records import ScoreConfig, load_records, score
-
+    """100,000 questions of one model (60,000 ID, 40,000 shifted), scored as `lmeval_1m_line`
+    scores 10^6: seconds per phase, CPU seconds and peak RSS against the goal (60 s)."""
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_samples(root / "lm", "big_id", 60_000, 0)
         write_samples(root / "lm", "big_shift", 40_000, 1)
-        t0 = time.perf_counter()
-        rs = load_records(root / "lm", domains=["synthetic=big_id:big_shift"])
-        t_read = time.perf_counter() - t0
-        score(rs, ScoreConfig(out=root / "out", scorers=("msp", "entropy", "energy", "margin")))
-        total = time.perf_counter() - t0
-        figures = len(list((root / "out" / "figures").glob("*.png")))
-        phases = json.loads((root / "out" / "run.json").read_text())["seconds"]
-    return {"benchmark": "score_lmeval_100k", "questions": 100_000, "choices": 4,
-             "read_s": round(t_read, 2), "scoring_s": round(phases["scoring"], 2),
-             "figures_s": round(phases["figures"], 2),
-             "score_and_figures_s": round(total - t_read, 2), "total_s": round(total, 2),
-             "figures": figures, "goal_s": GOAL_S, "ratio_to_goal": round(total / GOAL_S, 3),
-             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
+        write_results(root / "lm", "org/model", {"big_id": 60_000, "big_shift": 40_000})
+        child = _scale_run(root, "one")
+    return _scale_line("score_lmeval_100k", child, load, GOAL_S, questions=100_000, choices=4)
 
 
 #: the ``gpu`` profile's split sizes (ID, shift, calib) and training questions per domain
