@@ -1,8 +1,9 @@
 """`uqbench score` on lm-evaluation-harness samples: 100,000 questions x 4 choices (synthetic files
 in lm-eval 0.4's samples format: an ID task of 60,000 questions, 20% held out for calibration,
 and a shifted task of 40,000), every logits-only scorer, figures included. Goal: <= 60 s on 2
-cores. One JSON line: seconds to read the files, to score (rows and their bootstrap intervals)
-and to draw the figures (from ``run.json``), in all, the ratio to the goal, and the machine's
+cores. One JSON line (scored in a child process, `SCALE_CHILD`): seconds to read the files, to
+score (rows and their bootstrap intervals) and to draw the figures (from ``run.json``), in
+all, the child's CPU seconds and peak RSS, the ratio to the goal, and the machine's
 1-minute load average before and after (a shared machine's numbers are only comparable at a
 similar load).
 
@@ -19,7 +20,12 @@ their ratio and whether the files are byte-identical. Scoring was 98 s of the ``
 
 ``figure_workers``: the figures of the cpu-like records' run folder drawn in this process and by
 ``auto`` worker processes (`figures.run.draw_run`), in one run: both times, their ratio, and
-whether the PNG files are byte-identical (a PDF holds its creation time)."""
+whether the PNG files are byte-identical (a PDF holds its creation time).
+
+``score_lmeval_1m`` and ``score_lmeval_50_models`` (`lmeval_1m_line`, `models_50_line`): a
+leaderboard's scale, 10^6 questions of one model (goal 60 s, 2 GiB peak RSS) and 50 models of
+10^4 questions in one table (goal 120 s), each scored in a child process: seconds per phase,
+its CPU seconds and peak RSS."""
 from __future__ import annotations
 
 import contextlib
@@ -36,13 +42,19 @@ import numpy as np
 GOAL_S = 60.0
 
 
-def write_samples(folder: Path, task: str, n: int, seed: int) -> None:
-    """``n`` questions of 4 choices as lm-eval writes them (numbers as strings)."""
+def write_samples(folder: Path, task: str, n: int, seed: int, *, model: int = 0) -> None:
+    """``n`` questions of 4 choices as lm-eval writes them (numbers as strings, per-sample
+    ``acc``/``acc_norm``), the questions and labels set by ``seed``, the log-likelihoods also
+    by ``model`` (another model's answers to the same questions)."""
     rng = np.random.default_rng(seed)
-    lls = rng.normal(-10, 3, (n, 4))
     labels = rng.integers(0, 4, n)
-    lls[np.arange(n), labels] += rng.normal(1.5, 1, n)  # a model better than chance
+    lls = np.random.default_rng([seed, model]).normal(-10, 3, (n, 4))
+    lls[np.arange(n), labels] += 1.5 + np.random.default_rng([seed, model, 1]).normal(0, 1, n)
     folder.mkdir(parents=True, exist_ok=True)
+    lengths = np.array([[len(f" option {j} of question {i}" + " more" * j) - 1 for j in range(4)]
+                        for i in range(n)])
+    acc = (lls.argmax(1) == labels).astype(int)
+    acc_norm = ((lls / lengths).argmax(1) == labels).astype(int)
     with open(folder / f"samples_{task}_2026-01-01T00-00-00.000000.jsonl", "w") as f:
         for i in range(n):
             choices = [f"option {j} of question {i}" + " more" * j for j in range(4)]
@@ -50,35 +62,123 @@ def write_samples(folder: Path, task: str, n: int, seed: int) -> None:
                 "doc_id": i, "doc": {"id": i}, "target": str(labels[i]),
                 "arguments": {f"gen_args_{j}": {"arg_0": f"Q{i}?", "arg_1": " " + c}
                               for j, c in enumerate(choices)},
+                "resps": [[[repr(float(x)), "False"]] for x in lls[i]],
                 "filtered_resps": [[repr(float(x)), "False"] for x in lls[i]],
-                "filter": "none", "doc_hash": str(i)}) + "\n")
+                "filter": "none", "metrics": ["acc", "acc_norm"], "doc_hash": str(i),
+                "acc": int(acc[i]), "acc_norm": int(acc_norm[i])}) + "\n")
+
+
+def write_results(folder: Path, name: str, tasks: dict[str, int]) -> None:
+    """The results file of the run of ``tasks`` (task -> questions) by the model ``name``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    conf = {"output_type": "multiple_choice", "target_delimiter": " "}
+    (folder / "results_2026-01-01T00-00-00.000000.json").write_text(json.dumps({
+        "results": {t: {"alias": t} for t in tasks}, "configs": {t: conf for t in tasks},
+        "n-shot": dict.fromkeys(tasks, 0), "config": {"model": "hf", "model_args":
+                                                      f"pretrained={name}", "limit": None},
+        "n-samples": {t: {"original": n, "effective": n} for t, n in tasks.items()},
+        "model_name": name, "lm_eval_version": "0.4.13"}))
 
 
 def run() -> list[dict[str, Any]]:
-    return [lmeval_line(), score_workers_line(), bootstrap_chunks_line(), figure_workers_line()]
+    return [lmeval_line(), score_workers_line(), bootstrap_chunks_line(), figure_workers_line(),
+            lmeval_1m_line(), models_50_line()]
+
+
+#: ``uqbench score`` at a leaderboard's scale, in a child process (its own peak RSS): one model
+#: of 10^6 questions (argv: the folder, "one"), or 50 models of 10^4 in one table ("many")
+SCALE_CHILD = """
+import contextlib, io, json, resource, sys, time
+from pathlib import Path
+t0 = time.perf_counter()
+from uqbench.run.score_records import ScoreConfig, load_models, score
+root, kind = Path(sys.argv[1]), sys.argv[2]
+srcs = [root / "lm"] if kind == "one" else sorted((root / "models").iterdir())
+with contextlib.redirect_stdout(io.StringIO()):
+    rs = load_models(srcs, domains=["synthetic=big_id:big_shift"])
+    t_read = time.perf_counter() - t0
+    rss_read = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    score(rs, ScoreConfig(out=root / "out", scorers=("msp", "entropy", "energy", "margin")))
+total = time.perf_counter() - t0
+phases = json.loads((root / "out" / "run.json").read_text())["seconds"]
+print(json.dumps({"read_s": t_read, "scoring_s": phases["scoring"],
+                  "figures_s": phases.get("figures"), "total_s": total,
+                  "read_peak_rss_mb": rss_read, "models": len(rs.pairs),
+                  "figures": len(list((root / "out" / "figures").glob("*.png")))}))
+"""
+
+
+def _scale_run(root: Path, kind: str) -> dict[str, Any]:
+    """`SCALE_CHILD` on ``root``: its JSON line and its peak RSS (MiB, ``ru_maxrss``)."""
+    import resource
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", SCALE_CHILD, str(root), kind], env=env,
+                         check=True, capture_output=True, text=True).stdout
+    child = json.loads(out.strip().splitlines()[-1])
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child["peak_rss_mb"] = usage.ru_maxrss / 1024
+    # CPU seconds (user + system, every process it started): on a shared machine the wall
+    # time measures the others' load as well
+    child["cpu_s"] = usage.ru_utime + usage.ru_stime
+    return child
+
+
+def _scale_line(name: str, child: dict[str, Any], load: float, goal_s: float,
+                **extra: Any) -> dict[str, Any]:
+    return {"benchmark": name, **extra, **{k: round(v, 2) if isinstance(v, float) else v
+                                           for k, v in child.items()},
+            "goal_s": goal_s, "ratio_to_goal_s": round(child["total_s"] / goal_s, 3),
+            "cores": len(os.sched_getaffinity(0)), "load_before": round(load, 2),
+            "load_after": round(os.getloadavg()[0], 2)}
+
+
+def lmeval_1m_line() -> dict[str, Any]:
+    """One model's lm-eval samples of 10^6 questions x 4 choices (an ID task of 600,000, 20%
+    held out for calibration, a shifted task of 400,000), every logits-only scorer, figures
+    included: seconds per phase and peak RSS against the goals (60 s, 2 GiB)."""
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_samples(root / "lm", "big_id", 600_000, 0)
+        write_samples(root / "lm", "big_shift", 400_000, 1)
+        write_results(root / "lm", "org/model", {"big_id": 600_000, "big_shift": 400_000})
+        child = _scale_run(root, "one")
+    line = _scale_line("score_lmeval_1m", child, load, GOAL_S, questions=10**6, choices=4)
+    return {**line, "goal_rss_mb": 2048.0, "ratio_to_goal_rss": round(
+        child["peak_rss_mb"] / 2048.0, 3)}
+
+
+def models_50_line() -> dict[str, Any]:
+    """50 models' lm-eval samples of the same 10^4 questions (6,000 ID, 4,000 shifted) scored
+    into one table (`uqbench.reporting.models`): seconds per phase against the goal (120 s)."""
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for k in range(50):
+            folder = root / "models" / f"model-{k:02d}"
+            write_samples(folder, "big_id", 6_000, 0, model=k)
+            write_samples(folder, "big_shift", 4_000, 1, model=k)
+            write_results(folder, f"org/model-{k:02d}", {"big_id": 6_000, "big_shift": 4_000})
+        child = _scale_run(root, "many")
+    return _scale_line("score_lmeval_50_models", child, load, 120.0, models=50,
+                       questions_per_model=10**4, choices=4)
 
 
 def lmeval_line() -> dict[str, Any]:
-    from uqbench.run.score_records import ScoreConfig, load_records, score
-
+    """100,000 questions of one model (60,000 ID, 40,000 shifted), scored as `lmeval_1m_line`
+    scores 10^6: seconds per phase, CPU seconds and peak RSS against the goal (60 s)."""
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_samples(root / "lm", "big_id", 60_000, 0)
         write_samples(root / "lm", "big_shift", 40_000, 1)
-        t0 = time.perf_counter()
-        rs = load_records(root / "lm", domains=["synthetic=big_id:big_shift"])
-        t_read = time.perf_counter() - t0
-        score(rs, ScoreConfig(out=root / "out", scorers=("msp", "entropy", "energy", "margin")))
-        total = time.perf_counter() - t0
-        figures = len(list((root / "out" / "figures").glob("*.png")))
-        phases = json.loads((root / "out" / "run.json").read_text())["seconds"]
-    return {"benchmark": "score_lmeval_100k", "questions": 100_000, "choices": 4,
-             "read_s": round(t_read, 2), "scoring_s": round(phases["scoring"], 2),
-             "figures_s": round(phases["figures"], 2),
-             "score_and_figures_s": round(total - t_read, 2), "total_s": round(total, 2),
-             "figures": figures, "goal_s": GOAL_S, "ratio_to_goal": round(total / GOAL_S, 3),
-             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
+        write_results(root / "lm", "org/model", {"big_id": 60_000, "big_shift": 40_000})
+        child = _scale_run(root, "one")
+    return _scale_line("score_lmeval_100k", child, load, GOAL_S, questions=100_000, choices=4)
 
 
 #: the ``gpu`` profile's split sizes (ID, shift, calib) and training questions per domain

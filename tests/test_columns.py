@@ -158,6 +158,61 @@ def test_resampled_columns_bootstrap_bitwise_as_one_resample_at_a_time(seed, min
             np.testing.assert_array_equal(got, want, err_msg=f"paired {name} at {n_bins} bins")
 
 
+@pytest.mark.parametrize("chunk", [97, 1 << 20])   # many chunks of a few rows; one chunk
+def test_a_row_draws_its_resamples_once_and_equals_one_bootstrap_per_column(chunk, monkeypatch):
+    # evaluate() draws the indices of the one-sample columns once and those of ID against
+    # shift once, applying them to every column: each interval must be bit for bit that of
+    # bootstrapping the column on its own with the same seed (what every column did before)
+    from uqbench.results import evaluate as E
+    from uqbench.results.columns import COLUMNS
+    from uqbench.stats.metrics import bootstrap
+
+    monkeypatch.setattr(bootstrap, "CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(E, "_INTERVALS", {})
+    rng = np.random.default_rng(7)
+
+    def scored(n: int) -> Scored:
+        p = rng.dirichlet(np.ones(4), size=(n, 2)).round(2) + 1e-3
+        p /= p.sum(-1, keepdims=True)
+        lab = rng.integers(0, 4, (n, 2))
+        conf = p.max(-1)
+        return Scored((1 - conf).round(1), conf, (p.argmax(-1) == lab).astype(float), None,
+                      None, p, lab)
+
+    id_, shift = scored(60), scored(45)
+    calls = []
+    draw = bootstrap._draw_indices
+    monkeypatch.setattr(bootstrap, "_draw_indices",
+                        lambda rng, sizes, k: calls.append(tuple(sizes)) or draw(rng, sizes, k))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", M.UndefinedMetricWarning)
+        row = evaluate(id_, shift, n_boot=40, seed=3)
+    # once per row and kind of column (not once per column), a chunk of resamples at a time
+    assert sorted(set(calls)) == [(60,), (60, 45)]
+    assert calls.count((60,)) == -(-40 // bootstrap._chunk(60))
+    assert calls.count((60, 45)) == -(-40 // bootstrap._chunk(105))
+    monkeypatch.setattr(bootstrap, "_draw_indices", draw)
+    splits = {"id": id_, "shift": shift}
+    checked = 0
+    for name, col in COLUMNS.items():
+        if not col.ci:
+            continue
+        arrays = [getattr(splits[s], f) for s, f in col.reads]
+        boot = M.bootstrap_ci_two_sample if col.two_sample else M.bootstrap_ci
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", M.UndefinedMetricWarning)
+            if name in E.SELECTIVE:
+                _, lo, hi = boot(M.seed_mean(M.resampled_selective_summary(
+                    M.SELECTIVE_COVERAGE)), *arrays, n_resamples=40, seed=3)
+                lo, hi = lo[E.SELECTIVE[name]], hi[E.SELECTIVE[name]]
+            else:
+                _, lo, hi = boot(M.seed_mean(col.bound(M.ECE_BINS)), *arrays, n_resamples=40,
+                                 seed=3)
+        assert (row[f"{name}_lo"], row[f"{name}_hi"]) == (lo, hi), name
+        checked += 1
+    assert checked == len(E.CI_METRICS) >= 10
+
+
 def other(arrays: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
     """Other values of the same examples as ``arrays`` (confidences and uncertainties
     rounded to ties, correctness and labels flipped at random)."""

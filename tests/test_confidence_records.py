@@ -167,6 +167,17 @@ def test_bad_jsonl_lines_are_refused_naming_file_and_line(tmp_path, bad, match):
         read_confidence(write_jsonl(tmp_path / "c.jsonl", rows))
 
 
+@pytest.mark.parametrize("model, named", [
+    ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),   # a hub id keeps its org
+    ("/data/hub/models--Qwen--Qwen2.5-7B/snapshots/0123456789abcdef0123", "Qwen/Qwen2.5-7B"),
+    ("gpt2", "gpt2"), (None, "c")])   # no model in the rows: the file's name
+def test_a_reported_models_name_keeps_its_org_as_lm_eval_sources_do(tmp_path, model, named):
+    rows = [{k: v for k, v in r.items() if k != "model"} | ({"model": model} if model else {})
+            for r in rows_with({})]
+    rs = read_confidence(write_jsonl(tmp_path / "c.jsonl", rows))
+    assert [p.name for p in rs.pairs] == [f"{named}/reported"]
+
+
 def test_bad_csv_and_domains_are_refused_before_any_output(tmp_path):
     rows = rows_with({})
     src = write_csv(tmp_path / "c.csv", [{k: v for k, v in r.items() if k != "correct"}
@@ -265,8 +276,9 @@ def test_helm_runs_read_as_confidence_records(tmp_path):
     yaml.write_text(f"domains:\n  physics:\n    id: '{ID_RUN}'\n    shift: '{SHIFT_RUN}'\n")
     with pytest.warns(UserWarning, match="perturbed"):
         rs = load_records(tmp_path / "runs", domains_file=yaml)
-    assert [p.name for p in rs.pairs] == ["gpt2/reported"]
-    idr, cal, sh = (rs.outputs["gpt2/reported", f"physics/{r}", 0] for r in ("id", "calib", "shift"))
+    assert [p.name for p in rs.pairs] == ["openai/gpt2/reported"]
+    idr, cal, sh = (rs.outputs["openai/gpt2/reported", f"physics/{r}", 0]
+                    for r in ("id", "calib", "shift"))
     assert cal.n == 4 and idr.n == 16 and sh.n == 12
     got = dict(zip([*idr.ids, *cal.ids], [*idr.correct, *cal.correct]))
     want = np.floor(e_id)
@@ -275,7 +287,7 @@ def test_helm_runs_read_as_confidence_records(tmp_path):
     assert rs.refs.n_choices["physics/id"].tolist() == [4] * 16
     assert rs.meta["confidence"]["not_read"] == {"perturbed": 2}
     res = score(rs, ScoreConfig(out=tmp_path / "o", figures=False, bootstrap=20))
-    row = next(r for r in res.rows if r["method"] == "gpt2/reported/reported"
+    row = next(r for r in res.rows if r["method"] == "openai/gpt2/reported/reported"
                and r["domain"] == "physics")
     assert row["accuracy"] == pytest.approx(idr.correct.mean())
 

@@ -528,7 +528,9 @@ def test_bad_choice_counts_are_errors_naming_the_line(tmp_path: Path) -> None:
     member = copy_part(MC, tmp_path / "member")
     write_lines(member, lmeval.VC_TASK, [fewer if r["doc_id"] == fewer["doc_id"] else r
                                          for r in rows])
-    (member / one(VC, "results_*.json").name).write_text(one(VC, "results_*.json").read_text())
+    # the results file of the member's run, under its date
+    (member / "results_2026-11-25T10-00-00.000000.json").write_text(
+        one(VC, "results_*.json").read_text())
     dom = [DomainTasks.parse(f"v={lmeval.VC_TASK}:arc_easy_local")]
     with pytest.raises(UserError, match="other questions than"):
         read_lmeval(dom, tmp_path / "main", members=[member])
@@ -624,6 +626,10 @@ def test_the_report_shows_lm_evals_accuracy_beside_uqbenchs(tmp_path: Path) -> N
     table = page[page.index('class="lmeval-accuracy"'):]
     table = table[:table.index("</table>")]
     assert table.count("<tr data-split=") == 2 and "arc_challenge_local" in table
+    # nothing was trained: no Learned column, no word on what training added
+    assert "Learned" not in page and "training add" not in page
+    printed = (tmp_path / "o" / "results.md").read_text()
+    assert "| Learned |" not in printed
 
 
 # -- refused, naming the task and why -------------------------------------------------------------
@@ -649,6 +655,28 @@ def test_a_samples_file_of_an_unknown_model_is_never_given_another_runs_model(tm
     assert rs.pairs[0].name == "mine/loglik-per-char"
     assert "arc_easy_local: no results file of its run names the model; scored as " \
            "--model-name 'mine' says" in capsys.readouterr().out
+
+
+def test_a_results_file_of_another_date_never_names_the_samples_model(tmp_path: Path) -> None:
+    """Samples whose own results file is missing beside a results file of another date (another
+    run, here of another model): that file is not read as theirs; the model stays unknown
+    (named after the folder, recorded as None) and lm-eval's logged accuracy comes from the
+    samples themselves."""
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+
+    src = tmp_path / "my-model"
+    copy_part(MC, src)
+    res = one(src, "results_*.json")
+    doc = json.loads(res.read_text())
+    doc.update(model_name="org/other", config={**doc["config"], "model_args": "pretrained=org/other"})
+    res.unlink()
+    (src / "results_2026-12-01T09-00-00.000001.json").write_text(json.dumps(doc))
+    rs = read_lmeval([DomainTasks.parse("science=arc_easy_local:arc_challenge_local")], src,
+                     calib_fraction=0.25)
+    assert rs.pairs[0].name == "my-model/loglik-per-char"
+    assert rs.meta["lmeval"]["model"] is None and rs.meta["lmeval"]["lm_eval_version"] is None
+    assert {c["lm_eval_from"] for c in rs.meta["lmeval"]["accuracy"]} == {
+        "mean of the samples' acc_norm"}
 
 
 def test_tasks_that_are_not_single_answer_multiple_choice_are_refused(tmp_path: Path) -> None:
@@ -680,6 +708,26 @@ def test_tasks_that_are_not_single_answer_multiple_choice_are_refused(tmp_path: 
     with pytest.raises(UserError, match=r"samples_wikitext_.*line 1: `filtered_resps` holds one "
                        r"number per document: this is a loglikelihood_rolling task"):
         read_task(write_lines(tmp_path / "roll", "wikitext", rolling), "wikitext")
+
+
+@pytest.mark.parametrize("kind, why", [
+    ("loglikelihood", "the log-likelihood of one continuation per document, not one per choice"),
+    ("loglikelihood_rolling", "one log-likelihood of a whole text per document")])
+def test_a_task_its_results_file_declares_not_multiple_choice_is_refused(tmp_path, kind, why):
+    """A results file declaring a task's output_type loglikelihood (LAMBADA-style: one
+    continuation) or loglikelihood_rolling (perplexity): refused naming the task and why,
+    before any output."""
+    from uqbench.core.errors import UserError
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+
+    src = copy_part(MC, tmp_path / "lm")
+    res = one(src, "results_*.json")
+    doc = json.loads(res.read_text())
+    doc["configs"]["arc_challenge_local"]["output_type"] = kind
+    res.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match=rf"task 'arc_challenge_local' is a {kind} task "
+                       rf"\(results_.*says so\): it logs {why}.*drop it from --domain"):
+        read_lmeval([DomainTasks.parse("s=arc_easy_local:arc_challenge_local")], src)
 
 
 # -- warned where a number means nothing ----------------------------------------------------------
@@ -819,6 +867,106 @@ def test_uqbench_score_of_a_real_simple_evaluate_dump_equals_lm_evals_metrics(lm
     row = next(r for r in res.rows if r["method"] == f"{pair.name}/msp"
                and r["domain"] == "science")
     assert row["shift_accuracy"] == doc["results"]["arc_challenge_local"]["acc_norm,none"]
+
+
+# -- each writer's exact schema ---------------------------------------------------------------------
+
+def as_043(row: dict) -> dict:
+    """A sample as lm-eval 0.4.3's EvaluationTracker wrote it: ``gen_args_i`` dicts and
+    stringified resps as later, but ``target`` still the int doc_to_target gave (str() from
+    0.4.4 on)."""
+    return {**row, "target": int(row["target"])}
+
+
+def as_returned(row: dict) -> dict:
+    """A sample as ``simple_evaluate`` returns it (any 0.4 version) and ``json.dump`` saves it:
+    the evaluator's own record, before the tracker sanitises it: ``arguments`` the requests'
+    (context, continuation) tuples, as lists; ``resps``/``filtered_resps`` numbers and booleans."""
+    return {**row, "arguments": [[a["arg_0"], a["arg_1"]] for a in row["arguments"].values()],
+            "resps": [[[float(x), g == "True"]] for (x, g), in row["resps"]],
+            "filtered_resps": [[float(x), g == "True"] for x, g in row["filtered_resps"]],
+            "target": int(row["target"])}
+
+
+def results_042(doc: dict) -> dict:
+    """A results dict as lm-eval 0.4.0-0.4.2 made it: no ``higher_is_better``, ``n-samples``,
+    ``model_name`` or ``lm_eval_version``; ``config.model_args`` the CLI's string."""
+    old = {k: v for k, v in doc.items() if k not in (
+        "higher_is_better", "n-samples", "model_name", "model_name_sanitized",
+        "lm_eval_version", "date", "start_time", "end_time", "total_evaluation_time_seconds")}
+    return {**old, "config": {**doc["config"], "model_args": "pretrained=tiny-llama,dtype=float32"}}
+
+
+@pytest.mark.parametrize("writer", ["0.4.3 jsonl", "0.4.4-0.4.13 jsonl", "0.4.13 dump",
+                                    "0.4.0-0.4.2 dump"])
+def test_each_writers_schema_reads_as_the_same_samples(tmp_path: Path, writer: str) -> None:
+    """The committed 0.4.13 run rewritten in each writer's schema (lm-eval's source history:
+    the tracker's jsonl from 0.4.3, ``str(target)`` from 0.4.4; ``simple_evaluate``'s return
+    value saved with json.dump, whose samples the tracker never sanitised; 0.4.0-0.4.2's
+    results keys): the same labels and log-likelihoods, every logged metric verified, and
+    lm-eval's logged accuracy beside uqbench's."""
+    from uqbench.io.lmeval import DomainTasks, read_lmeval
+
+    src = tmp_path / "tiny-llama"
+    res_path = one(MC, "results_*.json")
+    doc = json.loads(res_path.read_text())
+    rows = {t: read_samples(one(MC, f"samples_{t}_*.jsonl")) for t in lmeval.MC_TASKS}
+    if writer.endswith("jsonl"):
+        copy_part(MC, src)
+        if writer.startswith("0.4.3"):
+            for t, rs in rows.items():
+                one(src, f"samples_{t}_*.jsonl").write_text(
+                    "".join(json.dumps(as_043(r)) + "\n" for r in rs))
+    else:
+        dumped = {**(doc if writer.startswith("0.4.13") else results_042(doc)),
+                  "samples": {t: [as_returned(r) for r in rs] for t, rs in rows.items()}}
+        src.mkdir()
+        (src / "eval.json").write_text(json.dumps(dumped))
+    dom = [DomainTasks.parse("science=arc_easy_local:arc_challenge_local")]
+    ref = read_lmeval(dom, MC, calib_fraction=0.25)
+    rs = read_lmeval(dom, src, calib_fraction=0.25)
+    assert rs.pairs[0].name == "tiny-llama/loglik-per-char"
+    for t in lmeval.MC_TASKS:
+        assert rs.meta["lmeval"]["labels"][t]["verified"] == ["acc", "acc_norm", "acc_bytes"]
+    for key, o in ref.outputs.items():
+        np.testing.assert_array_equal(rs.outputs[key].labels, o.labels)
+        np.testing.assert_array_equal(rs.outputs[key].logits, o.logits)
+    checks = {c["split"]: c for c in rs.meta["lmeval"]["accuracy"]}
+    shift = checks["science/shift"]
+    assert shift["lm_eval"] == doc["results"]["arc_challenge_local"]["acc_norm,none"] \
+        == shift["uqbench"] and shift["lm_eval_from"] == "results file"
+
+
+def bf16(x: float) -> float:
+    """``x`` rounded toward zero to bfloat16 (the top 16 bits of its float32)."""
+    bits = np.array([x], dtype=np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+    return float(bits.view(np.float32)[0])
+
+
+def test_bf16_ties_are_broken_as_lm_eval_breaks_them(tmp_path: Path) -> None:
+    """Log-likelihoods of a bf16 model tie exactly (8 bits of mantissa): lm-eval's prediction
+    is the first of the tied choices (numpy's argmax), and so is uqbench's; the logged acc is
+    verified on every sample and the accuracy is lm-eval's, tie or not."""
+    from uqbench.io.lmeval import read_task
+
+    rows = read_samples(one(MC, "samples_arc_easy_local_*.jsonl"))
+    tied = []
+    for k, r in enumerate(rows):
+        r = {key: v for key, v in r.items() if key not in ("acc_norm", "acc_bytes")}
+        gold = int(r["target"])
+        lls = [float(x) for x, _ in r["filtered_resps"]]
+        other = (gold + 1) % len(lls) if k % 2 else (gold - 1) % len(lls)
+        lls = [bf16(x) for x in lls]
+        lls[gold] = lls[other] = bf16(max(lls) + 0.5)   # the two best tie exactly
+        r["filtered_resps"] = [[repr(x), "False"] for x in lls]
+        r["acc"] = float(int(np.argmax(lls)) == gold)  # lm-eval: the first of the tied ones
+        tied.append(r)
+    path = write_lines(tmp_path, "arc_easy_local", tied)
+    ts = read_task(path, "arc_easy_local")
+    assert ts.verified == ("acc",)
+    correct = ts.logits("none").argmax(1) == ts.labels
+    assert correct.tolist() == [r["acc"] == 1 for r in tied]
+    assert 0 < correct.mean() < 1   # gold first in half the ties, second in the other half
 
 
 def test_without_a_domain_the_known_pairs_are_named_and_auto_forms_them(tmp_path, capsys):

@@ -130,6 +130,36 @@ def test_every_writer_copes_with_reference_rows(tmp_path, refs) -> None:
     assert "chance,chance,-,-,pooled" in csv_text
 
 
+def test_a_run_that_trained_nothing_shows_no_learned_column(tmp_path, refs) -> None:
+    """Predictions scored from elsewhere (run.json without a suite): no Learned column in the
+    printed summary, results.md and .tex; a trained run (its suite named) keeps it."""
+    rows = [_model_row("moe-lora/top4/msp", d, 0.6, 0.5, 0.7) for d in ("science", "pooled")]
+    rows += list(refs.values())
+    for meta, shown in (({"suite": "toy"}, True), ({"scored_from": "lm-eval samples"}, False)):
+        paths = write_results(tmp_path / str(shown), rows, meta)
+        model_md = paths["md"].read_text().split("## Model level")[1].split("## Scorer")[0]
+        assert ("| Learned |" in model_md) is shown
+        assert ("Learned" in paths["tex"].read_text()) is shown
+        assert ("Learned" in summary(rows, learned=shown).splitlines()[0]) is shown
+        assert "Acc" in summary(rows, learned=shown).splitlines()[0]
+
+
+def test_the_printed_scorer_level_names_no_model_without_rows() -> None:
+    """A model none of whose scorers has a value in the printed scorer columns is not named
+    above an empty block; with no such model at all the scorer level is left out."""
+    def row(method: str, value: float) -> dict:
+        r = _model_row(method, "pooled", 0.6, 0.5, 0.7)
+        r.update(dict.fromkeys(("ood_auroc", "aurc", "augrc", "sel_acc_80"), value))
+        return r
+
+    lines = summary([row("a/reported/msp", float("nan")), row("b/x/msp", 0.3)]).splitlines()
+    scorer = lines[lines.index(next(ln for ln in lines if ln.startswith("Scorer"))):]
+    assert "b/x" in scorer and "a/reported" not in scorer
+    assert [ln.strip().split()[0] for ln in scorer[1:]] == ["b/x", "msp"]
+    only = summary([row("a/reported/msp", float("nan"))])
+    assert "Scorer" not in only and only.splitlines()[1].startswith("a/reported")
+
+
 def test_warning_fires_for_a_model_at_chance_not_above_it(caplog) -> None:
     rows = [
         {"method": "chance", "model": "chance", "gate": "-", "scorer": "-", "domain": "math",

@@ -165,10 +165,18 @@ def test_learned_lines_name_the_domains_training_improved() -> None:
         ("lora/dense: training improved on science (+0.120 [+0.050, +0.190]); did not improve "
         "on pooled (+0.020 [-0.010, +0.050]); made worse code (-0.060 [-0.100, -0.020]).")]
     nan = [dict(r, learned=float("nan")) for r in rows]
-    meta = {"references_skipped": {"zero-shot": "head 'bi_encoder' gives no answer untrained"}}
+    meta = {"suite": "pooled",
+            "references_skipped": {"zero-shot": "head 'bi_encoder' gives no answer untrained"}}
     assert learned_lines(RunFolder(Path("x"), nan, meta=meta)) == [
         ("What training added over the backbone is unknown: no zero-shot reference (head "
         "'bi_encoder' gives no answer untrained).")]
+    # predictions scored from elsewhere (no suite: nothing was trained) ask no such question
+    scored = {"scored_from": "lm-evaluation-harness samples",
+              "references_skipped": {"zero-shot": "these records hold none"}}
+    assert learned_lines(RunFolder(Path("x"), nan, meta=scored)) == []
+    merged = {"source": "several models", "models": {"a": {"suite": "pooled"}, "b": {}}}
+    assert learned_lines(RunFolder(Path("x"), nan, meta={
+        **merged, "references_skipped": meta["references_skipped"]})) != []
 
 
 def test_a_decoder_run_has_zero_shot_rows_and_learned_columns_end_to_end(

@@ -221,9 +221,9 @@ def record_set(rows: Iterable[tuple[str, Row]], *, source: str, model_name: str 
         by[d, "calib"] = [r for i, r in enumerate(ids) if i in cal]
         by[d, "id"] = [r for i, r in enumerate(ids) if i not in cal]
         held_out[d] = [r.id for r in by[d, "calib"]]
-    from uqbench.io.lmeval import slug  # the same model names as lm-eval sources
+    from uqbench.io.lmeval import model_label  # the same model names as lm-eval sources
 
-    model = model_name or slug(next(iter(models), None) or Path(source).stem)
+    model = model_name or model_label(next(iter(models), None), None, Path(Path(source).stem))
     pair = Pair(ModelSpec(model, "confidence-only"), GateSpec("reported", "none"),
                 frozenset({"ids", "domain", "confidence", "correct"}))
     outputs, n_choices, hashes = {}, {}, {}

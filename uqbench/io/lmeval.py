@@ -576,12 +576,13 @@ def find_source(root: Path, tasks: Sequence[str], runs: Sequence[str] = (),
     results: dict[str, dict[str, Any]] = {}
     args: dict[str, str] = {}
     for task, run in chosen.items():
-        # the run's own results file (named by the same date), else any beside it
+        # the run's own results file (named by the same date): one of another date describes
+        # another run, whose model need not be this file's
         own = [f / (f"results_{run.date}.json" if run.date else "results.json")
                for f in dict.fromkeys((run.path.parent, run.folder))]
         own = [r for r in own if r.is_file()][:1]
         dumped = read_dump(run.path) if run.path.suffix == ".json" else None
-        for r in [run.path] if dumped else own or sorted(run.path.parent.glob("results_*.json")):
+        for r in [run.path] if dumped else own:
             try:
                 doc = dumped or json.loads(r.read_text())
             except (OSError, ValueError) as exc:

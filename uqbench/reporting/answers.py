@@ -30,6 +30,7 @@ from typing import Any
 
 from uqbench.files.rundir import RunFolder
 from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE, CP_ALPHA, Column, inputs_of
+from uqbench.results.references import trained
 from uqbench.results.tables import (
     chance_reasons,
     domains_of,
@@ -208,8 +209,11 @@ def learned(run: RunFolder) -> list[Learned]:
 def learned_lines(run: RunFolder) -> list[str]:
     """What training added, in words: one line per model/gate naming the domains it improved
     (``learned`` CI above 0), those it did not, and those it made worse; without a zero-shot
-    reference, the one line saying why (run.json ``references_skipped``)."""
+    reference, the one line saying why (run.json ``references_skipped``); none for a run that
+    trained nothing (`uqbench.results.references.trained`: predictions made elsewhere)."""
     got = learned(run)
+    if not got and not trained(run.meta):
+        return []
     if not got:
         why = (run.meta.get("references_skipped") or {}).get("zero-shot")
         line = ("What training added over the backbone is unknown: no zero-shot reference ("

@@ -36,6 +36,7 @@ from uqbench.reporting.answers import Answer, answers, learned_lines
 from uqbench.reporting.models import html_tables as models_html
 from uqbench.reporting.models import read_models
 from uqbench.results import tables as T
+from uqbench.results.references import trained
 from uqbench.results.tables import header
 
 log = logging.getLogger(__name__)
@@ -134,12 +135,15 @@ def _by_domain(items: Sequence[Any]) -> list[tuple[str, list[Any]]]:
     return [(d, [i for i in items if i.domain == d]) for d in doms]
 
 
-def model_tables(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per domain, the model-level rows (`uqbench.results.tables.model_rows`)."""
+def model_tables(rows: Sequence[Mapping[str, Any]], *, learned: bool = True
+                 ) -> list[dict[str, Any]]:
+    """Per domain, the model-level rows (`uqbench.results.tables.model_rows`; ``learned``:
+    with the learned column)."""
+    cols = T.shown("model", learned=learned)
     return [{"domain": dom, "rows": [
         {"label": m.label, "method": m.row["method"], "methods": m.methods,
          "reference": m.reference, "chance": m.at_chance,
-         "cells": [_cell(m.row, c, d) for c, _, d in T.shown("model")]} for m in items]}
+         "cells": [_cell(m.row, c, d) for c, _, d in cols]} for m in items]}
         for dom, items in _by_domain(T.model_rows(rows))]
 
 
@@ -235,9 +239,10 @@ def render_report(run_dir: str | Path) -> str:
         chance_by_domain=[(d, len([m for m in ms if m.at_chance]), len(ms),
                            [m.label for m in ms if m.at_chance])
                           for d, ms in _by_domain(models) if any(m.at_chance for m in ms)],
-        model_headers=[h for _, h, _ in T.shown("model")],
+        trained=trained(meta),
+        model_headers=[h for _, h, _ in T.shown("model", learned=trained(meta))],
         scorer_headers=[h for _, h, _ in T.shown("scorer")],
-        model_tables=model_tables(run.rows), scorer_tables=scorer_tables(run.rows),
+        model_tables=model_tables(run.rows, learned=trained(meta)), scorer_tables=scorer_tables(run.rows),
         forests=forests, groups=groups,
         paper=_paper_claims(run.path / rundir.PAPER_REPORT),
         skipped=meta.get("skipped_scorers") or [], fallbacks=meta.get("fallbacks") or [],

@@ -87,23 +87,32 @@ class Scored:
 _INTERVALS: dict[str, tuple[Any, Any]] = {}
 
 
-def _ci(name: str, fn: Callable[..., Any], arrays: Sequence[NDArray[Any]], *,
-        two_sample: bool, **options: Any) -> tuple[Any, Any]:
-    """(low, high) of the percentile bootstrap of ``fn``'s seed mean on ``arrays``
-    (`uqbench.stats.metrics.bootstrap_ci`, or its two-sample form), memoised in this process by the
-    metric's name, the options and the arrays' bytes."""
+def _interval_key(name: str, arrays: Sequence[NDArray[Any]], two_sample: bool,
+                  options: dict[str, Any]) -> str:
+    """The memo key of one column's interval: its name, options and the arrays' bytes."""
     h = hashlib.sha256(repr((name, two_sample, sorted(options.items()))).encode())
     for a in arrays:
         h.update(np.ascontiguousarray(a).tobytes() + str(a.shape).encode())
-    key = h.hexdigest()
-    if key not in _INTERVALS:
-        if len(_INTERVALS) >= 4096:
-            _INTERVALS.clear()
-        boot = M.bootstrap_ci_two_sample if two_sample else M.bootstrap_ci
-        _, lo, hi = boot(M.seed_mean(fn), *arrays, n_resamples=options["n_boot"],
-                         seed=options["seed"])
-        _INTERVALS[key] = (lo, hi)
-    return _INTERVALS[key]
+    return h.hexdigest()
+
+
+def _cis(wanted: Sequence[tuple[str, Callable[..., Any], Sequence[NDArray[Any]]]], *,
+         two_sample: bool, n_boot: int, seed: int, **options: Any) -> dict[str, tuple[Any, Any]]:
+    """(low, high) of the percentile bootstrap of each ``(name, fn, arrays)``'s seed mean, all
+    from one draw of the resamples' indices (`uqbench.stats.metrics.bootstrap_cis`: bit for bit
+    the intervals of one bootstrap per column, the same seed), memoised in this process by
+    content (`_interval_key`)."""
+    opts = {**options, "n_boot": n_boot, "seed": seed}
+    keys = {name: _interval_key(name, arrays, two_sample, opts) for name, _, arrays in wanted}
+    todo = [(name, fn, arrays) for name, fn, arrays in wanted if keys[name] not in _INTERVALS]
+    if len(_INTERVALS) + len(todo) > 4096:
+        _INTERVALS.clear()
+        todo = list(wanted)
+    got = M.bootstrap_cis([(M.seed_mean(fn), arrays) for _, fn, arrays in todo],
+                          two_sample=two_sample, n_resamples=n_boot, seed=seed)
+    for (name, _, _), (_, lo, hi) in zip(todo, got):
+        _INTERVALS[keys[name]] = (lo, hi)
+    return {name: _INTERVALS[keys[name]] for name, _, _ in wanted}
 
 
 def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: int = 1000,
@@ -116,7 +125,8 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
     of the equal-width bins), ``brier`` (multiclass) and ``nll`` of the predictive
     distribution; ranking: ``aurc``, ``e_aurc``, ``augrc``, ``prr`` (LM-Polygraph's
     normalised PRR), ``sel_acc_80``, ``sel_acc_10`` (HELM's ``selective_acc@10``)
-    (`uqbench.stats.metrics`, one definition each)."""
+    (`uqbench.stats.metrics`, one definition each). The intervals of the one-sample columns
+    come from one draw of resamples, those of ID against shift from another (`_cis`)."""
 
     splits = {"id": id_, "shift": shift}
     if id_.probs is None or id_.labels is None:
@@ -124,6 +134,8 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
                       "brier and nll are NaN (records without a distribution over choices, or "
                       "a Scored not built with Scored.of)", stacklevel=2)
     row: dict[str, float] = {}
+    wanted: dict[bool, list[tuple[str, Callable[..., Any], Sequence[NDArray[Any]]]]] = {
+        False: [], True: []}
     # one-sample columns first, then those of ID against shift (the row's column order)
     for col in sorted(METRIC_COLUMNS.values(), key=lambda c: c.two_sample):
         name, arrays = col.name, tuple(getattr(splits[s], f) for s, f in col.reads)
@@ -132,15 +144,23 @@ def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: in
             continue
         fn = col.bound(n_bins)
         row[name], row[f"{name}_std"] = M.per_seed(fn, *arrays)
-        if name in SELECTIVE:  # the three from one bootstrap (memoised: drawn once)
-            lo, hi = _ci("selective", M.resampled_selective_summary(M.SELECTIVE_COVERAGE),
-                         arrays, two_sample=False, n_boot=n_boot, seed=seed)
-            row[f"{name}_lo"], row[f"{name}_hi"] = float(lo[SELECTIVE[name]]), float(
-                hi[SELECTIVE[name]])
+        if name in SELECTIVE or col.ci:  # its interval's place in the row's order
+            row[f"{name}_lo"] = row[f"{name}_hi"] = math.nan
+        if name in SELECTIVE:  # the five from one statistic
+            if not any(w[0] == "selective" for w in wanted[False]):
+                wanted[False].append(("selective", M.resampled_selective_summary(
+                    M.SELECTIVE_COVERAGE), arrays))
         elif col.ci:
-            row[f"{name}_lo"], row[f"{name}_hi"] = _ci(
-                name, fn, arrays, two_sample=col.two_sample, n_bins=n_bins, n_boot=n_boot,
-                seed=seed)
+            wanted[col.two_sample].append((name, fn, arrays))
+    for two_sample, cols in wanted.items():
+        for name, (lo, hi) in _cis(cols, two_sample=two_sample, n_boot=n_boot, seed=seed,
+                                   n_bins=n_bins).items():
+            if name == "selective":
+                for sel, k in SELECTIVE.items():
+                    if sel in row:
+                        row[f"{sel}_lo"], row[f"{sel}_hi"] = float(lo[k]), float(hi[k])
+            else:
+                row[f"{name}_lo"], row[f"{name}_hi"] = lo, hi
     for name, scored in (("avg_experts", id_), ("shift_avg_experts", shift)):
         if scored.experts is None:
             row[name] = row[f"{name}_std"] = float("nan")

@@ -52,6 +52,16 @@ REFERENCE_METHODS = (CHANCE, OPTIONS_ONLY, ZERO_SHOT)
 LEARNED_COLUMNS = ("learned", "learned_lo", "learned_hi")
 
 
+def trained(meta: Mapping[str, Any]) -> bool:
+    """Whether a run's models were trained by uqbench (a `uqbench run`, or `uqbench score` of
+    its records: run.json names the suite, itself or per merged model), so that "what training
+    added" (the learned column) is a question the run can ask; predictions made elsewhere
+    (lm-eval, HELM, confidence-only records) carry no training."""
+    return meta.get("suite") is not None or any(
+        isinstance(m, Mapping) and m.get("suite") is not None
+        for m in (meta.get("models") or {}).values())
+
+
 def is_reference(row: Mapping[str, Any]) -> bool:
     """A ``chance``, ``options-only`` or ``zero-shot`` row, not a model's."""
     return row.get("method") in REFERENCE_METHODS
@@ -267,5 +277,5 @@ def warn_at_chance(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 __all__ = ["LEARNED_COLUMNS", "ReferenceInputs", "at_chance", "at_chance_message",
-           "learned_columns", "reference_inputs", "reference_rows", "warn_at_chance",
+           "learned_columns", "reference_inputs", "reference_rows", "trained", "warn_at_chance",
            "zero_shot_skipped"]

@@ -43,6 +43,7 @@ from uqbench.results.columns import COLUMNS, DECLARED, RISK_AT
 from uqbench.results.references import (
     at_chance,
     is_reference,
+    trained,
 )
 
 KEY_COLUMNS = ("method", "model", "gate", "scorer", "domain")
@@ -75,11 +76,13 @@ def level_of(column: str) -> str:
     return DECLARED[column].level
 
 
-def shown(level: str) -> tuple[tuple[str, str, int], ...]:
-    """(column, header, digits) of one level's table: every declared column with a header."""
+def shown(level: str, *, learned: bool = True) -> tuple[tuple[str, str, int], ...]:
+    """(column, header, digits) of one level's table: every declared column with a header
+    (``learned`` False: without the learned column, for a run that trained nothing,
+    `uqbench.results.references.trained`)."""
     names = [*ORDER, *(n for n in DECLARED if n not in ORDER)]
     return tuple((c.name, c.header, c.digits) for c in map(DECLARED.__getitem__, names)
-                 if c.header and c.level == level)
+                 if c.header and c.level == level and (learned or c.name != "learned"))
 
 
 #: the ranking columns with a bootstrap CI: one forest plot each (`figures.forest`)
@@ -243,9 +246,11 @@ def _table(head: Sequence[str], body: Iterable[Sequence[str]], *, tex: bool) -> 
                       *("| " + " | ".join(map(str, line)) + " |" for line in body)])
 
 
-def model_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True, tex: bool = False) -> str:
-    """Model level: Model | Domain | Scorers | accuracy, calibration, conformal, budget."""
-    cols = shown("model")
+def model_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True, tex: bool = False,
+                learned: bool = True) -> str:
+    """Model level: Model | Domain | Scorers | accuracy, calibration, conformal, budget
+    (``learned``: with the learned column)."""
+    cols = shown("model", learned=learned)
     head = ["Model", "Domain", "Scorers", *(h for _, h, _ in cols)]
     body = [[m.label + (" (at chance)" if m.at_chance else ""), m.domain,
              "–" if m.reference else str(len(m.methods)),
@@ -270,15 +275,16 @@ SCORER_TITLE = ("Scorer level: the ranking each scorer's uncertainty induces (OO
                 "selective prediction, risk control at r* = 0.5, delta = 0.1)")
 
 
-def markdown_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True) -> str:
+def markdown_table(rows: Sequence[Mapping[str, Any]], *, ci: bool = True,
+                   learned: bool = True) -> str:
     """Both levels, model then scorer, as markdown."""
-    return (f"### {MODEL_TITLE}\n\n{model_table(rows, ci=ci)}\n\n"
+    return (f"### {MODEL_TITLE}\n\n{model_table(rows, ci=ci, learned=learned)}\n\n"
             f"### {SCORER_TITLE}\n\n{scorer_table(rows, ci=ci)}")
 
 
-def latex_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def latex_table(rows: Sequence[Mapping[str, Any]], *, learned: bool = True) -> str:
     """Both levels as LaTeX tabulars (values without CIs)."""
-    return (f"% {MODEL_TITLE}\n{model_table(rows, ci=False, tex=True)}\n\n"
+    return (f"% {MODEL_TITLE}\n{model_table(rows, ci=False, tex=True, learned=learned)}\n\n"
             f"% {SCORER_TITLE}\n{scorer_table(rows, ci=False, tex=True)}\n")
 
 
@@ -286,12 +292,17 @@ def _w(col: str) -> int:
     return max(len(DECLARED[col].header), 6)
 
 
-def summary(rows: Sequence[Mapping[str, Any]], *, domain: str = "pooled") -> str:
-    """The printed summary of one domain: the model level (Acc, ECE, ECE-TS, Experts, Passes)
-    then the scorer level (OOD-AUROC, AURC, AUGRC, SelAcc@80), the model named once."""
+def summary(rows: Sequence[Mapping[str, Any]], *, domain: str = "pooled",
+            learned: bool = True) -> str:
+    """The printed summary of one domain: the model level (Acc, Learned where ``learned``,
+    ECE, ECE-TS, Experts, Passes) then the scorer level (OOD-AUROC, AURC, AUGRC, SelAcc@80),
+    the model named once above its scorers; a model none of whose scorers has a value in
+    these columns is left out of the scorer level (and the level, when no model has one)."""
     sel = [r for r in rows if r["domain"] == domain]
     models = model_rows(sel)
-    blocks = scorer_blocks(sel)
+    scols = ("ood_auroc", "aurc", "augrc", "sel_acc_80")
+    blocks = [b for b in scorer_blocks(sel)
+              if any(_num(r.get(c)) is not None for r in b.rows for c in scols)]
 
     def line(name: str, width: int, row: Mapping[str, Any], cols: Sequence[str]) -> str:
         cells = [_fmt(row, c, DECLARED[c].digits, ci=False).split(" ")[0].rjust(_w(c))
@@ -301,12 +312,14 @@ def summary(rows: Sequence[Mapping[str, Any]], *, domain: str = "pooled") -> str
     def head(name: str, width: int, cols: Sequence[str]) -> str:
         return f"{name:<{width}}  " + "  ".join(DECLARED[c].header.rjust(_w(c)) for c in cols)
 
-    mcols = ("accuracy", "learned", "ece", "ece_ts", "avg_experts", "forward_passes")
-    scols = ("ood_auroc", "aurc", "augrc", "sel_acc_80")
+    mcols = ("accuracy", *(["learned"] if learned else []), "ece", "ece_ts", "avg_experts",
+             "forward_passes")
     mw = max([len(m.label) + 12 * bool(m.at_chance) for m in models] + [5])
     lines = [head("Model", mw, mcols)]
     lines += [line(m.label + (" (at chance)" if m.at_chance else ""), mw, m.row, mcols)
               for m in models]
+    if not blocks:
+        return "\n".join(lines)
     sw = max([len(_scorer_name(r)) + 2 for b in blocks for r in b.rows] + [8])
     lines += ["", head("Scorer", sw, scols)]
     for b in blocks:
@@ -329,6 +342,7 @@ def _provenance(meta: Mapping[str, Any]) -> str:
 def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]],
                   meta: Mapping[str, Any]) -> dict[str, Path]:
     """Write every table format atomically; returns the paths."""
+    learned = trained(meta)
     out_dir.mkdir(parents=True, exist_ok=True)
     cols = list(dict.fromkeys(k for r in rows for k in r))
     buf = io.StringIO()
@@ -342,10 +356,10 @@ def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]],
     md = (f"# uqbench results: {_provenance(meta)}\n\n{__doc__.strip()}\n"
           "Cells: value [95% bootstrap CI] (mean over seeds when several). results.csv and "
           "results.jsonl hold every column of every row.\n\n"
-          f"## {MODEL_TITLE}\n\n{model_table(rows)}\n\n"
+          f"## {MODEL_TITLE}\n\n{model_table(rows, learned=learned)}\n\n"
           f"## {SCORER_TITLE}\n\n{scorer_table(rows)}\n" + _notes(rows))
     atomic_write_text(paths["md"], md)
-    atomic_write_text(paths["tex"], latex_table(rows))
+    atomic_write_text(paths["tex"], latex_table(rows, learned=learned))
     atomic_write_text(paths["meta"], json.dumps(dict(meta), indent=1, default=str))
     return paths
 

@@ -17,7 +17,7 @@ from uqbench.core.engine import get_drawer
 from uqbench.files import rundir
 from uqbench.files.cache import atomic_write_text
 from uqbench.results.columns import RESULTS_SCHEMA
-from uqbench.results.references import warn_at_chance
+from uqbench.results.references import trained, warn_at_chance
 from uqbench.results.tables import summary, write_results
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def _write_html_report(out: Path, meta: dict[str, Any], final: Path) -> None:
 
 def print_summary(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> None:
     """The pooled table, the at-chance warning and where the files are."""
-    print(summary(rows), flush=True)
+    print(summary(rows, learned=trained(meta)), flush=True)
     if meta["at_chance"]:  # the list went to the log (stderr) once; the summary points at it
         print(f"\nWARNING: {len(meta['at_chance'])} method/domain result(s) have an ID accuracy "
               "CI that includes chance (listed in the log, on stderr, and in run.json "
