@@ -12,7 +12,7 @@ and cosine decay over ``--epochs``, through `baselines.train.train`; training is
   massive activations) gets no adapter output: its row of the experts' input is zeroed, so
   its codes ``A h`` are 0 and its routing gets no gradient from the loss;
 - ``z-loss=C``: ST-MoE's router z-loss (Zoph et al. 2022), ``C`` times the mean over layers
-  and tokens of ``logsumexp(router logits)^2``, added to the training loss;
+  and non-padding tokens of ``logsumexp(router logits)^2``, added to the training loss;
 - ``slow-router-a=F``: the routers and ``lora_A`` train at ``F`` times lr (``lora_B`` and the
   head at lr);
 - ``no-down-proj``: no adapter on ``down_proj``, the linear whose input carries the largest
@@ -70,11 +70,13 @@ def _z_loss(layers: list[Any], coef: float, lb_coef: float) -> Any:
     """`load_balance_loss` plus ``coef / lb_coef`` times the mean router z-loss (the training
     loop multiplies the sum by ``lb_coef``)."""
     from baselines import moe
+    from baselines.moe import token_mean, valid_tokens
 
     base = moe.load_balance_loss
 
     def loss(model: nn.Module) -> Tensor:
-        z = torch.stack([torch.logsumexp(m._fast_aux[0].float(), -1).square().mean()
+        z = torch.stack([token_mean(torch.logsumexp(m._fast_aux[0].float(), -1).square(),
+                                    valid_tokens(m._fast_aux[3], m._fast_aux[0].device))
                          for m in layers]).mean()
         return base(model) + (coef / lb_coef) * z
     return _patched(moe, "load_balance_loss", loss)
