@@ -20,8 +20,8 @@ and cosine decay over ``--epochs``, through `baselines.train.train`; training is
 
 Each line gives, per step (the step's forward, before its update; maxima over the adapted
 linears): the training loss, the largest |router logit| and |expert code| ``A h`` and
-|adapter output| at the first token and at the other tokens, and the global gradient norm
-before clipping.
+|adapter output| at the first token and at the other tokens (padding included), and the
+global gradient norm before clipping.
 
     python -m benchmarks.divergence_candidates --backbone qwen2.5-coder-0.5b \\
         --candidates none,first-token,z-loss=1e-3,slow-router-a=0.1 --out cands.jsonl
@@ -97,8 +97,9 @@ def _slow_router_a(model: nn.Module, factor: float) -> Any:
 
 
 class _Watch:
-    """Per training step: the loss and, at the first token and the others, the largest
-    |router logit|, |code| and |adapter output| over the adapted linears."""
+    """Per training step: the loss and, at the first token and the others (padding
+    included: the rows every linear computes), the largest |router logit|, |code| and
+    |adapter output| over the adapted linears."""
 
     KEYS = ("logit", "code", "delta")
 
