@@ -1,7 +1,7 @@
 """Candidate causes of a diverging MoE-LoRA training, measured on the same data and seed: one
 JSON line per candidate (docs/recipe.md, "The `gpu` recipe's divergence").
 
-The setting: a decoder backbone in bfloat16 on the CPU (adapters in float32, as on a GPU),
+The setting: a decoder backbone in bfloat16 (adapters in float32), on the GPU if there is one,
 MoE-LoRA on every linear of its last ``--top`` blocks, the letters head, the ``--records``
 ARC-Easy training questions of shortest letters prompt, lr ``--lr`` with the default warm-up
 and cosine decay over ``--epochs``, through `baselines.train.train`; training is cut after
@@ -235,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from baselines.backbones import load_backbone
 
-    bb = load_backbone(a.backbone, dtype=torch.bfloat16, cache_dir=a.cache_dir)
+    bb = load_backbone(a.backbone, dtype=torch.bfloat16, cache_dir=a.cache_dir,
+                       device="cuda" if torch.cuda.is_available() else None)
     for cand in a.candidates.split(","):
         run(a.backbone, cand, top=a.top, lr=a.lr, records=a.records, batch=a.batch,
             epochs=a.epochs, steps=a.steps, max_length=a.max_length, data_dir=a.data_dir,
