@@ -1,8 +1,10 @@
 """`benchmarks.divergence`: the per-step, per-layer probe of a MoE-LoRA training (tiny-llama
-in bfloat16, as the GPU trains): its rows, and the layer it names when one goes non-finite."""
+in bfloat16, as the GPU trains): its rows, and the layer it names when one goes non-finite;
+`benchmarks.divergence_candidates`: each candidate changes its one thing."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -68,3 +70,27 @@ def test_a_candidate_names_its_target_linears_joined_by_plus():
 
     assert target_modules("auto") == "auto" and target_modules("ffn") == "ffn"
     assert target_modules("q_proj+up_proj") == ("q_proj", "up_proj")
+
+
+def test_the_candidates_each_change_their_one_thing(real_data):
+    """`benchmarks.divergence_candidates` on tiny-llama: one line per candidate, one row a
+    step; ``first-token`` leaves the first token without adapter output, the others not."""
+    from benchmarks.divergence_candidates import run
+
+    bb = load_backbone("tiny-llama")
+    kw: dict[str, Any] = {"top": 1, "lr": 1e-2, "records": 8, "batch": 4, "epochs": 2,
+                          "steps": 4, "max_length": 64, "data_dir": str(real_data),
+                          "cache_dir": "", "out": None, "bb": bb}
+    lines = {c: run("tiny-llama", c, **kw) for c in
+             ("none", "first-token", "z-loss=1e-3", "slow-router-a=0.1", "no-down-proj")}
+    for c, line in lines.items():
+        assert line["steps"] == 4 and len(line["loss"]) == 4 and len(line["grad_norm"]) == 4, c
+        assert all(math.isfinite(x) for x in line["loss"]), c
+        assert line["delta_other"][0] == 0.0 and line["delta_other"][2] > 0.0, c  # B starts at 0
+    assert lines["none"]["delta_first"][3] > 0.0
+    assert lines["first-token"]["delta_first"] == [0.0] * 4
+    # the same first forward (same seed, no update yet), then each its own updates
+    for c in ("first-token", "z-loss=1e-3", "slow-router-a=0.1"):
+        assert lines[c]["loss"][0] == lines["none"]["loss"][0], c
+        assert lines[c]["loss"][1:] != lines["none"]["loss"][1:], c
+    assert lines["no-down-proj"]["targets"] == "no down_proj"
