@@ -254,7 +254,7 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     with backend.main_first():  # process 0 builds the split cache, the others read it
         suite = build_suite(cfg.suite, prof, data_dir=data, cache_dir=cache / "splits",
                             progress=cfg.progress)
-    train = suite.role("train")  # a scorer that cannot score this training set is skipped now
+    train = suite.role("train")  # a scorer that cannot score this training set is skipped here
     ms, skipped = drop_unusable(ms, [s.domain for s in train], sum(len(s.records) for s in train))
     stats = RunStats()
     stats.seconds["data"] = time.perf_counter() - t0
