@@ -54,7 +54,7 @@ from uqbench.run.runner import RunConfig, run
 from uqbench.run.score_records import ScoreConfig, check_out, load_models, score
 
 #: a subcommand's handler: the parsed arguments -> the exit status (None: 0)
-Handler = Callable[[argparse.Namespace], "int | None"]
+Handler = Callable[[argparse.Namespace], int | None]
 
 
 @dataclass(frozen=True)
