@@ -200,7 +200,7 @@ class TorchEngine:
             material["adapter_config"] = self._variant_config(spec, seed).to_dict()
         else:
             material["target_modules"] = p.target_modules
-            if p.top_layers is not None:  # keys of runs adapting every block stay as they were
+            if p.top_layers is not None:  # a run adapting every block has no entry
                 material["top_layers"] = p.top_layers
         material["head"] = self.head_mode()
         dtype = self.backbone().model.dtype

@@ -154,7 +154,7 @@ def collect_mc(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: S
     ``batch_size`` counts the sequences of one copy, as in `collect`. ``max_tokens`` bounds the
     padded tokens of one forward, every copy counted (None: no bound): a batch whose ``T``
     copies hold more runs as several forwards of as many copies as fit (at least one), each copy
-    with the same masks, so the memory of the longest batches no longer grows with ``T``.
+    with the same masks, so the memory of the longest batches does not grow with ``T``.
     """
     seeds = list(seeds)
     if not seeds:

@@ -796,7 +796,8 @@ def _pad_id(model: MultipleChoiceModel) -> int:
 def _to_device(batch: dict[str, Tensor], labels: Tensor, device: torch.device
                ) -> tuple[dict[str, Tensor], Tensor]:
     """On CUDA: the batch and labels copied from pinned memory without blocking the host (the
-    model's own ``.to(device)`` calls are then no-ops); elsewhere labels moved as before."""
+    model's own ``.to(device)`` calls are then no-ops); elsewhere the batch as it is and the
+    labels moved to ``device``."""
     if device.type != "cuda":
         return batch, labels.to(device)
     move = lambda t: t.pin_memory().to(device, non_blocking=True)

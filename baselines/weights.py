@@ -86,8 +86,8 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         raise ConfigError(f"cannot read the GGUF file {str(gguf)!r} ({type(exc).__name__}: "
                           f"{exc}); give a GGUF file of a decoder that transformers can "
                           "dequantise (Llama, Qwen2, Mistral... families)") from exc
-    # the weights are plain float32 tensors now: drop the GGUF quantizer so the folder is an
-    # ordinary checkpoint (save_pretrained refuses GGUF-quantized models)
+    # dequantised, the weights are plain float32 tensors: drop the GGUF quantizer so the folder
+    # is an ordinary checkpoint (save_pretrained refuses GGUF-quantized models)
     model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config

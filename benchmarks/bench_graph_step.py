@@ -1,14 +1,14 @@
 """The MoE-LoRA and dense LoRA training steps replayed as one CUDA graph each, against eager.
 
-On an H200 the ``full`` adapter's eager step on SmolLM2's architecture took 0.41 s and dense
-LoRA's 0.20 s for ~5-10 ms of arithmetic (docs/benchmarks.md): both are bound by launching
-kernels one by one from Python. A CUDA graph replays a captured step's kernels in one launch;
-this benchmark measures, before the training loop gets such a path, what it would give: the same
-step (forward, cross-entropy plus the Switch load-balancing loss, backward, fused AdamW with its
-state on the GPU, gradients zeroed in place) on one fixed batch of ``BATCH`` x ``MAX_LENGTH``
-tokens, timed eagerly and as graph replays, with the capture's seconds apart. A step that cannot
-be captured (an op that waits for the host, a CPU tensor) is reported with the error, which
-names the op: that is the list the training loop's graph path must clear.
+On an H200 the ``full`` adapter's eager step on SmolLM2's architecture took 0.41 s and dense LoRA's
+0.20 s for ~5-10 ms of arithmetic (benchmarks/results/benchmarks.md): both are bound by launching
+kernels one by one from Python. A CUDA graph replays a captured step's kernels in one launch; this
+benchmark measures, before the training loop gets such a path, what it would give: the same step
+(forward, cross-entropy plus the Switch load-balancing loss, backward, fused AdamW with its state on
+the GPU, gradients zeroed in place) on one fixed batch of ``BATCH`` x ``MAX_LENGTH`` tokens, timed
+eagerly and as graph replays, with the capture's seconds apart. A step that cannot be captured (an
+op that waits for the host, a CPU tensor) is reported with the error, which names the op: that is
+the list the training loop's graph path must clear.
 
 Without CUDA it runs the eager step only (a CPU check of the same step function, no timing
 claim). The backbone is `bench_train_step.step_backbone` (``UQBENCH_BENCH_BACKBONE``: a folder

@@ -42,7 +42,7 @@
    on a device). A second line (``dtype: bfloat16``) runs the same step on a bfloat16 backbone,
    the GPU's, whose float32 adapter (`baselines.moe.trainable_dtype`) adds casts; there the
    CPU runs each mixed-dtype in-place add as the add into a float32 temporary plus a copy,
-   which CUDA does in one kernel. Measured values over time: docs/benchmarks.md.
+   which CUDA does in one kernel. Measured values over time: benchmarks/results/benchmarks.md.
 
 5. ``adapter_saved_activations``: the bytes autograd keeps from one training forward for the
    backward (saved tensors, each storage once, parameters left out), per adapted linear and

@@ -16,7 +16,7 @@ ratio, and whether the files are byte-identical.
 in this process with the bootstrap's resamples evaluated a chunk at a time (the default,
 `uqbench.stats.metrics.bootstrap.CHUNK_ELEMENTS`) and one at a time, in one run: both times,
 their ratio and whether the files are byte-identical. Scoring was 98 s of the ``gpu`` profile's
-368 s on the H200 (docs/gpu.md).
+368 s on the H200 (benchmarks/results/gpu-leases.md).
 
 ``figure_workers``: the figures of the cpu-like records' run folder drawn in this process and by
 ``auto`` worker processes (`figures.run.draw_run`), in one run: both times, their ratio, and

@@ -1,8 +1,9 @@
 """Where the time of one MoE-LoRA and one dense LoRA training step goes, from the profiler.
 
 On an H200 the ``full`` adapter's eager step on SmolLM2's architecture took 0.41 s and dense
-LoRA's 0.20 s (docs/benchmarks.md): 1 ms more per adapted linear, where the MoE layer's ~15
-kernels and ~39 leaf ops (`python -m benchmarks moe`) would cost a fraction of that to launch.
+LoRA's 0.20 s (benchmarks/results/benchmarks.md): 1 ms more per adapted linear, where the MoE
+layer's ~15 kernels and ~39 leaf ops (`python -m benchmarks moe`) would cost a fraction of that
+to launch.
 This benchmark tells in one lease call what the difference is made of: for the step that
 `bench_graph_step` times (fixed batch, loss, backward, AdamW), the ops that take the most device
 time (CPU time without CUDA), per step, and the calls that wait for the device

@@ -1,5 +1,6 @@
 """Candidate causes of a diverging MoE-LoRA training, measured on the same data and seed: one
-JSON line per candidate (docs/recipe.md, "The `gpu` recipe's divergence").
+JSON line per candidate (docs/recipe.md, "The `gpu` recipe's divergence"; the measured lines in
+benchmarks/results/divergence-candidates-cpu.jsonl).
 
 The setting: a decoder backbone in bfloat16 (adapters in float32), on the GPU if there is one,
 MoE-LoRA on every linear of its last ``--top`` blocks, the letters head, the ``--records``

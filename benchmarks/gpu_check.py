@@ -84,7 +84,8 @@ PARAMS = {**FULL_CANDIDATES, "minilm": 0.023e9}
 COMPARE_N = 8
 #: largest difference of option probabilities allowed against the CPU in float32: float32 runs
 #: must agree to rounding; bfloat16 (8-bit mantissa) drifts over the layers: on an H200 the smoke
-#: runs differed by 0.050 (SmolLM2, 30 layers) and 0.0020 (MiniLM) (docs/gpu-check-h200.jsonl)
+#: runs differed by 0.050 (SmolLM2, 30 layers) and 0.0020 (MiniLM)
+#: (benchmarks/results/gpu-check-h200.jsonl)
 TOLERANCE = {"float32": 1e-5, "bfloat16": 0.1}
 RESULT = "GPU_CHECK_RESULT "
 

@@ -69,8 +69,8 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
     "gpu-ep3": {**GPU_BASE, "epochs": 3},
     "gpu-lr2e-3-ep2": {**GPU_BASE, "lr": 2e-3, "epochs": 2},
     "gpu-all-blocks": {**GPU_BASE, "targets": "auto", "top": 0},
-    # Qwen2.5-Coder-1.5B, the stronger backbone zero-shot (docs/gpu.md has the table); its
-    # training time is a lease's to measure
+    # Qwen2.5-Coder-1.5B, the stronger backbone zero-shot (benchmarks/results/gpu-leases.md has
+    # the table); its training time is a lease's to measure
     "gpu15-zero": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b", "epochs": 0},
     "gpu15": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b"},
     "gpu15-lr2e-3": {**GPU_BASE, "backbone": "qwen2.5-coder-1.5b", "lr": 2e-3},
@@ -216,7 +216,7 @@ def domain_training(initial: dict[str, Any] | None, curves: dict[str, Any] | Non
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """The markdown table of docs/recipe.md: one row per candidate."""
+    """The markdown table of benchmarks/results/recipe-searches.md: one row per candidate."""
     doms = [k[4:] for k in next((r for r in rows if "acc_pooled" in r), rows[0])
             if k.startswith("acc_")]
     head = ["candidate", "head", "lr", "head_lr", "epochs", "train/domain", "targets", "top",

@@ -201,7 +201,7 @@ def test_architecture_is_checked_from_config_alone_before_any_data_work(tmp_path
     from baselines.backbones import check_architecture
     from baselines.moe import AUTO_TARGETS
     from uqbench.cli import main
-    from uqbench.data import suites
+    from uqbench.run import runner
 
     small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
              "num_attention_heads": 2, "vocab_size": 100}
@@ -214,7 +214,7 @@ def test_architecture_is_checked_from_config_alone_before_any_data_work(tmp_path
     def no_data(*a, **k):
         raise AssertionError("data work started before the backbone was validated")
 
-    monkeypatch.setattr(suites, "build_suite", no_data)
+    monkeypatch.setattr(runner, "build_suite", no_data)
     rc = main(["run", "--suite", "pooled", "--profile", "smoke", "--backbone",
                str(tmp_path / "neox"), "--out", str(tmp_path / "out"),
                "--cache-dir", str(tmp_path / "cache")])

@@ -132,12 +132,12 @@ def test_compile_option_plumbing() -> None:
     only on CUDA."""
     from baselines.engine import train_config
     from baselines.train import compile_enabled
-    from uqbench.cli import _build_parser
+    from uqbench.cli import build_parser
     from uqbench.core.errors import ConfigError
     from uqbench.core.profiles import get_profile
     from uqbench.run.runner import RunConfig, prepare
 
-    assert _build_parser().parse_args(["run", "--compile", "on"]).compile == "on"
+    assert build_parser().parse_args(["run", "--compile", "on"]).compile == "on"
     assert get_profile("cpu").compile == "off"  # until a GPU measures the compiled step
     prof = prepare(RunConfig(profile="smoke", compile="on", scorers=("msp",)))[0]
     assert prof.compile == "on" and train_config(prof, 0).compile == "on"

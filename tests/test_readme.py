@@ -49,9 +49,22 @@ def test_the_readme_is_a_front_door_whose_links_resolve() -> None:
     links = re.findall(r"\]\(((?:docs/)?[\w./-]+\.(?:md|png))\)", text)
     assert "docs/results.md" in links and "docs/report.png" in links
     assert [link for link in links if not (ROOT / link).is_file()] == []
-    for page in (ROOT / "docs").glob("*.md"):   # the pages' own relative links
-        for link in re.findall(r"\]\(([\w./-]+\.(?:md|png))(?:#[\w-]+)?\)", page.read_text()):
+    pages = [*(ROOT / "docs").glob("*.md"), *(ROOT / "benchmarks" / "results").glob("*.md")]
+    for page in pages:   # the pages' own relative links
+        for link in re.findall(r"\]\(([\w./-]+\.(?:md|png|jsonl))(?:#[\w-]+)?\)",
+                               page.read_text()):
             assert (page.parent / link).is_file(), f"{page.name} links to a missing {link}"
+
+
+def test_measurements_live_in_benchmarks_results_and_its_index_names_each_file() -> None:
+    """docs/ holds user pages; what was measured is in benchmarks/results/, whose README
+    names every file there and is what the README links to."""
+    assert [p.name for p in (ROOT / "docs").iterdir() if p.suffix not in (".md", ".png")] == []
+    results = ROOT / "benchmarks" / "results"
+    index = (results / "README.md").read_text()
+    assert [p.name for p in sorted(results.iterdir())
+            if p.name != "README.md" and f"]({p.name})" not in index] == []
+    assert "](benchmarks/results/README.md)" in (ROOT / "README.md").read_text()
 
 
 def test_the_tests_map_names_every_test_file() -> None:

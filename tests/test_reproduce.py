@@ -131,6 +131,23 @@ def test_unknown_config_key_and_broken_json(tmp_path: Path) -> None:
         read_recorded(tmp_path / "a")
 
 
+def test_a_run_json_of_identity_version_1_reads_back_to_its_configuration(tmp_path: Path) -> None:
+    """A version-1 run.json (no ``config_version``; an option appears only where it was set)
+    gives the configuration that wrote it, whose identity is the recorded ``config``."""
+    config = {"suite": "pooled", "profile": "smoke", "backbone": "tiny-bert", "scorers": ["msp"],
+              "plugins": [], "seeds": None, "budget": 3.0, "experiment": None,
+              "models": ["mixlora"], "head": "cloze", "eval_tokens": 4096}
+    cfg = read_recorded(write_run(tmp_path / "a", config=config)).config
+    assert cfg == RunConfig(profile="smoke", backbone="tiny-bert", scorers=("msp",), budget=3.0,
+                            models=("mixlora",), head="cloze", eval_tokens=4096)
+    assert (cfg.gates, cfg.backend, cfg.compile, cfg.grad_checkpoint) == ((), "torch", None, None)
+    assert json.loads(json.dumps(cfg.identity())) == config
+    meta = json.loads((tmp_path / "a" / "run.json").read_text())
+    (tmp_path / "a" / "run.json").write_text(json.dumps({**meta, "config_version": 2}))
+    with pytest.raises(UserError, match="identity version 2; this uqbench reads version 1"):
+        read_recorded(tmp_path / "a")
+
+
 def test_data_files_whose_hash_differs_are_named(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / "data"

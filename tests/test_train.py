@@ -409,11 +409,11 @@ def test_the_cuda_graph_option_reaches_the_training_or_is_refused_before_any_wor
 
     from baselines import distributed
     from baselines.engine import train_config
-    from uqbench.cli import _build_parser
+    from uqbench.cli import build_parser
     from uqbench.core.profiles import get_profile
     from uqbench.run.runner import RunConfig, prepare
 
-    assert _build_parser().parse_args(["run", "--cuda-graph", "auto"]).cuda_graph == "auto"
+    assert build_parser().parse_args(["run", "--cuda-graph", "auto"]).cuda_graph == "auto"
     assert get_profile("gpu").cuda_graph == "off" and "cuda_graph" not in RunConfig().identity()
     prof = prepare(RunConfig(profile="smoke", cuda_graph="auto", scorers=("msp",)))[0]
     assert prof.cuda_graph == "auto"
@@ -435,13 +435,13 @@ def test_the_memory_options_reach_the_profile_and_training_or_are_refused() -> N
     default); checkpointing reaches `TrainConfig` and turns ``cuda_graph auto`` off; bad values
     and conflicts are refused by ``prepare``, before any data work."""
     from baselines.engine import train_config
-    from uqbench.cli import _build_parser
+    from uqbench.cli import build_parser
     from uqbench.core.profiles import PROFILES
     from uqbench.run.runner import RunConfig, prepare
 
-    args = _build_parser().parse_args(["run", "--eval-tokens", "4096", "--grad-checkpoint"])
+    args = build_parser().parse_args(["run", "--eval-tokens", "4096", "--grad-checkpoint"])
     assert (args.eval_tokens, args.grad_checkpoint) == (4096, True)
-    plain = _build_parser().parse_args(["run"])
+    plain = build_parser().parse_args(["run"])
     assert (plain.eval_tokens, plain.grad_checkpoint) == (None, None)
     assert all(p.eval_tokens is None and not p.grad_checkpoint
                for p in (PROFILES.get(n) for n in PROFILES.names()))

@@ -118,7 +118,7 @@ class MoELoRAConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        if d["top_layers"] is None:  # configs (and cache keys) of every-block adapters as before
+        if d["top_layers"] is None:  # an every-block adapter's dict (and cache key) has no entry
             del d["top_layers"]
         if isinstance(d["target_modules"], tuple):
             d["target_modules"] = list(d["target_modules"])

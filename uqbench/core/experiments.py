@@ -28,7 +28,7 @@ from uqbench.core.plan import (
     methods,
 )
 from uqbench.core.registry import Registry
-from uqbench.core.scorer import Scorer
+from uqbench.core.scorer import Scorer, get_scorer
 
 TAUS = (0.4, 0.5, 0.6, 0.7, 0.8)
 FIXED_K = (1, 2, 3, 4, 5, 6, 8)
@@ -133,8 +133,6 @@ def get_experiment(name: str) -> Experiment:
 
 def experiment_scorers(exp: Experiment) -> list[Scorer] | None:
     """The experiment's own scorers (renamed instances, e.g. ``care_w0.25``), or None."""
-    from uqbench.core.scorer import get_scorer
-
     if exp.scorers is None:
         return None
     out = []

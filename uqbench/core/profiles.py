@@ -121,8 +121,9 @@ _BUILTIN_PROFILES = {
 #: in <= 8 minutes including data, with a 0.5B decoder that can learn (``make gpu-bundle`` and
 #: ``make gpu-check`` run it on ``qwen2.5-coder-0.5b``).
 #:
-#: At max_length 256 these sizes ran within the 8 minutes on one H200 (docs/gpu.md has the run's
-#: phases and accuracies); one epoch at lr 5e-4 was the best of the recipes a lease compared.
+#: At max_length 256 these sizes ran within the 8 minutes on one H200
+#: (benchmarks/results/gpu-leases.md has the run's phases and accuracies); one epoch at lr 5e-4
+#: was the best of the recipes a lease compared.
 #: max_length 1024 (in the `full` profile too) is the length the code questions need under the
 #: letters head, whose options are whole functions: `python -m benchmarks.lengths` gives what
 #: each length cuts and costs (docs/gpu.md)

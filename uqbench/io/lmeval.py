@@ -57,6 +57,7 @@ import numpy as np
 from uqbench.core.errors import ConfigError, UserError
 from uqbench.core.outputs import PAD_LOGIT, Outputs
 from uqbench.core.plan import DET, GateSpec, ModelSpec, Pair
+from uqbench.io.leaderboard import V1_FILE, details_v1_rows, parquet_rows, v1_task_name
 from uqbench.io.recordset import RecordSet
 from uqbench.io.samples import DATE, NORMALIZE, Parsed, fail, parse_sample
 from uqbench.results.references import ReferenceInputs
@@ -200,8 +201,6 @@ def _samples(path: Path) -> tuple[str, Iterator[tuple[int, dict[str, Any]]]]:
     of each sample: JSON lines read line by line, a JSON array (lm-eval <= 0.4.2) element by
     element, a parquet copy row group by row group, only the columns read here."""
     if path.suffix == ".parquet":
-        from uqbench.io.leaderboard import parquet_rows
-
         return "row", parquet_rows(path, ("doc_id", "target", "arguments", "filtered_resps"), (
             "doc_hash", *NORMALIZE.values(), "acc_mutual_info"), fallback={"doc_hash": "doc"})
     try:
@@ -289,8 +288,6 @@ def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
     `PAD_LOGIT` (probability 0) beyond its own count, ``n_choices``. An Open LLM Leaderboard v1
     details file (``details_*.parquet``) is read by `uqbench.io.leaderboard.details_v1_rows`."""
     if path.name.startswith("details_") and path.suffix == ".parquet":
-        from uqbench.io.leaderboard import details_v1_rows  # it builds on this module
-
         return collect(path, task, "row", details_v1_rows(path), delim)
     dumped = read_dump(path) if path.suffix == ".json" and _sniff_dump(path) else None
     if dumped is not None:
@@ -414,8 +411,6 @@ def _runs(root: Path, task: str) -> list[_Run]:
     ``.parquet`` copy; between 0.4.2 and 0.4.3 a ``.json`` array), lm-eval <= 0.4.2
     (``<model_args>_<task>.jsonl`` holding a JSON array, beside ``results.json``) and the
     leaderboard v1 (``<date>/details_<task>_<date>.parquet``, `uqbench.io.leaderboard`)."""
-    from uqbench.io.leaderboard import V1_FILE, v1_task_name
-
     found = []
     name = re.compile(rf"samples_{re.escape(task)}_({DATE})\.(?:jsonl|json|parquet)")
     found += [_Run(m[1], p, p.parent) for p in root.rglob(f"samples_{task}_*")
@@ -632,8 +627,6 @@ def _task_results(doc: dict[str, Any], task: str, path: Path) -> dict[str, Any]:
     """What a results file says of ``task``: its aggregated metrics (``values``, lm-eval's
     ``acc,none`` read as ``acc``), few-shot count, ``--limit``, lm-eval's version and the
     file."""
-    from uqbench.io.leaderboard import v1_task_name
-
     res = doc.get("results") or {}
     raw = res.get(task) or next((v for k, v in res.items() if v1_task_name(k) == task),
                                 None) or {}

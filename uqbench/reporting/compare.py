@@ -25,6 +25,7 @@ from typing import Any
 from uqbench.core.errors import UserError
 from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import RunFolder, read_run
+from uqbench.reporting.html import render_compare
 from uqbench.results.columns import (
     COLUMNS,
     CONFORMAL_COVERAGE,
@@ -222,8 +223,6 @@ def html_tables(c: Comparison) -> list[dict[str, Any]]:
 def write_compare(run_dirs: Sequence[str | Path], out: str | Path | None = None, *,
                   n_boot: int | None = None) -> tuple[Comparison, list[Path]]:
     """`compare`, written to ``out`` (default: the current folder) as ``compare.{md,csv,html}``."""
-    from uqbench.reporting.html import render_compare
-
     c = compare(run_dirs, n_boot=n_boot)
     out = Path(out or ".")
     out.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from uqbench.data.artifacts import (
+    chance_interval,
+    chance_level,
+    fit_options_only,
+    options_only_correct,
+)
 from uqbench.files.cache import PROTOCOL_VERSION
 from uqbench.results.columns import COLUMNS
 from uqbench.results.evaluate import CI_METRICS, ROW_COLUMNS
@@ -109,8 +115,6 @@ def reference_inputs(suite: Any, *, seed: int = 0,
     """`ReferenceInputs` of a built suite (``domains`` and ``split(domain, role)`` with
     ``records``/``hash``, a `uqbench.data.suite_spec.Suite`): the classifier is fitted on each
     domain's train split with ``seed``; ``zero_shot`` as `ReferenceInputs` has it."""
-    from uqbench.data.artifacts import fit_options_only, options_only_correct
-
     domains = tuple(suite.domains)
     n_choices, correct, hashes = {}, {}, {}
     for d in domains:
@@ -128,8 +132,6 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
                    protocol: str = PROTOCOL_VERSION) -> list[dict[str, Any]]:
     """The ``chance``, ``options-only`` and ``zero-shot`` rows of every domain of ``refs`` and
     ``pooled``."""
-    from uqbench.data.artifacts import chance_interval, chance_level
-
     domains = list(refs.domains)
     rows: list[dict[str, Any]] = []
     methods = [m for m, table in ((CHANCE, refs.n_choices), (OPTIONS_ONLY, refs.options_only),

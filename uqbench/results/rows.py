@@ -29,11 +29,15 @@ from uqbench.core.errors import (
 )
 from uqbench.core.outputs import Outputs
 from uqbench.core.plan import Method
+from uqbench.core.registry import import_plugin
 from uqbench.files.cache import PROTOCOL_VERSION, ArrayCache
 from uqbench.files.rundir import SCORE_FIELDS, score_key
+from uqbench.results.conformal_risk import ConformalNote, conformal_risk_columns, seen_note
 from uqbench.results.evaluate import Scored, evaluate_cached
+from uqbench.results.recalibration import recalibrate_cached
 from uqbench.results.references import ReferenceInputs, learned_columns, reference_rows
 from uqbench.stats.metrics import ECE_BINS
+from uqbench.stats.recalibration import CALIBRATORS
 
 Rows = list[dict[str, Any]]
 Arrays = dict[str, np.ndarray]
@@ -154,10 +158,6 @@ def _score_method(m: Method, dom: str, outs: Mapping[tuple[str, str, int], Outpu
                   refs: ReferenceInputs, n_seeds: int, n_boot: int, cache: ArrayCache | None,
                   scorer_timeout: float | None, protocol: str) -> tuple[dict[str, Any], Arrays]:
     """The row of ``m`` on ``dom`` (a domain of ``refs`` or ``pooled``) and the arrays it adds."""
-    from uqbench.results.conformal_risk import conformal_risk_columns
-    from uqbench.results.recalibration import recalibrate_cached
-    from uqbench.stats.recalibration import CALIBRATORS
-
     arrays: Arrays = {}
     domains = list(refs.domains)
     parts = domains if dom == "pooled" else [dom]
@@ -209,8 +209,6 @@ def _score_method(m: Method, dom: str, outs: Mapping[tuple[str, str, int], Outpu
 def _init_worker(plugins: Sequence[str], threads: int | None) -> None:
     """A scoring worker's start: the parent's torch threads (netcal's fits give the same bits),
     then the plugins, so that their scorers unpickle."""
-    from uqbench.core.registry import import_plugin
-
     if threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(threads)  # read when netcal first imports torch
     for p in plugins:
@@ -238,8 +236,6 @@ def _reemit(caught: Iterable[Caught], fallbacks: Sequence[dict[str, str]]) -> No
     once-per-place registries); a `record_fallback` warning is recorded here too; neither it
     nor a conformal note (once per process) repeats what this process did already, as in one
     process."""
-    from uqbench.results.conformal_risk import ConformalNote, seen_note
-
     entries = {f"{e['what']} ({e['where']}): {e['reason']}": e for e in fallbacks}
     modules: dict[str | None, Any] = {}  # by __file__ (None: a module without one)
     for category, message, filename, lineno in caught:

@@ -16,6 +16,9 @@ import numpy as np
 from uqbench.core.engine import get_drawer
 from uqbench.files import rundir
 from uqbench.files.cache import atomic_write_text
+from uqbench.files.rundir import RunFolder
+from uqbench.reporting.answers import learned_lines
+from uqbench.reporting.html import write_report
 from uqbench.results.columns import RESULTS_SCHEMA
 from uqbench.results.references import trained, warn_at_chance
 from uqbench.results.tables import summary, write_results
@@ -48,8 +51,6 @@ def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.nda
 def _write_html_report(out: Path, meta: dict[str, Any], final: Path) -> None:
     """``report.html`` (`uqbench.reporting.html`), which must never fail a run: if rendering fails, the
     error is warned about and recorded in ``run.json`` ``report_html_error``; results stay."""
-    from uqbench.reporting.html import write_report
-
     try:
         write_report(out)
     except Exception as exc:  # noqa: BLE001 -- any rendering error: the run's results stand
@@ -66,9 +67,6 @@ def print_summary(out: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[st
         print(f"\nWARNING: {len(meta['at_chance'])} method/domain result(s) have an ID accuracy "
               "CI that includes chance (listed in the log, on stderr, and in run.json "
               "`at_chance`): their UQ numbers measure a model at chance", flush=True)
-    from uqbench.files.rundir import RunFolder
-    from uqbench.reporting.answers import learned_lines
-
     for line in learned_lines(RunFolder(out, [dict(r) for r in rows], {}, dict(meta))):
         print(line, flush=True)
     print(f"\nwrote {out}/results.{{md,csv,jsonl,tex}}", flush=True)

@@ -26,9 +26,11 @@ from typing import Any
 import numpy as np
 
 from uqbench.core.errors import DataError, UserError
+from uqbench.data.sources import file_sha256
+from uqbench.data.sources.files import resolve_data_dir
 from uqbench.files import rundir
 from uqbench.files.environment import FORMAT, code_hash, git_commit, package_versions
-from uqbench.run.runner import RunConfig, run
+from uqbench.run.runner import IDENTITY_VERSION, RunConfig, run
 
 #: the files compared (other files of a run folder, e.g. figures, are not)
 COMPARED = (rundir.TABLES["csv"], rundir.SCORES)
@@ -82,7 +84,11 @@ def read_recorded(run_dir: Path) -> Recorded:
         raise UserError(f"{path} has {found}; this uqbench reproduces format {FORMAT} (written "
                         "by `uqbench run` since it records code, package versions, threads, "
                         "seeds and data hashes): rerun the run with this uqbench to record one")
-    config = meta.get("config")
+    config, version = meta.get("config"), meta.get("config_version", 1)
+    if version != IDENTITY_VERSION:
+        raise UserError(f"{path}: its `config` follows identity version {version!r}; this "
+                        f"uqbench reads version {IDENTITY_VERSION}: reproduce it with the "
+                        "uqbench version that wrote it")
     names = {f.name for f in fields(RunConfig)}
     unknown = sorted(set(config) - names) if isinstance(config, dict) else config
     if unknown or not isinstance(config, dict):
@@ -96,8 +102,6 @@ def read_recorded(run_dir: Path) -> Recorded:
 def check_data(recorded: Recorded, data_dir: Path | None) -> None:
     """Raise `DataError` listing every recorded data file that is missing or whose sha256
     differs in ``data_dir``; before any work. A run built from the hub has no files to check."""
-    from uqbench.data.sources import file_sha256
-
     data = recorded.environment["data"]
     if "local" not in data["origin"]:
         return
@@ -183,8 +187,6 @@ def reproduce(run_dir: Path, *, out: Path | None = None, cache_dir: Path | None 
                         "the rerun")
     if threads is not None and threads < 1:
         raise UserError(f"--threads {threads}: give at least 1 thread")
-    from uqbench.data.sources.files import resolve_data_dir
-
     data_dir = resolve_data_dir(data_dir)
     check_data(recorded, data_dir)
     threads = threads or int(recorded.environment["threads"])

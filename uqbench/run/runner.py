@@ -8,16 +8,20 @@ output folder -> data -> models -> passes.
 """
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from uqbench.core.engine import Backend, RunStats, get_backend, get_drawer
 from uqbench.core.errors import ConfigError, UserError, reset_fallbacks
-from uqbench.core.gating import check_spec
+from uqbench.core.experiments import experiment_methods, experiment_scorers
+from uqbench.core.gating import check_spec, parse_gate
 from uqbench.core.heads import HEADS, check_head, heads_for
 from uqbench.core.outputs import Outputs, with_train
 from uqbench.core.plan import (
@@ -29,9 +33,13 @@ from uqbench.core.plan import (
     model_pairs,
     needed_fields,
 )
+from uqbench.core.probs import softmax
 from uqbench.core.profiles import Profile, get_profile
 from uqbench.core.registry import import_plugin
 from uqbench.core.scorer import get_scorer, list_scorers, probe_scorers
+from uqbench.data.sources.files import resolve_data_dir
+from uqbench.data.suite_spec import get_suite_spec
+from uqbench.data.suites import build_suite
 from uqbench.files import rundir
 from uqbench.files.cache import (
     PROTOCOL_VERSION,
@@ -41,6 +49,7 @@ from uqbench.files.cache import (
 )
 from uqbench.files.environment import environment
 from uqbench.io.recordset import RecordSet, method_entries, write_record_set
+from uqbench.reporting.paper import write_paper_report
 from uqbench.results.references import reference_inputs, zero_shot_skipped
 from uqbench.results.rows import check_workers, score_all, score_workers
 from uqbench.run.folder import print_summary, write_run
@@ -52,56 +61,85 @@ log = logging.getLogger(__name__)
 PROFILE_OVERRIDES = ("compile", "cuda_graph", "eval_tokens", "grad_checkpoint")
 
 
+class Identity(enum.Enum):
+    """Whether a `RunConfig` field is part of the run's identity (`RunConfig.identity`):
+    ``ALWAYS``, what the run computes; ``IF_SET``, an option that is part of it when not at its
+    default, so that a run which leaves it unset has the identity it has without the option;
+    ``NO``, where and how the run happens (folders, threads, display), not what it computes."""
+
+    ALWAYS = "always"
+    IF_SET = "if_set"
+    NO = "no"
+
+    def keeps(self, value: Any, default: Any) -> bool:
+        return self is Identity.ALWAYS or (self is Identity.IF_SET and value != default)
+
+
+#: the version of the rules `RunConfig.identity` follows, recorded in run.json as
+#: ``config_version`` beside ``config``; a run.json without one was written under version 1
+IDENTITY_VERSION = 1
+
+
+#: a `RunConfig` field's metadata: its `Identity` rule
+ALWAYS = {"identity": Identity.ALWAYS}
+IF_SET = {"identity": Identity.IF_SET}
+NO = {"identity": Identity.NO}
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything that defines a run (the CLI fills it from flags)."""
+    """Everything that defines a run (the CLI fills it from flags). Each field declares whether
+    it is part of the run's identity (`Identity`): adding a field is its one declaration."""
 
-    suite: str = "pooled"
-    profile: str = "cpu"
-    backbone: str = "minilm"
-    scorers: tuple[str, ...] = ()  # empty: every registered scorer
-    plugins: tuple[str, ...] = ()
-    out: Path | None = None
-    cache_dir: Path | None = None
-    data_dir: Path | None = None
-    seeds: int | None = None  # repetitions; default: the profile's
-    budget: float = 4.0
-    experiment: str | None = None
-    models: tuple[str, ...] = ()  # empty: the suite's `models:`, else lora + moe-lora
+    suite: str = field(default="pooled", metadata=ALWAYS)
+    profile: str = field(default="cpu", metadata=ALWAYS)
+    backbone: str = field(default="minilm", metadata=ALWAYS)
+    #: empty: every registered scorer
+    scorers: tuple[str, ...] = field(default=(), metadata=ALWAYS)
+    plugins: tuple[str, ...] = field(default=(), metadata=ALWAYS)
+    out: Path | None = field(default=None, metadata=NO)
+    cache_dir: Path | None = field(default=None, metadata=NO)
+    data_dir: Path | None = field(default=None, metadata=NO)
+    #: repetitions; None: the profile's
+    seeds: int | None = field(default=None, metadata=ALWAYS)
+    budget: float = field(default=4.0, metadata=ALWAYS)
+    experiment: str | None = field(default=None, metadata=ALWAYS)
+    #: empty: the suite's `models:`, else lora + moe-lora
+    models: tuple[str, ...] = field(default=(), metadata=IF_SET)
     #: gates of router models besides their own (`uqbench.core.gating.parse_gate`); empty: the
     #: suite's `gates:`, else CARE at the budget
-    gates: tuple[str, ...] = ()
-    backend: str = "torch"  # the model side (`uqbench.core.engine.BACKENDS`)
-    figure_set: str = "figures"  # who draws the figures (`uqbench.core.engine.DRAWERS`)
-    head: str | None = None  # a head of uqbench.core.heads.HEADS, or auto; None: the suite's `head:`
-    figures: bool = True
-    progress: bool = True
-    overwrite: bool = False
-    scorer_timeout: float | None = 300.0  # seconds per scorer call; None: no limit
-    threads: int | None = None  # torch intra-op threads; None: the cores we may use
-    compile: str | None = None  # off | on | auto: compiled training; None: the profile's
-    cuda_graph: str | None = None  # off | on | auto: graph-replayed training; None: the profile's
-    eval_tokens: int | None = None  # padded tokens of one MC-dropout forward; None: the profile's
-    grad_checkpoint: bool | None = None  # recomputed activations in training; None: the profile's
+    gates: tuple[str, ...] = field(default=(), metadata=IF_SET)
+    #: the model side (`uqbench.core.engine.BACKENDS`)
+    backend: str = field(default="torch", metadata=IF_SET)
+    #: who draws the figures (`uqbench.core.engine.DRAWERS`)
+    figure_set: str = field(default="figures", metadata=NO)
+    #: a head of uqbench.core.heads.HEADS, or auto; None: the suite's `head:`
+    head: str | None = field(default=None, metadata=IF_SET)
+    figures: bool = field(default=True, metadata=NO)
+    progress: bool = field(default=True, metadata=NO)
+    overwrite: bool = field(default=False, metadata=NO)
+    #: seconds per scorer call; None: no limit
+    scorer_timeout: float | None = field(default=300.0, metadata=NO)
+    #: torch intra-op threads; None: the cores this process may use
+    threads: int | None = field(default=None, metadata=NO)
+    #: off | on | auto: compiled training; None: the profile's
+    compile: str | None = field(default=None, metadata=IF_SET)
+    #: off | on | auto: graph-replayed training; None: the profile's
+    cuda_graph: str | None = field(default=None, metadata=IF_SET)
+    #: padded tokens of one MC-dropout forward; None: the profile's
+    eval_tokens: int | None = field(default=None, metadata=IF_SET)
+    #: recomputed activations in training; None: the profile's
+    grad_checkpoint: bool | None = field(default=None, metadata=IF_SET)
     #: processes scoring the methods (`uqbench.results.rows.score_workers`): auto, or N (1: in
     #: this process); the rows are the same
-    score_workers: int | str = "auto"
+    score_workers: int | str = field(default="auto", metadata=NO)
 
     def identity(self) -> dict[str, Any]:
-        """What must match for an existing --out folder to be refreshed in place."""
+        """What must match for an existing --out folder to be refreshed in place: the fields
+        whose `Identity` rule keeps them (rules of version `IDENTITY_VERSION`)."""
         d = asdict(self)
-        for k in ("out", "cache_dir", "data_dir", "figures", "figure_set", "progress",
-                  "overwrite", "scorer_timeout", "threads", "score_workers"):
-            d.pop(k)
-        for k, default in (("models", ()), ("gates", ()), ("backend", "torch")):
-            if d[k] == default:  # runs without these options keep the identity they had
-                d.pop(k)
-        if d["head"] is None:
-            d.pop("head")
-        for k in PROFILE_OVERRIDES:
-            if d[k] is None:
-                d.pop(k)
-        return d
+        return {f.name: d[f.name] for f in fields(self)
+                if f.metadata["identity"].keeps(d[f.name], f.default)}
 
 
 @dataclass(frozen=True)
@@ -112,8 +150,6 @@ class RunResult:
 
 
 def resolve_dirs(cfg: RunConfig) -> tuple[Path, Path, Path | None]:
-    from uqbench.data.sources.files import resolve_data_dir
-
     data, cache = resolve_data_dir(cfg.data_dir), resolve_cache_dir(cfg.cache_dir)
     stem = lambda s: Path(s).stem if ("/" in s or s.endswith((".yaml", ".yml"))) else s
     out = cfg.out or Path("runs") / f"{stem(cfg.suite)}-{cfg.profile}-{stem(cfg.backbone)}" \
@@ -127,10 +163,11 @@ def _check_out_dir(out: Path, cfg: RunConfig) -> None:
     if not (out / rundir.RESULTS).exists() or cfg.overwrite:
         return
     try:
-        old = json.loads(meta.read_text()).get("config", {})
+        old = json.loads(meta.read_text())
     except (OSError, ValueError):
         old = {}
-    if old != json.loads(json.dumps(cfg.identity(), default=str)):
+    now = json.loads(json.dumps(cfg.identity(), default=str))
+    if (old.get("config_version", 1), old.get("config", {})) != (IDENTITY_VERSION, now):
         raise UserError(f"{out} already holds the results of a different run configuration; "
                         "pass another --out, or --overwrite to replace them")
 
@@ -148,8 +185,6 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
     _check_numbers(cfg, backend.n_experts)
     for p in cfg.plugins:
         import_plugin(p)
-    from uqbench.core.experiments import experiment_methods, experiment_scorers
-
     chosen = [get_scorer(n) for n in cfg.scorers or list_scorers()]  # UnknownNameError
     if cfg.experiment and (cfg.models or cfg.gates):
         raise ConfigError(f"--{'models' if cfg.models else 'gates'} and --experiment cannot be "
@@ -161,9 +196,6 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
 
         ms = experiment_methods(cfg.experiment, cfg.budget, scorers_for)
     else:
-        from uqbench.core.gating import parse_gate
-        from uqbench.data.suite_spec import get_suite_spec
-
         suite_spec = get_suite_spec(cfg.suite)
         gates = [parse_gate(g, cfg.budget) for g in cfg.gates or suite_spec.gates]
         ms = methods(model_pairs(cfg.models or suite_spec.models or DEFAULT_MODELS, cfg.budget,
@@ -180,8 +212,6 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
     if HEADS.get(prof.encoder_head).kind != "encoder":
         raise ConfigError(f"profile {prof.name!r}: encoder_head {prof.encoder_head!r} is a head "
                           f"for decoders; use one of {', '.join(heads_for('encoder'))}")
-    from uqbench.data.suite_spec import get_suite_spec
-
     get_suite_spec(cfg.suite)  # unknown name or invalid YAML fails here, before any data work
     out, cache, data = resolve_dirs(cfg)
     for flag, d in (("--out", out), ("--cache-dir", cache)):
@@ -221,13 +251,10 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     why = "--threads" if cfg.threads else "the cores this process may use"
     threads = backend.set_threads(cfg.threads)
     print(f"torch threads: {threads} ({why})", flush=True)
-    from uqbench.data.suite_spec import get_suite_spec
-    from uqbench.data.suites import build_suite
-
     with backend.main_first():  # process 0 builds the split cache, the others read it
         suite = build_suite(cfg.suite, prof, data_dir=data, cache_dir=cache / "splits",
                             progress=cfg.progress)
-    train = suite.role("train")  # a scorer that cannot score this training set is skipped now
+    train = suite.role("train")  # a scorer that cannot score this training set is skipped here
     ms, skipped = drop_unusable(ms, [s.domain for s in train], sum(len(s.records) for s in train))
     stats = RunStats()
     stats.seconds["data"] = time.perf_counter() - t0
@@ -263,7 +290,8 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
                              plugins=cfg.plugins)
     stats.seconds["scoring"] = time.perf_counter() - t_score
     meta = {
-        "config": cfg.identity(), "protocol": PROTOCOL_VERSION, "profile": prof.name,
+        "config": cfg.identity(), "config_version": IDENTITY_VERSION,
+        "protocol": PROTOCOL_VERSION, "profile": prof.name,
         "profile_settings": asdict(prof),
         "suite": cfg.suite, "backbone": cfg.backbone,
         "splits": {s.name: {"hash": s.hash, "n": len(s.records), "recipe": s.recipe}
@@ -292,8 +320,6 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     write_record_set(out / rundir.RECORDS, records)
     write_run(out, rows, arrays, meta, t0=t0, figures=cfg.figures, figure_set=cfg.figure_set)
     if cfg.experiment:  # paper_report.md: the claims of this experiment (paper: all)
-        from uqbench.reporting.paper import write_paper_report
-
         print(write_paper_report(out, cfg.experiment).read_text(), flush=True)
     print_summary(out, rows, meta)
     print(f"forward passes run: {stats.total()}, cache hits: {stats.cache_hits}", flush=True)
@@ -303,10 +329,6 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
 def zero_shot_correct(engine: Any, splits: list[Any]) -> dict[str, Any] | None:
     """The frozen backbone's 0/1 correctness per question of each split (`Engine.zero_shot`:
     its head's argmax), keyed by split name; None, warned about, where the head has none."""
-    import numpy as np
-
-    from uqbench.core.probs import softmax
-
     got = {s.name: engine.zero_shot(s) for s in splits} if engine.zero_shot_log["applies"] \
         else {}
     if not got or any(o is None for o in got.values()):
@@ -316,4 +338,4 @@ def zero_shot_correct(engine: Any, splits: list[Any]) -> dict[str, Any] | None:
             for name, o in got.items()}
 
 
-__all__ = ["RunConfig", "RunResult", "RunStats", "prepare", "run"]
+__all__ = ["IDENTITY_VERSION", "Identity", "RunConfig", "RunResult", "RunStats", "prepare", "run"]

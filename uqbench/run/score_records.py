@@ -34,7 +34,19 @@ from uqbench.core.registry import import_plugin
 from uqbench.core.scorer import Scorer, get_scorer, list_scorers, probe_scorers
 from uqbench.files.cache import ArrayCache
 from uqbench.files.rundir import RunFolder
+from uqbench.io.confidence import ReportedConfidence, read_confidence
+from uqbench.io.helm import is_helm, read_helm
+from uqbench.io.lmeval import (
+    DomainTasks,
+    domains_from_yaml,
+    dump_files,
+    dump_index,
+    known_pairs,
+    read_lmeval,
+    task_names,
+)
 from uqbench.io.recordset import RecordSet, new_folder, read_record_set
+from uqbench.reporting.models import FILES, markdown, model_table, write_models
 from uqbench.results.columns import skipped_columns
 from uqbench.results.references import zero_shot_skipped
 from uqbench.results.rows import check_workers, score_all, score_workers
@@ -96,8 +108,6 @@ def plan_methods(rs: RecordSet, cfg: ScoreConfig
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from None
     if any("confidence" in p.fields for p in pairs):  # confidence-only records' own method
-        from uqbench.io.confidence import ReportedConfidence
-
         wanted.insert(0, (None, ReportedConfidence()))
     ms: list[Method] = []
     skipped: list[dict[str, Any]] = []
@@ -146,13 +156,9 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
     ``domains``/``domains_file`` pair its tasks or HELM runs, ``members`` are other runs of
     them; ``lmeval``: the other options of `uqbench.io.lmeval.read_lmeval`, unused for uqbench
     records)."""
-    from uqbench.io.lmeval import DomainTasks, domains_from_yaml, dump_files, read_lmeval
-
     if source.is_file() and source.suffix == ".json" and dump_files(source):
         pass  # a simple_evaluate result: read_lmeval below
     elif source.suffix in (".jsonl", ".csv") or source.is_file():
-        from uqbench.io.confidence import read_confidence
-
         if domains or domains_file or members or lmeval.get("runs"):
             raise ConfigError(f"{source} holds confidence-only records, which name their "
                               "domains and splits: drop --domain/--domains/--members/--run")
@@ -167,8 +173,6 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
                                   "and members: drop --domain/--domains/--members/--run")
             return read_record_set(folder)
     if list(domains) == ["auto"]:
-        from uqbench.io.lmeval import known_pairs, task_names
-
         tasks = known_pairs(task_names(source))
         if not tasks:
             raise ConfigError(f"--domain auto: the tasks of {source} ("
@@ -182,8 +186,6 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
         tasks = [DomainTasks.parse(d) for d in domains]
     if domains_file is not None:
         tasks += domains_from_yaml(domains_file)
-    from uqbench.io.helm import is_helm, read_helm
-
     if is_helm(source):
         if members or lmeval.get("runs"):
             raise ConfigError(f"{source} holds HELM runs: --members and --run are for lm-eval")
@@ -201,8 +203,6 @@ def model_sources(source: Path) -> list[Path]:
     more; itself otherwise (then its reader names what is missing)."""
     def holds_records(d: Path) -> bool:
         return (d / "manifest.json").is_file() or (d / "records" / "manifest.json").is_file()
-
-    from uqbench.io.lmeval import dump_files, dump_index
 
     if not source.is_dir() or holds_records(source):
         return [source]
@@ -437,21 +437,18 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
             log.warning("columns not computed: %s: %s", ", ".join(c["columns"]), c["reason"])
     table = None
     if many:
-        from uqbench.reporting.models import FILES, model_table
         table = model_table(RunFolder(cfg.out, rows, arrays, meta), scorer=rank_scorer,
                             n_boot=n_boot)
         meta["model_table"] = {"scorer": table.scorer, "models": table.models,
                                "left_out": table.left_out, "files": sorted(FILES.values())}
     with new_folder(cfg.out) as tmp:
         if table is not None:
-            from uqbench.reporting.models import write_models
             write_models(tmp, table)
         write_run(tmp, rows, arrays, meta, t0=t0, figures=cfg.figures, final=cfg.out)
     print_summary(cfg.out, rows, meta)
     for c in meta.get("skipped_columns", []):
         print(f"columns skipped: {', '.join(c['columns'])} ({c['reason']})", flush=True)
     if table is not None:
-        from uqbench.reporting.models import markdown
         print("\n" + markdown(table) + f"\nwrote {cfg.out}/models.{{md,csv,json}}", flush=True)
     return RunResult(cfg.out, rows, RunStats())
 
