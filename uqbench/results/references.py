@@ -247,12 +247,12 @@ def not_learned(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """
     out = []
     for r in rows:
-        vals = [_num(r.get(c)) for c in LEARNED_COLUMNS]
-        if is_reference(r) or any(v is None for v in vals):
+        d, lo, hi = (_num(r.get(c)) for c in LEARNED_COLUMNS)
+        if is_reference(r) or d is None or lo is None or hi is None:
             continue
-        if vals[1] <= 0:
+        if lo <= 0:
             out.append({"method": r["method"], "domain": r["domain"],
-                        **dict(zip(LEARNED_COLUMNS, vals))})
+                        **dict(zip(LEARNED_COLUMNS, (d, lo, hi)))})
     return out
 
 
