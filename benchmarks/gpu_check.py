@@ -503,18 +503,24 @@ def compare_cpu(cfg: Any) -> dict[str, Any]:
     tol = TOLERANCE.get(dtype, TOLERANCE["bfloat16"])
     where = f"{model.device} in {dtype}"
     return {
-        "placement": {"device": str(model.device), "dtype": dtype,
-                      "device_map": getattr(bb.model, "hf_device_map", None),
-                      "head": model.mode},
+        "placement": {
+            "device": str(model.device),
+            "dtype": dtype,
+            "device_map": getattr(bb.model, "hf_device_map", None),
+            "head": model.mode,
+        },
         "tokens_per_s": round(float(dev["n_tokens"].sum()) / seconds, 1),
         "matches_cpu": {
             "compared": f"deterministic option probabilities of the trained MoE-LoRA (top-4) on "
-                        f"the first (up to) {COMPARE_N} ID questions of each domain, "
-                        f"{len(records)} in all: {where} vs the CPU in float32" + (" (no GPU: both sides ran on the CPU)"
-                                        if model.device.type == "cpu" else ""),
-            "n": len(records), "max_abs_diff": diff, "tolerance": tol,
+            f"the first (up to) {COMPARE_N} ID questions of each domain, "
+            f"{len(records)} in all: {where} vs the CPU in float32"
+            + (" (no GPU: both sides ran on the CPU)" if model.device.type == "cpu" else ""),
+            "n": len(records),
+            "max_abs_diff": diff,
+            "tolerance": tol,
             "argmax_agreement": float((p_dev.argmax(1) == p_cpu.argmax(1)).mean()),
-            "equal": diff <= tol},
+            "equal": diff <= tol,
+        },
     }
 
 

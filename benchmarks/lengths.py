@@ -74,7 +74,9 @@ def rows(suite: Any, head: Any, tok: Any, lengths: list[int], batch_size: int,
                 real += n
         row["real_tokens"] = real
         for (domain, role), c in sorted(cuts.items()):
-            row["cut_option"][f"{domain}/{role}"] = round(float((c == CUT_OPTION).float().mean()), 3)
+            row["cut_option"][f"{domain}/{role}"] = round(
+                float((c == CUT_OPTION).float().mean()), 3
+            )
             row["cut_question"][f"{domain}/{role}"] = round(
                 float((c == CUT_QUESTION).float().mean()), 3)
         out.append(row)

@@ -5,14 +5,16 @@ model) on the pooled suite's train splits and reports, per domain, the ID-test a
 95% percentile-bootstrap CI, the loss before any update (``initial_loss_<domain>``, step 0,
 with its accuracy), the training loss and accuracy of the last logging interval
 (``train_loss_<domain>``, ``train_acc_<domain>``; the whole curves in ``curves``), the final
-train loss (mean of the last 10 steps) and the seconds of training and evaluation. The `cpu` profile's recipe (`uqbench.core.profiles`) is chosen from this table
-(docs/recipe.md); `smoke` keeps the same recipe at smaller caps.
+train loss (mean of the last 10 steps) and the seconds of training and evaluation. The `cpu`
+profile's recipe (`uqbench.core.profiles`) is chosen from this table (docs/recipe.md);
+`smoke` keeps the same recipe at smaller caps.
 
     python -m benchmarks.recipe_search --candidates bi,cross --out recipe.jsonl
 
 A candidate is ``name:key=value,key=value`` or a preset name from `PRESETS`; keys: head
 (bi_encoder | cross_encoder | cross_encoder_cls), lr, head_lr, epochs (0 = no training),
-train_cap, targets (auto | ffn | module names joined by '+', e.g. q_proj+up_proj), top (adapt the last N blocks; 0 = all), batch, backbone,
+train_cap, targets (auto | ffn | module names joined by '+', e.g. q_proj+up_proj), top (adapt
+the last N blocks; 0 = all), batch, backbone,
 max_length (tokens a question's input keeps; 0 = the profile's). Each row also gives, per
 domain, the fraction of ID questions whose option text that length cut (``cut_<domain>``).
 On a GPU (``--profile gpu --candidates gpu-zero,gpu,gpu-lr2e-3,...``, `GPU_PRESETS`) the

@@ -314,7 +314,9 @@ def test_swap_prior_is_the_references_token_counts(real_data: Path) -> None:
 def test_reference_token_counts_by_hand() -> None:
     from uqbench.data.codemc import reference_token_counts
 
-    src = "def f(a, b):\n    if a == -1 and b != 0:\n        return max(a, 1) + 1\n    return not a\n"
+    src = (
+        "def f(a, b):\n    if a == -1 and b != 0:\n        return max(a, 1) + 1\n    return not a\n"
+    )
     assert reference_token_counts(src) == {"Eq": 1, "NotEq": 1, "And": 1, "-1": 1, "0": 1,
                                            "1": 2, "max": 1, "Add": 1, "test": 1, "Not": 1}
     # a negation inserts "not" in a plain condition and drops it from a negated one
@@ -368,7 +370,7 @@ def _same_both_ways(problems: list, seed: int = 0) -> dict:
 
     both = build_both(problems, seed=seed)
     old, new = both["process"], both["session"]
-    for la, lb in zip(old["logs"], new["logs"]):
+    for la, lb in zip(old["logs"], new["logs"], strict=False):
         assert [(c, r.passed, r.killed_reason) for c, r, _ in la] == \
             [(c, r.passed, r.killed_reason) for c, r, _ in lb]
     assert [(r and r.to_json(), st) for r, st in old["built"]] == \

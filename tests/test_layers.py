@@ -152,8 +152,13 @@ def stage_violations(graph: dict[str, set[str]]) -> list[str]:
         parts = mod.split(".")
         return STAGES.index(parts[1]) if len(parts) > 1 and parts[1] in STAGES else len(STAGES)
 
-    return [f"{mod} imports {d}" for mod, deps in sorted(graph.items()) if mod.startswith("uqbench.")
-            for d in sorted(deps) if d in graph and d.startswith("uqbench.") and rank(d) > rank(mod)]
+    return [
+        f"{mod} imports {d}"
+        for mod, deps in sorted(graph.items())
+        if mod.startswith("uqbench.")
+        for d in sorted(deps)
+        if d in graph and d.startswith("uqbench.") and rank(d) > rank(mod)
+    ]
 
 
 #: what `uqbench.stats` (pure functions of arrays) may import from the rest of `uqbench`
@@ -244,8 +249,9 @@ def test_the_checker_fails_on_a_reverse_import(tmp_path: Path) -> None:
 
 _PROBE = """
 import importlib, json, pkgutil, sys
-names = ["scorers", "figures", "uqbench.stats.metrics", "uqbench.core.scorer", "uqbench.core.outputs",
-         "uqbench.results.tables", "uqbench.reporting.paper", "uqbench.core.experiments", "uqbench.results.evaluate"]
+names = ["scorers", "figures", "uqbench.stats.metrics", "uqbench.core.scorer",
+         "uqbench.core.outputs", "uqbench.results.tables", "uqbench.reporting.paper",
+         "uqbench.core.experiments", "uqbench.results.evaluate"]
 for pkg in ("scorers", "figures"):
     path = importlib.import_module(pkg).__path__
     names += [f"{pkg}.{m.name}" for m in pkgutil.iter_modules(path)]

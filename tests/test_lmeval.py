@@ -719,7 +719,7 @@ def test_mixed_choice_counts_shots_and_limit_runs_warn_and_show_in_the_report(tm
     assert page.index('data-part="lmeval-warning"') < page.index('id="summary"')
 
 
-# -- simple_evaluate results saved with json.dump ---------------------------------------------------
+# -- simple_evaluate results saved with json.dump -------------------------------------------------
 
 def dump_of(part: Path, dest: Path, tasks: tuple[str, ...] | None = None, **edit) -> Path:
     """``part``'s results and samples as ``lm_eval.simple_evaluate(log_samples=True)`` returns

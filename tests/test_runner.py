@@ -316,7 +316,8 @@ def test_scorer_no_model_can_serve_is_rejected_up_front(env):
 
 
 def test_every_seed_is_kept_per_example(env):
-    """scores.npz holds one column per seed; the CIs and verdicts pool them (uqbench.reporting.paper)."""
+    """scores.npz holds one column per seed; the CIs and verdicts pool them
+    (uqbench.reporting.paper)."""
     root, _ = env
     res = run(cfg(env, seeds=2, scorers=("msp",), out=root / "out-seeds", models=("moe-lora",)))
     with np.load(res.out / "scores.npz") as z:

@@ -64,7 +64,9 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                      help="import MODULE (a module name, found also in the current folder, or "
                      "a .py file) first: it may register scorers, gates, models...; repeatable")
-    run.add_argument("--out", type=Path, help="results folder (default runs/SUITE-PROFILE-BACKBONE)")
+    run.add_argument(
+        "--out", type=Path, help="results folder (default runs/SUITE-PROFILE-BACKBONE)"
+    )
     run.add_argument("--cache-dir", type=Path, help="cache folder (default $UQBENCH_CACHE or "
                      ".uqbench-cache)")
     run.add_argument("--data-dir", type=Path, help="local dataset copies (default $UQBENCH_DATA)")

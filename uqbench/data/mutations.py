@@ -324,7 +324,7 @@ def apply_mutations(tree: ast.Module, muts: Sequence[Mutation]) -> str:
     nodes = list(ast.walk(t))
     targets = [nodes[m.site] for m in muts]  # look up before editing: edits shift the walk
     replace: dict[int, ast.AST] = {}
-    for node, m in zip(targets, muts):
+    for node, m in zip(targets, muts, strict=False):
         if m.kind == "operand":
             assert isinstance(node, ast.BinOp)  # enumerate_mutations: a BinOp's terms
             replace[id(node)] = node.left if m.variant == "left_only" else node.right

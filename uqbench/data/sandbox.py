@@ -664,13 +664,24 @@ class Sandbox:
         with open(os.path.join(root, "stderr"), "wb") as err:
             start = time.monotonic()
             proc = subprocess.Popen(
-                self._cmd(os.path.join(root, "runner.py"), os.path.join(root, "solution.py"),
-                          nonce, "1" if self.python_guards else "0"), cwd=work, env=self._env(), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=err, close_fds=True, start_new_session=True,
+                self._cmd(
+                    os.path.join(root, "runner.py"),
+                    os.path.join(root, "solution.py"),
+                    nonce,
+                    "1" if self.python_guards else "0",
+                ),
+                cwd=work,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                close_fds=True,
+                start_new_session=True,
                 # preexec_fn: only async-signal-safe-ish syscalls (setrlimit, unshare, prctl,
                 # one write); the sandbox's own callers are single-threaded (run_many needs no
                 # threads), see the class docstring.
-                preexec_fn=self._preexec(cgroup, self._limits(timeout)))  # noqa: PLW1509
+                preexec_fn=self._preexec(cgroup, self._limits(timeout)),
+            )  # noqa: PLW1509
         pidfd = None
         if hasattr(os, "pidfd_open"):
             try:

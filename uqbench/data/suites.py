@@ -13,8 +13,9 @@ id, shift, so they never overlap, and the calib slice (the head) does not move w
 cap changes. A role takes items until it holds its cap (``Profile.<role>_cap``, overridden by the
 suite's ``caps``; None = the whole rest of the pool). For built sources (math, code) an item the
 builder rejects is consumed and skipped, so a split still reaches its cap when the pool allows;
-sandboxed (code) items are built by a pool of `N_WORKERS` processes. Records are then put back in source
-order. Everything is a function of (files, spec, caps, seed): two builds give the same hashes.
+sandboxed (code) items are built by a pool of `N_WORKERS` processes. Records are then put back in
+source order. Everything is a function of (files, spec, caps, seed): two builds give the same
+hashes.
 """
 from __future__ import annotations
 
@@ -283,7 +284,7 @@ class _SplitMaker:
             else:
                 results = (make_record(src.name, rs.split, it, self.seed, domain)
                            for it in batch)
-            for it, (rec, st) in zip(batch, results):
+            for it, (rec, st) in zip(batch, results, strict=False):
                 pos += 1
                 if rec is not None and rs.choices is not None and len(rec.choices) != rs.choices:
                     st = {**st, "reason": f"choices!={rs.choices}"}
@@ -327,7 +328,9 @@ class _BuildStats:
                 self.flags[k] += int(v)
             elif isinstance(v, (int, float)):
                 self.sums[k] = self.sums.get(k, 0) + v
-        self.outcomes.update(o for o in st.get("choice_outcomes", ()) if o)  # code: how mutants fail
+        self.outcomes.update(
+            o for o in st.get("choice_outcomes", ()) if o
+        )  # code: how mutants fail
         self.limits_failed.update(st.get("limits_failed", {}))  # code: runs without an OS limit
         if rec is not None:
             for m in _distractor_methods(rec.meta):

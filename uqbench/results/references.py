@@ -180,7 +180,7 @@ def learned_columns(refs: ReferenceInputs, parts: Sequence[str], correct: NDArra
     model = np.asarray(correct, dtype=np.float64).reshape(len(zs), -1)
     d, lo, hi = M.paired_difference(M.seed_mean(COLUMNS["accuracy"].bound()), [zs[:, None]],
                                     [model], n_resamples=n_boot, seed=seed)
-    return dict(zip(LEARNED_COLUMNS, (float(d), float(lo), float(hi))))
+    return dict(zip(LEARNED_COLUMNS, (float(d), float(lo), float(hi)), strict=False))
 
 
 def zero_shot_skipped(zs_log: Mapping[str, Any] | None) -> str:

@@ -2,8 +2,8 @@
 
 The runner never imports torch or the model code: models, gates and forward passes come from a
 backend (`uqbench.core.engine.Backend`, ``"torch"``: `baselines.engine`) found by name when a run
-starts, figures from a figure set (`uqbench.core.engine.get_drawer`). Order of work, so that bad input
-fails before anything expensive: profile, plugins, scorers, gates, backbone name, methods,
+starts, figures from a figure set (`uqbench.core.engine.get_drawer`). Order of work, so that bad
+input fails before anything expensive: profile, plugins, scorers, gates, backbone name, methods,
 output folder -> data -> models -> passes.
 """
 from __future__ import annotations
@@ -73,7 +73,8 @@ class RunConfig:
     gates: tuple[str, ...] = ()
     backend: str = "torch"  # the model side (`uqbench.core.engine.BACKENDS`)
     figure_set: str = "figures"  # who draws the figures (`uqbench.core.engine.DRAWERS`)
-    head: str | None = None  # a head of uqbench.core.heads.HEADS, or auto; None: the suite's `head:`
+    # a head of uqbench.core.heads.HEADS, or auto; None: the suite's `head:`
+    head: str | None = None
     figures: bool = True
     progress: bool = True
     overwrite: bool = False
@@ -115,7 +116,8 @@ def resolve_dirs(cfg: RunConfig) -> tuple[Path, Path, Path | None]:
     from uqbench.data.sources.files import resolve_data_dir
 
     data, cache = resolve_data_dir(cfg.data_dir), resolve_cache_dir(cfg.cache_dir)
-    stem = lambda s: Path(s).stem if ("/" in s or s.endswith((".yaml", ".yml"))) else s
+    def stem(s):
+        return Path(s).stem if ("/" in s or s.endswith((".yaml", ".yml"))) else s
     out = cfg.out or Path("runs") / f"{stem(cfg.suite)}-{cfg.profile}-{stem(cfg.backbone)}" \
         f"{'-' + cfg.experiment if cfg.experiment else ''}"
     return out, cache, data

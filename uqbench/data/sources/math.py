@@ -128,7 +128,9 @@ def parse_aqua(src: Source, split: str, i: int, d: Any) -> Item:
     opts = d["options"]
     letters = "ABCDEFGH"[: len(opts)]
     if not isinstance(opts, list) or any(
-            not isinstance(o, str) or not o.startswith(f"{c})") for o, c in zip(opts, letters)):
+        not isinstance(o, str) or not o.startswith(f"{c})")
+        for o, c in zip(opts, letters, strict=False)
+    ):
         raise Bad("'options' should be a list of 'A)...', 'B)...' strings")
     ans = text(d, "lSolutions").strip()
     if ans not in letters:

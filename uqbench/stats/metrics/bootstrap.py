@@ -149,7 +149,7 @@ def _check_bootstrap_options(n_resamples: int, level: float) -> None:
 
 def _resampleable(arrays: tuple[ArrayLike, ...], names: list[str]) -> list[NDArray[Any]]:
     out = []
-    for name, a in zip(names, arrays):
+    for name, a in zip(names, arrays, strict=False):
         arr = np.asarray(a)
         if arr.ndim == 0:
             raise ValueError(
@@ -443,7 +443,7 @@ def paired_difference(
 
     def diff(*idx: NDArray[np.intp]) -> float:
         pick = idx if two_sample else idx * len(lengths)
-        va, vb = (metric(*(x[i] for x, i in zip(side, pick))) for side in sides)
+        va, vb = (metric(*(x[i] for x, i in zip(side, pick, strict=False))) for side in sides)
         return float(vb - va)
 
     if not two_sample and len(set(lengths)) > 1:
@@ -454,7 +454,8 @@ def paired_difference(
     rows: Callable[..., Any] | None = None
     if isinstance(metric, Resampled):   # each side's chunk of resamples in one call
         stat_a, stat_b = (metric.resampler(*side) for side in sides)
-        rows = lambda *idx: stat_b(*idx) - stat_a(*idx)
+        def rows(*idx):
+            return stat_b(*idx) - stat_a(*idx)
     draws = _draws(np.random.default_rng(seed), sizes, rows, diff)
     point = diff(*(np.arange(n) for n in sizes))
     return _percentile_interval(point, draws, n_resamples, level)  # type: ignore[no-any-return]
