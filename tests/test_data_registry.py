@@ -93,3 +93,18 @@ def test_suite_registry_decorator() -> None:
     assert "mine" not in suite_spec.list_suites() and "other" not in suite_spec.list_suites()
     with pytest.raises(ConfigError, match=r"unknown suite 'poold' \(did you mean 'pooled'"):
         suite_spec.get_suite_spec("poold")
+
+
+def test_subjects_are_a_property_a_source_registers() -> None:
+    """MMLU's sources register their subjects (names and groups); naming subjects for a source
+    without them is a ConfigError naming the source, and no loader tests a source's name."""
+    from uqbench.core.errors import ConfigError
+    from uqbench.data.sources import get_source
+    from uqbench.data.sources.mmlu import mmlu_subjects
+
+    mmlu = get_source("mmlu")
+    assert mmlu.subjects is mmlu_subjects and get_source("mmlu-prerelease").subjects
+    assert mmlu.select_subjects(["college"]) == mmlu_subjects(["college"])
+    assert mmlu.select_subjects(None) is None
+    with pytest.raises(ConfigError, match="only applies to MMLU sources.*'arc-easy'"):
+        get_source("arc-easy").select_subjects(["college"])

@@ -37,7 +37,7 @@ from uqbench.core.errors import ConfigError
 from uqbench.core.registry import Registry
 from uqbench.data.records import MCRecord, Split
 from uqbench.data.sources import get_source, list_sources
-from uqbench.data.sources.mmlu import MMLU_GROUPS, mmlu_subjects
+from uqbench.data.sources.mmlu import MMLU_GROUPS
 
 ROLES: tuple[str, ...] = ("train", "calib", "id", "shift")
 REQUIRED_ROLES: tuple[str, ...] = ("train", "id", "shift")
@@ -275,18 +275,14 @@ def _parse_role(v: Any, where: str, default_choices: int | None) -> RoleSpec:
         raise ConfigError(f"{where}: needs 'source' and 'split'; sources: "
                           f"{', '.join(list_sources())}")
     try:
-        get_source(str(v["source"]), str(v["split"]))
+        source = get_source(str(v["source"]), str(v["split"]))
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     subjects = None
     if v.get("subjects") is not None:
-        if not str(v["source"]).startswith("mmlu"):
-            raise ConfigError(f"{where}: 'subjects' only applies to MMLU sources")
         s = v["subjects"]
-        if isinstance(s, str):
-            s = [s]
         try:
-            subjects = mmlu_subjects([str(x) for x in s])
+            subjects = source.select_subjects([str(x) for x in ([s] if isinstance(s, str) else s)])
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
     half = v.get("half")

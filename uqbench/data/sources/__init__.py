@@ -18,7 +18,6 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from uqbench.core.errors import ConfigError
 from uqbench.data.sources.base import (
     LOADER_VERSION,
     SOURCES,
@@ -46,7 +45,6 @@ from uqbench.data.sources.files import (
     verified_file,
 )
 from uqbench.data.sources.hub import HubLoader, hub_rows
-from uqbench.data.sources.mmlu import mmlu_subjects
 
 
 def _rel_files(source: Source, split: str, root: Path, rel: str, verify: bool,
@@ -71,7 +69,8 @@ def load_source(name: str, split: str, *, data_dir: str | Path | None = None,
     verify : bool
         Check each file's sha256 against the folder's manifest (default True).
     subjects : sequence of str, optional
-        MMLU only: keep these subjects (names or groups, see `mmlu.mmlu_subjects`).
+        Keep these subjects (names or groups) of a source that has them (`Source.subjects`:
+        MMLU's, see `mmlu.mmlu_subjects`).
     hub_loader : callable, optional
         ``load_dataset``-compatible ``(repo, config, split=...) -> iterable of dict rows``;
         default ``datasets.load_dataset``. Only used on the hub path.
@@ -84,9 +83,7 @@ def load_source(name: str, split: str, *, data_dir: str | Path | None = None,
         Unknown source, split or subject.
     """
     source = get_source(name, split)
-    subs = mmlu_subjects(subjects) if subjects is not None else None
-    if subs is not None and not name.startswith("mmlu"):
-        raise ConfigError(f"'subjects' only applies to MMLU sources, not {name!r}")
+    subs = source.select_subjects(subjects)
     root = resolve_data_dir(data_dir)
     if root is None:
         rows, tags = hub_rows(source, split, hub_loader)
@@ -120,7 +117,7 @@ def source_files(name: str, split: str, *, data_dir: str | Path | None = None,
     root = resolve_data_dir(data_dir)
     if root is None:
         return hub_rows(source, split, hub_loader)[1]
-    subs = mmlu_subjects(subjects) if subjects is not None and name.startswith("mmlu") else None
+    subs = source.select_subjects(subjects) if source.subjects is not None else None
     out: dict[str, str] = {}
     for rel in source.splits[split]:
         out.update(_rel_files(source, split, root, rel, verify, subs))

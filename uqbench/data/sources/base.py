@@ -88,6 +88,9 @@ class Source:
     ``version`` is its family's ``VERSION``: part of the split cache key.
     ``stream`` and ``files`` replace the defaults (JSON array for ``.json``, JSON lines for
     ``.jsonl[.gz]``; one verified file per entry of ``splits``), MMLU's CSV folders use them.
+    ``subjects``: for a source whose questions have subjects (MMLU), the names and groups a
+    split may be narrowed to -> the subject names (a ConfigError for an unknown one); None: a
+    suite role or `uqbench.data.sources.load_source` naming subjects for it is an error.
     """
 
     name: str
@@ -104,6 +107,17 @@ class Source:
     versions: Mapping[str, str] = field(default_factory=dict)
     sandboxed: bool = False
     rejects: str = "rejected by builder"
+    subjects: Callable[[Sequence[str]], tuple[str, ...]] | None = None
+
+    def select_subjects(self, subjects: Sequence[str] | None) -> tuple[str, ...] | None:
+        """The subject names ``subjects`` (names or groups) stand for; None for None. A
+        ConfigError for a source without subjects."""
+        if subjects is None:
+            return None
+        if self.subjects is None:
+            raise ConfigError(f"'subjects' only applies to MMLU sources (those with subjects), "
+                              f"not {self.name!r}")
+        return self.subjects(subjects)
 
 
 SOURCES: Registry[Source] = Registry("data source", builtins=(
@@ -118,7 +132,8 @@ def register_source(name: str, *, domain: str, splits: Mapping[str, tuple[str, .
                     rejects: str = "rejected by builder",
                     hub: Mapping[str, tuple[str, str | None, tuple[str, ...]]] | None = None,
                     hub_parse: HubParser | None = None, description: str = "",
-                    stream: Streamer | None = None, files: FileLister | None = None
+                    stream: Streamer | None = None, files: FileLister | None = None,
+                    subjects: Callable[[Sequence[str]], tuple[str, ...]] | None = None
                     ) -> Callable[[RecordParser], RecordParser]:
     """Decorator: register the record parser it decorates as source ``name`` (see `Source`).
 
@@ -137,7 +152,8 @@ def register_source(name: str, *, domain: str, splits: Mapping[str, tuple[str, .
     def deco(parse: RecordParser) -> RecordParser:
         SOURCES.add(name, Source(name, domain, dict(splits), parse, version, dict(hub or {}),
                                  hub_parse, description, stream, files, build,
-                                 dict(sorted((versions or {}).items())), sandboxed, rejects))
+                                 dict(sorted((versions or {}).items())), sandboxed, rejects,
+                                 subjects))
         return parse
 
     return deco

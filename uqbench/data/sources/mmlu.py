@@ -109,11 +109,12 @@ def _mmlu_hub(src: Source, split: str, rows: HubRows, subjects: Sequence[str] | 
                  hub={"dev": ("cais/mmlu", "all", ("dev",)),
                       "test": ("cais/mmlu", "all", ("test",))},
                  hub_parse=_mmlu_hub, stream=_csv_rows(header=True), files=_files,
+                 subjects=mmlu_subjects,
                  description="MMLU final release, 57 subjects (dev 285, test 14042)")
 @register_source("mmlu-prerelease", domain="knowledge", version=VERSION,
                  splits={"dev": ("mmlu/prerelease_dev",), "val": ("mmlu/prerelease_val",),
                          "test": ("mmlu/prerelease_test",)},
-                 stream=_csv_rows(header=False), files=_files,
+                 stream=_csv_rows(header=False), files=_files, subjects=mmlu_subjects,
                  description="MMLU pre-release CSVs (dev 285, val 1542, test 14079)")
 def parse_mmlu_row(src: Source, split: str, i: int, obj: tuple[str, list[str]]) -> Item:
     """One CSV row ``question, 4 options, answer`` (0-3 with a header row, else A-D)."""
