@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from uqbench.data.codemc import CodeProblem, code_mc
+from uqbench.data.mc.code import CodeProblem, code_mc
 from uqbench.data.sandbox import Sandbox, SandboxResult, SandboxSession
 from uqbench.data.sources import load_source
 from uqbench.data.sources.code import mbpp_problem

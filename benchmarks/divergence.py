@@ -187,7 +187,7 @@ def run(candidate: str, profile: str, steps: int, data_dir: str | None, cache_di
     from baselines.backbones import load_backbone
     from benchmarks.recipe_search import parse_candidate, target_modules
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
 
     name, cand = parse_candidate(candidate)
     base = get_profile(profile)

@@ -392,7 +392,7 @@ def _suite(caps: dict[str, int] | None, base: str = "pooled") -> str:
     """``base`` itself, or ``base`` under ``caps`` (registered in this process)."""
     if not caps:
         return base
-    from uqbench.data.suite_spec import SUITES, get_suite_spec, register_suite
+    from uqbench.data.suites.spec import SUITES, get_suite_spec, register_suite
 
     spec = get_suite_spec(base)
     name = f"{spec.name}-gpu-check"
@@ -474,8 +474,8 @@ def compare_cpu(cfg: Any) -> dict[str, Any]:
     from uqbench.core.plan import MOE
     from uqbench.core.probs import softmax
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suite_spec import get_suite_spec
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
+    from uqbench.data.suites.spec import get_suite_spec
     from uqbench.run.runner import resolve_dirs
 
     _, cache, data = resolve_dirs(cfg)

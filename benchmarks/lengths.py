@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from baselines.backbones import load_backbone
     from baselines.heads.registry import head_class
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
 
     prof = get_profile(args.profile)
     head = head_class(args.head)()

@@ -131,7 +131,7 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     from baselines import forward, heads, moe, train
     from baselines.backbones import load_backbone
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
 
     prof = get_profile(profile)
     prof = dataclasses.replace(prof, train_cap=int(cand["train_cap"]),
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.id_cap is not None and args.id_cap < 1:
         ap.error(f"--id-cap {args.id_cap}: give a number of questions >= 1")
     if args.domains:
-        from uqbench.data.suite_spec import get_suite_spec
+        from uqbench.data.suites.spec import get_suite_spec
 
         valid = [d.name for d in get_suite_spec(args.suite).domains]
         if unknown := sorted(set(args.domains.split(",")) - set(valid)):

@@ -143,7 +143,7 @@ def test_alpha_and_empty_inputs() -> None:
 
 def test_split_table_on_a_small_real_suite(tmp_path, real_data) -> None:
     from tests.conftest import REPO
-    from uqbench.data.split_table import format_split_table, split_table
+    from uqbench.data.suites.table import format_split_table, split_table
 
     d = real_data
     rows = split_table(str(REPO / "examples/suites/commonsense.yaml"), "smoke", data_dir=d,

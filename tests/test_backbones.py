@@ -202,7 +202,7 @@ def test_architecture_is_checked_from_config_alone_before_any_data_work(tmp_path
     from baselines.backbones import check_architecture
     from baselines.moe import AUTO_TARGETS
     from uqbench.cli import main
-    from uqbench.data import suites
+    from uqbench.data.suites import build as suites
 
     small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
              "num_attention_heads": 2, "vocab_size": 100}

@@ -16,7 +16,7 @@ from uqbench.data.records import MCRecord
 from uqbench.data.sources.adapters import parse_adapters_choices
 from uqbench.data.sources.math import _equation_hints
 from uqbench.data.sources.mmlu import MMLU_GROUPS, mmlu_subjects
-from uqbench.data.suites import make_record
+from uqbench.data.suites.build import make_record
 
 
 def _records(name: str, split: str, **kw: object) -> list[MCRecord]:

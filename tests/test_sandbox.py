@@ -283,13 +283,13 @@ def test_a_run_outside_its_pids_cgroup_is_reported(tmp_path, monkeypatch) -> Non
 def test_code_mc_build_records_runs_without_a_limit(monkeypatch) -> None:
     """A code MC build whose sandboxed runs go without an OS limit counts them per limit in its
     stats, the split recipe sums them (`suites._BuildStats`), and every run using the split warns
-    and lists them in run.json ``fallbacks`` (`uqbench.data.suites._record_unlimited`)."""
+    and lists them in run.json ``fallbacks`` (`uqbench.data.suites.build._record_unlimited`)."""
     from uqbench.core.errors import FallbackWarning, reset_fallbacks
-    from uqbench.data import suites as S
-    from uqbench.data.codemc import code_mc
+    from uqbench.data.mc.code import code_mc
     from uqbench.data.records import Split
     from uqbench.data.sources import get_source
     from uqbench.data.sources.code import mbpp_problem
+    from uqbench.data.suites import build as S
 
     add = {"text": "Add.", "code": "def add(a, b):\n    return a + b", "task_id": 1,
            "test_list": ["assert add(1, 2) == 3", "assert add(5, 7) == 12"]}

@@ -278,7 +278,7 @@ def test_list_models_prints_every_model(capsys) -> None:
 
 
 def test_unknown_names_list_the_valid_ones(tmp_path) -> None:
-    from uqbench.data.suite_spec import parse_suite
+    from uqbench.data.suites.spec import parse_suite
 
     with pytest.raises(ConfigError, match=re.escape("unknown model 'mixlra' (did you mean "
                                                     "'mixlora', 'lora', 'moe-lora'?); valid: "

@@ -229,7 +229,7 @@ def _build_parser() -> argparse.ArgumentParser:
 _LISTS = {
     "scorers": ("uqbench.core.scorer", "SCORERS"), "gates": ("uqbench.core.gating", "GATES"),
     "sources": ("uqbench.data.sources", "SOURCES"),
-    "suites": ("uqbench.data.suite_spec", "SUITES"),
+    "suites": ("uqbench.data.suites.spec", "SUITES"),
     "backbones": ("uqbench.core.engine", "get_backend"),  # the model side's registry
     "backends": ("uqbench.core.engine", "BACKENDS"), "figures": ("uqbench.core.engine", "DRAWERS"),
     "experiments": ("uqbench.core.experiments", "EXPERIMENTS"),
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join([*diff.differences, f"reproduce {args.run_dir}: {diff.summary()}"]))
             return 0 if diff.equal else 1
         elif args.command == "data":
-            from uqbench.data.split_table import format_split_table, split_table
+            from uqbench.data.suites.table import format_split_table, split_table
             from uqbench.files.cache import resolve_cache_dir
             cache = resolve_cache_dir(args.cache_dir)
             print(format_split_table(split_table(args.suite, args.profile, data_dir=args.data_dir,

@@ -97,7 +97,7 @@ def reference_inputs(suite: Any, *, seed: int = 0,
                      zero_shot: Mapping[str, NDArray[np.float64]] | None = None
                      ) -> ReferenceInputs:
     """`ReferenceInputs` of a built suite (``domains`` and ``split(domain, role)`` with
-    ``records``/``hash``, a `uqbench.data.suite_spec.Suite`): the classifier is fitted on each
+    ``records``/``hash``, a `uqbench.data.suites.spec.Suite`): the classifier is fitted on each
     domain's train split with ``seed``; ``zero_shot`` as `ReferenceInputs` has it."""
     from uqbench.data.artifacts import fit_options_only, options_only_correct
 

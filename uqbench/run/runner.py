@@ -164,7 +164,7 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
         ms = experiment_methods(cfg.experiment, cfg.budget, scorers_for)
     else:
         from uqbench.core.gating import parse_gate
-        from uqbench.data.suite_spec import get_suite_spec
+        from uqbench.data.suites.spec import get_suite_spec
 
         suite_spec = get_suite_spec(cfg.suite)
         gates = [parse_gate(g, cfg.budget) for g in cfg.gates or suite_spec.gates]
@@ -182,7 +182,7 @@ def prepare(cfg: RunConfig, backend: Backend | None = None
     if HEADS.get(prof.encoder_head).kind != "encoder":
         raise ConfigError(f"profile {prof.name!r}: encoder_head {prof.encoder_head!r} is a head "
                           f"for decoders; use one of {', '.join(heads_for('encoder'))}")
-    from uqbench.data.suite_spec import get_suite_spec
+    from uqbench.data.suites.spec import get_suite_spec
 
     get_suite_spec(cfg.suite)  # unknown name or invalid YAML fails here, before any data work
     out, cache, data = resolve_dirs(cfg)
@@ -223,8 +223,8 @@ def run(cfg: RunConfig, backend: Backend | None = None) -> RunResult:
     why = "--threads" if cfg.threads else "the cores this process may use"
     threads = backend.set_threads(cfg.threads)
     print(f"torch threads: {threads} ({why})", flush=True)
-    from uqbench.data.suite_spec import get_suite_spec
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
+    from uqbench.data.suites.spec import get_suite_spec
 
     with backend.main_first():  # process 0 builds the split cache, the others read it
         suite = build_suite(cfg.suite, prof, data_dir=data, cache_dir=cache / "splits",

@@ -1,4 +1,4 @@
-"""The mutants of code multiple choice (`uqbench.data.codemc`): single AST edits (`ast` +
+"""The mutants of code multiple choice (`uqbench.data.mc.code`): single AST edits (`ast` +
 `ast.unparse`) of a reference solution, enumerated (`enumerate_mutations`), tiered
 (`mutation_tier`) and applied (`apply_mutations`).
 
@@ -9,7 +9,7 @@ startswith/endswith... swapped, a wrapper dropped (``abs(x)`` -> ``x``), ``range
 ``range(n - 1)`` / ``range(n + 1)``, an index +-1, slice bounds swapped, ``and`` <-> ``or``, a
 condition negated (``not`` inserted, or removed from ``not x``), ``''`` <-> ``' '``; as a last
 resort ("blunt") ``len(x)`` -> ``x``, ``reverse=True`` added to a sort, a string upper/lower-cased.
-Which of them are tried first, and why, is `uqbench.data.codemc`'s business.
+Which of them are tried first, and why, is `uqbench.data.mc.code`'s business.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from uqbench.core.profiles import Profile
 from uqbench.data.artifacts import BASELINES, check_suite
-from uqbench.data.suites import build_suite
+from uqbench.data.suites.build import build_suite
 
 
 def split_table(suite_name: str, profile: Profile | str, *, data_dir: str | Path | None = None,
