@@ -480,8 +480,9 @@ def load_backbone(name_or_path: str = "minilm", *, dtype: torch.dtype | None = N
         return BACKBONES.get(name_or_path).load(dtype=dtype, device=device, cache_dir=cache_dir)
     path = Path(name_or_path).expanduser()
     if how == "gguf":
-        return load_folder(weights.gguf_folder(path.resolve(), cache_dir), name_or_path, dtype=dtype,
-                           device=device)
+        return load_folder(
+            weights.gguf_folder(path.resolve(), cache_dir), name_or_path, dtype=dtype, device=device
+        )
     if how == "folder":
         return load_folder(path, name_or_path, dtype=dtype, device=device)
     return _load_dir_or_hub(name_or_path, name_or_path, dtype=dtype, local=False, device=device)

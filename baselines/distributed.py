@@ -111,8 +111,8 @@ def all_sum(x: torch.Tensor) -> torch.Tensor:
 
 def get_or_compute(cache: Any, kind: str, material: Mapping[str, Any],
                    compute: Callable[[], Mapping[str, Any]]) -> tuple[dict[str, Any], bool]:
-    """`uqbench.files.cache.ArrayCache.get_or_compute` across processes: process 0 looks the entry up
-    and hands it to the others; on a miss every process computes (``compute`` may hold
+    """`uqbench.files.cache.ArrayCache.get_or_compute` across processes: process 0 looks the entry
+    up and hands it to the others; on a miss every process computes (``compute`` may hold
     collectives) and process 0 stores the result."""
     if not _launched():
         return cache.get_or_compute(kind, material, compute)
@@ -127,8 +127,8 @@ def get_or_compute(cache: Any, kind: str, material: Mapping[str, Any],
 
 def build_dir(cache: Any, kind: str, material: Mapping[str, Any],
               write: Callable[[Path], None]) -> Path:
-    """`uqbench.files.cache.DirCache` get-or-build across processes: every process runs ``write`` (it
-    may train with DDP), only process 0's folder is published; the others write to a throwaway
+    """`uqbench.files.cache.DirCache` get-or-build across processes: every process runs ``write``
+    (it may train with DDP), only process 0's folder is published; the others write to a throwaway
     folder and then use process 0's."""
     if not _launched():
         return cache.get(kind, material) or cache.build(kind, material, write)

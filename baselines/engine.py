@@ -303,7 +303,7 @@ class TorchEngine:
                             if mode == "mc_dropout" else
                             [forward.collect(model, split.records, mode=mode, seed=i, **kw)
                              for i in todo])
-                computed.update(zip(todo, recs))
+                computed.update(zip(todo, recs, strict=False))
                 self.stats.add_seconds("passes", time.perf_counter() - t)
             return computed[at]
 

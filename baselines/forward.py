@@ -347,7 +347,7 @@ def _per_copy_draws(model: MultipleChoiceModel, seeds: list[int], dev: torch.dev
 
     def check() -> None:
         now = _rng_state(dev)
-        if not all(a is None or torch.equal(a, b) for a, b in zip(now, sentinel)):
+        if not all(a is None or torch.equal(a, b) for a, b in zip(now, sentinel, strict=False)):
             raise _UnsplitDraw("a random draw other than nn.Dropout's and the MoE-LoRA "
                                "layers' dropout masks ran in the stacked forward")
 
@@ -376,7 +376,7 @@ def _per_copy_draws(model: MultipleChoiceModel, seeds: list[int], dev: torch.dev
     try:
         yield
     finally:
-        for layer, draws in zip(layers, own):
+        for layer, draws in zip(layers, own, strict=False):
             if draws is None:
                 del layer.mask_draws
             else:

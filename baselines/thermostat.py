@@ -109,13 +109,13 @@ def measure_k(model: nn.Module, batches: Sequence[Any], forward: Forward | None 
                 keep = (am.bool().to(k.device) if am is not None
                         else torch.ones(k.shape[1:], dtype=torch.bool, device=k.device))
                 # every layer's tokens read back at once: one wait for a GPU per batch
-                for i, row in zip(measured, k[:, keep].round().long().cpu()):
+                for i, row in zip(measured, k[:, keep].round().long().cpu(), strict=False):
                     out[i].append(row)
     finally:
         if hook is not None:
             hook.remove()
         set_token_mask(model, None)
-        for layer, rec in zip(layers, prev_record):
+        for layer, rec in zip(layers, prev_record, strict=False):
             layer.record = rec
         for m, training in modes:
             m.training = training
@@ -241,8 +241,8 @@ def calibrate_entropy_k(model: nn.Module, batches: Iterable[Any], budget: float 
 def calibrate_kind(kind: GateKind, model: nn.Module, batches: Iterable[Any], budget: float,
                    params: Mapping[str, Any], *, forward: Forward | None = None
                    ) -> tuple[Gate, CalibrationResult]:
-    """Calibrate a registered gate kind (`uqbench.core.gating.GateKind`) for ``budget``: bisection on
-    its ``knob`` within its ``bounds`` (:func:`calibrate`), the other fields from ``params``.
+    """Calibrate a registered gate kind (`uqbench.core.gating.GateKind`) for ``budget``: bisection
+    on its ``knob`` within its ``bounds`` (:func:`calibrate`), the other fields from ``params``.
 
     A kind with a ``proxy`` calibrates the proxy's knob instead, then is built from the proxy's
     per-token ``k`` at that knob with ``kind.cls.from_counts(ks, seed=0)`` (RandomK: CARE's

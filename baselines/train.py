@@ -64,7 +64,8 @@ class TrainConfig:
     epochs: int = help_field("passes over the training records (paper: 3)", 3)
     batch_size: int = help_field("examples per optimiser step (paper: 16)", 16)
     max_length: int = help_field("max tokens per sequence (question truncated first)", 128)
-    warmup_ratio: float = help_field("fraction of steps of linear warm-up before cosine decay", 0.06)
+    warmup_ratio: float = help_field(
+        "fraction of steps of linear warm-up before cosine decay", 0.06)
     seed: int = help_field("seed of shuffling and dropout", 0)
     grad_clip: float | None = help_field("max global grad norm (None: no clipping)", 1.0)
     bucket: bool = help_field("group similar lengths inside a seeded shuffle (less padding)", True)
@@ -522,7 +523,7 @@ class _StepLog:
             self._last_norms = norms
         self.losses += [r[0] for r in rows]
         self.aux_losses += [r[1] for r in rows]
-        self.accuracy += [r[2] / b for r, b in zip(rows, self._sizes)]
+        self.accuracy += [r[2] / b for r, b in zip(rows, self._sizes, strict=False)]
         if self.domains:
             sums = [sum(r[4 + k] for r in rows) for k in range(n_dom)]
             self.steps.append(len(self.losses))
@@ -718,12 +719,12 @@ def _compiled(model: MultipleChoiceModel, on: bool) -> Iterator[_CompileLog | No
         with torch._dynamo.config.patch(recompile_limit=64):
             yield _CompileLog(len(blocks))
     finally:
-        for b, f in zip(blocks, before):
+        for b, f in zip(blocks, before, strict=False):
             if f is None:
                 del b.forward
             else:
                 b.forward = f
-        for layer, f in zip(layers, fast):
+        for layer, f in zip(layers, fast, strict=False):
             if f is None:
                 del layer.fast_path
             else:
@@ -800,7 +801,8 @@ def _to_device(batch: dict[str, Tensor], labels: Tensor, device: torch.device
     labels moved to ``device``."""
     if device.type != "cuda":
         return batch, labels.to(device)
-    move = lambda t: t.pin_memory().to(device, non_blocking=True)
+    def move(t):
+        return t.pin_memory().to(device, non_blocking=True)
     return {k: move(v) for k, v in batch.items()}, move(labels)
 
 

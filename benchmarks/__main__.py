@@ -12,7 +12,9 @@ import benchmarks
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=benchmarks.__doc__)
-    ap.add_argument("names", nargs="*", help="benchmark modules to run (default: all), e.g. metrics")
+    ap.add_argument(
+        "names", nargs="*", help="benchmark modules to run (default: all), e.g. metrics"
+    )
     ap.add_argument("--list", action="store_true", help="list benchmark modules and exit")
     args = ap.parse_args(argv)
     mods = sorted(m.name[len("bench_"):] for m in pkgutil.iter_modules(benchmarks.__path__)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from uqbench.data.codemc import CodeProblem, code_mc
+from uqbench.data.mc.code import CodeProblem, code_mc
 from uqbench.data.sandbox import Sandbox, SandboxResult, SandboxSession
 from uqbench.data.sources import load_source
 from uqbench.data.sources.code import mbpp_problem
@@ -97,10 +97,10 @@ def run() -> Iterator[dict[str, object]]:
                "load_avg_1m_at_start": load}
     old, new = both["process"], both["session"]
     verdicts = [(code, a.passed, b.passed)
-                for la, lb in zip(old["logs"], new["logs"])
-                for (code, a, _), (code_b, b, _) in zip(la, lb) if code == code_b]
+                for la, lb in zip(old["logs"], new["logs"], strict=False)
+                for (code, a, _), (code_b, b, _) in zip(la, lb, strict=False) if code == code_b]
     ratio = finished["process"] / finished["session"]
-    same = (all(len(la) == len(lb) for la, lb in zip(old["logs"], new["logs"]))
+    same = (all(len(la) == len(lb) for la, lb in zip(old["logs"], new["logs"], strict=False))
             and len(verdicts) == sum(map(len, old["logs"]))
             and all(a == b for _, a, b in verdicts))
     yield {"name": "code_mc_build_compare", "problems": len(raws),

@@ -67,7 +67,7 @@ def run() -> Iterator[dict[str, Any]]:
     log = comp.compile
     eager_step = res["eager_s"] / eager.steps
     comp_step = log["seconds_per_other_step"]
-    diff = max(abs(a - b) for a, b in zip(eager.losses, comp.losses))
+    diff = max(abs(a - b) for a, b in zip(eager.losses, comp.losses, strict=False))
     yield {"benchmark": "train_step_compiled_vs_eager", "backbone": name,
            "device": device, "batch": BATCH,
            "max_length": MAX_LENGTH, "steps": eager.steps, "epochs": EPOCHS,

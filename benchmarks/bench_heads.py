@@ -17,7 +17,7 @@ def run() -> Iterator[dict[str, object]]:
     from baselines.backbones import load_backbone
     from baselines.heads import make_plain
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
     from uqbench.files.cache import resolve_cache_dir
 
     prof = get_profile("cpu")

@@ -89,7 +89,7 @@ def _measure(name: str, records: list[Any], what: str) -> Iterator[dict[str, obj
                                for t in range(T)],
         "stacked": lambda: collect_mc(model, records, list(range(T)), **kw)})
     diff = max(float(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)).max())
-               for a, b in zip(out["sequential"], out["stacked"]) for k in a)
+               for a, b in zip(out["sequential"], out["stacked"], strict=False) for k in a)
     yield {"name": "mc_passes_stacked_vs_sequential", "backbone": name, "head": model.mode,
            "records": what, "n": len(records), "passes": T, "batch_size": bs,
            "sequential_s": round(secs["sequential"], 3), "stacked_s": round(secs["stacked"], 3),

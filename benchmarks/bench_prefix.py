@@ -2,8 +2,8 @@
 
 ``prefix_states_alone_vs_padded``: the real MiniLM with adapters on its last 2 blocks (the
 `smoke`/`cpu` recipe), its 4-block frozen prefix computed for the questions and options of
-``N_RECORDS`` 4-option ARC-Easy train records (bi-encoder: questions and options are separate texts) in
-the runner's evaluation batches of ``BATCH`` records, on one thread, from a cold cache:
+``N_RECORDS`` 4-option ARC-Easy train records (bi-encoder: questions and options are separate texts)
+in the runner's evaluation batches of ``BATCH`` records, on one thread, from a cold cache:
 ``alone`` is the cache as it is (each text computed by itself, unpadded, so that its states do
 not depend on the batch that first needed it), ``padded`` the way it was before (the missing
 texts of a batch in one call, right-padded to the longest). ``ratio`` = alone / padded.
@@ -60,7 +60,7 @@ def run() -> Iterator[dict[str, object]]:
             best[name] = min(best.get(name, float("inf")), time.perf_counter() - t)
             best[name + "_states"] = out
     differ, worst, n = 0, 0.0, 0
-    for a, p, (_, mask) in zip(best["alone_states"], best["padded_states"], batches):
+    for a, p, (_, mask) in zip(best["alone_states"], best["padded_states"], batches, strict=False):
         for i, length in enumerate(mask.sum(1).tolist()):
             d = (a[i, :length] - p[i, :length]).abs().max().item()
             differ += int(not torch.equal(a[i, :length], p[i, :length]))

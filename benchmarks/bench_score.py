@@ -206,7 +206,7 @@ def cpu_like_records(*, domains: int = 4, sizes: tuple[int, int, int] = (120, 12
     outputs, n_choices, hashes = {}, {}, {}
     names = [f"d{i}" for i in range(domains)]
     for d in names:
-        for role, n in zip(("id", "shift", "calib", "train"), (*sizes, n_train)):
+        for role, n in zip(("id", "shift", "calib", "train"), (*sizes, n_train), strict=False):
             split = f"{d}/{role}"
             hashes[split] = f"{d}-{role}"
             labels = rng.integers(0, 4, n)

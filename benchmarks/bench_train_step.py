@@ -243,24 +243,36 @@ def _ratio_line(name: str, bb: Any, batch: int = BATCH, max_length: int = MAX_LE
                                        / graph["lora_graph_s_per_step"], 3),
                      moe_graph_steps_per_s=round(1 / graph["moe_graph_s_per_step"], 1),
                      goal_steps_per_s=GOAL_STEPS_PER_S)
-    return {"benchmark": "train_step_moe_vs_lora", "backbone": name, "device": str(dev),
-            "dtype": str(next(moe.parameters()).dtype).replace("torch.", ""),
-            "adapter_dtype": str(adapter_dtype).replace("torch.", ""),
-            # the layers whose last training forward took the hand-written step
-            "fast_step_layers": sum(layer.took_fast_step for layer in layers),
-            "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-            "batch": batch, "max_length": max_length, "steps": steps,
-            "adapted_linears": len(layers), "n_experts": cfg.n_experts,
-            "top_k": cfg.top_k,
-            "moe_s_per_step": round(s["moe"], 4), "lora_s_per_step": round(s["lora"], 4),
-            "moe_tokens_per_s": round(batch * max_length / s["moe"]),
-            "ratio": round(s["moe"] / s["lora"], 3), "goal_ratio": GOAL_RATIO[dev.type],
-            "rounds": ROUNDS,
-            "ratio_rounds": [round(m / d, 3) for m, d in zip(rounds["moe"], rounds["lora"])],
-            "extra_product_s_per_step": round(extra, 4),
-            "floor_ratio": round((s["lora"] + extra) / s["lora"], 3),
-            "met": s["moe"] / s["lora"] <= GOAL_RATIO[dev.type],
-            # what --grad-checkpoint costs: the MoE-LoRA step recomputing its blocks
-            "moe_ckpt_s_per_step": round(s["moe_ckpt"], 4),
-            "ckpt_ratio": round(s["moe_ckpt"] / s["moe"], 3), **graph,
-            "load": round(os.getloadavg()[0], 2)}
+    return {
+        "benchmark": "train_step_moe_vs_lora",
+        "backbone": name,
+        "device": str(dev),
+        "dtype": str(next(moe.parameters()).dtype).replace("torch.", ""),
+        "adapter_dtype": str(adapter_dtype).replace("torch.", ""),
+        # the layers whose last training forward took the hand-written step
+        "fast_step_layers": sum(layer.took_fast_step for layer in layers),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "batch": batch,
+        "max_length": max_length,
+        "steps": steps,
+        "adapted_linears": len(layers),
+        "n_experts": cfg.n_experts,
+        "top_k": cfg.top_k,
+        "moe_s_per_step": round(s["moe"], 4),
+        "lora_s_per_step": round(s["lora"], 4),
+        "moe_tokens_per_s": round(batch * max_length / s["moe"]),
+        "ratio": round(s["moe"] / s["lora"], 3),
+        "goal_ratio": GOAL_RATIO[dev.type],
+        "rounds": ROUNDS,
+        "ratio_rounds": [
+            round(m / d, 3) for m, d in zip(rounds["moe"], rounds["lora"], strict=False)
+        ],
+        "extra_product_s_per_step": round(extra, 4),
+        "floor_ratio": round((s["lora"] + extra) / s["lora"], 3),
+        "met": s["moe"] / s["lora"] <= GOAL_RATIO[dev.type],
+        # what --grad-checkpoint costs: the MoE-LoRA step recomputing its blocks
+        "moe_ckpt_s_per_step": round(s["moe_ckpt"], 4),
+        "ckpt_ratio": round(s["moe_ckpt"] / s["moe"], 3),
+        **graph,
+        "load": round(os.getloadavg()[0], 2),
+    }

@@ -6,7 +6,7 @@ Builds the code domain of ``pooled`` (MBPP train/calib/ID, HumanEval shift: the 
 runs every mutant in the sandbox, about 3.5 minutes per seed at ``cpu`` on 2 cores) without a
 cache, runs `uqbench.data.artifacts.check_suite` and prints one JSON line per (seed, split):
 the four options-only baselines, the flag threshold and what is flagged. The table in
-docs/code_mc.md comes from it; run it after any change to `uqbench.data.codemc`.
+docs/code_mc.md comes from it; run it after any change to `uqbench.data.mc.code`.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import argparse
 import json
 import time
 
-from uqbench.data import codemc
-from uqbench.data import suite_spec as SP
-from uqbench.data import suites as S
 from uqbench.data.artifacts import check_suite
+from uqbench.data.mc import code as codemc
+from uqbench.data.suites import build as S
+from uqbench.data.suites import spec as SP
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -187,11 +187,12 @@ def run(candidate: str, profile: str, steps: int, data_dir: str | None, cache_di
     from baselines.backbones import load_backbone
     from benchmarks.recipe_search import parse_candidate, target_modules
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
 
     name, cand = parse_candidate(candidate)
-    prof = dataclasses.replace(get_profile(profile), train_cap=int(cand["train_cap"]),
-                               max_length=int(cand["max_length"]) or get_profile(profile).max_length)
+    base = get_profile(profile)
+    prof = dataclasses.replace(base, train_cap=int(cand["train_cap"]),
+                               max_length=int(cand["max_length"]) or base.max_length)
     suite = build_suite("pooled", prof, data_dir=data_dir, cache_dir=f"{cache_dir}/splits",
                         progress=False)
     bb = load_backbone(cand["backbone"], cache_dir=cache_dir,

@@ -120,7 +120,8 @@ class _Watch:
         h = inp[0].reshape(-1, L, m.in_features).to(m.router.weight.dtype)   # (B, L, E)
         vals = {"logit": h @ m.router.weight.t(),                            # (B, L, N)
                 "code": torch.einsum("ble,nre->blnr", h, m.lora_A).flatten(2),
-                "delta": (out.float() - m.base_layer(inp[0]).float()).reshape(-1, L, m.out_features)}
+                "delta": (out.float() - m.base_layer(inp[0]).float()).reshape(
+                    -1, L, m.out_features)}
         for k, v in vals.items():
             v = v.abs()
             self.cur[f"{k}_first"] = max(self.cur[f"{k}_first"], float(v[:, 0].max()))
@@ -203,7 +204,8 @@ def run(backbone: str, candidate: str, *, top: int, lr: float, records: int, bat
     line = {"name": "divergence_candidate", "backbone": backbone, "candidate": candidate,
             "top_layers": top, "targets": "no down_proj" if name == "no-down-proj" else "auto",
             "lr": lr, "batch": batch, "records": len(chosen), "max_length": max_length,
-            "epochs": epochs, "dtype": str(next(bb.model.parameters()).dtype).removeprefix("torch."),
+            "epochs": epochs,
+            "dtype": str(next(bb.model.parameters()).dtype).removeprefix("torch."),
             "device": str(model.device), "steps": len(rows),
             "seconds": round(time.perf_counter() - t0, 1), "error": error,
             **{k: [r[k] for r in rows] for k in (rows[0] if rows else {})},

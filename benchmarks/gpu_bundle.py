@@ -175,8 +175,8 @@ def make(out: Path, *, profile: str = "gpu", suite: str = "pooled",
     from baselines.backbones import BACKBONES, check_backbone
     from uqbench.core.profiles import get_profile
     from uqbench.data.sources import resolve_data_dir
-    from uqbench.data.split_cache import SplitCache
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
+    from uqbench.data.suites.cache import SplitCache
     from uqbench.files.cache import resolve_cache_dir
 
     get_profile(profile)   # unknown names fail before any work
@@ -365,7 +365,7 @@ def suite_of(info: dict[str, Any], work: Path) -> str:
 
 def check_splits(info: dict[str, Any], work: Path) -> dict[str, Any]:
     """Every split of the bundle from the unpacked cache, none rebuilt, the recorded hashes."""
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
 
     splits = work / "cache" / "splits"
     before = sorted(p.name for p in splits.rglob("*.json"))

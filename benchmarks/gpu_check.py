@@ -393,7 +393,7 @@ def _suite(caps: dict[str, int] | None, base: str = "pooled") -> str:
     """``base`` itself, or ``base`` under ``caps`` (registered in this process)."""
     if not caps:
         return base
-    from uqbench.data.suite_spec import SUITES, get_suite_spec, register_suite
+    from uqbench.data.suites.spec import SUITES, get_suite_spec, register_suite
 
     spec = get_suite_spec(base)
     name = f"{spec.name}-gpu-check"
@@ -475,8 +475,8 @@ def compare_cpu(cfg: Any) -> dict[str, Any]:
     from uqbench.core.plan import MOE
     from uqbench.core.probs import softmax
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suite_spec import get_suite_spec
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
+    from uqbench.data.suites.spec import get_suite_spec
     from uqbench.run.runner import resolve_dirs
 
     _, cache, data = resolve_dirs(cfg)
@@ -504,18 +504,24 @@ def compare_cpu(cfg: Any) -> dict[str, Any]:
     tol = TOLERANCE.get(dtype, TOLERANCE["bfloat16"])
     where = f"{model.device} in {dtype}"
     return {
-        "placement": {"device": str(model.device), "dtype": dtype,
-                      "device_map": getattr(bb.model, "hf_device_map", None),
-                      "head": model.mode},
+        "placement": {
+            "device": str(model.device),
+            "dtype": dtype,
+            "device_map": getattr(bb.model, "hf_device_map", None),
+            "head": model.mode,
+        },
         "tokens_per_s": round(float(dev["n_tokens"].sum()) / seconds, 1),
         "matches_cpu": {
             "compared": f"deterministic option probabilities of the trained MoE-LoRA (top-4) on "
-                        f"the first (up to) {COMPARE_N} ID questions of each domain, "
-                        f"{len(records)} in all: {where} vs the CPU in float32" + (" (no GPU: both sides ran on the CPU)"
-                                        if model.device.type == "cpu" else ""),
-            "n": len(records), "max_abs_diff": diff, "tolerance": tol,
+            f"the first (up to) {COMPARE_N} ID questions of each domain, "
+            f"{len(records)} in all: {where} vs the CPU in float32"
+            + (" (no GPU: both sides ran on the CPU)" if model.device.type == "cpu" else ""),
+            "n": len(records),
+            "max_abs_diff": diff,
+            "tolerance": tol,
             "argmax_agreement": float((p_dev.argmax(1) == p_cpu.argmax(1)).mean()),
-            "equal": diff <= tol},
+            "equal": diff <= tol,
+        },
     }
 
 

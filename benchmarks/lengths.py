@@ -74,7 +74,9 @@ def rows(suite: Any, head: Any, tok: Any, lengths: list[int], batch_size: int,
                 real += n
         row["real_tokens"] = real
         for (domain, role), c in sorted(cuts.items()):
-            row["cut_option"][f"{domain}/{role}"] = round(float((c == CUT_OPTION).float().mean()), 3)
+            row["cut_option"][f"{domain}/{role}"] = round(
+                float((c == CUT_OPTION).float().mean()), 3
+            )
             row["cut_question"][f"{domain}/{role}"] = round(
                 float((c == CUT_QUESTION).float().mean()), 3)
         out.append(row)
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from baselines.backbones import load_backbone
     from baselines.heads.registry import head_class
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
 
     prof = get_profile(args.profile)
     head = head_class(args.head)()

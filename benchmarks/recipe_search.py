@@ -5,14 +5,16 @@ model) on the pooled suite's train splits and reports, per domain, the ID-test a
 95% percentile-bootstrap CI, the loss before any update (``initial_loss_<domain>``, step 0,
 with its accuracy), the training loss and accuracy of the last logging interval
 (``train_loss_<domain>``, ``train_acc_<domain>``; the whole curves in ``curves``), the final
-train loss (mean of the last 10 steps) and the seconds of training and evaluation. The `cpu` profile's recipe (`uqbench.core.profiles`) is chosen from this table
-(docs/recipe.md); `smoke` keeps the same recipe at smaller caps.
+train loss (mean of the last 10 steps) and the seconds of training and evaluation. The `cpu`
+profile's recipe (`uqbench.core.profiles`) is chosen from this table (docs/recipe.md);
+`smoke` keeps the same recipe at smaller caps.
 
     python -m benchmarks.recipe_search --candidates bi,cross --out recipe.jsonl
 
 A candidate is ``name:key=value,key=value`` or a preset name from `PRESETS`; keys: head
 (bi_encoder | cross_encoder | cross_encoder_cls), lr, head_lr, epochs (0 = no training),
-train_cap, targets (auto | ffn | module names joined by '+', e.g. q_proj+up_proj), top (adapt the last N blocks; 0 = all), batch, backbone,
+train_cap, targets (auto | ffn | module names joined by '+', e.g. q_proj+up_proj), top (adapt
+the last N blocks; 0 = all), batch, backbone,
 max_length (tokens a question's input keeps; 0 = the profile's). Each row also gives, per
 domain, the fraction of ID questions whose option text that length cut (``cut_<domain>``).
 On a GPU (``--profile gpu --candidates gpu-zero,gpu,gpu-lr2e-3,...``, `GPU_PRESETS`) the
@@ -129,7 +131,7 @@ def run_candidate(name: str, cand: dict[str, Any], profile: str, data_dir: str |
     from baselines import forward, heads, moe, train
     from baselines.backbones import load_backbone
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
 
     prof = get_profile(profile)
     prof = dataclasses.replace(prof, train_cap=int(cand["train_cap"]),
@@ -259,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.id_cap is not None and args.id_cap < 1:
         ap.error(f"--id-cap {args.id_cap}: give a number of questions >= 1")
     if args.domains:
-        from uqbench.data.suite_spec import get_suite_spec
+        from uqbench.data.suites.spec import get_suite_spec
 
         valid = [d.name for d in get_suite_spec(args.suite).domains]
         if unknown := sorted(set(args.domains.split(",")) - set(valid)):

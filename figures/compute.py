@@ -102,10 +102,10 @@ def frontier_figure(run: RunData, domain: str = POOLED) -> Figure | None:
 
     _errorbar(ax, fixed, xs(fixed), color=gate_color("top1"), label="fixed top-$k$", gid="fixed")
     _errorbar(ax, care, xs(care), color=VERMILLION, label="CARE (budget $B$)", gid="care")
-    for p, x in zip(fixed, xs(fixed)):
+    for p, x in zip(fixed, xs(fixed), strict=False):
         ax.annotate(f"k={p.knob:g}", (x, p.accuracy), textcoords="offset points", xytext=(0, -9),
                     ha="center", fontsize=5.5, color=gate_color("top1"))
-    for p, x in zip(care, xs(care)):
+    for p, x in zip(care, xs(care), strict=False):
         ax.annotate(f"B={p.knob:g}", (x, p.accuracy), textcoords="offset points", xytext=(0, 5),
                     ha="center", fontsize=5.5, color=VERMILLION)
     ref = next((p for p in fixed if p.knob == REFERENCE_K), None)
@@ -204,8 +204,11 @@ def allocation_figure(run: RunData) -> Figure | None:
     ax.set_ylabel("mean active experts")
     tau = _tau_of(next((v for k, v in run.meta.get("gates", {}).items()
                         if k.split("@")[0].endswith(f"/{gate}")), None))
-    ax.set_title("CARE experts per domain\n"
-                 + f"(gate {gate}, one global $\\tau$" + (f" = {tau:.3g})" if tau is not None else ")"))
+    ax.set_title(
+        "CARE experts per domain\n"
+        + f"(gate {gate}, one global $\\tau$"
+        + (f" = {tau:.3g})" if tau is not None else ")")
+    )
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=3)
     return fig
 
@@ -222,7 +225,7 @@ def ablation_figure(run: RunData, domain: str = POOLED) -> Figure | None:
     axes = fig.subplots(1, 2)
     for ax, (col, title, prefer) in zip(axes, (
             ("accuracy", "(a) accuracy", ("msp",)),
-            ("ood_auroc", f"(b) OOD-AUROC ({scorer} score)", (scorer,)))):
+            ("ood_auroc", f"(b) OOD-AUROC ({scorer} score)", (scorer,))), strict=False):
         rows = [run.gate_rows(g, domain, prefer=prefer) for g in gates]
         y = [_f(r, col) if r else float("nan") for r in rows]
         lo = [_f(r, f"{col}_lo") if r else float("nan") for r in rows]

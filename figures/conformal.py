@@ -2,9 +2,9 @@
 
 The true-label conformity scores are the run's own (``scores.npz`` keys
 ``"{method}|{domain}|{calib,id,shift}|conformity_{score}"``, written by the runner through
-`uqbench.results.conformal_risk`); each curve is `uqbench.stats.conformal.coverage_curve` (q̂ from the calib split,
-coverage on the ID or the shifted split, seed 0). A calibrated method lies on the diagonal on
-ID; below it under shift, its sets lose their guarantee.
+`uqbench.results.conformal_risk`); each curve is `uqbench.stats.conformal.coverage_curve` (q̂ from
+the calib split, coverage on the ID or the shifted split, seed 0). A calibrated method lies on the
+diagonal on ID; below it under shift, its sets lose their guarantee.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def coverage_figure(run: RunData, domain: str, methods: Sequence[str]) -> Figure
         groups.setdefault(key, []).append(m)
     fig = new_figure(TEXT_WIDTH, 2.9)
     axes = fig.subplots(1, len(PANELS), sharey=True)
-    for ax, (score, title) in zip(axes, PANELS):
+    for ax, (score, title) in zip(axes, PANELS, strict=False):
         ax.plot([0.5, 1], [0.5, 1], color="#999999", lw=0.8, ls=":", label="nominal")
         for same in groups.values():
             method = same[0]

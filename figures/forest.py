@@ -93,10 +93,19 @@ def forest_figure(run: RunData, column: str) -> Figure | None:
     better = "higher" if higher else "lower"
     ax.set_xlabel(f"{header} ({better} is better; 95% bootstrap CI)")
     fig.suptitle(f"{header} per method and domain (sorted on {first})", x=0.02, ha="left")
-    handles = domain_handles(doms) + [Line2D([], [], color=REFERENCE_COLOR, ls="--" if column == "ood_auroc" else "",
-                       marker="" if column == "ood_auroc" else "|", label="random ranking"),
-                Line2D([], [], color="black", marker="o", mfc="white", ms=3.2, ls="",
-                       label="model at chance")]
+    handles = domain_handles(doms) + [
+        Line2D(
+            [],
+            [],
+            color=REFERENCE_COLOR,
+            ls="--" if column == "ood_auroc" else "",
+            marker="" if column == "ood_auroc" else "|",
+            label="random ranking",
+        ),
+        Line2D(
+            [], [], color="black", marker="o", mfc="white", ms=3.2, ls="", label="model at chance"
+        ),
+    ]
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4,
               borderaxespad=0.2, columnspacing=0.8, handletextpad=0.3)
     return fig

@@ -166,8 +166,9 @@ def _draw_gain(ax: Axes, p: _Panel) -> None:
            ylabel=f"Δ accuracy, top-{REFERENCE_K + 1} − top-{REFERENCE_K}")
 
 
-PANELS: tuple[tuple[Callable[[RunData, str], _Panel | None], Callable[[Axes, _Panel], None]], ...] = (
-    (_top1_panel, _draw_top1), (_experts_panel, _draw_experts), (_gain_panel, _draw_gain))
+PANELS: tuple[
+    tuple[Callable[[RunData, str], _Panel | None], Callable[[Axes, _Panel], None]], ...
+] = ((_top1_panel, _draw_top1), (_experts_panel, _draw_experts), (_gain_panel, _draw_gain))
 
 
 def mechanism_figure(run: RunData) -> Figure | None:
@@ -180,7 +181,7 @@ def mechanism_figure(run: RunData) -> Figure | None:
         return None
     fig = new_figure(2.35 * len(panels), 2.5)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, (p, draw) in zip(axes, panels):
+    for ax, (p, draw) in zip(axes, panels, strict=False):
         ax.set_title(p.title, fontsize=7)
         if p.problem is not None:
             note(ax, p.problem)

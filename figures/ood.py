@@ -53,7 +53,9 @@ class RocDisplay:
         return line
 
 
-def _pair(run: RunData, method: str, domain: str) -> tuple[Scores | None, Scores | None, str | None]:
+def _pair(
+    run: RunData, method: str, domain: str
+) -> tuple[Scores | None, Scores | None, str | None]:
     """(ID scores, shifted scores, why they cannot be drawn)."""
     sid, ssh = run.scores(method, domain, "id"), run.scores(method, domain, "shift")
     if sid is None or ssh is None:
@@ -113,7 +115,7 @@ def histogram_figure(run: RunData, domain: str, methods: Sequence[str], *,
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax in axes.flat[len(methods):]:
         ax.set_axis_off()
-    for ax, method in zip(axes.flat, methods):
+    for ax, method in zip(axes.flat, methods, strict=False):
         model, gate, scorer = split_method(method)
         sid, ssh, problem = _pair(run, method, domain)
         if problem is not None:

@@ -3,8 +3,8 @@ binning and isotonic regression side by side, one row per method, on the ID spli
 
 The recalibrated confidences are the run's own (``scores.npz`` keys
 ``"{method}|{domain}|id|confidence_{ts,hb,iso}"``, written by the runner from
-`uqbench.results.recalibration`, fitted on the domain's calibration split); this module only reads and
-draws them, with the same bins as the raw diagram (`figures.calibration.ReliabilityDisplay`).
+`uqbench.results.recalibration`, fitted on the domain's calibration split); this module only reads
+and draws them, with the same bins as the raw diagram (`figures.calibration.ReliabilityDisplay`).
 """
 from __future__ import annotations
 

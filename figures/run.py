@@ -5,8 +5,8 @@ The run is read by `figures.data` (`load_run`); each figure comes from a panel m
 `figures.conformal`, `figures.forest`, `figures.compute`, `figures.mechanism`, `figures.training`,
 `figures.ranking`), which
 imports `figures.data` and never this module. Figures only *read* the run's records: every
-curve comes from a `uqbench.stats.metrics` (or `uqbench.stats.conformal`) curve function, every table
-number from ``results.jsonl``.
+curve comes from a `uqbench.stats.metrics` (or `uqbench.stats.conformal`) curve function, every
+table number from ``results.jsonl``.
 """
 from __future__ import annotations
 

@@ -148,8 +148,9 @@ def _accuracy_panel(ax: Any, t: Mapping[str, Any], chance: float | None) -> None
 def _domain_curves(ax_loss: Any, ax_acc: Any, t: Mapping[str, Any]) -> None:
     """Each domain's logged curve (``curves``: one point per logging interval, at its last
     step) from its step-0 loss and accuracy (``initial``), on both panels."""
-    curves = t.get("curves") if isinstance(t.get("curves"), Mapping) else {}
-    initial = t.get("initial") if isinstance(t.get("initial"), Mapping) else {}
+    logged, first = t.get("curves"), t.get("initial")
+    curves: Mapping[str, Any] = logged if isinstance(logged, Mapping) else {}
+    initial: Mapping[str, Any] = first if isinstance(first, Mapping) else {}
     steps = [int(x) - 1 for x in curves.get("steps") or []]   # the interval's last step index
     domains = list(dict.fromkeys([*(curves.get("domains") or {}),
                                   *(initial.get("domains") or {})]))
@@ -160,7 +161,7 @@ def _domain_curves(ax_loss: Any, ax_acc: Any, t: Mapping[str, Any]) -> None:
         for ax, key in ((ax_loss, "loss"), (ax_acc, "accuracy")):
             x0, y0 = ([0.0], [_number(start.get(key))]) if _number(start.get(key)) is not None \
                 else ([], [])
-            pts = [(x, _number(y)) for x, y in zip(steps, c.get(key) or [])
+            pts = [(x, _number(y)) for x, y in zip(steps, c.get(key) or [], strict=False)
                    if _number(y) is not None]
             xs, ys = x0 + [float(x) for x, _ in pts], y0 + [y for _, y in pts]
             if not xs:

@@ -8,12 +8,13 @@ and ``from tests.support import ...`` stay simple); this map is their layout, st
 - ``uqbench/core``: test_outputs, test_scorers (scorer contract and built-ins), test_registry,
   test_extending (every registry, plugins), test_experiments, test_gates (gating side).
 - ``uqbench/files``: test_cache, test_reproduce (environment, run folders).
+- ``uqbench`` (every module's docstring examples): test_doctests
 - ``uqbench/stats``: test_metrics, test_conformal, test_risk, test_recalibration, test_features
   (feature scorers against scikit-learn).
 - ``uqbench/data``: test_loaders, test_data_registry, test_suites, test_fingerprints,
   test_artifacts, test_mathmc, test_codemc, test_sandbox, test_seeds.
-- ``uqbench/results``: test_columns, test_conformal_risk, test_references, test_zero_shot, test_score_workers
-  (scoring in worker processes).
+- ``uqbench/results``: test_columns, test_conformal_risk, test_references, test_zero_shot,
+  test_score_workers (scoring in worker processes).
 - ``uqbench/io``: test_records, test_lmeval, test_leaderboard, test_confidence_records.
 - ``uqbench/reporting``: test_html, test_paper, test_score_many (many models in one table).
 - ``uqbench/run`` and the CLI: test_runner, test_reliability (bad input, interruptions), test_e2e

@@ -12,7 +12,32 @@ import pytest
 from uqbench.data import artifacts as A
 from uqbench.data.records import MCRecord
 
-WORDS = ["alpha", "beta", "gamma", "delta", "river", "stone", "cloud", "paper", "green", "quick", "small", "large", "north", "south", "light", "heavy", "warm", "cold", "seven", "eight", "metal", "glass", "water", "plant"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "river",
+    "stone",
+    "cloud",
+    "paper",
+    "green",
+    "quick",
+    "small",
+    "large",
+    "north",
+    "south",
+    "light",
+    "heavy",
+    "warm",
+    "cold",
+    "seven",
+    "eight",
+    "metal",
+    "glass",
+    "water",
+    "plant",
+]
 
 
 def _phrase(rng: random.Random, n: int | None = None) -> str:
@@ -87,7 +112,9 @@ def _brute_tail(ks: list[int], a: int) -> float:
     total = 0.0
     for outcome in itertools.product((0, 1), repeat=len(ks)):
         if sum(outcome) >= a:
-            total += math.prod((1 / k) if o else (1 - 1 / k) for o, k in zip(outcome, ks))
+            total += math.prod(
+                (1 / k) if o else (1 - 1 / k) for o, k in zip(outcome, ks, strict=False)
+            )
     return total
 
 
@@ -116,7 +143,7 @@ def test_alpha_and_empty_inputs() -> None:
 
 def test_split_table_on_a_small_real_suite(tmp_path, real_data) -> None:
     from tests.conftest import REPO
-    from uqbench.data.split_table import format_split_table, split_table
+    from uqbench.data.suites.table import format_split_table, split_table
 
     d = real_data
     rows = split_table(str(REPO / "examples/suites/commonsense.yaml"), "smoke", data_dir=d,

@@ -116,7 +116,8 @@ def test_clone_shares_frozen_weights_not_modules(kind: str) -> None:
     assert moe_layers(b.model) and not moe_layers(a.model)
     assert not any(p.requires_grad for p in a.model.parameters())
     if kind == "decoder":   # tied input/output embeddings stay tied, untied stay apart
-        tied = lambda m: m.get_output_embeddings().weight is m.get_input_embeddings().weight
+        def tied(m):
+            return m.get_output_embeddings().weight is m.get_input_embeddings().weight
         assert tied(b.model) == tied(a.model)
 
 

@@ -42,7 +42,9 @@ def test_scalars_share_one_member_and_come_back_exactly(tmp_path):
               "s": np.asarray("a | b"), "empty": np.asarray(""), "v": np.arange(3.0)}
     c = ArrayCache(tmp_path)
     path = c.put("k", {"m": 1}, arrays)
-    assert sorted(zipfile.ZipFile(path).namelist()) == sorted([f"{SCALARS}.npy", "__key__.npy", "v.npy"])
+    assert sorted(zipfile.ZipFile(path).namelist()) == sorted(
+        [f"{SCALARS}.npy", "__key__.npy", "v.npy"]
+    )
     got = c.get("k", {"m": 1})
     assert got.keys() == arrays.keys()
     for name, a in arrays.items():

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from uqbench.data.codemc import CODE_MC_VERSION, code_mc
-from uqbench.data.mutations import apply_mutations, enumerate_mutations
+from uqbench.data.mc.code import CODE_MC_VERSION, code_mc
+from uqbench.data.mc.mutations import apply_mutations, enumerate_mutations
 from uqbench.data.records import MCRecord
 from uqbench.data.sandbox import Sandbox
 from uqbench.data.seeds import derive_seed
 from uqbench.data.sources import Item, load_source
 from uqbench.data.sources.code import humaneval_problem, mbpp_problem
-from uqbench.data.suites import _mp_context, make_record
+from uqbench.data.suites.build import _mp_context, make_record
 
 
 def mbpp_mc(raw: dict, **kw: Any) -> tuple[MCRecord | None, dict]:
@@ -252,8 +252,8 @@ def test_token_keeping_swaps_are_tried_before_insertions_and_blunt_edits() -> No
     ``- 1``), tier 2 is blunt; order_mutations tries every tier-0 candidate first."""
     import random
 
-    from uqbench.data.codemc import order_mutations
-    from uqbench.data.mutations import mutation_tier
+    from uqbench.data.mc.code import order_mutations
+    from uqbench.data.mc.mutations import mutation_tier
 
     tree = ast.parse(COUNT["code"].replace("\r\n", "\n"))
     muts = enumerate_mutations(tree)
@@ -283,8 +283,8 @@ def test_no_mutation_writes_none_or_floor_division_for_a_product() -> None:
 def test_shrinking_and_growing_edits_alternate_within_a_tier() -> None:
     """`_alternate_signs`: by tier, an edit that shrinks the character 3-gram set, then one
     that grows it, ...; the rest of each sign's order kept."""
-    from uqbench.data.codemc import _alternate_signs
-    from uqbench.data.mutations import Mutation
+    from uqbench.data.mc.code import _alternate_signs
+    from uqbench.data.mc.mutations import Mutation
 
     m = [Mutation("k", i, "v", 1, tier=t) for i, t in enumerate([1, 0, 0, 0, 0, 1])]
     delta = {m[0]: -1, m[1]: 2, m[2]: 3, m[3]: -2, m[4]: 0, m[5]: 5}
@@ -297,7 +297,7 @@ def test_swap_prior_is_the_references_token_counts(real_data: Path) -> None:
     import warnings
     from collections import Counter
 
-    from uqbench.data.codemc import SWAP_PRIOR, reference_token_counts
+    from uqbench.data.mc.code import SWAP_PRIOR, reference_token_counts
 
     warnings.simplefilter("ignore", DeprecationWarning)  # MBPP's invalid escapes
     total: Counter[str] = Counter()
@@ -312,9 +312,11 @@ def test_swap_prior_is_the_references_token_counts(real_data: Path) -> None:
 
 
 def test_reference_token_counts_by_hand() -> None:
-    from uqbench.data.codemc import reference_token_counts
+    from uqbench.data.mc.code import reference_token_counts
 
-    src = "def f(a, b):\n    if a == -1 and b != 0:\n        return max(a, 1) + 1\n    return not a\n"
+    src = (
+        "def f(a, b):\n    if a == -1 and b != 0:\n        return max(a, 1) + 1\n    return not a\n"
+    )
     assert reference_token_counts(src) == {"Eq": 1, "NotEq": 1, "And": 1, "-1": 1, "0": 1,
                                            "1": 2, "max": 1, "Add": 1, "test": 1, "Not": 1}
     # a negation inserts "not" in a plain condition and drops it from a negated one
@@ -331,8 +333,8 @@ def test_rare_direction_of_a_swap_is_tried_late_in_proportion() -> None:
     otherwise goes after the insertions/deletions, never after the blunt edits."""
     import random
 
-    from uqbench.data.codemc import SWAP_PRIOR, balance_directions, swap_tokens
-    from uqbench.data.mutations import Mutation
+    from uqbench.data.mc.code import SWAP_PRIOR, balance_directions, swap_tokens
+    from uqbench.data.mc.mutations import Mutation
 
     up = Mutation("comparison", 1, "0:NotEq->Eq", 1)
     down = Mutation("comparison", 2, "0:Eq->NotEq", 1)
@@ -368,7 +370,7 @@ def _same_both_ways(problems: list, seed: int = 0) -> dict:
 
     both = build_both(problems, seed=seed)
     old, new = both["process"], both["session"]
-    for la, lb in zip(old["logs"], new["logs"]):
+    for la, lb in zip(old["logs"], new["logs"], strict=False):
         assert [(c, r.passed, r.killed_reason) for c, r, _ in la] == \
             [(c, r.passed, r.killed_reason) for c, r, _ in lb]
     assert [(r and r.to_json(), st) for r, st in old["built"]] == \

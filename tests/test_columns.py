@@ -148,7 +148,9 @@ def test_resampled_columns_bootstrap_bitwise_as_one_resample_at_a_time(seed, min
                 want = boot(plain, *arrays, n_resamples=25, seed=seed)
             np.testing.assert_array_equal(got, want, err_msg=f"{name} at {n_bins} bins")
             # paired with other values of the same examples, each side seed-averaged
-            sides = [np.stack([a, b], axis=1) for a, b in zip(arrays, other(arrays, rng))]
+            sides = [
+                np.stack([a, b], axis=1) for a, b in zip(arrays, other(arrays, rng), strict=False)
+            ]
             sides = [[sides[i][:, ::-1] for i in range(len(sides))], sides]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", M.UndefinedMetricWarning)

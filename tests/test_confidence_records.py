@@ -235,7 +235,7 @@ def helm_run(root: Path, name: str, conf: list[float], em: list[float],
     stats = [{"instance_id": i, "train_trial_index": 0,
               "stats": [_stat("num_references", 4), _stat("max_prob", c),
                         _stat("exact_match", e), _stat("predicted_index", 0)]}
-             for i, c, e in zip(ids, conf, em)]
+             for i, c, e in zip(ids, conf, em, strict=False)]
     stats.append({"instance_id": ids[0], "perturbation": {"name": "typos", "robustness": True,
                                                           "fairness": False, "computed_on":
                                                           "perturbed", "prob": 0.1},
@@ -248,7 +248,7 @@ def helm_run(root: Path, name: str, conf: list[float], em: list[float],
              "request_states": [
                  {"instance": {"input": {"text": f"question {i}"}, "references": refs,
                                "split": "test", "id": i},
-                  "train_trial_index": 0, "output_mapping": dict(zip("ABCD", "ABCD")),
+                  "train_trial_index": 0, "output_mapping": dict(zip("ABCD", "ABCD", strict=False)),
                   "request": {"model_deployment": f"huggingface/{model}", "model": model,
                               "prompt": "...", "temperature": 0.0, "num_completions": 1,
                               "top_k_per_token": 5, "max_tokens": 1},
@@ -280,7 +280,7 @@ def test_helm_runs_read_as_confidence_records(tmp_path):
     idr, cal, sh = (rs.outputs["openai/gpt2/reported", f"physics/{r}", 0]
                     for r in ("id", "calib", "shift"))
     assert cal.n == 4 and idr.n == 16 and sh.n == 12
-    got = dict(zip([*idr.ids, *cal.ids], [*idr.correct, *cal.correct]))
+    got = dict(zip([*idr.ids, *cal.ids], [*idr.correct, *cal.correct], strict=False))
     want = np.floor(e_id)
     assert [got[f"{ID_RUN}/id{100 + i}"] for i in range(20)] == want.tolist()
     np.testing.assert_array_equal(sh.confidence, c_sh)

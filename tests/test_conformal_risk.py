@@ -86,10 +86,10 @@ def test_coverage_figure_draws_the_coverage_curves_and_skips_old_runs(tmp_path) 
     run = load_run(d)
     fig = coverage_figure(run, "pooled", run.methods)
     assert fig is not None
-    for ax, (score, _) in zip(fig.axes, PANELS):
+    for ax, (score, _) in zip(fig.axes, PANELS, strict=False):
         lines = [ln for ln in ax.get_lines() if ln.get_gid() == method]
         assert len(lines) == 2  # ID and shift
-        for ln, role in zip(lines, ("id", "shift")):
+        for ln, role in zip(lines, ("id", "shift"), strict=False):
             nominal, cov = C.coverage_curve(arrays[f"{method}|pooled|calib|conformity_{score}"],
                                             arrays[f"{method}|pooled|{role}|conformity_{score}"],
                                             ALPHA_GRID)

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from uqbench.core.errors import ConfigError, DataError
-from uqbench.data import sources, suite_spec, suites
+from uqbench.data import sources
+from uqbench.data.suites import build as S
+from uqbench.data.suites import spec as SP
 
 #: The README example, verbatim.
 PLUGIN = '''
@@ -58,12 +60,12 @@ def test_a_dataset_in_one_new_file(trivia, tmp_path: Path) -> None:
     items = sources.load_source("trivia", "test", data_dir=d).items
     assert [it.id for it in items[:2]] == ["trivia/test/0", "trivia/test/1"]
     assert items[3].record.choices[items[3].record.answer] == "d3"
-    spec = suite_spec.parse_suite({"name": "t", "domains": {"knowledge": {
+    spec = SP.parse_suite({"name": "t", "domains": {"knowledge": {
         "train": {"source": "trivia", "split": "train"},
         "id": {"source": "trivia", "split": "test"},
         "shift": {"source": "trivia", "split": "test"}}},
         "caps": {"train": 10, "calib": 5, "id": 4, "shift": 4}})
-    built = suites.build_suite(spec, "smoke", data_dir=d, progress=False)
+    built = S.build_suite(spec, "smoke", data_dir=d, progress=False)
     assert len(built.split("knowledge", "train").records) == 10
     (d / "trivia/test.jsonl").write_text('{"q": "x?", "options": ["a", "b"]}\n')
     with pytest.raises(DataError, match=r"test\.jsonl: sha256 .* does not match"):
@@ -85,11 +87,26 @@ def test_duplicate_and_unknown_source_names() -> None:
 
 
 def test_suite_registry_decorator() -> None:
-    pooled = suite_spec.SUITES.get("pooled")
+    pooled = SP.SUITES.get("pooled")
     with pytest.raises(ValueError, match="'pooled' is already registered"):
-        suite_spec.register_suite("pooled")(lambda: suite_spec.SuiteSpec("pooled", pooled.domains))
+        SP.register_suite("pooled")(lambda: SP.SuiteSpec("pooled", pooled.domains))
     with pytest.raises(ValueError, match="returned a suite named 'other'"):
-        suite_spec.register_suite("mine")(lambda: suite_spec.SuiteSpec("other", pooled.domains))
-    assert "mine" not in suite_spec.list_suites() and "other" not in suite_spec.list_suites()
+        SP.register_suite("mine")(lambda: SP.SuiteSpec("other", pooled.domains))
+    assert "mine" not in SP.list_suites() and "other" not in SP.list_suites()
     with pytest.raises(ConfigError, match=r"unknown suite 'poold' \(did you mean 'pooled'"):
-        suite_spec.get_suite_spec("poold")
+        SP.get_suite_spec("poold")
+
+
+def test_subjects_are_a_property_a_source_registers() -> None:
+    """MMLU's sources register their subjects (names and groups); naming subjects for a source
+    without them is a ConfigError naming the source, and no loader tests a source's name."""
+    from uqbench.core.errors import ConfigError
+    from uqbench.data.sources import get_source
+    from uqbench.data.sources.mmlu import mmlu_subjects
+
+    mmlu = get_source("mmlu")
+    assert mmlu.subjects is mmlu_subjects and get_source("mmlu-prerelease").subjects
+    assert mmlu.select_subjects(["college"]) == mmlu_subjects(["college"])
+    assert mmlu.select_subjects(None) is None
+    with pytest.raises(ConfigError, match="only applies to MMLU sources.*'arc-easy'"):
+        get_source("arc-easy").select_subjects(["college"])

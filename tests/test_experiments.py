@@ -101,7 +101,9 @@ def test_avg_experts_is_the_per_token_mean_not_the_per_example_mean() -> None:
     ex, tok = np.array([[2.0], [6.0]]), np.array([[30.0], [10.0]])
     id_ = Scored(np.array([[0.1], [0.9]]), one * 0.5, np.array([[1.0], [0.0]]), ex, tok)
     row = evaluate(id_, id_, n_boot=10)
-    assert row["avg_experts"] == pytest.approx(3.0) and row["shift_avg_experts"] == pytest.approx(3.0)
+    assert row["avg_experts"] == pytest.approx(3.0) and row["shift_avg_experts"] == pytest.approx(
+        3.0
+    )
     assert ex.mean() == 4.0
     with pytest.raises(ValueError, match="token counts"):  # never silently per example
         evaluate(Scored(id_.uncertainty, id_.confidence, id_.correct, ex, None), id_, n_boot=10)

@@ -50,7 +50,7 @@ def test_registry_contract_register_get_unregister_scoped() -> None:
 @pytest.mark.parametrize("module, registry", [
     ("uqbench.core.scorer", "SCORERS"), ("uqbench.core.gating", "GATES"),
     ("uqbench.core.plan", "MODELS"), ("uqbench.data.sources", "SOURCES"),
-    ("uqbench.data.suite_spec", "SUITES"), ("baselines.backbones", "BACKBONES"),
+    ("uqbench.data.suites.spec", "SUITES"), ("baselines.backbones", "BACKBONES"),
     ("uqbench.core.engine", "BACKENDS"), ("uqbench.core.engine", "DRAWERS"),
     ("uqbench.core.experiments", "EXPERIMENTS"), ("uqbench.core.profiles", "PROFILES"),
     ("uqbench.core.heads", "HEADS")])

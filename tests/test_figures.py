@@ -107,8 +107,10 @@ def make_run(root: Path, *, frontier: bool = True, extra: bool = True,
     for pair, s in methods:  # pooled = concatenation of the domains
         for role in N:
             for f in ("uncertainty", "confidence", "correct", *ROUTER, "labels", *RECAL):
-                parts = [arrays.get(f"{pair}/{s}|{d}|{role}|{f}", arrays.get(f"{pair}|{d}|{role}|{f}"))
-                         for d in DOMAINS]
+                parts = [
+                    arrays.get(f"{pair}/{s}|{d}|{role}|{f}", arrays.get(f"{pair}|{d}|{role}|{f}"))
+                    for d in DOMAINS
+                ]
                 if all(p is not None for p in parts):
                     tgt = pair if f in (*ROUTER, "labels") else f"{pair}/{s}"
                     arrays[f"{tgt}|pooled|{role}|{f}"] = np.concatenate(parts)
@@ -203,7 +205,7 @@ def test_figures_drawn_by_worker_processes_are_those_drawn_in_process(
         caplog.clear()
         shared = draw_run(runs[1], max_methods=3, workers=2)
     assert [p.name for p in shared] == [p.name for p in alone]   # the same files, same order
-    for a, b in zip(alone, shared):   # PDFs too: no file holds the time it was drawn
+    for a, b in zip(alone, shared, strict=False):   # PDFs too: no file holds the time it was drawn
         assert a.read_bytes() == b.read_bytes(), a.name
     # what a worker skipped is said in this process, as drawing alone says it
     assert "--experiment frontier" in caplog.text and "--experiment thermostat" in caplog.text
@@ -307,7 +309,7 @@ def test_reliability_bars_are_the_metric_bins(run: RunData) -> None:
     assert bars[0].get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb(
         run.styles.color(m)))
     keys = {t.get_text(): h for t, h in zip(fig.legends[0].get_texts(),
-                                               fig.legends[0].legend_handles)}
+                                               fig.legends[0].legend_handles, strict=False)}
     assert list(keys) == ["perfect", "accuracy", "gap to mean confidence"]
     assert keys["accuracy"].get_facecolor() == pytest.approx(matplotlib.colors.to_rgba(
         run.styles.color(m), 0.85))  # the key is full strength even where the bars fade
@@ -386,7 +388,9 @@ def test_a_method_keeps_its_colour_across_figures(run: RunData) -> None:
     roc = _lines(ood.roc_figure(run, "pooled", list(reversed(methods))))
     colours = [rc[m].get_color() for m in methods]
     assert colours == [roc[m].get_color() for m in methods]
-    assert len(set(zip(colours, (rc[m].get_linestyle() for m in methods)))) == len(methods)
+    assert len(set(zip(colours, (rc[m].get_linestyle() for m in methods), strict=False))) == len(
+        methods
+    )
     assert run.styles.color("moe-lora/care/care") == "#D55E00"  # CARE: vermillion, every run
 
 

@@ -1,5 +1,5 @@
 """Builder fingerprints: what each loader and builder makes of a fixed tiny input, hashed, next
-to the version constant that keys the split cache (`uqbench.data.split_cache`).
+to the version constant that keys the split cache (`uqbench.data.suites.cache`).
 
 A fingerprint that changes while its version does not means cached splits would be reused
 although the code now builds different ones: the test fails until the version is bumped and the
@@ -22,9 +22,11 @@ from typing import Any
 
 import pytest
 
-from uqbench.data import sources, suite_spec, suites
+from uqbench.data import sources
 from uqbench.data.sources import adapters, code, math, mmlu
-from uqbench.data.sources.base import LOADER_VERSION
+from uqbench.data.sources.api import LOADER_VERSION
+from uqbench.data.suites import build as S
+from uqbench.data.suites import spec as SP
 
 FINGERPRINTS = Path(__file__).parent / "data" / "builder_fingerprints.json"
 
@@ -139,30 +141,30 @@ def _build(name: str, split: str) -> Callable[[Path], Any]:
         items = sources.load_source(name, split, data_dir=root, verify=False).items
         out = []
         for it in items:
-            rec, stats = suites.make_record(name, split, it, seed=0)
+            rec, stats = S.make_record(name, split, it, seed=0)
             out.append([None if rec is None else rec.to_json(), stats])
         return out
     return run
 
 
 def _suite(root: Path) -> Any:
-    spec = suite_spec.parse_suite({"name": "fp", "domains": {"science": {
+    spec = SP.parse_suite({"name": "fp", "domains": {"science": {
         "train": {"source": "arc-easy", "split": "train"},
         "id": {"source": "arc-easy", "split": "train"},
         "shift": {"source": "arc-easy", "split": "train"}}},
         "caps": {"train": 8, "calib": 4, "id": 5, "shift": 5}})
-    built = suites.build_suite(spec, "smoke", data_dir=root, verify=False, progress=False)
+    built = S.build_suite(spec, "smoke", data_dir=root, verify=False, progress=False)
     return [[k, [r.to_json() for r in s.records], s.recipe["selection"], s.recipe["pool"]]
             for k, s in sorted(built.splits.items())]
 
 
 def _family_version(module: Any) -> str:
     return (f"{module.__name__}.VERSION={module.VERSION}, "
-            f"uqbench.data.sources.base.LOADER_VERSION={LOADER_VERSION}")
+            f"uqbench.data.sources.api.LOADER_VERSION={LOADER_VERSION}")
 
 
 def _builder_version(source: str) -> str:
-    versions = {"build_item_version": suites.BUILD_ITEM_VERSION,
+    versions = {"build_item_version": S.BUILD_ITEM_VERSION,
                 **sources.get_source(source).versions}
     return ", ".join(f"{k}={v}" for k, v in sorted(versions.items()))
 
@@ -193,7 +195,7 @@ BUILDERS: dict[str, tuple[Callable[[], str], Callable[[Path], Any], bool]] = {
     "builders.mbpp": (lambda: _builder_version("mbpp"), _build("mbpp", "test"), True),
     "builders.humaneval": (lambda: _builder_version("humaneval"), _build("humaneval", "test"),
                            True),
-    "suites": (lambda: f"SUITE_VERSION={suites.SUITE_VERSION}", _suite, False),
+    "suites": (lambda: f"SUITE_VERSION={S.SUITE_VERSION}", _suite, False),
 }
 
 

@@ -164,7 +164,7 @@ def test_stacked_mc_passes_equal_the_sequential_ones_bitwise(model: MultipleChoi
     assert layers[0].__dict__.pop("mask_draws") is own
     assert not any("mask_draws" in layer.__dict__ for layer in layers)
     assert len(stacked) == len(seeds)
-    for s, a, b in zip(seeds, seq, stacked):
+    for s, a, b in zip(seeds, seq, stacked, strict=False):
         assert set(a) == set(b)
         for k in a:
             assert a[k].dtype == b[k].dtype, (s, k)
@@ -203,7 +203,7 @@ def test_a_token_bound_runs_the_copies_in_groups_with_the_same_masks(model, monk
             want += [min(g, len(seeds) - c) * n for c in range(0, len(seeds), g)]
         assert seen == want, bound
         assert all(n <= bound for n in seen) or bound < min(per_copy)
-        for s, a, b in zip(seeds, whole, got):
+        for s, a, b in zip(seeds, whole, got, strict=False):
             for k in a:
                 np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=f"{s} {k}")
     with pytest.raises(ConfigError, match="max_tokens must be >= 1"):
@@ -232,11 +232,11 @@ def test_stacked_mc_passes_fall_back_when_a_draw_is_not_split(model, monkeypatch
     reset_fallbacks()
     noisy_seq = [collect(model, RECS, batch_size=8, progress=False, mode="mc_dropout", seed=s)
                  for s in (2, 3)]
-    for a, b in zip(noisy_seq, got):   # what the sequential passes give with that draw
+    for a, b in zip(noisy_seq, got, strict=False):  # what the sequential passes give with that draw
         assert np.array_equal(a["logits"], b["logits"])   # (they are the sequential passes)
     monkeypatch.undo()
     again = collect_mc(model, RECS, [2, 3], batch_size=8, progress=False)
-    for a, b in zip(seq, again):
+    for a, b in zip(seq, again, strict=False):
         np.testing.assert_allclose(a["logits"], b["logits"], rtol=0, atol=1e-6)
 
 
@@ -283,7 +283,10 @@ def test_a_profiles_token_bound_reaches_the_passes_and_their_cache_key(tmp_path,
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
     monkeypatch.setattr(fwd, "collect_mc", full)
-    for bound, fix in ((None, "rerun with --eval-tokens N"), (40, "rerun with an --eval-tokens below 40")):
+    for bound, fix in (
+        (None, "rerun with --eval-tokens N"),
+        (40, "rerun with an --eval-tokens below 40"),
+    ):
         e = eng.TorchEngine("tiny-llama", replace(smoke, eval_tokens=bound), None,
                             tmp_path / "oom", RunStats(), progress=False)
         monkeypatch.setattr(e, "model", lambda s, seed: (model, "sha"))

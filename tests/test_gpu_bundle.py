@@ -71,7 +71,7 @@ def test_bundle_round_trip_on_the_cpu(tmp_path, real_data, smoke_splits, procs) 
     time into a fresh folder, unpacked elsewhere and dry-run: the same splits, none rebuilt.
     The cache also holds another profile's entry of every split, same records under another
     key, as a shared cache does: the bundle carries the entries this profile's run reads."""
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
     from uqbench.files.cache import key_hash
 
     cache = tmp_path / "cache"

@@ -6,7 +6,7 @@ import pytest
 
 from uqbench.cli import main
 from uqbench.core.errors import ConfigError
-from uqbench.data.suite_spec import parse_suite
+from uqbench.data.suites.spec import parse_suite
 from uqbench.run.runner import RunConfig, prepare
 
 DOMAINS = {"science": {"train": {"source": "arc-easy", "split": "train"},

@@ -114,7 +114,7 @@ def test_every_run_folder_gets_a_self_contained_report(runs) -> None:
              '<details id="fallbacks">', '<details id="skipped">', '<details id="configuration">',
              '<details id="splits">', '<details id="phases">', '<details id="training">']
     at = [html.index(marker) for marker in order]
-    assert at == sorted(at), [m for m, i in zip(order, at)]
+    assert at == sorted(at), [m for m, i in zip(order, at, strict=False)]
     meta = json.loads((runs[0] / "run.json").read_text())
     for split, info in meta["splits"].items():  # the splits with their hashes
         assert f"<code>{info['hash']}</code>" in html, split
@@ -158,7 +158,9 @@ def test_model_level_once_per_predictive_and_scorer_level_once_per_scorer(runs) 
                                          and not T.is_reference(r)})
     # a scorer that shares the model's predictive has the model's ECE: shown once, not repeated
     by = {(r["method"], r["domain"]): r for r in rows}
-    assert by["moe-lora/top4/entropy", "science"]["ece"] == by["moe-lora/top4/msp", "science"]["ece"]
+    assert (
+        by["moe-lora/top4/entropy", "science"]["ece"] == by["moe-lora/top4/msp", "science"]["ece"]
+    )
     assert by["moe-lora/top4/mc_dropout_msp", "science"]["ece"] != \
         by["moe-lora/top4/msp", "science"]["ece"]
     # the at-chance mark: once per model/gate and domain in each table, never per scorer row
@@ -250,7 +252,9 @@ def test_a_failing_report_warns_records_and_keeps_the_results(tmp_path, monkeypa
     assert "report.html was not written" in caplog.text
     # the rerun command names the folder the results are in, not the temporary one it was built in
     assert f"`uqbench report {tmp_path / 'o'} --html`" in caplog.text
-    assert (tmp_path / "o" / "results.jsonl").exists() and not (tmp_path / "o" / "report.html").exists()
+    assert (tmp_path / "o" / "results.jsonl").exists() and not (
+        tmp_path / "o" / "report.html"
+    ).exists()
 
 
 def test_skipped_scorers_and_fallbacks_show_what_and_why(runs, tmp_path):
@@ -382,7 +386,9 @@ def test_the_smoke_runs_report_in_a_real_browser(smoke_run, browser, tmp_path) -
         assert sum(map(len, up)) >= 3 and all(v == sorted(v) for v in up), up
         page.click(f"{table} thead th:nth-child({col + 1})")
         assert values() == [sorted(v, reverse=True) for v in up]
-        groups = page.eval_on_selector_all(f"{table} tbody", "bs => bs.map(b => b.rows[0].className)")
+        groups = page.eval_on_selector_all(
+            f"{table} tbody", "bs => bs.map(b => b.rows[0].className)"
+        )
         assert table.find("scorer") < 0 or all(g == "group" for g in groups)  # block headers stay
     # the filter: every word in a row's method/domain key; empty blocks and domains hide
     page.fill("#filter", "top4/msp science")

@@ -129,7 +129,7 @@ GRAPH = module_imports(ROOT)
 
 def test_the_graph_covers_every_package_and_sees_lazy_imports() -> None:
     assert {m.split(".")[0] for m in GRAPH} == set(PACKAGES)
-    assert "uqbench.data.suites" in GRAPH and "scorers.care" in GRAPH
+    assert "uqbench.data.suites.build" in GRAPH and "scorers.care" in GRAPH
     assert "torch" in GRAPH["baselines.engine"]  # the torch side is where torch is
 
 
@@ -152,8 +152,13 @@ def stage_violations(graph: dict[str, set[str]]) -> list[str]:
         parts = mod.split(".")
         return STAGES.index(parts[1]) if len(parts) > 1 and parts[1] in STAGES else len(STAGES)
 
-    return [f"{mod} imports {d}" for mod, deps in sorted(graph.items()) if mod.startswith("uqbench.")
-            for d in sorted(deps) if d in graph and d.startswith("uqbench.") and rank(d) > rank(mod)]
+    return [
+        f"{mod} imports {d}"
+        for mod, deps in sorted(graph.items())
+        if mod.startswith("uqbench.")
+        for d in sorted(deps)
+        if d in graph and d.startswith("uqbench.") and rank(d) > rank(mod)
+    ]
 
 
 #: what `uqbench.stats` (pure functions of arrays) may import from the rest of `uqbench`
@@ -186,6 +191,38 @@ def test_uqbench_stages_import_one_way() -> None:
     late = {"uqbench.core.scorer": {"uqbench.run.runner"}, "uqbench.run.runner": {"uqbench.cli"}}
     assert stage_violations(late | {"uqbench.run.runner": set(), "uqbench.cli": set()}) == [
         "uqbench.core.scorer imports uqbench.run.runner"]
+
+
+#: `uqbench.data`'s rooms by seam, lowest first: its top-level modules (records, seeds, the
+#: artifact check), the sandbox, the multiple-choice builders, the sources, the suite layer. A
+#: module imports only from its own room and the rooms before it
+DATA_ROOMS = ("", "sandbox", "mc", "sources", "suites")
+
+
+def data_room_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a `uqbench.data` module from a later room (`DATA_ROOMS`) than its own."""
+    def room(mod: str) -> int:
+        """The room's place in `DATA_ROOMS`; -1 outside `uqbench.data`."""
+        parts = mod.split(".")
+        if parts[:2] != ["uqbench", "data"] or len(parts) < 3:
+            return -1
+        return DATA_ROOMS.index(parts[2]) if parts[2] in DATA_ROOMS else 0
+
+    return [f"{mod} imports {d}" for mod, deps in sorted(graph.items()) if room(mod) >= 0
+            for d in sorted(deps) if d in graph and room(d) > room(mod)]
+
+
+def test_data_rooms_import_downwards() -> None:
+    rooms = {m.split(".")[2] for m in GRAPH if m.startswith("uqbench.data.") and m.count(".") >= 3}
+    assert rooms == set(DATA_ROOMS) - {""}, "a subpackage of uqbench.data is missing from " \
+        "DATA_ROOMS (or DATA_ROOMS is stale)"
+    bad = data_room_violations(GRAPH)
+    assert not bad, "data imports from a later room:\n" + "\n".join(bad)
+    fake = {"uqbench.data.mc.code": {"uqbench.data.suites.build", "uqbench.data.records"},
+            "uqbench.data.suites.build": set(), "uqbench.data.records": set(),
+            "uqbench.data.sources.api": {"uqbench.data.mc.code"}}
+    assert data_room_violations(fake) == [
+        "uqbench.data.mc.code imports uqbench.data.suites.build"]
 
 
 def private_imports(graph: dict[str, set[str]]) -> list[str]:
@@ -244,8 +281,9 @@ def test_the_checker_fails_on_a_reverse_import(tmp_path: Path) -> None:
 
 _PROBE = """
 import importlib, json, pkgutil, sys
-names = ["scorers", "figures", "uqbench.stats.metrics", "uqbench.core.scorer", "uqbench.core.outputs",
-         "uqbench.results.tables", "uqbench.reporting.paper", "uqbench.core.experiments", "uqbench.results.evaluate"]
+names = ["scorers", "figures", "uqbench.stats.metrics", "uqbench.core.scorer",
+         "uqbench.core.outputs", "uqbench.results.tables", "uqbench.reporting.paper",
+         "uqbench.core.experiments", "uqbench.results.evaluate"]
 for pkg in ("scorers", "figures"):
     path = importlib.import_module(pkg).__path__
     names += [f"{pkg}.{m.name}" for m in pkgutil.iter_modules(path)]

@@ -192,7 +192,7 @@ def v1_table(rows: list[dict], *, lighteval: bool = False) -> pa.Table:
             row |= {"gold": [choices[int(r["target"])]], "gold_index": [int(r["target"])],
                     "instruction": "", "pred_logits": [],
                     "predictions": [[x, float(g == "True")] for x, (_, g)
-                                    in zip(ll, r["filtered_resps"])],
+                                    in zip(ll, r["filtered_resps"], strict=False)],
                     "metrics": {"acc": float(r["acc"]), "acc_norm": float(r["acc_norm"])}}
         else:
             row |= {"gold": int(r["target"]), "predictions": ll, "acc": float(r["acc"]),
@@ -222,7 +222,7 @@ V1_DOMAIN = [DomainTasks.parse("science=harness_arc_easy_25:harness_arc_challeng
 @pytest.mark.parametrize("lighteval", [False, True])
 def test_v1_accuracy_equals_the_files_acc_and_acc_norm(tmp_path: Path, lighteval: bool) -> None:
     folder = v1_repo(tmp_path, lighteval=lighteval)
-    for task, name in (("arc_easy_local", "arc:easy"), ("arc_challenge_local", "arc:challenge")):
+    for _task, name in (("arc_easy_local", "arc:easy"), ("arc_challenge_local", "arc:challenge")):
         path = folder / f"details_harness|{name}|25_{V1_STAMP}.parquet"
         table = pq.read_table(path).to_pylist()
         metrics = [r["metrics"] if lighteval else r for r in table]

@@ -668,7 +668,8 @@ def test_a_results_file_of_another_date_never_names_the_samples_model(tmp_path: 
     copy_part(MC, src)
     res = one(src, "results_*.json")
     doc = json.loads(res.read_text())
-    doc.update(model_name="org/other", config={**doc["config"], "model_args": "pretrained=org/other"})
+    doc.update(model_name="org/other",
+               config={**doc["config"], "model_args": "pretrained=org/other"})
     res.unlink()
     (src / "results_2026-12-01T09-00-00.000001.json").write_text(json.dumps(doc))
     rs = read_lmeval([DomainTasks.parse("science=arc_easy_local:arc_challenge_local")], src,
@@ -767,7 +768,7 @@ def test_mixed_choice_counts_shots_and_limit_runs_warn_and_show_in_the_report(tm
     assert page.index('data-part="lmeval-warning"') < page.index('id="summary"')
 
 
-# -- simple_evaluate results saved with json.dump ---------------------------------------------------
+# -- simple_evaluate results saved with json.dump -------------------------------------------------
 
 def dump_of(part: Path, dest: Path, tasks: tuple[str, ...] | None = None, **edit) -> Path:
     """``part``'s results and samples as ``lm_eval.simple_evaluate(log_samples=True)`` returns
@@ -869,7 +870,7 @@ def test_uqbench_score_of_a_real_simple_evaluate_dump_equals_lm_evals_metrics(lm
     assert row["shift_accuracy"] == doc["results"]["arc_challenge_local"]["acc_norm,none"]
 
 
-# -- each writer's exact schema ---------------------------------------------------------------------
+# -- each writer's exact schema -----------------------------------------------------------------
 
 def as_043(row: dict) -> dict:
     """A sample as lm-eval 0.4.3's EvaluationTracker wrote it: ``gen_args_i`` dicts and

@@ -16,7 +16,7 @@ from uqbench.data.records import MCRecord
 from uqbench.data.sources.adapters import parse_adapters_choices
 from uqbench.data.sources.math import _equation_hints
 from uqbench.data.sources.mmlu import MMLU_GROUPS, mmlu_subjects
-from uqbench.data.suites import make_record
+from uqbench.data.suites.build import make_record
 
 
 def _records(name: str, split: str, **kw: object) -> list[MCRecord]:
@@ -125,7 +125,7 @@ def test_arc_adapters_matches_foundry_and_fixes_its_keys(real_data_dir: Path) ->
     foundry = [json.loads(x) for x in
                (real_data_dir / "arc-easy/llm-foundry_arc_easy_test.jsonl").open()]
     same_gold = 0
-    for it, f in zip(adapters, foundry):
+    for it, f in zip(adapters, foundry, strict=False):
         r = it.record
         assert r is not None
         assert r.question == f["query"].removeprefix("Question: ").strip()
@@ -185,10 +185,13 @@ def hub(tmp_path_factory: pytest.TempPathFactory):
         {"question": "Q law?", "subject": "professional_law", "choices": ["w", "x", "y", "z"],
          "answer": 0}])})
     gsm = datasets.DatasetDict({"train": datasets.Dataset.from_list([
-        {"question": "Tom has 2 apples and buys 3. How many?", "answer": "2+3=<<2+3=5>>5\n#### 5"}])})
-    mbpp_rows = lambda ids: [{"task_id": i, "text": f"task {i}", "code": "def f(x):\n    return x",
-                              "test_list": ["assert f(1) == 1"], "test_setup_code": "",
-                              "challenge_test_list": []} for i in ids]
+        {"question": "Tom has 2 apples and buys 3. How many?",
+         "answer": "2+3=<<2+3=5>>5\n#### 5"}])})
+
+    def mbpp_rows(ids):
+        return [{"task_id": i, "text": f"task {i}", "code": "def f(x):\n    return x",
+                 "test_list": ["assert f(1) == 1"], "test_setup_code": "",
+                 "challenge_test_list": []} for i in ids]
     mbpp = datasets.DatasetDict({"prompt": datasets.Dataset.from_list(mbpp_rows([1, 2])),
                                  "test": datasets.Dataset.from_list(mbpp_rows([11, 12])),
                                  "validation": datasets.Dataset.from_list(mbpp_rows([511])),

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from uqbench.data.mathmc import MATH_MC_VERSION, NumericProblem, format_number, numeric_mc
+from uqbench.data.mc.numeric import MATH_MC_VERSION, NumericProblem, format_number, numeric_mc
 from uqbench.data.records import MCRecord
 from uqbench.data.sources import Item, get_source, load_source
 from uqbench.data.sources.math import gsm8k_gold, gsm8k_hints, parse_integer_answer
-from uqbench.data.suites import make_record
+from uqbench.data.suites.build import make_record
 
 
 def _source_mc(source: str, split: str, raw: dict, *, seed: int, index: int = 0

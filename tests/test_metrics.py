@@ -754,7 +754,7 @@ def test_resampled_ranking_metrics_equal_resorting_every_resample(seed, n_id, n_
     fast = metrics.resampled_selective_summary(0.7)
     plain = functools.partial(selective_summary, coverage=0.7)
     for a, b in zip(bootstrap_ci(fast, u_id, ok, n_resamples=30, seed=seed),
-                    bootstrap_ci(plain, u_id, ok, n_resamples=30, seed=seed)):
+                    bootstrap_ci(plain, u_id, ok, n_resamples=30, seed=seed), strict=False):
         assert_array_equal(a, b)
 
 
@@ -803,7 +803,7 @@ def test_bootstrap_two_sample_keeps_lengths_and_covers_point():
 def _needs_both_classes(correct):
     # a stand-in for an AUROC-type metric: undefined (NaN, with a warning) on one class
     if correct.all() or not correct.any():
-        warnings.warn("single class", UndefinedMetricWarning)
+        warnings.warn("single class", UndefinedMetricWarning, stacklevel=2)
         return math.nan
     return float(correct.mean())
 
@@ -929,7 +929,7 @@ def _lmpg_get_random_scores(function, metrics, num_iter=1000, seed=42):
     np.random.seed(seed)
     rand_scores = np.arange(len(metrics))
     value = []
-    for i in range(num_iter):
+    for _i in range(num_iter):
         np.random.shuffle(rand_scores)
         rand_val = function(rand_scores, metrics)
         value.append(rand_val)
@@ -952,7 +952,7 @@ def _lmpg_normalize_metric(target_score, oracle_score, random_score):
 def _cal_split(sequence, parts):
     assert parts <= len(sequence)
     array_splits = np.array_split(sequence, parts)
-    splits = [list(l) for l in array_splits]
+    splits = [list(part) for part in array_splits]
     assert len(splits) == parts
     return splits
 
@@ -995,7 +995,7 @@ def _cal_plugin_ce(binned_data, power=2):
 
 def _cal_get_ece_em(probs, labels, num_bins=15):
     probs, labels = np.array(probs), np.array(labels)
-    data = list(zip(probs, labels))
+    data = list(zip(probs, labels, strict=False))
     return _cal_plugin_ce(_cal_fast_bin(data, _cal_get_equal_bins(probs, num_bins=num_bins)),
                           power=1)
 

@@ -1,4 +1,6 @@
-"""The hand-written training step (`baselines.moe.layer._TopKStep`) against the autograd reference."""
+"""The hand-written training step (`baselines.moe.layer._TopKStep`) against the autograd
+reference."""
+
 from __future__ import annotations
 
 import pytest
@@ -165,7 +167,8 @@ def test_gates_no_host_sync(gate) -> None:
     """A gate's select reads nothing back to the host (Care compared k with torch.equal)."""
     g = torch.Generator().manual_seed(0)
     probs = torch.softmax(torch.randn(20, 6, generator=g), -1)
-    d = lambda m: torch.rand(m.shape[0], generator=g)
+    def d(m):
+        return torch.rand(m.shape[0], generator=g)
     assert _syncs(lambda: gate.select(probs, d)) == 0
 
 
@@ -301,8 +304,9 @@ def test_fast_step_takes_no_op_deterministic_mode_replaces_on_cuda(monkeypatch, 
     set_token_mask(model, b["attention_mask"].bool())
     calls, apply = [], _TopKStep.apply
     monkeypatch.setattr(_TopKStep, "apply", lambda *a: calls.append(1) or apply(*a))
-    step = lambda: (model(**b).last_hidden_state.float().pow(2).mean()
-                    + 0.01 * load_balance_loss(model)).backward()
+    def step():
+        return (model(**b).last_hidden_state.float().pow(2).mean()
+                + 0.01 * load_balance_loss(model)).backward()
     assert detours(step) == set()
     assert len(calls) == len(moe_layers(model))                   # every layer took the step
     probs = torch.rand(5, 4)

@@ -1,4 +1,6 @@
-"""`uqbench.reporting.paper`: verdicts written from a finished run's numbers (synthetic run folder)."""
+"""`uqbench.reporting.paper`: verdicts written from a finished run's numbers (synthetic run
+folder)."""
+
 from __future__ import annotations
 
 import json

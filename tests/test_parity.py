@@ -91,7 +91,8 @@ def uqbench_scores(bb: Any, records: list[Any]) -> dict[str, Any]:
             counts = model.encode(records, 512)["target_mask"].sum(1).numpy()
             per_q = np.split(counts, np.cumsum(k)[:-1])
             out["counts"] = per_q
-            out["cloze"] = [rec["logits"][i, :n] * c for i, (n, c) in enumerate(zip(k, per_q))]
+            out["cloze"] = [rec["logits"][i, :n] * c
+                            for i, (n, c) in enumerate(zip(k, per_q, strict=False))]
         else:
             out["letters"] = [rec["logits"][i, :n] for i, n in enumerate(k)]
     return out
@@ -155,7 +156,7 @@ def test_lm_eval_scored_the_texts_the_heads_score(parity) -> None:
 
     records = parity["records"]
     assert [r["doc_id"] for r in parity["cloze"]] == list(range(N_QUESTIONS))
-    for r, cz, lt in zip(records, parity["cloze"], parity["letters"]):
+    for r, cz, lt in zip(records, parity["cloze"], parity["letters"], strict=False):
         args = [(a["arg_0"], a["arg_1"]) for a in cz["arguments"].values()]
         assert args == [(cloze_prompt(r), f" {c}") for c in r.choices]
         args = [(a["arg_0"], a["arg_1"]) for a in lt["arguments"].values()]
@@ -164,7 +165,7 @@ def test_lm_eval_scored_the_texts_the_heads_score(parity) -> None:
 
 def test_cloze_log_likelihoods_and_accuracy_equal_lm_evals(parity) -> None:
     ours, theirs = parity["ours"]["cloze"], [lls(r) for r in parity["cloze"]]
-    diff = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs))
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs, strict=False))
     print(f"{parity['name']} cloze: max |ll diff| {diff:.2e}")
     assert diff < LL_TOL
     answers = np.array([r.answer for r in parity["records"]])
@@ -179,7 +180,7 @@ def test_letters_scores_and_argmax_equal_lm_evals(parity) -> None:
     assert [int(np.argmax(a)) for a in ours] == [int(np.argmax(b)) for b in theirs]
     # lm-eval's log-likelihood = the logit - log Z of the same position: one constant per row
     shift = max(float(np.abs((a - a.mean()) - (b - b.mean())).max())
-                for a, b in zip(ours, theirs))
+                for a, b in zip(ours, theirs, strict=False))
     assert shift < LL_TOL
     answers = np.array([r.answer for r in parity["records"]])
     right = np.array([int(np.argmax(a)) for a in ours]) == answers

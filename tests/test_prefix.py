@@ -83,7 +83,7 @@ def test_cached_prefix_equals_the_full_forward(encoder: Backbone, mode: str) -> 
         stats_full = [layer.last_stats["entropy"] for layer in moe_layers(model.backbone)]
         model.prefix_start = start
     torch.testing.assert_close(cached, full, rtol=1e-5, atol=1e-5)
-    for a, b in zip(stats_cached, stats_full):
+    for a, b in zip(stats_cached, stats_full, strict=False):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
@@ -238,4 +238,4 @@ def test_forward_does_not_depend_on_the_prefix_cache_state(encoder: Backbone) ->
         model(model.encode(recs[3:] + [long], 64))
         model(model.encode([long] + recs[:3], 64))
     warm = forward()
-    assert all(torch.equal(a, b) for a, b in zip(cold, warm))
+    assert all(torch.equal(a, b) for a, b in zip(cold, warm, strict=False))

@@ -262,8 +262,8 @@ def test_calib_split_is_disjoint_from_the_id_test_split(real_data_dir, tmp_path)
     """Recalibrators are fitted on ``calib`` and scored on ``id``: no example (by id or by
     question text) may be in both. Checked on the pooled suite's science and knowledge (whose
     calib and id come from one MMLU test set, split in seeded halves)."""
-    from uqbench.data import suite_spec as SP
-    from uqbench.data import suites as S
+    from uqbench.data.suites import build as S
+    from uqbench.data.suites import spec as SP
 
     pooled = SP.SUITES.get("pooled")
     for dom in pooled.domains:  # the spec: calib never draws from the ID split's pool

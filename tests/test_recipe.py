@@ -43,8 +43,8 @@ def test_the_cpu_recipe_learns_science(real_data_dir, tmp_path) -> None:
     from baselines import forward, heads, moe, train
     from baselines.backbones import load_backbone
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suite_spec import SuiteSpec, get_suite_spec
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
+    from uqbench.data.suites.spec import SuiteSpec, get_suite_spec
 
     cpu = get_profile("cpu")
     prof = dataclasses.replace(cpu, train_cap=96, calib_cap=8, id_cap=120, shift_cap=8)
@@ -143,7 +143,7 @@ def test_max_length_and_domains_say_what_truncation_cut(smoke_splits, real_data,
     from baselines.heads.decoder import LETTERS
     from benchmarks.recipe_search import main
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
 
     shutil.copytree(smoke_splits, tmp_path / "splits")
     argv = ["--profile", "smoke", "--data-dir", str(real_data), "--cache-dir", str(tmp_path),
@@ -219,7 +219,7 @@ def test_the_length_table_counts_what_a_run_would_cut_and_pad(smoke_splits, real
     from baselines.heads.decoder import LETTERS
     from benchmarks.lengths import EVAL_ROLES, main
     from uqbench.core.profiles import get_profile
-    from uqbench.data.suites import build_suite
+    from uqbench.data.suites.build import build_suite
 
     shutil.copytree(smoke_splits, tmp_path / "splits")
     assert main(["--profile", "smoke", "--backbone", "tiny-llama", "--head", "letters",

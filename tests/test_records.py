@@ -56,8 +56,12 @@ def test_a_records_folder_reads_back_every_array_and_scores_the_same(tmp_path):
     rs = record_set(seeds=2)
     write_record_set(tmp_path / "rec", rs)
     back = read_record_set(tmp_path / "rec")
-    assert back.protocol == rs.protocol and back.seeds == 2 and back.domains == DOMAINS and [p.name for p in back.pairs] == \
-        [DENSE.name, MOE.name]
+    assert (
+        back.protocol == rs.protocol
+        and back.seeds == 2
+        and back.domains == DOMAINS
+        and [p.name for p in back.pairs] == [DENSE.name, MOE.name]
+    )
     for k, o in rs.outputs.items():
         b = back.outputs[k]
         assert b.available() == o.available(), k
@@ -65,7 +69,9 @@ def test_a_records_folder_reads_back_every_array_and_scores_the_same(tmp_path):
             np.testing.assert_array_equal(getattr(b, f), getattr(o, f), err_msg=f"{k} {f}")
     a = score(rs, ScoreConfig(out=tmp_path / "a", scorers=("msp", "entropy"), figures=False))
     b = score(back, ScoreConfig(out=tmp_path / "b", scorers=("msp", "entropy"), figures=False))
-    assert (tmp_path / "a" / "results.csv").read_text() == (tmp_path / "b" / "results.csv").read_text()
+    assert (tmp_path / "a" / "results.csv").read_text() == (
+        tmp_path / "b" / "results.csv"
+    ).read_text()
     assert {r["method"] for r in a.rows} >= {"lora/dense/msp", "moe-lora/top4/entropy",
                                              "chance", "options-only"}
     assert len(a.rows) == len(b.rows) == 2 * 2 * 3 + 2 * 3  # methods x domains, references
@@ -85,7 +91,9 @@ def test_tampered_missing_or_foreign_records_are_refused_naming_the_file(tmp_pat
     mf = tmp_path / "rec" / "manifest.json"
     m = json.loads(mf.read_text())
     mf.write_text(json.dumps({**m, "version": 99}))
-    with pytest.raises(UserError, match="version 99; this uqbench reads 'uqbench-records' version 1"):
+    with pytest.raises(
+        UserError, match="version 99; this uqbench reads 'uqbench-records' version 1"
+    ):
         read_record_set(tmp_path / "rec")
     mf.write_text(json.dumps({k: v for k, v in m.items() if k != "protocol"}))
     with pytest.raises(UserError, match="lacks protocol"):
@@ -235,7 +243,8 @@ def test_lmeval_score_skips_router_scorers_and_members_feed_the_ensemble(lm, tmp
     res = score(rs, ScoreConfig(out=tmp_path / "o", scorers=("msp", "ensemble_msp", "care"),
                                 figures=False))
     methods = {r["method"] for r in res.rows}
-    assert {"org/tiny/loglik-per-char/msp", "org/tiny/loglik-per-char/ensemble_msp", "chance"} <= methods
+    assert {"org/tiny/loglik-per-char/msp", "org/tiny/loglik-per-char/ensemble_msp",
+            "chance"} <= methods
     assert "options-only" not in methods
     meta = json.loads((tmp_path / "o" / "run.json").read_text())
     assert meta["skipped_scorers"] == [{"scorer": "care", "pair": "org/tiny/loglik-per-char",

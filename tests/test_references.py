@@ -11,7 +11,7 @@ import pytest
 
 from uqbench.data.artifacts import chance_interval, classifier_accuracy
 from uqbench.data.records import MCRecord, Split
-from uqbench.data.suite_spec import Suite
+from uqbench.data.suites.spec import Suite
 from uqbench.results.evaluate import ROW_COLUMNS
 from uqbench.results.references import (
     at_chance,

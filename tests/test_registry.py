@@ -36,7 +36,7 @@ def test_unknown_name_suggests_close_matches():
 EXTENSION_POINTS = {
     "scorers": ("uqbench.core.scorer", "SCORERS"), "gates": ("uqbench.core.gating", "GATES"),
     "sources": ("uqbench.data.sources", "SOURCES"),
-    "suites": ("uqbench.data.suite_spec", "SUITES"),
+    "suites": ("uqbench.data.suites.spec", "SUITES"),
     "backbones": ("baselines.backbones", "BACKBONES"),
     "backends": ("uqbench.core.engine", "BACKENDS"), "figures": ("uqbench.core.engine", "DRAWERS"),
 }

@@ -105,7 +105,9 @@ def root(tmp_path_factory, real_data):  # real_data (tests/conftest.py): the slo
     yaml_cases = {
         "syntax.yaml": "name: x\ndomains: {d: [unclosed\n",
         "nodomains.yaml": "name: x\ndomains: {}\n",
-        "source.yaml": SUITE.replace("source: arc-easy, split: train", "source: arc-eassy, split: train"),
+        "source.yaml": SUITE.replace(
+            "source: arc-easy, split: train", "source: arc-eassy, split: train"
+        ),
         "cap.yaml": SUITE.replace("train: 12,", "train: -3,"),
         "key.yaml": SUITE + "shuffle: true\n",
         "role.yaml": SUITE.replace("    shift: {source: arc-challenge, split: test}\n", ""),
@@ -119,7 +121,9 @@ def root(tmp_path_factory, real_data):  # real_data (tests/conftest.py): the slo
         (root / "runs" / name).mkdir(parents=True)
         (root / "runs" / name / "results.jsonl").write_text(text)
     (root / "runs" / "other").mkdir()
-    (root / "runs" / "other" / "results.jsonl").write_text((root / "runs/noscores/results.jsonl").read_text())
+    (root / "runs" / "other" / "results.jsonl").write_text(
+        (root / "runs/noscores/results.jsonl").read_text()
+    )
     (root / "runs" / "other" / "run.json").write_text(json.dumps({"config": {"suite": "else"}}))
     # data folders: one file corrupted, one file missing (the rest link to the real copies)
     real = real_data
@@ -180,26 +184,54 @@ CASES = [
     ("yaml-key", ["--suite", "{root}/key.yaml"], r"unknown key\(s\) 'shuffle'"),
     ("yaml-role", ["--suite", "{root}/role.yaml"], r"missing role\(s\) shift"),
     # data files
-    ("data-corrupt", ["--data-dir", "{root}/data-corrupt"],
-     r"llm-adapters_train.json: sha256 .* does not match"),
-    ("data-missing", ["--data-dir", "{root}/data-missing"],
-     r"data file 'arc-easy/llm-adapters_test.json' not found"),
+    (
+        "data-corrupt",
+        ["--data-dir", "{root}/data-corrupt"],
+        r"llm-adapters_train.json: sha256 .* does not match",
+    ),
+    (
+        "data-missing",
+        ["--data-dir", "{root}/data-missing"],
+        r"data file 'arc-easy/llm-adapters_test.json' not found",
+    ),
     # plugin modules and scorers
     ("plugin-missing", ["--plugin", "rel_nowhere"], r"'rel_nowhere' failed to import"),
-    ("plugin-import", ["--plugin", "rel_raises"], r"'rel_raises' failed to import: RuntimeError: boom"),
+    (
+        "plugin-import",
+        ["--plugin", "rel_raises"],
+        r"'rel_raises' failed to import: RuntimeError: boom",
+    ),
     ("plugin-duplicate", ["--plugin", "rel_duplicate"], r"'rel_duplicate' failed to import.*msp"),
-    ("scorer-raises", ["--plugin", "rel_scorers", "--scorers", "rel_raising"],
-     r"scorer 'rel_raising' raised while computing uncertainty: ZeroDivisionError"),
-    ("scorer-shape", ["--plugin", "rel_scorers", "--scorers", "rel_shape"],
-     r"scorer 'rel_shape' returned uncertainty of shape \(8, 2\); expected \(8,\)"),
-    ("scorer-nan", ["--plugin", "rel_scorers", "--scorers", "rel_nan"],
-     r"scorer 'rel_nan' returned NaN/inf uncertainty for 8 of 8"),
-    ("scorer-slow", ["--plugin", "rel_scorers", "--scorers", "rel_slow", "--scorer-timeout", "0.5"],
-     r"scorer 'rel_slow' took longer than 0.5 s.*--scorer-timeout"),
-    ("scorer-confidence", ["--plugin", "rel_scorers", "--scorers", "rel_conf"],
-     r"scorer 'rel_conf' returned confidence outside \[0, 1\]"),
-    ("scorer-field", ["--plugin", "rel_scorers", "--scorers", "rel_field"],
-     r"scorer 'rel_field' needs field\(s\) 'attention_maps'"),
+    (
+        "scorer-raises",
+        ["--plugin", "rel_scorers", "--scorers", "rel_raising"],
+        r"scorer 'rel_raising' raised while computing uncertainty: ZeroDivisionError",
+    ),
+    (
+        "scorer-shape",
+        ["--plugin", "rel_scorers", "--scorers", "rel_shape"],
+        r"scorer 'rel_shape' returned uncertainty of shape \(8, 2\); expected \(8,\)",
+    ),
+    (
+        "scorer-nan",
+        ["--plugin", "rel_scorers", "--scorers", "rel_nan"],
+        r"scorer 'rel_nan' returned NaN/inf uncertainty for 8 of 8",
+    ),
+    (
+        "scorer-slow",
+        ["--plugin", "rel_scorers", "--scorers", "rel_slow", "--scorer-timeout", "0.5"],
+        r"scorer 'rel_slow' took longer than 0.5 s.*--scorer-timeout",
+    ),
+    (
+        "scorer-confidence",
+        ["--plugin", "rel_scorers", "--scorers", "rel_conf"],
+        r"scorer 'rel_conf' returned confidence outside \[0, 1\]",
+    ),
+    (
+        "scorer-field",
+        ["--plugin", "rel_scorers", "--scorers", "rel_field"],
+        r"scorer 'rel_field' needs field\(s\) 'attention_maps'",
+    ),
 ]
 
 
@@ -238,14 +270,23 @@ def test_matrix_has_at_least_thirty_cases():
     assert len({c[0] for c in CASES}) == len(CASES) >= 30
 
 
-@pytest.mark.parametrize("call, pattern", [
-    (lambda: M.expected_calibration_error(np.array([0.5, 1.5]), np.array([1, 0])),
-     r"confidence.*\[0, 1\]"),
-    (lambda: M.expected_calibration_error(np.array([0.5, 0.7]), np.array([1, 0, 1])), r"length|shape"),
-    (lambda: M.ood_auroc(np.array([0.1, 0.2]), np.array([])), r"empty|at least one"),
-    (lambda: M.aurc(np.array([0.1, np.nan]), np.array([1, 0])), r"NaN|finite"),
-    (lambda: M.expected_calibration_error(np.array([0.5]), np.array([1]), n_bins=0), r"n_bins"),
-], ids=["ece-range", "ece-length", "auroc-empty", "aurc-nan", "ece-bins"])
+@pytest.mark.parametrize(
+    "call, pattern",
+    [
+        (
+            lambda: M.expected_calibration_error(np.array([0.5, 1.5]), np.array([1, 0])),
+            r"confidence.*\[0, 1\]",
+        ),
+        (
+            lambda: M.expected_calibration_error(np.array([0.5, 0.7]), np.array([1, 0, 1])),
+            r"length|shape",
+        ),
+        (lambda: M.ood_auroc(np.array([0.1, 0.2]), np.array([])), r"empty|at least one"),
+        (lambda: M.aurc(np.array([0.1, np.nan]), np.array([1, 0])), r"NaN|finite"),
+        (lambda: M.expected_calibration_error(np.array([0.5]), np.array([1]), n_bins=0), r"n_bins"),
+    ],
+    ids=["ece-range", "ece-length", "auroc-empty", "aurc-nan", "ece-bins"],
+)
 def test_metric_inputs_are_named_in_errors(call, pattern):
     with pytest.raises(ValueError, match=pattern):
         call()

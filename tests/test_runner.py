@@ -319,7 +319,8 @@ def test_scorer_no_model_can_serve_is_rejected_up_front(env):
 
 
 def test_every_seed_is_kept_per_example(env):
-    """scores.npz holds one column per seed; the CIs and verdicts pool them (uqbench.reporting.paper)."""
+    """scores.npz holds one column per seed; the CIs and verdicts pool them
+    (uqbench.reporting.paper)."""
     root, _ = env
     res = run(cfg(env, seeds=2, scorers=("msp",), out=root / "out-seeds", models=("moe-lora",)))
     with np.load(res.out / "scores.npz") as z:
@@ -393,7 +394,8 @@ BASE = {"suite": "pooled", "profile": "cpu", "backbone": "minilm", "scorers": []
     ({"compile": "on", "cuda_graph": "off", "eval_tokens": 4096, "grad_checkpoint": True},
      {**BASE, "compile": "on", "cuda_graph": "off", "eval_tokens": 4096,
       "grad_checkpoint": True}),
-    ({"grad_checkpoint": False, "head": "auto"}, {**BASE, "head": "auto", "grad_checkpoint": False}),
+    ({"grad_checkpoint": False, "head": "auto"},
+     {**BASE, "head": "auto", "grad_checkpoint": False}),
     ({"models": (), "gates": (), "backend": "torch", "head": None, "compile": None}, BASE),
 ])
 def test_identity_is_the_one_run_json_records_for_these_configs(kw, expected) -> None:

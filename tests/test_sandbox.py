@@ -283,13 +283,13 @@ def test_a_run_outside_its_pids_cgroup_is_reported(tmp_path, monkeypatch) -> Non
 def test_code_mc_build_records_runs_without_a_limit(monkeypatch) -> None:
     """A code MC build whose sandboxed runs go without an OS limit counts them per limit in its
     stats, the split recipe sums them (`suites._BuildStats`), and every run using the split warns
-    and lists them in run.json ``fallbacks`` (`uqbench.data.suites._record_unlimited`)."""
+    and lists them in run.json ``fallbacks`` (`uqbench.data.suites.build._record_unlimited`)."""
     from uqbench.core.errors import FallbackWarning, reset_fallbacks
-    from uqbench.data import suites as S
-    from uqbench.data.codemc import code_mc
+    from uqbench.data.mc.code import code_mc
     from uqbench.data.records import Split
     from uqbench.data.sources import get_source
     from uqbench.data.sources.code import mbpp_problem
+    from uqbench.data.suites import build as S
 
     add = {"text": "Add.", "code": "def add(a, b):\n    return a + b", "task_id": 1,
            "test_list": ["assert add(1, 2) == 3", "assert add(5, 7) == 12"]}
@@ -428,9 +428,9 @@ def test_session_budget_is_cpu_time_not_wall_time(sb: Sandbox, session) -> None:
 
 
 def test_session_wall_backstop_and_ignored_cpu_signal(session, monkeypatch) -> None:
-    from uqbench.data import sandbox as S
+    from uqbench.data.sandbox import host
 
-    monkeypatch.setattr(S, "SESSION_WALL_SLACK_S", 0.5)
+    monkeypatch.setattr(host, "SESSION_WALL_SLACK_S", 0.5)
     t0 = time.monotonic()
     res = session.run("import time\ntime.sleep(60)\n", timeout_s=0.2)  # backstop: 1.5 s
     assert res.killed_reason == "timeout" and not res.passed and time.monotonic() - t0 < 45
@@ -445,7 +445,7 @@ def test_session_child_gets_every_limit(sb: Sandbox, session) -> None:
     time limit, its own network namespace, its pids cgroup (as root) and NoNewPrivs."""
     import json
 
-    from uqbench.data.sandbox import _PROBE, _PROBE_MARK
+    from uqbench.data.sandbox.host import _PROBE, _PROBE_MARK
 
     res = session.run(_PROBE, timeout_s=30.0)
     line = next(ln for ln in res.stderr_tail.splitlines() if ln.startswith(_PROBE_MARK))
@@ -506,3 +506,22 @@ def test_session_server_death_is_an_error_not_a_verdict() -> None:
             s.run("pass\n")
     with pytest.raises(ValueError, match="positive"):
         Sandbox().session().run("pass\n", timeout_s=0)
+
+
+@pytest.mark.parametrize("name", ["runner", "server"])
+def test_each_program_is_the_prelude_then_its_module_in_one_file(name: str) -> None:
+    """A sandboxed program runs as one file with no uqbench to import: the prelude module's
+    text, then the program module's without its import of the prelude; it compiles."""
+    from pathlib import Path
+
+    from uqbench.data.sandbox import host
+
+    here = Path(host.__file__).parent
+    text = host.program(name)
+    assert text.startswith((here / "prelude.py").read_text())
+    assert "uqbench" not in "".join(ln for ln in text.splitlines(True)
+                                    if ln.startswith(("import", "from")))
+    body = [ln for ln in (here / f"{name}.py").read_text().splitlines(True)
+            if not ln.startswith("from uqbench.data.sandbox.prelude import ")]
+    assert text.endswith("".join(body))
+    compile(text, f"{name}.py", "exec")

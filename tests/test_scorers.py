@@ -22,7 +22,9 @@ def test_every_scorer_contract(name, outputs: Outputs):
 
 
 # Hand-worked: logits chosen so softmax is exact: log of probabilities.
-P = np.array([[0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0 + 1e-300, 0.0 + 1e-300]])
+P = np.array(
+    [[0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0 + 1e-300, 0.0 + 1e-300]]
+)
 
 
 def hand_outputs(**kw) -> Outputs:
@@ -34,7 +36,9 @@ def test_msp_entropy_margin_by_hand():
     o = hand_outputs()
     np.testing.assert_allclose(get_scorer("msp")(o), [0.3, 0.75, 0.5])
     # H = -(0.7 ln 0.7 + 3 * 0.1 ln 0.1) = 0.24967 + 0.69078 = 0.94045; ln 4; ln 2
-    np.testing.assert_allclose(get_scorer("entropy")(o), [0.940448, np.log(4), np.log(2)], rtol=1e-5)
+    np.testing.assert_allclose(
+        get_scorer("entropy")(o), [0.940448, np.log(4), np.log(2)], rtol=1e-5
+    )
     # margins 0.6, 0, 0 -> u = 0.4, 1, 1
     np.testing.assert_allclose(get_scorer("margin")(o), [0.4, 1.0, 1.0])
     # energy = -logsumexp(log p) = -log(sum p) = 0 for normalised log-probs

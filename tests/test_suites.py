@@ -16,9 +16,9 @@ from tests.conftest import REPO
 from uqbench.core.errors import ConfigError, DataError
 from uqbench.core.profiles import get_profile
 from uqbench.data import sources as L
-from uqbench.data import suite_spec as SP
-from uqbench.data import suites as S
 from uqbench.data.records import content_hash
+from uqbench.data.suites import build as S
+from uqbench.data.suites import spec as SP
 from uqbench.files.cache import StaleCacheWarning
 
 SMOKE = get_profile("smoke")

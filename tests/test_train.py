@@ -82,7 +82,7 @@ def test_deterministic_same_seed_and_differs_across_seeds() -> None:
         runs.append((train(model, recs, cfg_s, progress=False), model))
     (r1, m1), (r2, m2), (r3, _) = runs
     assert r1.losses == r2.losses
-    for (n, p), (_, q) in zip(m1.named_parameters(), m2.named_parameters()):
+    for (n, p), (_, q) in zip(m1.named_parameters(), m2.named_parameters(), strict=False):
         assert torch.equal(p, q), n
     assert r1.losses != r3.losses
 
@@ -381,7 +381,7 @@ def test_graph_steps_train_as_the_eager_loop(monkeypatch) -> None:
                                           if t.grad_fn is not None]
     assert zeroed == [False] * 30
     assert (got.losses, got.aux_losses) == (uncaptured.losses, uncaptured.aux_losses)
-    for (name, a), b in zip(graphed.named_parameters(), plain.parameters()):
+    for (name, a), b in zip(graphed.named_parameters(), plain.parameters(), strict=False):
         assert torch.equal(a, b), name
     ref = train(make_moe(tiny_backbone("decoder"), moe), recs, cfg, progress=False)
     assert torch.allclose(torch.tensor(got.losses), torch.tensor(ref.losses), rtol=1e-5)
@@ -532,7 +532,7 @@ def test_gradient_checkpointing_trains_as_without_and_keeps_less(kind: str, mode
         runs.append((res, model))
     (r0, m0), (r1, m1) = runs
     assert r0.losses == pytest.approx(r1.losses, rel=1e-5)
-    for (n, p), (_, q) in zip(m0.named_parameters(), m1.named_parameters()):
+    for (n, p), (_, q) in zip(m0.named_parameters(), m1.named_parameters(), strict=False):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6, msg=n)
     batch, labels = m0.encode(recs[:8], 48), torch.tensor([r.answer for r in recs[:8]])
     m0.train()
@@ -550,7 +550,7 @@ def test_gradient_checkpointing_trains_as_without_and_keeps_less(kind: str, mode
         assert any(f is not None or a is not None for f, a in state)
         torch.nn.functional.cross_entropy(logits, labels).backward()
         assert all(f is m._fast_aux and a is m._aux_args
-                   for (f, a), m in zip(state, moe_layers(m0.backbone)))
+                   for (f, a), m in zip(state, moe_layers(m0.backbone), strict=False))
     assert kept < plain
     for other in ({"cuda_graph": True}, {"compile": "on"}):
         with pytest.raises(ConfigError, match="TrainConfig.grad_checkpoint=True is invalid"):

@@ -87,7 +87,7 @@ def test_variant_trains_float32_adapters_on_a_bfloat16_backbone(name) -> None:
     before = [p.detach().clone() for p in params]
     train(model, toy_records(16, seed=1),
           TrainConfig(epochs=1, batch_size=8, max_length=48, warmup_ratio=0.0), progress=False)
-    assert all(not torch.equal(p, b) for p, b in zip(params, before))
+    assert all(not torch.equal(p, b) for p, b in zip(params, before, strict=False))
     assert np.isfinite(collect(model, toy_records(4, seed=2), batch_size=4,
                                progress=False)["logits"]).all()
 
@@ -176,7 +176,7 @@ def test_flylora_a_is_frozen_sparse_and_routes_top_k(trained, encoder) -> None:
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert not any("lora_A" in n for n in trainable)
     assert all(n.endswith("lora_B") or n.startswith("head") for n in trainable)
-    for trained_layer, new in zip(layers, fresh_layers):
+    for trained_layer, new in zip(layers, fresh_layers, strict=False):
         assert torch.equal(trained_layer.lora_A, new.lora_A)          # unchanged by training
         nnz = (trained_layer.lora_A != 0).sum(-1)
         assert (nnz == round(trained_layer.in_features * 8 / 32)).all()   # sparse rows
@@ -212,7 +212,7 @@ def test_ffn_variants_only_touch_ffn_linears(kind, name) -> None:
 def test_hmora_mixes_token_and_task_routing_by_depth(encoder) -> None:
     model = make_moe(encoder, variant_config("hmora"))
     layers = moe_layers(model.backbone)
-    a = [float(torch.sigmoid(l.alpha_logit.detach())) for l in layers]
+    a = [float(torch.sigmoid(layer.alpha_logit.detach())) for layer in layers]
     assert a[0] == pytest.approx(1 / (1 + np.exp(2.0))) and a[-1] == pytest.approx(
         1 / (1 + np.exp(-2.0)))                                           # shallow token, deep task
     layer = layers[-1]
@@ -278,7 +278,7 @@ def test_list_models_prints_every_model(capsys) -> None:
 
 
 def test_unknown_names_list_the_valid_ones(tmp_path) -> None:
-    from uqbench.data.suite_spec import parse_suite
+    from uqbench.data.suites.spec import parse_suite
 
     with pytest.raises(ConfigError, match=re.escape("unknown model 'mixlra' (did you mean "
                                                     "'mixlora', 'lora', 'moe-lora'?); valid: "

@@ -40,8 +40,8 @@ from uqbench.core.profiles import COMPILE, PROFILES
 from uqbench.core.registry import Registry, import_plugin
 from uqbench.core.scorer import SCORERS
 from uqbench.data.sources import SOURCES
-from uqbench.data.split_table import format_split_table, split_table
-from uqbench.data.suite_spec import SUITES
+from uqbench.data.suites.spec import SUITES
+from uqbench.data.suites.table import format_split_table, split_table
 from uqbench.files.cache import resolve_cache_dir
 from uqbench.files.rundir import read_results
 from uqbench.io.recordset import export_run

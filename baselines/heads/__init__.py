@@ -9,8 +9,9 @@ logits and per-question features), in the table `HEADS` by name (the ``mode`` of
 (`Letters`; decoders, the default). `MultipleChoiceModel.encode` then ``forward`` delegate to
 the model's head (``model.scoring``).
 
-Choice counts may differ within a batch: absent options get `uqbench.core.outputs.PAD_LOGIT` (finite,
-probability exactly 0 in float64, zero gradient), so logits are always (B, C_max) and finite.
+Choice counts may differ within a batch: absent options get `uqbench.core.outputs.PAD_LOGIT`
+(finite, probability exactly 0 in float64, zero gradient), so logits are always (B, C_max) and
+finite.
 
 When the backbone has MoE-LoRA layers, ``forward`` hands them the token mask (padding excluded
 from routing statistics and the load-balancing loss). Encoders whose adapters sit in the last

@@ -48,7 +48,7 @@ def cut_codes(question_cut: Sequence[bool], option_cut: Sequence[bool]) -> Tenso
     """(B,) int8: `CUT_OPTION` where some option text was cut (the model never saw all of
     it), else `CUT_QUESTION` where question text was, else `CUT_NONE`."""
     return torch.tensor([CUT_OPTION if o else CUT_QUESTION if q else CUT_NONE
-                         for q, o in zip(question_cut, option_cut)], dtype=torch.int8)
+                         for q, o in zip(question_cut, option_cut, strict=False)], dtype=torch.int8)
 
 
 def per_question_flags(flags: Sequence[bool], records: Sequence[MCRecord]) -> list[bool]:

@@ -174,7 +174,7 @@ class CrossEncoder(EncoderHead):
             # exactly as in a batch without it (encodings never depend on batch-mates); the
             # cut options are reported in batch["cut"] and recorded in run.json ``fallbacks``
             cols = {}
-            for q, o in zip(qs, opts):
+            for q, o in zip(qs, opts, strict=False):
                 for k, v in _encode_pair(tok, q, o, max_length).items():
                     cols.setdefault(k, []).append(v)
         # lengths untruncated: each question tokenized once, not once per option
@@ -183,12 +183,16 @@ class CrossEncoder(EncoderHead):
                                          verbose=False)["input_ids"]]
         o_len = [len(ids) for ids in tok(opts, add_special_tokens=False,
                                          verbose=False)["input_ids"]]
-        q_of = [n for r, n in zip(records, q_len) for _ in r.choices]
-        pair_cut = [q + o + special > max_length for q, o in zip(q_of, o_len)]
+        q_of = [n for r, n in zip(records, q_len, strict=False) for _ in r.choices]
+        pair_cut = [q + o + special > max_length for q, o in zip(q_of, o_len, strict=False)]
         option_cut = [o + special > max_length for o in o_len]
-        out = {"input_ids": pad_rows(cols["input_ids"], tok.pad_token_id),
-               "attention_mask": pad_rows(cols["attention_mask"], 0),
-               "cut": cut_codes(per_question_flags(pair_cut, records), per_question_flags(option_cut, records))}
+        out = {
+            "input_ids": pad_rows(cols["input_ids"], tok.pad_token_id),
+            "attention_mask": pad_rows(cols["attention_mask"], 0),
+            "cut": cut_codes(
+                per_question_flags(pair_cut, records), per_question_flags(option_cut, records)
+            ),
+        }
         if "token_type_ids" in cols:
             out["token_type_ids"] = pad_rows(cols["token_type_ids"], 0)
         return out

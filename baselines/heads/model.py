@@ -63,7 +63,9 @@ class MultipleChoiceModel(nn.Module):
         if mode == "auto":
             mode = DEFAULT_HEADS[backbone.kind]
         if mode not in HEADS:
-            raise ConfigError(f"head mode {mode!r} unknown; valid: auto, {', '.join(HEADS.names())}")
+            raise ConfigError(
+                f"head mode {mode!r} unknown; valid: auto, {', '.join(HEADS.names())}"
+            )
         if HEADS.get(mode).kind != backbone.kind:
             raise ConfigError(f"head mode {mode!r} does not fit {backbone.kind} backbone "
                               f"{backbone.name!r}; use {' or '.join(heads_for(backbone.kind))}")
@@ -279,8 +281,9 @@ def make_moe(backbone: Backbone, config: Any = None, *, mode: str = "auto",
 def make_plain(backbone: Backbone, *, mode: str = "auto", head_dropout: float = 0.1,
                seed: int = 0, copy: bool = True) -> MultipleChoiceModel:
     """A head-only model on the frozen backbone (no adapter): a floor for the baselines."""
-    return MultipleChoiceModel(prepare_backbone(backbone, copy), mode=mode, head_dropout=head_dropout,
-                               seed=seed)
+    return MultipleChoiceModel(
+        prepare_backbone(backbone, copy), mode=mode, head_dropout=head_dropout, seed=seed
+    )
 
 
 __all__ = ["MultipleChoiceModel", "adapter_layers", "make_moe", "make_plain"]

@@ -97,7 +97,7 @@ def inject(model: nn.Module, config: MoELoRAConfig) -> nn.Module:
         p.requires_grad_(False)
     gen = torch.Generator().manual_seed(config.seed)
     blocks = [_block_index(n) for n in names]
-    for name, block in zip(names, blocks):
+    for name, block in zip(names, blocks, strict=False):
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         layer: nn.Module
@@ -151,9 +151,9 @@ def set_gate(model: nn.Module, gate: Gate | Sequence[Gate]) -> None:
     if len(gates) != len(layers):
         raise ValueError(f"set_gate: got {len(gates)} gates for {len(layers)} MoE layers; give "
                          "one gate, or exactly one per layer (in moe_layers(model) order)")
-    for g, layer in zip(gates, layers):
+    for g, layer in zip(gates, layers, strict=False):
         g.validate(layer.n_experts)
-    for g, layer in zip(gates, layers):
+    for g, layer in zip(gates, layers, strict=False):
         layer.gate = g
 
 
@@ -210,7 +210,7 @@ def forward_state_kept(model: nn.Module) -> Iterator[None]:
     try:
         yield
     finally:
-        for m, (value, args, fast, stats) in zip(layers, saved):
+        for m, (value, args, fast, stats) in zip(layers, saved, strict=False):
             m._aux_value, m._aux_args, m._fast_aux, m.last_stats = value, args, fast, stats
 
 

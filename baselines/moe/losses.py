@@ -116,8 +116,9 @@ def token_mean(x: Tensor, valid: Tensor | None) -> Tensor:
     """Mean of ``x`` (T, ...) over the tokens where ``valid`` (T,) bool is True (all if None).
 
     A masked sum, not ``x[valid].mean(0)``: boolean indexing sizes its result from the mask's
-    count, a device-to-host sync on an accelerator. Equal up to float rounding (the sum adds the masked tokens' zeros,
-    which regroups its partial sums: aux losses moved by <= 4e-9); NaN if no token is valid.
+    count, a device-to-host sync on an accelerator. Equal up to float rounding (the sum adds the
+    masked tokens' zeros, which regroups its partial sums: aux losses moved by <= 4e-9); NaN if no
+    token is valid.
     """
     if valid is None:
         return x.mean(0)

@@ -3,5 +3,5 @@
 `outputs` (the `Outputs` record scorers read), `scorer` (the `Scorer` contract and its
 registry), `registry` (the generic `Registry`), `errors`, `config` (dataclass helpers),
 `probs` (stable probability helpers), `plan` (models, gates and methods of a run), `gating`
-(the gate registry), `heads` (the head registry), `experiments` (the CARE paper's experiments), `profiles` (run sizes),
-`engine` (the seams to the model and figure packages)."""
+(the gate registry), `heads` (the head registry), `experiments` (the CARE paper's experiments),
+`profiles` (run sizes), `engine` (the seams to the model and figure packages)."""

@@ -1,9 +1,10 @@
 """The CARE paper's experiments as sets of (model, gate) pairs and scorers on the same runner.
 
 ``uqbench run --suite pooled --experiment NAME`` evaluates the experiment's pairs; the results
-table has the usual columns, and `uqbench.reporting.paper` writes ``paper_report.md`` with a verdict per
-claim of that experiment (``paper``: of all of them). All gates at a budget are calibrated by the thermostat on the unlabeled
-calibration split; the achieved budget is in ``run.json`` and in the ``avg_experts`` column.
+table has the usual columns, and `uqbench.reporting.paper` writes ``paper_report.md`` with a verdict
+per claim of that experiment (``paper``: of all of them). All gates at a budget are calibrated by
+the thermostat on the unlabeled calibration split; the achieved budget is in ``run.json`` and in the
+``avg_experts`` column.
 
 Experiments are a registry (`EXPERIMENTS`, `register_experiment`, the entry-point group
 ``uqbench.experiments``): a plugin adds its own set of pairs and scorers under a new name.

@@ -111,7 +111,9 @@ class Outputs:
         for name in ("ids", "labels", "domain"):
             arr = getattr(self, name)
             if arr.shape != (n,):
-                raise ValueError(f"Outputs.{name} must have shape ({n},) like logits, got {arr.shape}")
+                raise ValueError(
+                    f"Outputs.{name} must have shape ({n},) like logits, got {arr.shape}"
+                )
         labels = self.labels
         assert labels is not None  # an array: it has the shape (n,) checked above
         if not np.issubdtype(labels.dtype, np.integer):

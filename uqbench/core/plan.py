@@ -30,8 +30,8 @@ ROUTER = ENGINE | frozenset(ROUTER_FIELDS)
 class GateSpec:
     """A gate by name. ``kind``: ``native`` (the model's training gate), ``dense`` (none) or a
     registered gate kind (`uqbench.core.gating`: topk, care, nucleus, random, entropy, dynmole...);
-    `uqbench.core.gating.check_spec` validates it (an unknown kind is a ConfigError listing the valid
-    ones) before any model work.
+    `uqbench.core.gating.check_spec` validates it (an unknown kind is a ConfigError listing the
+    valid ones) before any model work.
 
     ``budget`` set -> the thermostat calibrates the gate's knob (tau or scale) on the unlabeled
     calibration split so that the mean number of active experts equals it; ``params`` are

@@ -374,7 +374,9 @@ def artifact_check(train: Sequence[MCRecord], records: Sequence[MCRecord] | None
     if records is None:
         acc["classifier"] = classifier_accuracy(train, seed=seed)
     else:
-        correct = options_only_correct(classifier if classifier is not None else train, target, seed)
+        correct = options_only_correct(
+            classifier if classifier is not None else train, target, seed
+        )
         acc["classifier"] = float(np.mean(correct))
     level = alpha / len(BASELINES)
     pv = {k: chance_p_value(target, v) for k, v in acc.items()}

@@ -26,7 +26,9 @@ class MCRecord:
 
     def __post_init__(self) -> None:
         if len(self.choices) < 2:
-            raise ValueError(f"record {self.id!r}: needs at least 2 choices, got {len(self.choices)}")
+            raise ValueError(
+                f"record {self.id!r}: needs at least 2 choices, got {len(self.choices)}"
+            )
         if not 0 <= self.answer < len(self.choices):
             raise ValueError(f"record {self.id!r}: answer {self.answer} outside "
                              f"[0, {len(self.choices)})")

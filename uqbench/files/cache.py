@@ -104,7 +104,10 @@ def sweep_orphans(root: str | Path) -> int:
     writer's, another host's (a cache on a shared file system) and unrecognised names are kept.
     Returns how many were removed.
     """
-    mine, removed = re.compile(rf"\.{re.escape(socket.gethostname())}\.(\d+)\.[0-9a-f]{{8}}\.tmp$"), 0
+    mine, removed = (
+        re.compile(rf"\.{re.escape(socket.gethostname())}\.(\d+)\.[0-9a-f]{{8}}\.tmp$"),
+        0,
+    )
     for tmp in list(Path(root).glob("**/.*.tmp")):
         m = mine.search(tmp.name)
         if m is None or not tmp.exists() or _alive(int(m.group(1))):
@@ -176,7 +179,9 @@ class ArrayCache:
             return None
         return arrays
 
-    def put(self, kind: str, material: Mapping[str, Any], arrays: Mapping[str, NDArray[Any]]) -> Path:
+    def put(
+        self, kind: str, material: Mapping[str, Any], arrays: Mapping[str, NDArray[Any]]
+    ) -> Path:
         path = self.path(kind, material)
         key = np.array(json.dumps(material, sort_keys=True, default=str))
         # 0-d numbers and strings go into one JSON member: an npz member costs a header parse
@@ -195,7 +200,10 @@ class ArrayCache:
         return path
 
     def get_or_compute(
-        self, kind: str, material: Mapping[str, Any], compute: Callable[[], Mapping[str, NDArray[Any]]]
+        self,
+        kind: str,
+        material: Mapping[str, Any],
+        compute: Callable[[], Mapping[str, NDArray[Any]]],
     ) -> tuple[dict[str, NDArray[Any]], bool]:
         """Return ``(arrays, hit)``; on a miss compute, store and return."""
         hit = self.get(kind, material)
@@ -231,9 +239,9 @@ class DirCache:
             return None
         try:
             meta = json.loads(done.read_text())
-            ok = meta["key"] == json.loads(json.dumps(material, sort_keys=True, default=str)) and all(
-                file_sha256(path / name) == digest for name, digest in meta["files"].items()
-            )
+            ok = meta["key"] == json.loads(
+                json.dumps(material, sort_keys=True, default=str)
+            ) and all(file_sha256(path / name) == digest for name, digest in meta["files"].items())
         except (OSError, ValueError, KeyError) as exc:
             ok, why = False, f"incomplete ({type(exc).__name__})"
         else:

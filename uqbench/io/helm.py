@@ -44,7 +44,8 @@ MULTIPLE_CHOICE = ("multiple_choice_joint", "multiple_choice_separate_original",
 
 
 def is_helm(source: Path) -> bool:
-    """Whether ``source`` is a folder of HELM runs (a subfolder holds ``per_instance_stats.json``)."""
+    """Whether ``source`` is a folder of HELM runs (a subfolder holds
+    ``per_instance_stats.json``)."""
     return source.is_dir() and any((d / STATS).is_file() for d in source.iterdir() if d.is_dir())
 
 

@@ -813,7 +813,7 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
     read = [{t: read_task(s.samples[t], t, s.delimiters.get(t, " ")) for t in tasks}
             for s in srcs]
     main = read[0]
-    for s, r in zip(srcs[1:], read[1:]):
+    for s, r in zip(srcs[1:], read[1:], strict=False):
         for t in tasks:
             if r[t].doc_ids != main[t].doc_ids or not np.array_equal(r[t].labels, main[t].labels
                                                                      ) or not np.array_equal(

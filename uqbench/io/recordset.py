@@ -3,8 +3,8 @@
 A `RecordSet` holds the `Outputs` of every (model/gate pair, split, seed) of a run — made by
 ``uqbench run``, read back from its export, or made from lm-evaluation-harness samples
 (`uqbench.io.lmeval`) — and what the tables need besides them: the domains, the split hashes, the
-inputs of the reference rows (`uqbench.results.references.ReferenceInputs`) and, for a uqbench run, its
-methods in order. ``uqbench score`` turns any of them into the same run folder
+inputs of the reference rows (`uqbench.results.references.ReferenceInputs`) and, for a uqbench run,
+its methods in order. ``uqbench score`` turns any of them into the same run folder
 (`uqbench.run.score_records`).
 
 File format ``uqbench-records``, version 1: a folder holding

@@ -136,7 +136,7 @@ def parse_sample(path: Path, line: int | str, d: Mapping[str, Any], delim: str
                    "uqbench reads one log-likelihood per choice: drop acc_mutual_info from the "
                    "task's metric_list and rerun lm-eval")
     metrics = logged_metrics(path, line, d)
-    contexts, conts = zip(*pairs)
+    contexts, conts = zip(*pairs, strict=False)
     multiple_input = len(set(conts)) == 1 and len(set(contexts)) > 1
     choices = [c.removeprefix(delim) for c in conts]
     target = str(d["target"]).strip()

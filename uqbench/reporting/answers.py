@@ -98,7 +98,10 @@ def _vs_msp(q: Question, run: RunFolder, best: Mapping[str, Any], msp: Mapping[s
     if msp is None:
         return None, "no msp scorer in this run to compare with"
     if msp["method"] == best["method"]:
-        return None, "this is MSP" if q.column.level == "scorer" else "MSP's own predictive distribution"
+        return (
+            None,
+            "this is MSP" if q.column.level == "scorer" else "MSP's own predictive distribution",
+        )
     a, b = (inputs_of(run, m["method"], best["domain"], q.column) for m in (msp, best))
     if a is None or b is None:
         return None, "no per-example arrays in scores.npz to pair"

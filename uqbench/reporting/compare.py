@@ -72,7 +72,7 @@ def check_comparable(runs: Sequence[RunFolder], labels: Sequence[str]) -> None:
     """Every run's results under one schema (a column that changed its definition would be
     compared with itself under another name) and each domain over the same ID and shifted
     splits in every run; else a `UserError` naming what differs."""
-    schemas = {label: results_schema(run.meta) for run, label in zip(runs, labels)}
+    schemas = {label: results_schema(run.meta) for run, label in zip(runs, labels, strict=False)}
     if len(set(schemas.values())) > 1:
         lo, hi = min(schemas.values()), max(schemas.values())
         changes = "; ".join(SCHEMA_CHANGES[v] for v in range(lo + 1, hi + 1))
@@ -83,7 +83,7 @@ def check_comparable(runs: Sequence[RunFolder], labels: Sequence[str]) -> None:
             "cached models and forward records) and compare the new folders")
     base = _split_hashes(runs[0])
     bad = []
-    for run, label in zip(runs[1:], labels[1:]):
+    for run, label in zip(runs[1:], labels[1:], strict=False):
         other = _split_hashes(run)
         for dom in sorted(base.keys() | other.keys()):
             if base.get(dom) != other.get(dom):
@@ -132,7 +132,7 @@ def compare(run_dirs: Sequence[str | Path], *, n_boot: int | None = None, seed: 
         for m in methods:
             per_run: list[dict[str, Cell] | None] = []
             base = {c: inputs_of(runs[0], m, dom, METRICS[c]) for c in columns}
-            for i, (run, run_rows) in enumerate(zip(runs, rows)):
+            for i, (run, run_rows) in enumerate(zip(runs, rows, strict=False)):
                 row = run_rows.get((m, dom))
                 if row is None:
                     per_run.append(None)
@@ -183,7 +183,7 @@ def markdown(c: Comparison) -> str:
         lines += [f"## {dom}", "", "| Method | Run | " + " | ".join(c.columns) + " |",
                   "|" + "---|" * (len(c.columns) + 2)]
         for m, per_run in methods.items():
-            for label, cells in zip(c.labels, per_run):
+            for label, cells in zip(c.labels, per_run, strict=False):
                 vals = [cell_text(cells[col] if cells else None) for col in c.columns]
                 lines.append(f"| {m} | {label} | " + " | ".join(vals) + " |")
         lines.append("")
@@ -197,7 +197,7 @@ def csv_text(c: Comparison) -> str:
                 "diff_lo", "diff_hi", "note"])
     for dom, methods in c.table.items():
         for m, per_run in methods.items():
-            for label, cells in zip(c.labels, per_run):
+            for label, cells in zip(c.labels, per_run, strict=False):
                 for col, cell in (cells or {}).items():
                     w.writerow([dom, m, label, col, cell.value, cell.lo, cell.hi,
                                 *(cell.diff or ("", "", "")), cell.note])
@@ -216,7 +216,7 @@ def html_tables(c: Comparison) -> list[dict[str, Any]]:
         {"method": m, "run": label,
          "cells": [{"text": cell_text(cells[col] if cells else None),
                     "sort": sort(cells[col] if cells else None)} for col in c.columns]}
-        for m, per_run in methods.items() for label, cells in zip(c.labels, per_run)]}
+        for m, per_run in methods.items() for label, cells in zip(c.labels, per_run, strict=False)]}
         for dom, methods in c.table.items()]
 
 
@@ -228,7 +228,7 @@ def write_compare(run_dirs: Sequence[str | Path], out: str | Path | None = None,
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f for f in FILES]
     html = render_compare(c.labels, c.columns, html_tables(c))
-    for p, text in zip(paths, (markdown(c), csv_text(c), html)):
+    for p, text in zip(paths, (markdown(c), csv_text(c), html), strict=False):
         atomic_write_text(p, text)
     return c, paths
 

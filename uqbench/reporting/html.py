@@ -1,20 +1,21 @@
 """``report.html``: one self-contained page per run folder, and ``compare.html``.
 
 Rendered from ``run.json``, ``results.jsonl``, ``scores.npz``'s presence, ``figures/*.png`` and
-``paper_report.md`` through the Jinja2 templates of ``uqbench/reporting/templates`` (autoescaped). The
-page needs no network: the figures are inlined as base64 PNG data, the style and the table
+``paper_report.md`` through the Jinja2 templates of ``uqbench/reporting/templates`` (autoescaped).
+The page needs no network: the figures are inlined as base64 PNG data, the style and the table
 sorting and the row filter are inline. A part of the run folder that is missing or unreadable
 (an interrupted run, a corrupt figure) is named on the page in its section, and the rest still
 renders.
 
 A run over several models (``uqbench score SRC1 SRC2 ...``) opens with them side by side:
 the model-by-metric table (`uqbench.reporting.models`), the ranking figure and every model's
-reliability diagram (`figures.ranking`). The page then gives the answers (`uqbench.reporting.answers`: per question the best method, its
-CI, its paired difference to MSP, a verdict) under banners for at-chance models and fallbacks;
-then the model-level and scorer-level tables (`uqbench.results.tables`) with the forest plots
-beside the latter, the figures by question, the paper's verdicts, and at the end, collapsed, the
-fallbacks, skipped scorers, configuration, splits, phase timings and training curves. Every
-table cell carries its ``results.csv`` value in ``data-sort`` and its column in ``data-col``.
+reliability diagram (`figures.ranking`). The page then gives the answers
+(`uqbench.reporting.answers`: per question the best method, its CI, its paired difference to MSP, a
+verdict) under banners for at-chance models and fallbacks; then the model-level and scorer-level
+tables (`uqbench.results.tables`) with the forest plots beside the latter, the figures by question,
+the paper's verdicts, and at the end, collapsed, the fallbacks, skipped scorers, configuration,
+splits, phase timings and training curves. Every table cell carries its ``results.csv`` value in
+``data-sort`` and its column in ``data-col``.
 """
 from __future__ import annotations
 
@@ -231,7 +232,8 @@ def render_report(run_dir: str | Path) -> str:
                 s["version"] for s in lm if s["version"])) or "(version not recorded)")
     return _env().get_template("report.html.j2").render(
         title=title, meta=meta,
-        problems=problems, lmeval=lm, config=json.dumps(meta.get("config", {}), indent=1, default=str),
+        problems=problems, lmeval=lm,
+        config=json.dumps(meta.get("config", {}), indent=1, default=str),
         splits=splits, seconds=meta.get("seconds", {}), training=training,
         headline=[a for a in found if a["domain"] == (doms[0] if doms else None)],
         answers=found, learned=learned_lines(run) if run.rows else [],
@@ -242,7 +244,8 @@ def render_report(run_dir: str | Path) -> str:
         trained=trained(meta),
         model_headers=[h for _, h, _ in T.shown("model", learned=trained(meta))],
         scorer_headers=[h for _, h, _ in T.shown("scorer")],
-        model_tables=model_tables(run.rows, learned=trained(meta)), scorer_tables=scorer_tables(run.rows),
+        model_tables=model_tables(run.rows, learned=trained(meta)),
+        scorer_tables=scorer_tables(run.rows),
         forests=forests, groups=groups,
         paper=_paper_claims(run.path / rundir.PAPER_REPORT),
         skipped=meta.get("skipped_scorers") or [], fallbacks=meta.get("fallbacks") or [],
@@ -269,5 +272,13 @@ def render_compare(labels: Sequence[str], columns: Sequence[str],
         title="uqbench compare", labels=labels, columns=columns, tables=tables)
 
 
-__all__ = ["QUESTIONS", "figure_groups", "model_figures", "model_tables", "render_compare", "render_report",
-           "scorer_tables", "write_report"]
+__all__ = [
+    "QUESTIONS",
+    "figure_groups",
+    "model_figures",
+    "model_tables",
+    "render_compare",
+    "render_report",
+    "scorer_tables",
+    "write_report",
+]

@@ -123,7 +123,8 @@ def _bootstrap(stat: Callable[..., float], sizes: Sequence[int], what: str,
     (`uqbench.stats.metrics.paired_bootstrap`: one index array per set of examples, ID or ID and
     shifted, each drawn independently).
     Resamples on which ``stat`` is NaN (undefined) are left out of the CI and counted: any are
-    warned about and recorded (`uqbench.core.errors.record_fallback`), and the claim says how many."""
+    warned about and recorded (`uqbench.core.errors.record_fallback`), and the claim says how
+    many."""
     d = M.paired_bootstrap(stat, sizes, n_resamples=N_BOOT, seed=seed)
     if d.dropped:
         record_fallback("paper claim bootstrap", what,
@@ -281,8 +282,8 @@ def _mark_not_evidence(run: _Run, cs: list[Claim]) -> list[Claim]:
     (`AT_CHANCE`) or whose learned column's CI does not lie above 0 (`NOT_LEARNED`)."""
     marks = [(AT_CHANCE, {(f["method"], f["domain"]) for f in at_chance(run.rows)}),
              (NOT_LEARNED, {(f["method"], f["domain"]) for f in not_learned(run.rows)})]
-    return [replace(c, note="; ".join(m for m, flagged in marks if flagged.intersection(c.rests_on)))
-            for c in cs]
+    return [replace(c, note="; ".join(m for m, flagged in marks
+                                      if flagged.intersection(c.rests_on))) for c in cs]
 
 
 def _pooled_rows(run: _Run, pattern: str) -> list[dict[str, Any]]:
@@ -299,7 +300,7 @@ def _thermostat(run: _Run) -> list[Claim]:
     k = [r["avg_experts"] for r in rows]
     acc = [r["accuracy"] for r in rows]
     table = ", ".join(f"τ={t}: {kk:.2f} experts / {aa * 100:.1f}%"
-                      for t, kk, aa in zip(taus, k, acc))
+                      for t, kk, aa in zip(taus, k, acc, strict=False))
     text = "accuracy rises with τ (highest vs lowest τ, paired)"
     hi, lo = rows[-1]["method"], rows[0]["method"]
     if run.has(hi) and run.has(lo):
@@ -353,7 +354,7 @@ def _matching_budget(run: _Run) -> Claim:
         return Claim("frontier", text, paper, "not measured", INCONCLUSIVE)
     target = fixed4[0]["accuracy"]
     rests = _pooled(*(r["method"] for r in _pooled_rows(run, BUDGET_GATES)), MSP4)
-    xs, ys = zip(*care)
+    xs, ys = zip(*care, strict=False)
     match, exact = matched_budget(xs, ys, target) or (None, True)
     if match is None or match > 4.05:
         # It fails only if CARE at B = 4 is less accurate than fixed-4 (paired): on a flat
@@ -524,7 +525,7 @@ def write_paper_report(run_dir: str | Path, experiment: str | None = None) -> Pa
     notes = simplified_notes()
     models = [sorted({m.split("/")[0] for m, _ in c.rests_on} & notes.keys()) for c in cs]
     lines += [f"| {c.section} | {c.text}{SIMPLIFIED_MARK if ms else ''} | {c.paper} | {c.ours} "
-              f"| {c.shown_verdict()} |" for c, ms in zip(cs, models)]
+              f"| {c.shown_verdict()} |" for c, ms in zip(cs, models, strict=False)]
     if used := sorted({m for ms in models for m in ms}):
         lines += ["", "‡ The MoE-LoRA baselines are uqbench's re-implementations (one MoE-LoRA "
                   "layer configured per method, `baselines/variants.py`, trained with this "

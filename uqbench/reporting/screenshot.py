@@ -1,6 +1,7 @@
 """``python -m uqbench.reporting.screenshot RUN_DIR OUT.png``: a PNG of the summary that
 ``report.html`` opens with (the title, the banners and the answers, and for a run over several
-models their table and figures), as headless Chromium draws it; the README's picture (``docs/report.png``) is made this way from a finished run.
+models their table and figures), as headless Chromium draws it; the README's picture
+(``docs/report.png``) is made this way from a finished run.
 
 The page is rendered afresh from the run folder (`uqbench.reporting.html.render_report`) into a
 temporary file, so the picture shows this version's report; the run folder is not written to.

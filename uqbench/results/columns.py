@@ -77,7 +77,7 @@ class Column:
 
     def _inputs(self, arrays: tuple[NDArray[Any], ...]) -> tuple[NDArray[Any], ...]:
         return tuple(a.astype(bool) if f == "correct" else a
-                     for a, (_, f) in zip(arrays, self.reads))
+                     for a, (_, f) in zip(arrays, self.reads, strict=False))
 
     def _options(self, n_bins: int) -> dict[str, int]:
         return {"n_bins": n_bins} if self.binned else {}

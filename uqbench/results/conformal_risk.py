@@ -1,12 +1,14 @@
 """The conformal-set and selective-risk-control columns of one results row.
 
-`conformal_risk_columns` fits on the method's ``calib`` split and measures on its ID and shifted splits
-(calibrated on ID: the shift columns say whether the guarantee survives the shift):
+`conformal_risk_columns` fits on the method's ``calib`` split and measures on its ID and shifted
+splits (calibrated on ID: the shift columns say whether the guarantee survives the shift):
 
-``cp_<score>_<a>_{cov,size,ssc}``  conformal sets (`uqbench.stats.conformal`) at α = a/100: empirical
-    coverage, mean set size, worst size-stratified coverage; ``shift_cp_...`` on the shift.
-``rc_<r>_{coverage,risk}``  the Learn-then-Test threshold for target risk r/100 (`uqbench.stats.risk`):
-    coverage and realised selective risk on ID; ``shift_rc_...`` on the shift.
+``cp_<score>_<a>_{cov,size,ssc}``  conformal sets (`uqbench.stats.conformal`) at α = a/100:
+    empirical coverage, mean set size, worst size-stratified coverage; ``shift_cp_...`` on the
+    shift.
+``rc_<r>_{coverage,risk}``  the Learn-then-Test threshold for target risk r/100
+    (`uqbench.stats.risk`): coverage and realised selective risk on ID; ``shift_rc_...`` on the
+    shift.
 ``risk_at_<c>``  selective risk (error rate) of the c% least uncertain ID questions
     (``1 − selective_accuracy``; mean ± std over seeds, no CI).
 ``cp_note``/``rc_note``  why a cell is empty (an α the calib split cannot resolve, a target no
@@ -160,7 +162,7 @@ def conformal_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, s
                     covered = C.covered(sets, labels[role][:, s])  # type: ignore[index]
                     size = sets.sum(axis=1)
                     for k, point, boot in zip(stats, C.set_statistics(covered, size),
-                                              C.set_statistics(covered, size, w)):
+                                              C.set_statistics(covered, size, w), strict=False):
                         stats[k][0].append(point)
                         stats[k][1].append(boot)
                 for k, (points, boots) in stats.items():

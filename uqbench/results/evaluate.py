@@ -110,7 +110,7 @@ def _cis(wanted: Sequence[tuple[str, Callable[..., Any], Sequence[NDArray[Any]]]
         todo = list(wanted)
     got = M.bootstrap_cis([(M.seed_mean(fn), arrays) for _, fn, arrays in todo],
                           two_sample=two_sample, n_resamples=n_boot, seed=seed)
-    for (name, _, _), (_, lo, hi) in zip(todo, got):
+    for (name, _, _), (_, lo, hi) in zip(todo, got, strict=False):
         _INTERVALS[keys[name]] = (lo, hi)
     return {name: _INTERVALS[keys[name]] for name, _, _ in wanted}
 

@@ -73,7 +73,7 @@ def recalibrate(scorer: Scorer, calib: Sequence[Outputs], test: Sequence[Outputs
     """
     out: dict[str, list[NDArray[np.float64]]] = {k: [] for k in CALIBRATORS}
     temps, failed = [], []
-    for s, (cal, tst) in enumerate(zip(calib, test)):
+    for s, (cal, tst) in enumerate(zip(calib, test, strict=False)):
         c_cal, c_tst = calib_confidence[:, s], test_confidence[:, s]
         if cal.logits is None:  # confidence-only records: the binary form, as a scorer's own
             right_cal = np.asarray(cal.correct, np.float64)

@@ -113,7 +113,7 @@ def reference_inputs(suite: Any, *, seed: int = 0,
                      zero_shot: Mapping[str, NDArray[np.float64]] | None = None
                      ) -> ReferenceInputs:
     """`ReferenceInputs` of a built suite (``domains`` and ``split(domain, role)`` with
-    ``records``/``hash``, a `uqbench.data.suite_spec.Suite`): the classifier is fitted on each
+    ``records``/``hash``, a `uqbench.data.suites.spec.Suite`): the classifier is fitted on each
     domain's train split with ``seed``; ``zero_shot`` as `ReferenceInputs` has it."""
     domains = tuple(suite.domains)
     n_choices, correct, hashes = {}, {}, {}
@@ -192,7 +192,7 @@ def learned_columns(refs: ReferenceInputs, parts: Sequence[str], correct: NDArra
     model = np.asarray(correct, dtype=np.float64).reshape(len(zs), -1)
     d, lo, hi = M.paired_difference(M.seed_mean(COLUMNS["accuracy"].bound()), [zs[:, None]],
                                     [model], n_resamples=n_boot, seed=seed)
-    return dict(zip(LEARNED_COLUMNS, (float(d), float(lo), float(hi))))
+    return dict(zip(LEARNED_COLUMNS, (float(d), float(lo), float(hi)), strict=False))
 
 
 def zero_shot_skipped(zs_log: Mapping[str, Any] | None) -> str:
@@ -252,7 +252,7 @@ def not_learned(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             continue
         if lo <= 0:
             out.append({"method": r["method"], "domain": r["domain"],
-                        **dict(zip(LEARNED_COLUMNS, (d, lo, hi)))})
+                        **dict(zip(LEARNED_COLUMNS, (d, lo, hi), strict=False))})
     return out
 
 

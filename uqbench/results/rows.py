@@ -4,9 +4,9 @@ per-example arrays the figures and verdicts read (``scores.npz``).
 
 Methods are scored in worker processes (`score_workers`), one task per model/gate pair and
 domain (``pooled`` included), so that the pair's scorers share the bootstrap intervals memoised
-in their process (`uqbench.results.evaluate`). Every interval is seeded on its own, so the rows and arrays are
-those of the serial path, bit for bit; the workers' warnings are re-emitted here, and their
-`record_fallback` entries recorded here, in the serial order."""
+in their process (`uqbench.results.evaluate`). Every interval is seeded on its own, so the rows and
+arrays are those of the serial path, bit for bit; the workers' warnings are re-emitted here, and
+their `record_fallback` entries recorded here, in the serial order."""
 from __future__ import annotations
 
 import os

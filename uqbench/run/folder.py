@@ -30,8 +30,9 @@ def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.nda
               meta: dict[str, Any], *, t0: float, figures: bool, final: Path | None = None,
               figure_set: str = "figures") -> None:
     """Write a run folder's tables, ``run.json`` (with ``at_chance`` and ``seconds``), scores,
-    figures (drawn by the figure set ``figure_set``) and ``report.html``; ``t0``: when the run started (``perf_counter``), for
-    ``seconds.total``; ``final``: where ``out`` will be renamed to (messages name it)."""
+    figures (drawn by the figure set ``figure_set``) and ``report.html``; ``t0``: when the run
+    started (``perf_counter``), for ``seconds.total``; ``final``: where ``out`` will be renamed
+    to (messages name it)."""
     meta["results_schema"] = RESULTS_SCHEMA
     meta["at_chance"] = warn_at_chance(rows)  # one WARNING listing every method at chance
     meta["seconds"]["total"] = time.perf_counter() - t0
@@ -49,8 +50,8 @@ def write_run(out: Path, rows: list[dict[str, Any]], arrays: Mapping[str, np.nda
 
 
 def _write_html_report(out: Path, meta: dict[str, Any], final: Path) -> None:
-    """``report.html`` (`uqbench.reporting.html`), which must never fail a run: if rendering fails, the
-    error is warned about and recorded in ``run.json`` ``report_html_error``; results stay."""
+    """``report.html`` (`uqbench.reporting.html`), which must never fail a run: if rendering fails,
+    the error is warned about and recorded in ``run.json`` ``report_html_error``; results stay."""
     try:
         write_report(out)
     except Exception as exc:  # noqa: BLE001 -- any rendering error: the run's results stand
@@ -87,7 +88,8 @@ def _draw_figures(out: Path, arrays: Mapping[str, np.ndarray], training: Any,
     stamp = out / rundir.FIGURES / "STAMP"
     try:
         old = json.loads(stamp.read_text())
-        if old["hash"] == h.hexdigest() and all((out / rundir.FIGURES / f).exists() for f in old["files"]):
+        if old["hash"] == h.hexdigest() and all((out / rundir.FIGURES / f).exists()
+                                                for f in old["files"]):
             log.info("figures are up to date with these results; not redrawn")
             return
     except (OSError, ValueError, KeyError, TypeError):

@@ -2,8 +2,8 @@
 fresh cache, and diff every results.csv value and every scores.npz array against the original.
 
 Order of work, so that bad input fails before any: run.json (present, readable, an
-``environment`` record of format `uqbench.files.environment.FORMAT`), the recorded configuration, the
-output folder, the data files (their sha256 against the recorded ones) -> warnings for every
+``environment`` record of format `uqbench.files.environment.FORMAT`), the recorded configuration,
+the output folder, the data files (their sha256 against the recorded ones) -> warnings for every
 difference of code, packages, Python, machine or threads -> the run -> the diff.
 
 Equality is bitwise by default: on the same machine kind with the same threads a run is

@@ -2,8 +2,8 @@
 
 The runner never imports torch or the model code: models, gates and forward passes come from a
 backend (`uqbench.core.engine.Backend`, ``"torch"``: `baselines.engine`) found by name when a run
-starts, figures from a figure set (`uqbench.core.engine.get_drawer`). Order of work, so that bad input
-fails before anything expensive: profile, plugins, scorers, gates, backbone name, methods,
+starts, figures from a figure set (`uqbench.core.engine.get_drawer`). Order of work, so that bad
+input fails before anything expensive: profile, plugins, scorers, gates, backbone name, methods,
 output folder -> data -> models -> passes.
 """
 from __future__ import annotations
@@ -38,8 +38,8 @@ from uqbench.core.profiles import Profile, get_profile
 from uqbench.core.registry import import_plugin
 from uqbench.core.scorer import get_scorer, list_scorers, probe_scorers
 from uqbench.data.sources.files import resolve_data_dir
-from uqbench.data.suite_spec import get_suite_spec
-from uqbench.data.suites import build_suite
+from uqbench.data.suites.build import build_suite
+from uqbench.data.suites.spec import get_suite_spec
 from uqbench.files import rundir
 from uqbench.files.cache import (
     PROTOCOL_VERSION,
@@ -151,7 +151,10 @@ class RunResult:
 
 def resolve_dirs(cfg: RunConfig) -> tuple[Path, Path, Path | None]:
     data, cache = resolve_data_dir(cfg.data_dir), resolve_cache_dir(cfg.cache_dir)
-    stem = lambda s: Path(s).stem if ("/" in s or s.endswith((".yaml", ".yml"))) else s
+
+    def stem(s: str) -> str:
+        return Path(s).stem if ("/" in s or s.endswith((".yaml", ".yml"))) else s
+
     out = cfg.out or Path("runs") / f"{stem(cfg.suite)}-{cfg.profile}-{stem(cfg.backbone)}" \
         f"{'-' + cfg.experiment if cfg.experiment else ''}"
     return out, cache, data

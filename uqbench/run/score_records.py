@@ -198,9 +198,9 @@ def load_records(source: Path, *, domains: Sequence[str] = (), domains_file: Pat
 def model_sources(source: Path) -> list[Path]:
     """The models under ``source``: itself when it holds one model's records (a records or run
     folder, or samples files of its own), each `simple_evaluate` result file in it when they
-    are of several models (other ``model_args``), else each of its subfolders holding some (lm-eval's
-    ``--output_path`` layout ``<out>/<org>__<model>/samples_*.jsonl``) when there are two or
-    more; itself otherwise (then its reader names what is missing)."""
+    are of several models (other ``model_args``), else each of its subfolders holding some
+    (lm-eval's ``--output_path`` layout ``<out>/<org>__<model>/samples_*.jsonl``) when there are
+    two or more; itself otherwise (then its reader names what is missing)."""
     def holds_records(d: Path) -> bool:
         return (d / "manifest.json").is_file() or (d / "records" / "manifest.json").is_file()
 
@@ -268,7 +268,7 @@ def name_apart(loaded: Sequence[tuple[Path, RecordSet]]) -> list[tuple[Path, Rec
         folders = [loaded[k][0].resolve().name for k in ks]
         if len(set(folders)) < len(folders):
             continue
-        for k, folder in zip(ks, folders):
+        for k, folder in zip(ks, folders, strict=False):
             src, rs = loaded[k]
             out[k] = (src, renamed(rs, folder, f"{name!r} names {len(ks)} sources of other "
                                    f"model_args ({', '.join(folders)}): named by its folder"))
@@ -312,8 +312,8 @@ def merge_models(loaded: Sequence[tuple[Path, RecordSet]]) -> RecordSet:
                 raise UserError(
                     f"{owner[p.name]} and {src} both hold model {p.name!r}: two runs of one "
                     "model cannot be told apart in one table; give one run per model, or "
-                    "--model-name once per source (lm-eval names a model by its model_args; `uqbench compare RUN_A RUN_B` compares "
-                    "two uqbench runs of the same models)")
+                    "--model-name once per source (lm-eval names a model by its model_args; "
+                    "`uqbench compare RUN_A RUN_B` compares two uqbench runs of the same models)")
             owner[p.name] = src
     outputs = dict(first.outputs)
     for src, rs in rest:
@@ -354,7 +354,9 @@ def merge_models(loaded: Sequence[tuple[Path, RecordSet]]) -> RecordSet:
     for src, rs in rest:
         for split, n in rs.refs.n_choices.items():
             order = outputs[rs.pairs[0].name, split, 0].ids.astype(str)
-            mine = dict(zip(rs.outputs[rs.pairs[0].name, split, 0].ids.astype(str), n))
+            mine = dict(
+                zip(rs.outputs[rs.pairs[0].name, split, 0].ids.astype(str), n, strict=False)
+            )
             if [mine[i] for i in order] != list(first.refs.n_choices[split]):
                 raise UserError(f"split {split}: the questions have other choice counts in "
                                 f"{src} than in {src0}; score runs of the same task version")

@@ -21,17 +21,18 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from uqbench.data.sources.base import (
+from uqbench.data.sources.api import (
     Bad,
+    HubRows,
     Item,
     RecordParser,
     Source,
+    hub_row,
     mc,
     need,
     register_source,
     text,
 )
-from uqbench.data.sources.hub import HubRows, hub_row
 
 #: Bump when parsing or selection changes what these sources return for the same files.
 VERSION = "1"

@@ -1,5 +1,5 @@
 """Code: MBPP and HumanEval, raw problems read into `CodeProblem`s that
-`uqbench.data.codemc.code_mc` turns into code MC with sandbox-verified failing mutants.
+`uqbench.data.mc.code.code_mc` turns into code MC with sandbox-verified failing mutants.
 
 MBPP's one file holds the google-research splits by task id (`mbpp_role`); the hub's splits
 (prompt, test, validation, train) are merged and put back in task-id order.
@@ -11,19 +11,21 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from uqbench.data.codemc import CODE_MC_VERSION, CodeProblem, code_mc
-from uqbench.data.mathmc import MATH_MC_VERSION
+from uqbench.data.mc.code import CODE_MC_VERSION, CodeProblem, code_mc
+from uqbench.data.mc.numeric import MATH_MC_VERSION
 from uqbench.data.records import MCRecord
 from uqbench.data.sandbox import SANDBOX_VERSION
-from uqbench.data.sources.base import (
+from uqbench.data.sources.api import (
     Bad,
+    HubRows,
     Item,
     Source,
+    hub_raw,
+    hub_row,
     need,
     raw_item,
     register_source,
 )
-from uqbench.data.sources.hub import HubRows, hub_raw, hub_row
 
 #: Bump when parsing or selection changes what these sources return for the same files.
 VERSION = "1"
@@ -31,7 +33,7 @@ VERSION = "1"
 _MBPP_FIELDS = ("task_id", "text", "code", "test_list")
 _MBPP_HUB = ("google-research-datasets/mbpp", "full", ("prompt", "test", "validation", "train"))
 _HUMANEVAL_FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "test")
-#: code_mc's output depends on its own version, the sandbox's and mathmc's record RNG
+#: code_mc's output depends on its own version, the sandbox's and the numeric builder's record RNG
 _VERSIONS = {"code_mc_version": CODE_MC_VERSION, "math_mc_version": MATH_MC_VERSION,
              "sandbox_version": SANDBOX_VERSION}
 

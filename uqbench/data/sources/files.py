@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from uqbench.core.errors import DataError
-from uqbench.data.sources.base import SOURCES
 from uqbench.files import cache
 
 ENV_VAR = "UQBENCH_DATA"
@@ -144,11 +143,12 @@ def manifest_records(data_dir: Path, rel: str) -> int | None:
 
 # -- verified files ---------------------------------------------------------------------------
 
-def missing(path: Path, rel: str, source: str | None) -> DataError:
-    """The error for a data file (or folder) that is not there, with where to get it."""
-    src = SOURCES.get(source) if source and source in SOURCES else None
+def missing(path: Path, rel: str, source: str | None, hub_repo: str | None = None
+            ) -> DataError:
+    """The error for a data file (or folder) that is not there, with where to get it: the data
+    folder, or source ``source``'s Hugging Face repository ``hub_repo`` when it has one."""
     hub = (f" or unset {ENV_VAR} and --data-dir to load {source!r} from the Hugging Face hub "
-           f"({next(iter(src.hub.values()))[0]})" if src and src.hub else "")
+           f"({hub_repo})" if source and hub_repo else "")
     return DataError(
         f"data file {rel!r} not found: {str(path)!r} does not exist. Copy it into the data "
         f"folder given by --data-dir / {ENV_VAR} (see shared/data/MANIFEST.txt for where it "
@@ -156,8 +156,9 @@ def missing(path: Path, rel: str, source: str | None) -> DataError:
 
 
 def verified_file(data_dir: Path, rel: str, *, verify: bool = True,
-                  source: str | None = None) -> tuple[Path, str]:
-    """``(path, sha256)`` of a data file after checking it against the manifest.
+                  source: str | None = None, hub_repo: str | None = None) -> tuple[Path, str]:
+    """``(path, sha256)`` of a data file after checking it against the manifest (``source``
+    and ``hub_repo`` name where else to get a missing one, see `missing`).
 
     Raises `DataError` if the file is missing, or (``verify=True``) unlisted or changed.
     Files inside a manifest *folder* entry are checked against the folder's ``SHA256SUMS``,
@@ -165,10 +166,9 @@ def verified_file(data_dir: Path, rel: str, *, verify: bool = True,
     """
     path = data_dir / rel
     if not path.is_file():
-        raise missing(path, rel, source)
-    actual = file_sha256(path)
+        raise missing(path, rel, source, hub_repo)
     if not verify:
-        return path, actual
+        return path, file_sha256(path)
     man = _manifest(data_dir)
     folder = rel.rsplit("/", 1)[0]
     if rel in man:
@@ -176,7 +176,7 @@ def verified_file(data_dir: Path, rel: str, *, verify: bool = True,
     elif folder in man:
         sums = data_dir / folder / "SHA256SUMS"
         if not sums.is_file():
-            raise missing(sums, f"{folder}/SHA256SUMS", source)
+            raise missing(sums, f"{folder}/SHA256SUMS", source, hub_repo)
         if file_sha256(sums) != man[folder].sha256:
             raise DataError(f"{sums}: sha256 does not match MANIFEST: the checksum list changed "
                             "since the data was staged. Restore it from shared/data, or pass "
@@ -190,6 +190,7 @@ def verified_file(data_dir: Path, rel: str, *, verify: bool = True,
     else:
         raise DataError(f"{path}: not listed in the data folder's MANIFEST, so it cannot be "
                         "verified; use a copy of shared/data or pass verify=False")
+    actual = file_sha256(path)
     if actual != expected:
         raise DataError(
             f"{path}: sha256 {actual[:16]}... does not match {listed_in} ({expected[:16]}...): "

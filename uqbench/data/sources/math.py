@@ -1,5 +1,5 @@
 """Math: AQuA-RAT (5 options, parsed) and the sources whose MC form is built from a numeric
-answer by `uqbench.data.mathmc.numeric_mc`: GSM8K, MATH-500 and the full MATH test (integer
+answer by `uqbench.data.mc.numeric.numeric_mc`: GSM8K, MATH-500 and the full MATH test (integer
 answers), SVAMP and MAWPS. Everything that knows these datasets' fields is here: each reads its
 raw item into a `NumericProblem` (the gold, and wrong-but-plausible hints from the solution's
 intermediate results or the equation).
@@ -16,21 +16,21 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
-from uqbench.data.mathmc import MATH_MC_VERSION, NumericProblem, numeric_mc, parse_number
+from uqbench.data.mc.numeric import MATH_MC_VERSION, NumericProblem, numeric_mc, parse_number
 from uqbench.data.records import MCRecord
-from uqbench.data.sources.base import (
+from uqbench.data.sources.api import (
     Bad,
     Item,
     MCBuild,
     RecordParser,
     Source,
+    hub_raw,
     mc,
     need,
     raw_item,
     register_source,
     text,
 )
-from uqbench.data.sources.hub import hub_raw
 
 #: Bump when parsing or selection changes what these sources return for the same files.
 VERSION = "1"
@@ -128,7 +128,9 @@ def parse_aqua(src: Source, split: str, i: int, d: Any) -> Item:
     opts = d["options"]
     letters = "ABCDEFGH"[: len(opts)]
     if not isinstance(opts, list) or any(
-            not isinstance(o, str) or not o.startswith(f"{c})") for o, c in zip(opts, letters)):
+        not isinstance(o, str) or not o.startswith(f"{c})")
+        for o, c in zip(opts, letters, strict=False)
+    ):
         raise Bad("'options' should be a list of 'A)...', 'B)...' strings")
     ans = text(d, "lSolutions").strip()
     if ans not in letters:

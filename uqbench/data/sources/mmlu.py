@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from uqbench.core.errors import ConfigError, DataError
-from uqbench.data.sources.base import Bad, Item, Source, mc, need, register_source
+from uqbench.data.sources.api import Bad, HubRows, Item, Source, hub_row, mc, need, register_source
 from uqbench.data.sources.files import missing, verified_file
-from uqbench.data.sources.hub import HubRows, hub_row
 
 #: Bump when parsing or selection changes what these sources return for the same files.
 VERSION = "1"
@@ -60,12 +59,13 @@ def _files(src: Source, split: str, data_dir: Path, rel: str, verify: bool,
            subjects: Sequence[str] | None) -> dict[str, str]:
     """The verified ``<subject>_<split>.csv`` files of one folder, in subject order."""
     if not (data_dir / rel).is_dir():
-        raise missing(data_dir / rel, rel + "/", src.name)
+        raise missing(data_dir / rel, rel + "/", src.name, src.hub_repo)
     suffix = "_" + rel.rsplit("/", 1)[-1].split("_", 1)[1] + ".csv"  # final_test -> _test.csv
     out: dict[str, str] = {}
     for subj in subjects if subjects is not None else MMLU_SUBJECTS:
         frel = f"{rel}/{subj}{suffix}"
-        out[frel] = verified_file(data_dir, frel, verify=verify, source=src.name)[1]
+        out[frel] = verified_file(data_dir, frel, verify=verify, source=src.name,
+                                    hub_repo=src.hub_repo)[1]
     return out
 
 
@@ -109,11 +109,12 @@ def _mmlu_hub(src: Source, split: str, rows: HubRows, subjects: Sequence[str] | 
                  hub={"dev": ("cais/mmlu", "all", ("dev",)),
                       "test": ("cais/mmlu", "all", ("test",))},
                  hub_parse=_mmlu_hub, stream=_csv_rows(header=True), files=_files,
+                 subjects=mmlu_subjects,
                  description="MMLU final release, 57 subjects (dev 285, test 14042)")
 @register_source("mmlu-prerelease", domain="knowledge", version=VERSION,
                  splits={"dev": ("mmlu/prerelease_dev",), "val": ("mmlu/prerelease_val",),
                          "test": ("mmlu/prerelease_test",)},
-                 stream=_csv_rows(header=False), files=_files,
+                 stream=_csv_rows(header=False), files=_files, subjects=mmlu_subjects,
                  description="MMLU pre-release CSVs (dev 285, val 1542, test 14079)")
 def parse_mmlu_row(src: Source, split: str, i: int, obj: tuple[str, list[str]]) -> Item:
     """One CSV row ``question, 4 options, answer`` (0-3 with a header row, else A-D)."""

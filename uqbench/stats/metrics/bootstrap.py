@@ -149,7 +149,7 @@ def _check_bootstrap_options(n_resamples: int, level: float) -> None:
 
 def _resampleable(arrays: tuple[ArrayLike, ...], names: list[str]) -> list[NDArray[Any]]:
     out = []
-    for name, a in zip(names, arrays):
+    for name, a in zip(names, arrays, strict=False):
         arr = np.asarray(a)
         if arr.ndim == 0:
             raise ValueError(
@@ -442,7 +442,7 @@ def bootstrap_cis(
     points = [_statistic(metric(*arrs)) for metric, arrs in prepared]
     stats = [np.full((n_resamples, np.size(p)), np.nan) for p in points]
     live = []  # (k, f(*indices) -> (k', K)) of each metric defined on the full data
-    for k, ((metric, arrs), point) in enumerate(zip(prepared, points)):
+    for k, ((metric, arrs), point) in enumerate(zip(prepared, points, strict=False)):
         if np.isnan(np.atleast_1d(point)).all():
             continue  # undefined: nothing to draw (as bootstrap_ci)
         if isinstance(metric, Resampled):
@@ -450,7 +450,8 @@ def bootstrap_cis(
         else:
             def one_by_one(*idx: IntArray, metric: Any = metric, arrs: Any = arrs) -> Any:
                 if two_sample:
-                    return [_statistic(metric(arrs[0][i], arrs[1][j])) for i, j in zip(*idx)]
+                    return [_statistic(metric(arrs[0][i], arrs[1][j]))
+                            for i, j in zip(*idx, strict=False)]
                 return [_statistic(metric(*(a[i] for a in arrs))) for i in idx[0]]
             live.append((k, one_by_one))
     if live:
@@ -467,7 +468,7 @@ def bootstrap_cis(
                         f(*idx), dtype=np.float64).reshape(len(idx[0]), -1)
                 done += len(idx[0])
     out = []
-    for point, st in zip(points, stats):
+    for point, st in zip(points, stats, strict=False):
         bounds = np.empty((st.shape[1], 2))
         for j, p in enumerate(np.atleast_1d(point)):  # a loop: warnings' stacklevel
             bounds[j] = _column_interval(p, st[:, j], level)
@@ -532,7 +533,7 @@ def paired_difference(
 
     def diff(*idx: NDArray[np.intp]) -> float:
         pick = idx if two_sample else idx * len(lengths)
-        va, vb = (metric(*(x[i] for x, i in zip(side, pick))) for side in sides)
+        va, vb = (metric(*(x[i] for x, i in zip(side, pick, strict=False))) for side in sides)
         return float(vb - va)
 
     if not two_sample and len(set(lengths)) > 1:
@@ -543,7 +544,8 @@ def paired_difference(
     rows: Callable[..., Any] | None = None
     if isinstance(metric, Resampled):   # each side's chunk of resamples in one call
         stat_a, stat_b = (metric.resampler(*side) for side in sides)
-        rows = lambda *idx: stat_b(*idx) - stat_a(*idx)
+        def rows(*idx):
+            return stat_b(*idx) - stat_a(*idx)
     draws = _draws(np.random.default_rng(seed), sizes, rows, diff)
     point = diff(*(np.arange(n) for n in sizes))
     return _percentile_interval(point, draws, n_resamples, level)  # type: ignore[no-any-return]

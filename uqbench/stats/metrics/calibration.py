@@ -77,7 +77,9 @@ def _bin_ids(conf: FloatArray, edges: FloatArray) -> NDArray[np.integer[Any]]:
     """
     inner = edges[:, 1:-1]
     if inner.shape[1] >= 63:
-        return np.stack([np.searchsorted(e, c, side="left") for e, c in zip(inner, conf)])
+        return np.stack(
+            [np.searchsorted(e, c, side="left") for e, c in zip(inner, conf, strict=False)]
+        )
     # For few bins, counting edge by edge is ~8x faster than a binary search per value. uint8
     # holds the ids of up to 63 bins, and 2 * id + 1 (see reliability_curve).
     ids = np.zeros(conf.shape, dtype=np.uint8)
@@ -156,10 +158,10 @@ def reliability_curve(
     interior edge.
 
     Ties under ``"quantile"`` and ``"midpoint"``: examples are binned by value, so a group of
-    equal confidences is never split. When many confidences are tied, several quantiles coincide; the duplicate edges
-    are kept (so there are always ``n_bins`` bins), the whole tie group falls in the lowest bin
-    whose upper edge equals its value, and the zero-width bins above it stay empty (count 0). Bin
-    masses are then unequal; ECE is unaffected by empty bins.
+    equal confidences is never split. When many confidences are tied, several quantiles coincide;
+    the duplicate edges are kept (so there are always ``n_bins`` bins), the whole tie group falls in
+    the lowest bin whose upper edge equals its value, and the zero-width bins above it stay empty
+    (count 0). Bin masses are then unequal; ECE is unaffected by empty bins.
 
     Examples
     --------
@@ -186,7 +188,7 @@ def calibration_errors(conf: FloatArray, corr: BoolArray, *, n_bins: int, strate
     weighted = count / count.sum(axis=1, keepdims=True) * gaps
     # each row summed over its non-empty bins alone (np.sum's grouping, hence its last bits,
     # depends on how many terms it adds)
-    ece = np.array([np.sum(w[f]) for w, f in zip(weighted, filled)])
+    ece = np.array([np.sum(w[f]) for w, f in zip(weighted, filled, strict=False)])
     return ece, np.max(np.where(filled, gaps, -np.inf), axis=1)
 
 

@@ -2,11 +2,11 @@
 ``cache_dir/<suite>/<domain>-<role>-<key>.json`` whose ``<key>`` is the sha256 of its key
 material (`uqbench.files.cache.key_hash`).
 
-**Key material** (`uqbench.data.suites`): the suite spec of the domain, caps, seed, the sha256
+**Key material** (`uqbench.data.suites.build`): the suite spec of the domain, caps, seed, the sha256
 of every source file of the domain (a changed source file never hits an old entry), and the
 *version constants* of the code that made it: ``SUITE_VERSION`` (selection), ``LOADER_VERSION``
 (shared loading machinery), each source family's ``VERSION`` and each built source's
-``versions`` (`uqbench.data.suites.builder_info`: ``BUILD_ITEM_VERSION``, ``MATH_MC_VERSION``,
+``versions`` (`uqbench.data.suites.build.builder_info`: ``BUILD_ITEM_VERSION``, ``MATH_MC_VERSION``,
 ``CODE_MC_VERSION``, ``SANDBOX_VERSION``). An edit that changes what a loader or builder
 returns must bump its constant by hand; tests/test_fingerprints.py fails until it does, while
 an edit that changes nothing (a comment, a refactoring) keeps every cached split -- notably the

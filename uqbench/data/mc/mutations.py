@@ -1,4 +1,4 @@
-"""The mutants of code multiple choice (`uqbench.data.codemc`): single AST edits (`ast` +
+"""The mutants of code multiple choice (`uqbench.data.mc.code`): single AST edits (`ast` +
 `ast.unparse`) of a reference solution, enumerated (`enumerate_mutations`), tiered
 (`mutation_tier`) and applied (`apply_mutations`).
 
@@ -9,7 +9,7 @@ startswith/endswith... swapped, a wrapper dropped (``abs(x)`` -> ``x``), ``range
 ``range(n - 1)`` / ``range(n + 1)``, an index +-1, slice bounds swapped, ``and`` <-> ``or``, a
 condition negated (``not`` inserted, or removed from ``not x``), ``''`` <-> ``' '``; as a last
 resort ("blunt") ``len(x)`` -> ``x``, ``reverse=True`` added to a sort, a string upper/lower-cased.
-Which of them are tried first, and why, is `uqbench.data.codemc`'s business.
+Which of them are tried first, and why, is `uqbench.data.mc.code`'s business.
 """
 from __future__ import annotations
 
@@ -324,7 +324,7 @@ def apply_mutations(tree: ast.Module, muts: Sequence[Mutation]) -> str:
     nodes = list(ast.walk(t))
     targets = [nodes[m.site] for m in muts]  # look up before editing: edits shift the walk
     replace: dict[int, ast.AST] = {}
-    for node, m in zip(targets, muts):
+    for node, m in zip(targets, muts, strict=False):
         if m.kind == "operand":
             assert isinstance(node, ast.BinOp)  # enumerate_mutations: a BinOp's terms
             replace[id(node)] = node.left if m.variant == "left_only" else node.right

@@ -16,7 +16,7 @@ from typing import Any
 
 from uqbench.core.profiles import Profile
 from uqbench.data.artifacts import BASELINES, check_suite
-from uqbench.data.suites import build_suite
+from uqbench.data.suites.build import build_suite
 
 
 def split_table(suite_name: str, profile: Profile | str, *, data_dir: str | Path | None = None,
@@ -107,7 +107,7 @@ def format_split_table(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = []
     for k, row in enumerate(table):
         cells = [c.rjust(w) if i in right else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(row, widths))]
+                 for i, (c, w) in enumerate(zip(row, widths, strict=False))]
         lines.append("  ".join(cells).rstrip())
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))

@@ -335,7 +335,9 @@ def _numeric_mc(question: str, gold: float, hints: Sequence[tuple[float, str]], 
     chosen: list[tuple[float, str]] | None = None
     design = ""
     for r in by_distance:
-        for name, configs in zip(("solution_numbers", "square", "additive_square"), classes):
+        for name, configs in zip(
+            ("solution_numbers", "square", "additive_square"), classes, strict=False
+        ):
             chosen = next((t for t, rr in configs if rr == r), None)
             if chosen is not None:
                 design = name

@@ -4,7 +4,8 @@ registry, and suite YAML files, validated into specs without reading any data.
 A suite maps each domain to four roles: ``train`` (fine-tuning data), ``calib`` (an unlabeled,
 seeded held-out slice of the train source, used by the CARE thermostat), ``id`` (in-distribution
 evaluation) and ``shift`` (harder, shifted evaluation). Built-in suites register themselves with
-`register_suite` (`uqbench.data.pooled`); how specs become splits is `uqbench.data.suites`.
+`register_suite` (`uqbench.data.suites.pooled`); how specs become splits is
+`uqbench.data.suites.build`.
 
 **Custom suites** come from a YAML file with the same shape (see ``examples/suites/``)::
 
@@ -37,7 +38,6 @@ from uqbench.core.errors import ConfigError
 from uqbench.core.registry import Registry
 from uqbench.data.records import MCRecord, Split
 from uqbench.data.sources import get_source, list_sources
-from uqbench.data.sources.mmlu import MMLU_GROUPS, mmlu_subjects
 
 ROLES: tuple[str, ...] = ("train", "calib", "id", "shift")
 REQUIRED_ROLES: tuple[str, ...] = ("train", "id", "shift")
@@ -57,13 +57,6 @@ class RoleSpec:
     half: int | None = None
     choices: int | None = None
 
-    def pool_key(self) -> str:
-        """Roles with the same pool key draw disjoint slices of one seeded order."""
-        subj = _subjects_label(self.subjects) if self.subjects is not None else "*"
-        half = "" if self.half is None else f"#half{self.half}"
-        choices = "" if self.choices is None else f"#choices{self.choices}"
-        return f"{self.source}:{self.split}[{subj}]{half}{choices}"
-
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"source": self.source, "split": self.split}
         if self.subjects is not None:
@@ -73,16 +66,6 @@ class RoleSpec:
         if self.choices is not None:
             d["choices"] = self.choices
         return d
-
-
-def _subjects_label(subjects: tuple[str, ...]) -> str:
-    """Short, exact label of a subject list: whole MMLU groups by name, the rest listed."""
-    rest, parts = list(subjects), []
-    for g, members in MMLU_GROUPS.items():
-        if members and all(m in rest for m in members):
-            parts.append(g)
-            rest = [s for s in rest if s not in members]
-    return ",".join(parts + rest)
 
 
 @dataclass(frozen=True)
@@ -120,7 +103,7 @@ class SuiteSpec:
 
 
 SUITES: Registry[SuiteSpec] = Registry(
-    "suite", builtins=("uqbench.data.pooled", "uqbench.data.pooled_plus"),
+    "suite", builtins=("uqbench.data.suites.pooled", "uqbench.data.suites.pooled_plus"),
     entry_point_group="uqbench.suites",
     also="or the path to a suite YAML file (see examples/suites/)")
 
@@ -275,18 +258,14 @@ def _parse_role(v: Any, where: str, default_choices: int | None) -> RoleSpec:
         raise ConfigError(f"{where}: needs 'source' and 'split'; sources: "
                           f"{', '.join(list_sources())}")
     try:
-        get_source(str(v["source"]), str(v["split"]))
+        source = get_source(str(v["source"]), str(v["split"]))
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     subjects = None
     if v.get("subjects") is not None:
-        if not str(v["source"]).startswith("mmlu"):
-            raise ConfigError(f"{where}: 'subjects' only applies to MMLU sources")
         s = v["subjects"]
-        if isinstance(s, str):
-            s = [s]
         try:
-            subjects = mmlu_subjects([str(x) for x in s])
+            subjects = source.select_subjects([str(x) for x in ([s] if isinstance(s, str) else s)])
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
     half = v.get("half")

@@ -15,7 +15,7 @@ code      MBPP ids 1-10, 511-974 (MC),   MBPP ids 11-510: calib the   HumanEval
 *Code.* In `pooled` the calib split (200 questions) is the head of the MBPP training pool,
 which leaves about 170 verified training questions. Here calib is the head of the MBPP
 *test* ids and the ID split is the rest of them: calib and ID are disjoint slices of one
-seeded order (`uqbench.data.suites`), exchangeable as split-conformal calibration assumes,
+seeded order (`uqbench.data.suites.build`), exchangeable as split-conformal calibration assumes,
 and no test problem is ever trained on. The price is a smaller ID split for code.
 
 *Math.* SVAMP is MAWPS-style one- and two-step problems with variations that break
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from uqbench.data.pooled import pooled
-from uqbench.data.suite_spec import DomainSpec, RoleSpec, SuiteSpec, register_suite
+from uqbench.data.suites.pooled import pooled
+from uqbench.data.suites.spec import DomainSpec, RoleSpec, SuiteSpec, register_suite
 
 
 @register_suite("pooled-plus")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from uqbench.data.sources.mmlu import MMLU_GROUPS
-from uqbench.data.suite_spec import DomainSpec, RoleSpec, SuiteSpec, register_suite
+from uqbench.data.suites.spec import DomainSpec, RoleSpec, SuiteSpec, register_suite
 
 
 @register_suite("pooled")

@@ -67,8 +67,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from uqbench.data.artifacts import centroid_scores, char_ngrams
-from uqbench.data.mathmc import record_rng
-from uqbench.data.mutations import (
+from uqbench.data.mc.mutations import (
     BOOLISH,
     FUNC_SWAP,
     METHOD_SWAP,
@@ -79,6 +78,7 @@ from uqbench.data.mutations import (
     is_not,
     opname,
 )
+from uqbench.data.mc.numeric import record_rng
 from uqbench.data.records import MCRecord
 from uqbench.data.sandbox import Sandbox, SandboxResult, SandboxSession
 

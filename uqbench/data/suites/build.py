@@ -1,8 +1,8 @@
 """Suites: domains x roles of built, hashed, cached splits (`build_suite`).
 
-What a suite is made of, suite YAML files and the suite registry: `uqbench.data.suite_spec`;
-the built-in `pooled` suite: `uqbench.data.pooled`; the cache of built splits:
-`uqbench.data.split_cache`. A split is made here, in three steps: the role's *pool*, what it
+What a suite is made of, suite YAML files and the suite registry: `uqbench.data.suites.spec`;
+the built-in `pooled` suite: `uqbench.data.suites.pooled`; the cache of built splits:
+`uqbench.data.suites.cache`. A split is made here, in three steps: the role's *pool*, what it
 *takes* from it (a parsed source's records, or its raw items through the source's own ``build``,
 `make_record`), then the `Split` with its recipe and builder statistics.
 
@@ -13,8 +13,9 @@ id, shift, so they never overlap, and the calib slice (the head) does not move w
 cap changes. A role takes items until it holds its cap (``Profile.<role>_cap``, overridden by the
 suite's ``caps``; None = the whole rest of the pool). For built sources (math, code) an item the
 builder rejects is consumed and skipped, so a split still reaches its cap when the pool allows;
-sandboxed (code) items are built by a pool of `N_WORKERS` processes. Records are then put back in source
-order. Everything is a function of (files, spec, caps, seed): two builds give the same hashes.
+sandboxed (code) items are built by a pool of `N_WORKERS` processes. Records are then put back in
+source order. Everything is a function of (files, spec, caps, seed): two builds give the same
+hashes.
 """
 from __future__ import annotations
 
@@ -34,12 +35,22 @@ import numpy as np
 
 from uqbench.core.errors import ConfigError, DataError, record_fallback
 from uqbench.core.profiles import Profile, get_profile
-from uqbench.data import sources
 from uqbench.data.records import MCRecord, Split
 from uqbench.data.seeds import derive_seed
-from uqbench.data.sources import LOADER_VERSION, HubLoader, Item, Loaded, Source
-from uqbench.data.split_cache import SplitCache, canon
-from uqbench.data.suite_spec import ROLES, DomainSpec, RoleSpec, Suite, SuiteSpec, get_suite_spec
+from uqbench.data.sources.api import (
+    LOADER_VERSION,
+    HubLoader,
+    Item,
+    Loaded,
+    Source,
+    get_source,
+    load_source,
+    source_files,
+)
+from uqbench.data.sources.files import resolve_data_dir
+from uqbench.data.sources.mmlu import MMLU_GROUPS
+from uqbench.data.suites.cache import SplitCache, canon
+from uqbench.data.suites.spec import ROLES, DomainSpec, RoleSpec, Suite, SuiteSpec, get_suite_spec
 
 #: Bump when selection or the split/recipe format changes.
 SUITE_VERSION = "1"
@@ -55,6 +66,24 @@ N_WORKERS = 2
 
 def _rng(seed: int, *parts: str) -> np.random.Generator:
     return np.random.default_rng(derive_seed(seed, *parts))
+
+
+def pool_key(rs: RoleSpec) -> str:
+    """Roles with the same pool key draw disjoint slices of one seeded order."""
+    subj = _subjects_label(rs.subjects) if rs.subjects is not None else "*"
+    half = "" if rs.half is None else f"#half{rs.half}"
+    choices = "" if rs.choices is None else f"#choices{rs.choices}"
+    return f"{rs.source}:{rs.split}[{subj}]{half}{choices}"
+
+
+def _subjects_label(subjects: tuple[str, ...]) -> str:
+    """Short, exact label of a subject list: whole MMLU groups by name, the rest listed."""
+    rest, parts = list(subjects), []
+    for g, members in MMLU_GROUPS.items():
+        if members and all(m in rest for m in members):
+            parts.append(g)
+            rest = [s for s in rest if s not in members]
+    return ",".join(parts + rest)
 
 
 def builder_info(source: Source) -> dict[str, Any]:
@@ -77,7 +106,12 @@ def make_record(source: str, split: str, item: Item, seed: int, domain: str | No
     built or in which process. The record's id is the item's and its domain ``domain`` (default:
     the builder's). Takes the source's name, not the `Source`: it runs in worker processes.
     """
-    src = sources.get_source(source)
+    return _make_record(get_source(source), split, item, seed, domain)
+
+
+def _make_record(src: Source, split: str, item: Item, seed: int, domain: str | None
+                 ) -> tuple[MCRecord | None, dict[str, Any]]:
+    """`make_record` of a `Source` at hand (in this process)."""
     stats: dict[str, Any] = {}
     if src.build is None:
         assert item.record is not None
@@ -106,11 +140,17 @@ class _SplitMaker:
     def __init__(self, spec: SuiteSpec, caps: Mapping[str, int | None], seed: int,
                  data_dir: Path | None, verify: bool, cache: SplitCache, progress: bool,
                  hub_loader: HubLoader | None) -> None:
-        self.spec, self.caps, self.seed = spec, caps, seed
-        self.data_dir, self.verify, self.cache = data_dir, verify, cache
-        self.progress, self.hub_loader = progress, hub_loader
+        self.spec = spec
+        self.caps = caps
+        self.seed = seed
+        self.data_dir = data_dir
+        self.verify = verify
+        self.cache = cache
+        self.progress = progress
+        self.hub_loader = hub_loader
         self._loaded: dict[tuple[str, str, tuple[str, ...] | None], Loaded] = {}
         self._pools: dict[str, _Pool] = {}
+        self._files: dict[RoleSpec, dict[str, str]] = {}
         self._executor: cf.ProcessPoolExecutor | None = None
 
     def executor(self) -> cf.ProcessPoolExecutor:
@@ -132,20 +172,25 @@ class _SplitMaker:
     def loaded(self, rs: RoleSpec) -> Loaded:
         k = (rs.source, rs.split, rs.subjects)
         if k not in self._loaded:
-            self._loaded[k] = sources.load_source(
+            self._loaded[k] = load_source(
                 rs.source, rs.split, data_dir=self.data_dir, verify=self.verify,
                 subjects=rs.subjects, hub_loader=self.hub_loader)
         return self._loaded[k]
 
     def files(self, rs: RoleSpec) -> dict[str, str]:
-        """Checked sha256 of a role's files (no parsing on the local path)."""
+        """Checked sha256 of a role's files (no parsing on the local path), kept for the
+        role's recipe (`build_suite` checks every role's files before any split is built)."""
+        if rs in self._files:
+            return self._files[rs]
         if self.data_dir is None:
-            return dict(self.loaded(rs).files)
-        return sources.source_files(rs.source, rs.split, data_dir=self.data_dir,
-                                    verify=self.verify, subjects=rs.subjects)
+            self._files[rs] = dict(self.loaded(rs).files)
+        else:
+            self._files[rs] = source_files(rs.source, rs.split, data_dir=self.data_dir,
+                                           verify=self.verify, subjects=rs.subjects)
+        return self._files[rs]
 
     def pool(self, rs: RoleSpec) -> _Pool:
-        key = rs.pool_key()
+        key = pool_key(rs)
         if key in self._pools:
             return self._pools[key]
         loaded = self.loaded(rs)
@@ -164,7 +209,7 @@ class _SplitMaker:
             items = [it for it in items if it.id in keep]
             info["half"] = {"half": rs.half, "of": info["size_raw"], "kept": len(items),
                             "stratified_by": "subject" if any(strata) else None}
-        source = sources.get_source(rs.source)
+        source = get_source(rs.source)
         if rs.choices is not None and source.build is None:
             kept = [it for it in items if it.record is not None
                     and len(it.record.choices) == rs.choices]
@@ -182,15 +227,15 @@ class _SplitMaker:
 
     # -- one domain ---------------------------------------------------------------------------
     def domain_material(self, dom: DomainSpec, files: Mapping[str, str]) -> dict[str, Any]:
-        """A domain's split cache key (plus ``role``); see `uqbench.data.split_cache`."""
-        srcs = {rs.source: sources.get_source(rs.source) for rs in dom.roles.values()}
+        """A domain's split cache key (plus ``role``); see `uqbench.data.suites.cache`."""
+        srcs = {rs.source: get_source(rs.source) for rs in dom.roles.values()}
         return {
             "what": "uqbench split", "suite": self.spec.name, "domain": dom.name,
             "spec": dom.to_json(), "caps": dict(self.caps), "seed": self.seed,
             "files": dict(sorted(files.items())), "verify": self.verify,
             "builders": {n: builder_info(s) for n, s in sorted(srcs.items())},
             "sources": {n: s.version for n, s in sorted(srcs.items())},
-            "suite_version": SUITE_VERSION, "loader_version": sources.LOADER_VERSION,
+            "suite_version": SUITE_VERSION, "loader_version": LOADER_VERSION,
         }
 
     def domain_splits(self, dom: DomainSpec, files: Mapping[str, str]) -> dict[str, Split]:
@@ -200,7 +245,7 @@ class _SplitMaker:
         for role in BUILD_ORDER:
             rs = dom.roles[role]
             material = {**base, "role": role}
-            key = rs.pool_key()
+            key = pool_key(rs)
             hit = self.cache.get(self.spec.name, dom.name, role, material)
             if hit is not None:
                 start = int(hit.recipe["selection"]["start"])
@@ -240,7 +285,7 @@ class _SplitMaker:
             "suite": self.spec.name, "domain": domain, "role": role,
             "source": {"name": rs.source, "split": rs.split,
                        "origin": "hub" if self.data_dir is None else "local",
-                       "files": self.files(rs),
+                       "files": dict(self._files[rs]),
                        "verified": self.verify},
             "filters": {"choices": rs.choices, "subjects": list(rs.subjects)
                         if rs.subjects is not None else None, "half": rs.half},
@@ -281,9 +326,9 @@ class _SplitMaker:
                     make_record, [src.name] * n, [rs.split] * n, batch, [self.seed] * n,
                     [domain] * n)
             else:
-                results = (make_record(src.name, rs.split, it, self.seed, domain)
+                results = (_make_record(src, rs.split, it, self.seed, domain)
                            for it in batch)
-            for it, (rec, st) in zip(batch, results):
+            for it, (rec, st) in zip(batch, results, strict=False):
                 pos += 1
                 if rec is not None and rs.choices is not None and len(rec.choices) != rs.choices:
                     st = {**st, "reason": f"choices!={rs.choices}"}
@@ -327,7 +372,9 @@ class _BuildStats:
                 self.flags[k] += int(v)
             elif isinstance(v, (int, float)):
                 self.sums[k] = self.sums.get(k, 0) + v
-        self.outcomes.update(o for o in st.get("choice_outcomes", ()) if o)  # code: how mutants fail
+        self.outcomes.update(
+            o for o in st.get("choice_outcomes", ()) if o
+        )  # code: how mutants fail
         self.limits_failed.update(st.get("limits_failed", {}))  # code: runs without an OS limit
         if rec is not None:
             for m in _distractor_methods(rec.meta):
@@ -448,7 +495,7 @@ def build_suite(name_or_path: str | Path | SuiteSpec, profile: Profile | str, *,
     caps: dict[str, int | None] = {"train": prof.train_cap, "calib": prof.calib_cap,
                                    "id": prof.id_cap, "shift": prof.shift_cap}
     caps.update(spec.caps)
-    root = sources.resolve_data_dir(data_dir)
+    root = resolve_data_dir(data_dir)
     cache = cache_dir if isinstance(cache_dir, SplitCache) else SplitCache(cache_dir)
     maker = _SplitMaker(spec, caps, seed, root, verify, cache, progress, hub_loader)
     # everything that can fail cheaply fails here, before any split is built

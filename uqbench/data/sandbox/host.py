@@ -65,7 +65,10 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
+
+from uqbench.data.sandbox.prelude import LIMIT_MARK, MEMORY_MARK
 
 SANDBOX_VERSION = "1"
 
@@ -73,10 +76,6 @@ _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
-_MEMORY_MARK = "uqbench-sandbox: MemoryError"
-#: written to the child's stderr by the set-up code when a ``setrlimit`` fails (then parsed into
-#: `SandboxResult.limits_failed` and removed from ``stderr_tail``)
-_LIMIT_MARK = "uqbench-sandbox: setrlimit failed: "
 _PROBE_MARK = "uqbench-probe: "
 #: the OS limits the set-up code applies, in order
 _RLIMITS = ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC",
@@ -117,228 +116,21 @@ _STDERR_TAIL = 2000
 #: process (one counter for all: two sandboxes' sessions are open at once)
 _TAGS = itertools.count()
 
-# What every sandboxed program runs first: the guards and `_uqb_exec`, which reads the solution,
-# installs the guards, runs it, and on normal completion writes a per-run nonce to stderr (so an
-# early ``os._exit(0)`` or ``sys.exit(0)`` cannot pass for "all tests ran"). Both programs below
-# call `_uqb_exec` from module level, so the solution runs at the same stack depth in both (a
-# recursion near the limit fails, or not, alike).
-_PRELUDE = r'''
-import os, sys
-
-def _uqb_guards(work):
-    realpath, join, fspath, fsdecode, getcwd = (os.path.realpath, os.path.join, os.fspath,
-                                                os.fsdecode, os.getcwd)
-    wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-    blocked = frozenset((
-        "os.fork", "os.forkpty", "os.exec", "os.spawn", "os.posix_spawn", "os.system",
-        "subprocess.Popen", "os.kill", "os.killpg", "ctypes.dlopen", "ctypes.dlsym",
-        "socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo",
-        "socket.gethostbyname", "socket.gethostbyaddr", "socket.sendto", "socket.sendmsg",
-        "resource.setrlimit", "resource.prlimit", "pty.spawn",
-    ))
-    blocked_modules = frozenset(("_posixsubprocess", "ctypes", "_ctypes"))
-    path_events = {
-        "os.remove": (0,), "os.rename": (0, 1), "os.rmdir": (0,), "os.mkdir": (0,),
-        "os.chmod": (0,), "os.chown": (0,), "os.link": (0, 1), "os.symlink": (0, 1),
-        "os.truncate": (0,), "os.utime": (0,), "os.chdir": (0,), "shutil.rmtree": (0,),
-        "os.setxattr": (0,), "os.removexattr": (0,), "shutil.copyfile": (1,),
-        "shutil.copytree": (1,), "shutil.move": (0, 1),
-    }
-    prefix = work.rstrip(os.sep) + os.sep
-
-    def inside(p):
-        if p is None or isinstance(p, int):
-            return True  # an already-open descriptor
-        p = fspath(p)
-        if isinstance(p, bytes):
-            p = fsdecode(p)
-        full = realpath(join(getcwd(), p))
-        return full == work or full.startswith(prefix)
-
-    def refuse(what):
-        raise PermissionError("uqbench sandbox: " + what + " is not allowed")
-
-    def hook(event, args):
-        if event == "open":
-            path, mode, flags = args
-            writing = ((isinstance(mode, str) and any(c in mode for c in "wax+"))
-                       or (isinstance(flags, int) and flags & wflags))
-            if writing and not inside(path):
-                refuse("writing %r outside the sandbox directory" % (path,))
-        elif event in blocked:
-            refuse(event)
-        elif event == "import":
-            if args[0] in blocked_modules:
-                refuse("importing " + args[0])
-        elif event in path_events:
-            for i in path_events[event]:
-                if i < len(args) and not inside(args[i]):
-                    refuse("%s on %r outside the sandbox directory" % (event, args[i]))
-
-    sys.addaudithook(hook)
+def program(name: str) -> str:
+    """The text of the sandboxed program ``name`` (``runner`` or ``server``): the prelude's
+    module, then the program's, whose import of the prelude it replaces (the program runs as one
+    file, with no uqbench to import)."""
+    here = Path(__file__).parent
+    body = (here / f"{name}.py").read_text(encoding="utf-8").splitlines(keepends=True)
+    keep = "".join(ln for ln in body if not ln.startswith(_PRELUDE_IMPORT))
+    return (here / "prelude.py").read_text(encoding="utf-8") + keep
 
 
-def _uqb_exec(path, nonce, guards):
-    with open(path, encoding="utf-8") as f:
-        src = f.read()
-    code = compile(src, "<solution>", "exec")
-    import linecache
-    linecache.cache["<solution>"] = (len(src), None, src.splitlines(True), "<solution>")
-    if guards:
-        _uqb_guards(os.path.realpath(os.getcwd()))
-    g = {"__name__": "__main__", "__builtins__": __builtins__}
-    try:
-        exec(code, g)
-    except MemoryError:
-        os.write(2, b"\n''' + _MEMORY_MARK + r'''\n")
-        os._exit(3)
-    except SystemExit as e:
-        os.write(2, b"\nuqbench-sandbox: the program exited before finishing\n")
-        os._exit(e.code if isinstance(e.code, int) and 0 < e.code < 256 else 4)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except Exception:
-        pass
-    os.write(2, ("\n" + nonce + "\n").encode())
-    os._exit(0)
-'''
-
-# One run per process (`Sandbox.run`): argv = solution path, nonce, guards on ("1") or off.
-_RUNNER = _PRELUDE + r'''
-_uqb_argv = sys.argv[1:]
-del sys.argv[1:]
-_uqb_exec(_uqb_argv[0], _uqb_argv[1], _uqb_argv[2] == "1")
-'''
-
-# The fork server of a `SandboxSession`: argv = its folder, guards on ("1") or off. It reads
-# requests (4-byte length + marshal of (nonce, cpu_s, wall_s, [(rlimit, soft, hard), ...])) on
-# fd 0 and forks one child per request. The child takes its own process group, descriptors,
-# folder and limits (CPU time: an ITIMER_PROF at cpu_s, whose SIGPROF kills it, and RLIMIT_CPU
-# behind it; the process cap) and runs ``<folder>/run/solution.py`` in ``run/work`` with stderr
-# to ``run/stderr``. The server never runs candidate code itself, so each child starts
-# from the same clean state. It waits up to wall_s, kills the child's process group and every
-# process left below it (it is their subreaper), and answers (4-byte length + marshal of (wait
-# status, wall backstop hit, wall s, CPU s of the child)) on fd 1. It imports no module that
-# seeds state a child could share (random, tempfile) or that the guards refuse (ctypes).
-_SERVER = _PRELUDE + r'''
-import marshal, resource, select, signal, time
-import linecache  # as every `_uqb_exec` imports it: once here, not per child
-
-_uqb_root, _uqb_guarded = sys.argv[1], sys.argv[2] == "1"
-del sys.argv[1:]
-
-
-def _uqb_read(n):
-    buf = b""
-    while len(buf) < n:
-        chunk = os.read(0, n - len(buf))
-        if not chunk:
-            return b""
-        buf += chunk
-    return buf
-
-
-def _uqb_child(limits):
-    os.setpgid(0, 0)
-    d = os.path.join(_uqb_root, "run")
-    null = os.open(os.devnull, os.O_RDWR)
-    err = os.open(os.path.join(d, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(null, 0)  # the request and answer pipes: closed in the child
-    os.dup2(null, 1)
-    os.dup2(err, 2)
-    os.closerange(3, 65536)
-    os.chdir(os.path.join(d, "work"))
-    for name, soft, hard in limits:
-        try:
-            resource.setrlimit(getattr(resource, name), (soft, hard))
-        except (ValueError, OSError):
-            os.write(2, ("''' + _LIMIT_MARK + r'''" + name + "\n").encode())
-    signal.signal(signal.SIGPROF, signal.SIG_DFL)
-    return os.path.join(d, "solution.py")
-
-
-def _uqb_exited(pid):
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _uqb_reap():
-    kids_of = "/proc/self/task/%d/children" % os.getpid()
-    while True:
-        try:
-            with open(kids_of) as f:
-                kids = [int(x) for x in f.read().split()]
-        except OSError:
-            kids = []
-        for k in kids:
-            try:
-                os.kill(k, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
-            return
-        if not kids:
-            return
-
-
-while True:
-    _uqb_head = _uqb_read(4)
-    if not _uqb_head:
-        break
-    _uqb_nonce, _uqb_cpu, _uqb_wall, _uqb_limits = marshal.loads(
-        _uqb_read(int.from_bytes(_uqb_head, "big")))
-    _uqb_t0 = time.monotonic()
-    _uqb_pid = os.fork()
-    if _uqb_pid == 0:
-        try:
-            _uqb_path = _uqb_child(_uqb_limits)
-            signal.setitimer(signal.ITIMER_PROF, _uqb_cpu)
-            _uqb_exec(_uqb_path, _uqb_nonce, _uqb_guarded)
-        except BaseException:
-            sys.excepthook(*sys.exc_info())  # as the interpreter reports an uncaught error
-            try:
-                sys.stderr.flush()
-            except BaseException:
-                pass
-        os._exit(1)
-    try:
-        os.setpgid(_uqb_pid, _uqb_pid)
-    except OSError:
-        pass
-    try:
-        _uqb_fd = os.pidfd_open(_uqb_pid)
-    except (AttributeError, OSError):
-        _uqb_fd = None
-    while not _uqb_exited(_uqb_pid):
-        _uqb_left = _uqb_t0 + _uqb_wall - time.monotonic()
-        if _uqb_left <= 0:
-            break
-        if _uqb_fd is not None:
-            select.select([_uqb_fd], [], [], _uqb_left)
-        else:
-            time.sleep(min(_uqb_left, 0.002))
-    _uqb_elapsed = time.monotonic() - _uqb_t0
-    _uqb_late = not _uqb_exited(_uqb_pid)
-    if _uqb_fd is not None:
-        os.close(_uqb_fd)
-    try:
-        os.killpg(_uqb_pid, signal.SIGKILL)
-    except OSError:
-        pass
-    _uqb_status, _uqb_ru = os.wait4(_uqb_pid, 0)[1:]
-    _uqb_reap()
-    _uqb_msg = marshal.dumps((_uqb_status, _uqb_late, _uqb_elapsed,
-                              _uqb_ru.ru_utime + _uqb_ru.ru_stime))
-    _uqb_msg = len(_uqb_msg).to_bytes(4, "big") + _uqb_msg
-    while _uqb_msg:
-        _uqb_msg = _uqb_msg[os.write(1, _uqb_msg):]
-'''
+_PRELUDE_IMPORT = "from uqbench.data.sandbox.prelude import "
+#: One run per process (`Sandbox.run`): `uqbench.data.sandbox.runner`.
+_RUNNER = program("runner")
+#: The fork server of a `SandboxSession`: `uqbench.data.sandbox.server`.
+_SERVER = program("server")
 
 
 @dataclass(frozen=True)
@@ -592,11 +384,11 @@ class Sandbox:
     def _preexec(self, cgroup: str | None, limits_s: dict[str, tuple[int, int]], *,
                  subreaper: bool = False) -> Any:
         # resolved now, in the parent: the child only calls setrlimit and writes bytes
-        limits = [(getattr(resource, name), val, (_LIMIT_MARK + name + "\n").encode())
+        limits = [(getattr(resource, name), val, (LIMIT_MARK + name + "\n").encode())
                   for name, val in limits_s.items()]
         # a pids cgroup was wanted (root with a writable one): not getting into it is a failed
         # limit too, whether it could not be made (`_make_cgroup`) or joined
-        cg_mark = (_LIMIT_MARK + _CGROUP_LIMIT + "\n").encode() if self._cg_root else None
+        cg_mark = (LIMIT_MARK + _CGROUP_LIMIT + "\n").encode() if self._cg_root else None
         isolate = self.isolate_network and sys.platform == "linux"
         is_root = self._is_root
         libc = _get_libc() if sys.platform == "linux" else None
@@ -664,13 +456,24 @@ class Sandbox:
         with open(os.path.join(root, "stderr"), "wb") as err:
             start = time.monotonic()
             proc = subprocess.Popen(
-                self._cmd(os.path.join(root, "runner.py"), os.path.join(root, "solution.py"),
-                          nonce, "1" if self.python_guards else "0"), cwd=work, env=self._env(), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=err, close_fds=True, start_new_session=True,
+                self._cmd(
+                    os.path.join(root, "runner.py"),
+                    os.path.join(root, "solution.py"),
+                    nonce,
+                    "1" if self.python_guards else "0",
+                ),
+                cwd=work,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                close_fds=True,
+                start_new_session=True,
                 # preexec_fn: only async-signal-safe-ish syscalls (setrlimit, unshare, prctl,
                 # one write); the sandbox's own callers are single-threaded (run_many needs no
                 # threads), see the class docstring.
-                preexec_fn=self._preexec(cgroup, self._limits(timeout)))  # noqa: PLW1509
+                preexec_fn=self._preexec(cgroup, self._limits(timeout)),
+            )  # noqa: PLW1509
         pidfd = None
         if hasattr(os, "pidfd_open"):
             try:
@@ -884,11 +687,11 @@ def _verdict(rc: int, timed_out: bool, err: str, nonce: str, elapsed: float, spe
     set-up whose marks are not in ``err`` (a session's server)."""
     finished = nonce in err
     err = err.replace("\n" + nonce + "\n", "").replace(nonce, "")
-    marks = [ln for ln in err.splitlines() if ln.startswith(_LIMIT_MARK)]
-    failed += tuple(ln[len(_LIMIT_MARK):].strip() for ln in marks)
+    marks = [ln for ln in err.splitlines() if ln.startswith(LIMIT_MARK)]
+    failed += tuple(ln[len(LIMIT_MARK):].strip() for ln in marks)
     if marks:
         err = "".join(ln for ln in err.splitlines(keepends=True)
-                      if not ln.startswith(_LIMIT_MARK))
+                      if not ln.startswith(LIMIT_MARK))
     killed: str | None = None
     if timed_out:
         killed = "timeout"
@@ -901,7 +704,7 @@ def _verdict(rc: int, timed_out: bool, err: str, nonce: str, elapsed: float, spe
                 killed = "signal:" + signal.Signals(sig).name
             except ValueError:
                 killed = f"signal:{sig}"
-    elif _MEMORY_MARK in err:
+    elif MEMORY_MARK in err:
         killed = "memory"
     passed = rc == 0 and finished and not timed_out
     return SandboxResult(passed=passed, returncode=rc, timed_out=timed_out,
