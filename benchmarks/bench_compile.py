@@ -4,7 +4,7 @@ compiled) apart from the step time, the compiled steps' seconds against eager on
 per epoch (the second epoch must compile nothing), recompiles (dynamo's compiles of a frame it
 had compiled before, with their distinct guard failures), graph breaks, and how far the
 compiled losses are from eager ones (same seed, same records; the compiled dropout masks come
-from inductor's own random numbers, so this includes dropout noise: tests/test_compile.py
+from inductor's own random numbers, so this includes dropout noise: tests/baselines/test_compile.py
 compares equal draws).
 
 The model is the ``full`` profile's MoE-LoRA (`bench_train_step`'s backbone: SmolLM2 on a GPU

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests import lmeval
+from tests.support import lmeval
 from tests.support.data import make_outputs
 from uqbench import Outputs
 
@@ -474,7 +474,7 @@ def lmeval_run(tmp_path_factory: pytest.TempPathFactory, real_data: Path) -> lme
     """One real ``python -m lm_eval --log_samples --limit 20`` on a tiny random Llama (with the
     real SmolLM2 tokenizer) over ``arc_easy_local``, ``arc_challenge_local`` and the
     multiple_input ``winogrande_local``, the example
-    YAMLs of ``examples/lmeval/`` rendered for the real data: a `tests.lmeval.LmEvalRun`
+    YAMLs of ``examples/lmeval/`` rendered for the real data: a `tests.support.lmeval.LmEvalRun`
     (``.samples[task]``: the samples file, ``.results``: the results JSON)."""
     import importlib.util
 

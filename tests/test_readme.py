@@ -21,11 +21,11 @@ def _body(path: Path) -> str:
 
 
 @pytest.mark.parametrize("marker, tested", [
-    ("@register_gate(", lambda: _body(ROOT / "tests" / "example_gate.py")),
-    ("@register_variant(", lambda: _body(ROOT / "tests" / "example_variant.py")),
-    ("@register_backbone(", lambda: _body(ROOT / "tests" / "example_backbone.py")),
-    ("@register_column(", lambda: _body(ROOT / "tests" / "example_column.py")),
-    ("@register_source(", lambda: __import__("tests.test_data_registry",
+    ("@register_gate(", lambda: _body(ROOT / "tests" / "support" / "example_gate.py")),
+    ("@register_variant(", lambda: _body(ROOT / "tests" / "support" / "example_variant.py")),
+    ("@register_backbone(", lambda: _body(ROOT / "tests" / "support" / "example_backbone.py")),
+    ("@register_column(", lambda: _body(ROOT / "tests" / "support" / "example_column.py")),
+    ("@register_source(", lambda: __import__("tests.data.test_data_registry",
                                               fromlist=["PLUGIN"]).PLUGIN.lstrip("\n")),
 ])
 def test_readme_examples_are_the_tested_code(marker: str, tested) -> None:
@@ -37,7 +37,7 @@ def test_readme_examples_are_the_tested_code(marker: str, tested) -> None:
 def test_readme_scorer_example_is_the_one_the_plugin_test_registers() -> None:
     shown = next(b for b in _blocks() if "@register_scorer(" in b)
     body = shown.split("@register_scorer(", 1)[1]
-    runner_test = (ROOT / "tests" / "test_runner.py").read_text()
+    runner_test = (ROOT / "tests" / "run" / "test_runner.py").read_text()
     for line in ("class Gini(Scorer):", "p = self.predictive(outputs)",
                  "return 1.0 - (p ** 2).sum(axis=1)"):
         assert line in body and line in runner_test
@@ -67,7 +67,17 @@ def test_measurements_live_in_benchmarks_results_and_its_index_names_each_file()
     assert "](benchmarks/results/README.md)" in (ROOT / "README.md").read_text()
 
 
-def test_the_tests_map_names_every_test_file() -> None:
-    """tests/__init__.py maps the test files to the stages they test: it names each one."""
-    doc = (ROOT / "tests" / "__init__.py").read_text()
-    assert [p.stem for p in sorted((ROOT / "tests").glob("test_*.py")) if p.stem not in doc] == []
+def test_the_test_folders_mirror_the_packages() -> None:
+    """Each test file sits in the folder of the stage it tests (tests/<stage>/test_*.py), where a
+    stage is a subpackage of uqbench/ or a top-level package; only the checks of the whole tree
+    sit at tests/ itself."""
+    tests = ROOT / "tests"
+    stages = {p.name for p in (ROOT / "uqbench").iterdir() if (p / "__init__.py").is_file()}
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    stages |= packages - {"uqbench", "tests"}
+    folders = {p.parent.name for p in tests.glob("*/test_*.py")}
+    assert folders <= stages, f"test folders that are no stage: {sorted(folders - stages)}"
+    assert {p.name for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"} \
+        == folders | {"support"}
+    assert sorted(p.stem for p in tests.glob("test_*.py")) \
+        == ["test_doctests", "test_layers", "test_readme", "test_static_checks"]

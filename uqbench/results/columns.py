@@ -291,7 +291,8 @@ def registered_modules() -> tuple[str, ...]:
 
 def columns_doc() -> str:
     """The columns table of docs/results.md: every declared column with its header, level,
-    direction, interval and one-line doc (tests/test_columns.py checks the page holds it)."""
+    direction, interval and one-line doc (tests/results/test_columns.py checks the page holds
+    it)."""
     lines = ["| column | shown as | level | better | CI | what |", "|---|---|---|---|---|---|"]
     for c in DECLARED.values():
         lines.append(f"| `{c.name}` | {c.header or '–'} | {c.level} | "
