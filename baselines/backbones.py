@@ -181,8 +181,9 @@ def from_model(model: nn.Module, tokenizer: Any, *, name: str, kind: Kind | None
         kind = "decoder" if is_decoder_config(model.config) else "encoder"
     if kind not in ("encoder", "decoder"):
         raise ConfigError(f"backbone kind must be 'encoder' or 'decoder', got {kind!r}")
+    # nn.Module's __getattr__ types the method as Tensor | Module (the ignore below)
     if kind == "decoder" and hasattr(model, "get_output_embeddings") \
-            and model.get_output_embeddings() is None:
+            and model.get_output_embeddings() is None:  # type: ignore[operator]
         raise ConfigError(f"decoder backbone {name!r} has no language-model head; load it with "
                           "AutoModelForCausalLM")
     if tokenizer.pad_token is None:

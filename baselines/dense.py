@@ -76,11 +76,15 @@ def make_dense(backbone: Backbone, kind: str = "lora", rank: int = 8, alpha: flo
     if kind == "adalora":
         steps = int(total_step) if total_step else _PENDING_STEPS
         tinit, tfinal = _adalora_phases(steps)
+        # peft types lora_alpha as int; it scales by any number (the ignores below)
         peft_config: Any = AdaLoraConfig(
-            init_r=math.ceil(1.5 * rank), target_r=rank, lora_alpha=alpha, lora_dropout=dropout,
+            init_r=math.ceil(1.5 * rank), target_r=rank,
+            lora_alpha=alpha,  # type: ignore[arg-type]
+            lora_dropout=dropout,
             target_modules=targets, total_step=steps, tinit=tinit, tfinal=tfinal, deltaT=1)
     else:
-        peft_config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout,
+        peft_config = LoraConfig(r=rank, lora_alpha=alpha,  # type: ignore[arg-type]
+                                 lora_dropout=dropout,
                                  target_modules=targets, use_dora=kind == "dora", bias="none")
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         torch.manual_seed(seed)   # peft initialises lora_A from the global RNG
@@ -113,7 +117,8 @@ def is_adalora(model: MultipleChoiceModel) -> bool:
 
 def adalora_schedule(model: MultipleChoiceModel, total_steps: int) -> None:
     """Set AdaLoRA's budget schedule (``total_step``, ``tinit``, ``tfinal``) to the real run."""
-    cfg = model.peft_model.peft_config[ADAPTER_NAME]
+    peft: Any = model.peft_model   # set by make_dense, untyped on the module
+    cfg = peft.peft_config[ADAPTER_NAME]
     cfg.total_step = int(total_steps)
     cfg.tinit, cfg.tfinal = _adalora_phases(int(total_steps))
     model.adapter["config"]["total_step"] = int(total_steps)
@@ -122,7 +127,8 @@ def adalora_schedule(model: MultipleChoiceModel, total_steps: int) -> None:
 def adalora_orth_loss(model: MultipleChoiceModel) -> Tensor:
     """AdaLoRA's orthogonality regulariser ``w * mean ||P P^T - I||_F``, as peft's forward adds
     it when labels are given (we call the backbone without labels, so add it ourselves)."""
-    cfg = model.peft_model.peft_config[ADAPTER_NAME]
+    peft: Any = model.peft_model
+    cfg = peft.peft_config[ADAPTER_NAME]
     terms = []
     for name, p in model.backbone.named_parameters():
         if ("lora_A" in name or "lora_B" in name) and ADAPTER_NAME in name and p.requires_grad:
@@ -137,4 +143,5 @@ def adalora_orth_loss(model: MultipleChoiceModel) -> Tensor:
 def adalora_update(model: MultipleChoiceModel, global_step: int) -> None:
     """AdaLoRA's importance update and rank masking; after ``optimizer.step()``, before
     ``zero_grad()``."""
-    model.peft_model.base_model.update_and_allocate(global_step)
+    peft: Any = model.peft_model
+    peft.base_model.update_and_allocate(global_step)

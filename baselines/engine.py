@@ -9,6 +9,7 @@ imports this module when a run starts.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -294,8 +295,9 @@ class TorchEngine:
                     moe.set_gate(model, G.gate_from_dict(desc["gate"]))
                 self.stats.passes[spec.name, seed, pair.gate.name, split.name, mode] += len(todo)
                 t = time.perf_counter()
-                kw = {"batch_size": self.prof.eval_batch_size,
-                      "max_length": self.prof.max_length, "progress": self.progress}
+                kw: dict[str, Any] = {"batch_size": self.prof.eval_batch_size,
+                                      "max_length": self.prof.max_length,
+                                      "progress": self.progress}
                 with _out_of_memory(f"the {mode} passes of {spec.name}@{seed} on {split.name}",
                                    _pass_memory_fix(mode, self.prof.eval_tokens)):
                     recs = (forward.collect_mc(model, split.records, todo,
@@ -310,7 +312,7 @@ class TorchEngine:
         out = []
         for i in indices:
             arrays, hit = distributed.get_or_compute(
-                self.arrays, "forward", {**base, "index": i}, lambda i=i: compute(i))
+                self.arrays, "forward", {**base, "index": i}, functools.partial(compute, i))
             self.stats.cache_hits += hit
             out.append(arrays)
         return out
@@ -426,7 +428,8 @@ def make_gate(spec: GateSpec, model: Any, adapter_sha: str, engine: Any
                 ks = torch.cat(thermostat.measure_k(model, batches, fwd))
             finally:
                 moe.set_gate(model, saved)
-            gate = kind.cls.from_counts(ks, seed=0)
+            proxied: Any = kind.cls   # a proxied kind's class builds from counts (GateKind)
+            gate = proxied.from_counts(ks, seed=0)
         desc = {"spec": spec.describe(), "gate": G.gate_to_dict(gate),
                 "calibration": {**calibration, "calib_tokens_from": len(records)}}
         engine.arrays.put("thermostat", material, {"desc": np.array(json.dumps(desc))})

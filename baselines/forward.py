@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -161,7 +162,8 @@ def collect_mc(model: MultipleChoiceModel, records: Sequence[MCRecord], seeds: S
         raise ValueError("collect_mc: no seeds (give one per MC-dropout pass)")
     if max_tokens is not None and max_tokens < 1:
         raise ConfigError(f"collect_mc: max_tokens must be >= 1 or None, got {max_tokens}")
-    kw = {"batch_size": batch_size, "max_length": max_length, "progress": progress}
+    kw: dict[str, Any] = {"batch_size": batch_size, "max_length": max_length,
+                          "progress": progress}
     stochastic = [type(g).__name__ for g in _gates(model) if isinstance(g, RandomK)]
     if len(seeds) == 1 or stochastic:
         return [collect(model, records, mode="mc_dropout", seed=s, **kw) for s in seeds]
@@ -347,7 +349,9 @@ def _per_copy_draws(model: MultipleChoiceModel, seeds: list[int], dev: torch.dev
 
     def check() -> None:
         now = _rng_state(dev)
-        if not all(a is None or torch.equal(a, b) for a, b in zip(now, sentinel, strict=False)):
+        # b is None exactly where a is (the same device's states)
+        if not all(a is None or torch.equal(a, cast(Tensor, b))
+                   for a, b in zip(now, sentinel, strict=False)):
             raise _UnsplitDraw("a random draw other than nn.Dropout's and the MoE-LoRA "
                                "layers' dropout masks ran in the stacked forward")
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 import torch
 from torch import Tensor
@@ -227,6 +227,7 @@ def _check_n(gate: str, fld: str, k: int, n_experts: int) -> None:
 @dataclass(frozen=True)
 class TopK:
     """Fixed top-``k`` admission (paper Eq. "moelora"); the training gate. ``TopK(N)`` = dense."""
+    name: ClassVar[str]  # the registered kind, set by register_gate
     k: int = 4
 
     def __post_init__(self) -> None:
@@ -253,6 +254,7 @@ class Care:
     ``rho = max(0, (D - delta) / (1 - delta))``, ``k = clip(k_nu + ceil(gamma rho), k_min,
     k_max)``. ``tau`` is set by :func:`baselines.thermostat.calibrate` for a budget.
     """
+    name: ClassVar[str]  # the registered kind, set by register_gate
     tau: float
     gamma: float = 2.0
     delta: float = 0.55
@@ -320,6 +322,7 @@ class RandomK:
     assigns it to tokens at random. Draws come from a generator seeded with ``seed`` when the
     gate is built, so a run is reproducible; successive forwards get fresh draws.
     """
+    name: ClassVar[str]  # the registered kind, set by register_gate
     histogram: tuple[float, ...]
     seed: int = 0
     _gen: torch.Generator = field(init=False, repr=False, compare=False)
@@ -389,6 +392,7 @@ class EntropyK:
     uniform router reaches ``k_max`` at ``scale >= 1``. ``scale`` is set for a budget by
     :func:`baselines.thermostat.calibrate` with ``param="scale"``.
     """
+    name: ClassVar[str]  # the registered kind, set by register_gate
     scale: float
     k_min: int = 1
     k_max: int = 8
@@ -420,6 +424,7 @@ class DynMoLE:
     ``S_q(p) > threshold`` (:func:`tsallis_entropy`), gets every expert (soft routing).
     Defaults: ``q = 1.1``, ``threshold = 0.9``, ``top_p = 0.75``, ``keep_top_k = 2``.
     """
+    name: ClassVar[str]  # the registered kind, set by register_gate
     top_p: float = 0.75
     keep_top_k: int = 2
     threshold: float = 0.9
@@ -459,7 +464,7 @@ def gate_to_dict(gate: Gate) -> dict[str, Any]:
 def gate_from_dict(d: dict[str, Any]) -> Gate:
     """The gate of a `gate_to_dict` record: ``name`` is the class's ``name``, of any gate class
     in the registry (`uqbench.core.gating.GATES`)."""
-    classes = {e.cls.name: e.cls for e in map(GATES.get, GATES.names())}
+    classes = {cast("type[Gate]", e.cls).name: e.cls for e in map(GATES.get, GATES.names())}
     d = dict(d)
     name = d.pop("name", None)
     if name not in classes:

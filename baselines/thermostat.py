@@ -102,9 +102,10 @@ def measure_k(model: nn.Module, batches: Sequence[Any], forward: Forward | None 
                 measured = range(len(layers)) if only_layer is None else [only_layer]
                 ks = []
                 for i in measured:
-                    if layers[i].last_stats is None:
+                    last = layers[i].last_stats
+                    if last is None:
                         raise ValueError(f"measure_k: MoE layer {i} did not run in forward()")
-                    ks.append(layers[i].last_stats["k"])
+                    ks.append(last["k"])
                 k = torch.stack(ks)                                       # (layers, *lead)
                 keep = (am.bool().to(k.device) if am is not None
                         else torch.ones(k.shape[1:], dtype=torch.bool, device=k.device))

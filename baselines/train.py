@@ -268,7 +268,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
             gen = torch.Generator().manual_seed(config.seed)
             from transformers import get_cosine_schedule_with_warmup
             # fused: one kernel per step for all parameters, and its step counters on the GPU
-            fused = {"fused": True} if all(p.is_cuda for p in params) else {}
+            fused: dict[str, Any] = {"fused": True} if all(p.is_cuda for p in params) else {}
             opt = torch.optim.AdamW(groups, weight_decay=config.weight_decay, **fused)
             sched = get_cosine_schedule_with_warmup(
                 opt, num_warmup_steps=math.ceil(config.warmup_ratio * total),
@@ -276,8 +276,10 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
             model.train()
 
             def forward_backward(enc: dict[str, Tensor], labels: Tensor, n: int, weight: float,
-                                 n_batch: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-                """The step's loss, run backward: (CE, aux loss, right answers, loss)."""
+                                 n_batch: int
+                                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                """The step's loss, run backward: (CE, aux loss, right answers, loss, (2, n)
+                per-question CE and correctness)."""
                 logits = net(enc)                                         # (B, C)
                 if len(logits) > n:   # padding rows: no loss, no gradient
                     logits, labels = logits[:n], labels[:n]
@@ -547,10 +549,11 @@ class _StepLog:
         msg = (f"train: loss is {loss} at step {step}" if not math.isfinite(loss) else
                f"train: the gradients went non-finite at step {step} (loss {loss:.4g})")
         msg += f"; {where}"
-        if self._last_norms is not None and self.params and (every or not bad):
-            top = sorted(range(len(self.params)), key=lambda j: -self._last_norms[j])[:3]
+        last = self._last_norms
+        if last is not None and self.params and (every or not bad):
+            top = sorted(range(len(self.params)), key=lambda j: -last[j])[:3]
             msg += ("; largest gradients at the step before: " + ", ".join(
-                f"{_layer(self.params[j])} ({self._last_norms[j]:.3g})" for j in top))
+                f"{_layer(self.params[j])} ({last[j]:.3g})" for j in top))
         msg += (f". Setting: {self.setting}. Training stopped before any model was saved; "
                 "lower lr/head_lr or check the inputs")
         return NonFiniteLoss(msg, step=step, layers=layers, setting=self.setting)
@@ -839,9 +842,10 @@ def deterministic_training(device: torch.device | None = None) -> Iterator[None]
     ``torch.empty`` (14k of a SmolLM2 MoE-LoRA step's 55k ops) and changes no value here, as
     every op writes its output before anything reads it (same losses, bit for bit).
     """
+    det: Any = torch.utils.deterministic   # its attribute is a module property, untyped
     before = (torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled(),
-              torch.utils.deterministic.fill_uninitialized_memory)
+              det.fill_uninitialized_memory)
     config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     if device is not None and device.type == "cuda" and config not in CUBLAS_DETERMINISTIC:
         record_fallback("deterministic training", "cuBLAS",
@@ -849,12 +853,12 @@ def deterministic_training(device: torch.device | None = None) -> Iterator[None]
                         f"{' or '.join(CUBLAS_DETERMINISTIC)}: the GPU's matmuls are not "
                         "deterministic; set it before the run for a deterministic training")
     torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = False
+    det.fill_uninitialized_memory = False
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        torch.utils.deterministic.fill_uninitialized_memory = before[2]
+        det.fill_uninitialized_memory = before[2]
 
 
 def _records(records: Sequence[MCRecord], config: TrainConfig, gen: torch.Generator

@@ -103,7 +103,9 @@ def _one_gguf_reader() -> Iterator[None]:
     read-only after parsing, so the three share one."""
     import gguf
 
-    real, parsed = gguf.GGUFReader, {}
+    mod: Any = gguf   # its stubs do not let the class be replaced
+    real = mod.GGUFReader
+    parsed: dict[tuple[str, str], Any] = {}
 
     def reader(path: Any, mode: str = "r") -> Any:
         key = (os.fspath(path), mode)
@@ -111,11 +113,11 @@ def _one_gguf_reader() -> Iterator[None]:
             parsed[key] = real(path, mode)
         return parsed[key]
 
-    gguf.GGUFReader = reader
+    mod.GGUFReader = reader
     try:
         yield
     finally:
-        gguf.GGUFReader = real
+        mod.GGUFReader = real
 
 
 # -- mpnet: all-mpnet-base-v2 from a zip split over five PyPI packages ----------------------------
@@ -160,7 +162,10 @@ def _locate_mpnet_parts() -> dict[str, Path | None]:
     """Package name -> its installed zip part (None when the package or its file is missing)."""
     found: dict[str, Path | None] = {}
     for i, package in enumerate(MPNET_PACKAGES, start=1):
-        files = installed_files(package, lambda f, i=i: f.name == f"all-mpnet-base-v2.zip.{i:03d}",
+        def is_part(f: Any, name: str = f"all-mpnet-base-v2.zip.{i:03d}") -> bool:
+            return f.name == name
+
+        files = installed_files(package, is_part,
                                 what="backbone 'mpnet'",
                                 reinstall=mpnet_install((package,), force=True))
         found[package] = files[0] if files else None

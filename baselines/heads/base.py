@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -18,12 +18,17 @@ from torch import Tensor, nn
 from uqbench.core.outputs import PAD_LOGIT
 from uqbench.data.records import MCRecord
 
+if TYPE_CHECKING:
+    from baselines.moe.layer import MoELoRALinear
+
 
 class HeadedModel(Protocol):
     """What heads and the prefix cache use of `baselines.heads.MultipleChoiceModel` (typing
     only: the model's module imports the heads, never the other way round)."""
 
-    backbone: nn.Module
+    #: the Hugging Face model; ``Any``: the submodules used (``embeddings``, ``encoder.layer``,
+    #: ``base_model``) vary by architecture, which ``nn.Module`` does not type
+    backbone: Any
     identity: dict[str, Any]
     head: nn.Linear | None
     logit_scale: nn.Parameter | None
@@ -37,7 +42,7 @@ class HeadedModel(Protocol):
 
     def routing_mask(self, mask: Tensor) -> AbstractContextManager[None]: ...
 
-    def moe_layers(self) -> list[nn.Module]: ...
+    def moe_layers(self) -> list[MoELoRALinear]: ...
 
 
 #: ``batch["cut"]`` per question: what truncation to ``max_length`` cut from its input

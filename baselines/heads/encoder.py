@@ -127,7 +127,7 @@ class BiEncoder(EncoderHead):
             layer.last_stats = None if sq is None or so is None else {
                 k: torch.cat([F.pad(sq[k], (0, width - sq[k].shape[1])),
                               F.pad(so[k], (0, width - so[k].shape[1]))]) for k in sq}
-            terms = [a[i] for a in aux if a[i] is not None]
+            terms = [t for a in aux if (t := a[i]) is not None]
             layer._aux = torch.stack(terms).mean() if terms else None
         q = embs[0].repeat_interleave(n_choices, dim=0, output_size=embs[1].shape[0])  # (S, H)
         assert model.logit_scale is not None and features is not None

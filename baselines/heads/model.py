@@ -6,7 +6,7 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -16,6 +16,9 @@ from baselines.heads.prefix import PREFIX_CACHE, encoder_attention_mask, run_blo
 from baselines.heads.registry import DEFAULT_HEADS, HEADS, head_class, heads_for
 from uqbench.core.errors import ConfigError
 from uqbench.data.records import MCRecord
+
+if TYPE_CHECKING:
+    from baselines.moe.layer import MoELoRALinear
 
 
 def adapter_layers(model: nn.Module) -> list[str]:
@@ -56,6 +59,10 @@ class MultipleChoiceModel(nn.Module):
     dropout : ``nn.Dropout(head_dropout)`` (encoder modes only).
     scoring : `baselines.heads.Head`, the head ``head_class(mode)()`` that encodes and scores.
     """
+    #: the Hugging Face model (``Any``: see `baselines.heads.base.HeadedModel`)
+    backbone: Any
+    #: set by the head's ``add_modules``
+    dropout: nn.Module
 
     def __init__(self, backbone: Backbone, *, mode: str = "auto", head_dropout: float = 0.1,
                  seed: int = 0, adapter: Mapping[str, Any] | None = None) -> None:
@@ -219,7 +226,7 @@ class MultipleChoiceModel(nn.Module):
         finally:
             set_token_mask(self.backbone, None)
 
-    def moe_layers(self) -> list[nn.Module]:
+    def moe_layers(self) -> list[MoELoRALinear]:
         """The backbone's MoE-LoRA layers ([] without)."""
         return _moe_layers(self.backbone) if self._moe else []
 
@@ -238,7 +245,7 @@ def _infer_adapter(backbone: Backbone) -> dict[str, Any]:
                       "with baselines.dense.make_dense and MoE-LoRA with make_moe")
 
 
-def _moe_layers(model: nn.Module) -> list[nn.Module]:
+def _moe_layers(model: nn.Module) -> list[MoELoRALinear]:
     from baselines.moe import moe_layers
     return list(moe_layers(model))
 

@@ -7,7 +7,7 @@ from collections import OrderedDict
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from baselines.heads.base import HeadedModel
 
@@ -105,7 +105,7 @@ def encoder_attention_mask(config: Any, mask: Tensor) -> Tensor:
     return mask.bool()[:, None, None, :].expand(S, 1, L, L)
 
 
-def run_blocks(bert: nn.Module, h: Tensor, mask: Tensor, start: int, stop: int | None) -> Tensor:
+def run_blocks(bert: Any, h: Tensor, mask: Tensor, start: int, stop: int | None) -> Tensor:
     """Blocks ``start:stop`` of a BERT-family encoder on hidden states ``h`` (S, L, H), with the
     bidirectional attention mask that the model's own forward would build from ``mask``."""
     from transformers.masking_utils import create_bidirectional_mask

@@ -242,10 +242,11 @@ def _switch_fused(layers: list[MoELoRALinear]) -> Tensor | None:
     if first is None or any(a is None or a[1].shape != first[1].shape or a[3] is not first[3]
                             for a in pending):
         return None
-    probs = torch.cat([a[1].detach() for a in pending], 1)               # (T, L*N)
-    w = torch.cat([a[2] for a in pending], 1)                            # (T, L*N)
+    ready = [a for a in pending if a is not None]   # all of them, as checked above
+    probs = torch.cat([a[1].detach() for a in ready], 1)                 # (T, L*N)
+    w = torch.cat([a[2] for a in ready], 1)                              # (T, L*N)
     return SwitchLoss.apply(probs, w, valid_tokens(first[3], probs.device), len(layers),
-                             *(a[0] for a in pending))
+                             *(a[0] for a in ready))
 
 
 def trainable_parameters(model: nn.Module) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -85,7 +85,8 @@ def _keep_mask(h: Tensor, p: float, draws: MaskDraws | None = None) -> Tensor | 
     if thr <= 0:
         return None
     if draws is not None:
-        return draws(lambda part: _keep_mask(part, p), h)
+        # thr > 0 here, so each part's mask is a tensor
+        return draws(lambda part: cast(Tensor, _keep_mask(part, p)), h)
     if torch.compiler.is_compiling():
         return torch.rand(h.shape, device=h.device) >= thr / 65536
     *lead, d = h.shape
@@ -182,13 +183,14 @@ class _TopKStep(torch.autograd.Function):
         z = torch.mm(v.a, hd_t).t()               # (T, N*r) A hd, column-major as u and gu
         probs = torch.softmax(logits, -1)                                 # (T, N)
         scale = layer.scaling * (dropout_scale(layer.dropout.p) if keep is not None else 1.0)
-        top = probs.topk(layer.gate.k, dim=-1)                            # (T, k)
+        top = probs.topk(cast(TopK, layer.gate).k, dim=-1)                # (T, k)
         # p on S. The mask scatters a constant: a scatter_ of the top values (a tensor) would take
         # deterministic mode's sorting index_put on CUDA, and training runs in that mode
         admitted = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, top.indices, True)
         pm = torch.where(admitted, probs, _scalar(0, probs))              # (T, N)
-        w = torch.addcdiv(_scalar(0, pm), pm, top.values.sum(-1, keepdim=True),
-                          value=scale)                                    # (T, N) s c p~
+        # _scalar is a float under torch.compile, which addcdiv takes there
+        w = torch.addcdiv(_scalar(0, pm), pm,  # type: ignore[arg-type]
+                          top.values.sum(-1, keepdim=True), value=scale)  # (T, N) s c p~
         # (T, N*r) column-major as z and gu: a product of a row- and a column-major operand
         # runs ~10x slower on CPU than one of two alike
         w_col = w.t().index_select(0, v.expert_of_col).t()
@@ -304,7 +306,7 @@ class MoELoRALinear(nn.Module):
         self.variant, spec = variant, VARIANTS[variant]
         self.shared_a, self.task_routed = spec.shared_a, spec.task_router
         w = base_layer.weight
-        kw = {"device": w.device, "dtype": trainable_dtype(w.dtype)}
+        kw: dict[str, Any] = {"device": w.device, "dtype": trainable_dtype(w.dtype)}
         self.router = nn.Linear(self.in_features, n_experts, bias=False, **kw)
         n_a = 1 if self.shared_a else n_experts
         # lora_A stored as (d, n_A, r) and, with one A per expert, lora_B as (d_out, N, r):
@@ -587,6 +589,7 @@ class FlyLoRALinear(nn.Module):
     ``A`` is a buffer rebuilt from the injection seed, so checkpoints hold only ``B``.
     Simplification: FlyLoRA's load-balancing expert bias is not implemented.
     """
+    lora_A: Tensor   # a buffer (R, d)
 
     def __init__(self, base_layer: nn.Linear, *, n_experts: int = 32, top_k: int = 8,
                  alpha: float = 2.0, dropout: float = 0.05,
