@@ -214,9 +214,9 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     each transformer block runs ``torch.compile``d: lengths padded to multiples of
     `LENGTH_BUCKET` and the last batch to ``batch_size`` (`static_shapes`), so an epoch after
     the first compiles nothing; its log is `TrainResult.compile`. Losses and gradients equal
-    the eager ones within float tolerance (tests/test_compile.py); off, nothing changes. With
-    ``config.cuda_graph`` the step's forward and backward on the same static shapes are
-    replayed as CUDA graphs (`_GraphSteps`), the optimizer eager.
+    the eager ones within float tolerance (tests/baselines/test_compile.py); off, nothing
+    changes. With ``config.cuda_graph`` the step's forward and backward on the same static
+    shapes are replayed as CUDA graphs (`_GraphSteps`), the optimizer eager.
     """
     from baselines import dense
 

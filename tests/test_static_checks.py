@@ -1,7 +1,7 @@
 """The static checks the project keeps clean: ruff over the repository (pyproject's
 ``[tool.ruff.lint]`` rules: pycodestyle, pyflakes, import order, bugbear, pyupgrade) and mypy
-over pyproject's ``[tool.mypy]`` files (``uqbench/``, ``scorers/`` and ``figures/``, the
-type-checked layers), at the versions the test extra pins, so that `make test` fails where a
+over pyproject's ``[tool.mypy]`` files (``uqbench/``, ``scorers/``, ``figures/`` and
+``baselines/``: every layer), at the versions the test extra pins, so that `make test` fails where a
 change breaks either."""
 from __future__ import annotations
 
@@ -17,4 +17,4 @@ def test_ruff_finds_nothing(procs: Procs) -> None:
 
 def test_mypy_finds_nothing(procs: Procs) -> None:
     procs.run([sys.executable, "-m", "mypy"], cwd=REPO,
-              what="mypy (uqbench, scorers, figures)", quiet_s=90)
+              what="mypy (uqbench, scorers, figures, baselines)", quiet_s=90)
