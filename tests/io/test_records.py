@@ -196,9 +196,12 @@ def write_task(folder: Path, task: str, lines: list[dict], model: str = "org/tin
     folder.mkdir(parents=True, exist_ok=True)
     p = folder / f"samples_{task}_2026-11-25T10-00-00.000000.jsonl"
     p.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    res = folder / f"results_2026-11-25T10-00-00.{task}.json"
-    res.write_text(json.dumps({"model_name": model, "configs": {task: {"target_delimiter": " "}},
-                               "results": {task: {}}}))
+    # one results file per run, of the samples' date, listing every task of the run (lm-eval's)
+    res = folder / "results_2026-11-25T10-00-00.000000.json"
+    doc = json.loads(res.read_text()) if res.exists() else {"model_name": model, "configs": {},
+                                                            "results": {}}
+    doc["configs"][task], doc["results"][task] = {"target_delimiter": " "}, {}
+    res.write_text(json.dumps(doc))
     return p
 
 
