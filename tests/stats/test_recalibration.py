@@ -144,6 +144,19 @@ def test_binary_temperature_scaling_of_a_confidence():
     np.testing.assert_allclose(q, 1 / (1 + np.exp(-2 * logit / t)), atol=1e-6)
 
 
+def test_two_choices_keep_their_two_columns_and_the_softmax_temperature():
+    # netcal reads an (N, 2) input as binary and returns P(choice 1) alone: a two-choice task
+    # (BoolQ, WinoGrande, a yes/no classification) must come back as (N, 2) distributions,
+    # softmax(log p / T), which for two choices equals sigmoid(logit(p_1) / T)
+    z, y = _calibrated(3000, c=2, seed=11)
+    p = _softmax(2.0 * z)  # calibrated logits made sharper by 2
+    t, q, failed = temperature_scaling(p, y, p)
+    assert failed == "" and q.shape == (3000, 2) and t == pytest.approx(2.0, rel=0.1)
+    np.testing.assert_allclose(q, _softmax(2.0 * z / t), atol=1e-9)
+    t1, q1, _ = temperature_scaling(p[:, 1], y, p[:, 1])  # the binary form: the same fit
+    assert t1 == t and np.array_equal(q1, q[:, 1])
+
+
 def test_histogram_binning_and_isotonic_by_hand():
     # calib: confidence .05 (bin 0 of 10) right 1 of 2; .95 (bin 9) right 2 of 2
     conf, right = np.array([0.05, 0.05, 0.95, 0.95]), np.array([1.0, 0.0, 1.0, 1.0])

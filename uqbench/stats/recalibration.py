@@ -64,6 +64,7 @@ def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
     ----------
     probs_calib : (N_cal, C) predictive distributions; labels_calib : (N_cal,) int labels.
         C = 1 (or a 1-D array): binary confidences, labels 0/1 (netcal's binary form).
+        C = 2 is fitted as netcal does, on the probability of choice 1: the same T.
     probs : (N, C) (or (N,) binary) distributions to rescale.
 
     Returns
@@ -97,6 +98,8 @@ def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
         else:
             inverse = 1.0 / T_MAX
             scaled = _rescale(np.asarray(probs, np.float64), inverse)
+    if np.ndim(probs) == 2 and np.shape(probs)[1] == 2 and scaled.ndim == 1:
+        scaled = np.stack([1.0 - scaled, scaled], axis=1)  # netcal's binary form: P(choice 1)
     scaled = scaled.reshape(np.shape(probs))
     absent = np.asarray(probs) == 0  # padded choices (`PAD_LOGIT`) stay at probability 0
     if scaled.ndim == 2 and absent.any():  # netcal sees them at its epsilon, which T inflates
