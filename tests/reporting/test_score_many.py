@@ -329,3 +329,25 @@ def test_models_are_named_as_people_know_them(tmp_path: Path, capsys) -> None:
     same = model_copy(tmp_path / "same", cache, 2)
     with pytest.raises(UserError, match=r"both hold model 'google/gemma-3-27b/loglik-per-char'"):
         load_models([base, same], domains=[DOMAIN], calib_fraction=CALIB)
+
+
+def test_one_models_tasks_in_several_folders_are_one_model(tmp_path: Path) -> None:
+    """lm-eval run once per task into ``TASK/<org>__<model>/`` (as published task folders
+    often are): the folders whose results files all name one model are that model's source,
+    not one model per folder; folders of other models stay one source each."""
+    from uqbench.run.score_records import load_models, model_sources
+
+    root = tmp_path / "tasks"
+    for task in ("arc_easy_local", "arc_challenge_local"):
+        folder = root / task / "tiny-llama"
+        folder.mkdir(parents=True)
+        for src in MC.iterdir():
+            if src.name.startswith("results_") or task + "_2" in src.name:
+                (folder / src.name).write_text(src.read_text())
+    assert model_sources(root) == [root]
+    rs = load_models([root], domains=[DOMAIN], calib_fraction=CALIB)
+    direct = load_models([MC], domains=[DOMAIN], calib_fraction=CALIB)
+    assert [p.name for p in rs.pairs] == [p.name for p in direct.pairs]
+    assert rs.meta["lmeval"]["accuracy"] == direct.meta["lmeval"]["accuracy"]
+    assert model_sources(models_folder(tmp_path / "three")) == [
+        tmp_path / "three" / n for n in ("org__noisy-a", "org__noisy-b", "tiny-llama")]

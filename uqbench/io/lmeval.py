@@ -486,6 +486,21 @@ def dump_files(root: Path) -> list[Path]:
             and _sniff_dump(p) and dump_index(p)[0]]
 
 
+def run_models(folder: Path) -> set[str]:
+    """The models the results files under ``folder`` name (lm-eval's ``model_name``, else its
+    ``model_args``, as JSON): one for a folder of one model's runs, whatever its layout."""
+    found = set()
+    for r in folder.rglob("results*.json"):
+        try:
+            doc = json.loads(r.read_text())
+        except (OSError, ValueError):
+            continue  # not a results file: find_source names it if a task needs it
+        if isinstance(doc, dict) and isinstance(doc.get("config"), dict):
+            found.add(json.dumps(doc.get("model_name") or doc["config"].get("model_args"),
+                                 sort_keys=True, default=str))
+    return found
+
+
 def _dump_date(doc: dict[str, Any] | None) -> str:
     """A dump's ``date`` (a Unix time) as lm-eval's date_id, for choosing the newest run."""
     import datetime
@@ -918,4 +933,4 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
 
 
 __all__ = ["NORMALIZE", "DomainTasks", "TaskSamples", "domains_from_yaml", "find_source",
-           "read_lmeval", "read_task"]
+           "read_lmeval", "read_task", "run_models"]

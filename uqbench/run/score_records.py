@@ -43,6 +43,7 @@ from uqbench.io.lmeval import (
     dump_index,
     known_pairs,
     read_lmeval,
+    run_models,
     task_names,
 )
 from uqbench.io.recordset import RecordSet, new_folder, read_record_set
@@ -200,7 +201,8 @@ def model_sources(source: Path) -> list[Path]:
     folder, or samples files of its own), each `simple_evaluate` result file in it when they
     are of several models (other ``model_args``), else each of its subfolders holding some
     (lm-eval's ``--output_path`` layout ``<out>/<org>__<model>/samples_*.jsonl``) when there are
-    two or more; itself otherwise (then its reader names what is missing)."""
+    two or more, unless their results files all name one model (its tasks run into several
+    folders: then itself); itself otherwise (then its reader names what is missing)."""
     def holds_records(d: Path) -> bool:
         return (d / "manifest.json").is_file() or (d / "records" / "manifest.json").is_file()
 
@@ -213,6 +215,9 @@ def model_sources(source: Path) -> list[Path]:
         return [source]
     subs = [d for d in sorted(source.iterdir()) if d.is_dir() and (
         holds_records(d) or next(d.rglob("samples_*.json*"), None) is not None)]
+    if len(subs) > 1 and not any(map(holds_records, subs)) \
+            and len(set().union(*map(run_models, subs))) == 1 and all(map(run_models, subs)):
+        return [source]  # one model's tasks in several folders (e.g. TASK/MODEL/ per run)
     return subs if len(subs) > 1 else [source]
 
 
