@@ -5,6 +5,7 @@ calibration split disjoint from the ID test split."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -155,6 +156,16 @@ def test_two_choices_keep_their_two_columns_and_the_softmax_temperature():
     np.testing.assert_allclose(q, _softmax(2.0 * z / t), atol=1e-9)
     t1, q1, _ = temperature_scaling(p[:, 1], y, p[:, 1])  # the binary form: the same fit
     assert t1 == t and np.array_equal(q1, q[:, 1])
+
+
+def test_a_calib_split_missing_a_class_fits_without_netcals_print(capsys):
+    # netcal prints "Not all class labels are present" when a class is absent from the calib
+    # labels; one temperature is fitted from every question alike, so the fit stands, silently
+    z, y = _calibrated(300, c=3, seed=3)
+    keep = y != 2
+    t, q, failed = temperature_scaling(_softmax(z[keep]), y[keep], _softmax(z))
+    assert failed == "" and math.isfinite(t) and q.shape == (300, 3)
+    assert capsys.readouterr().out == ""
 
 
 def test_histogram_binning_and_isotonic_by_hand():

@@ -32,7 +32,10 @@ this module loads neither.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import math
+import sys
 import warnings
 from typing import Any
 
@@ -54,6 +57,9 @@ def _netcal() -> Any:
         import netcal.scaling
 
     return netcal
+
+
+_ABSENT_CLASS = "WARNING: Not all class labels are present"
 
 
 def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
@@ -88,7 +94,12 @@ def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
     ts = nc.scaling.TemperatureScaling()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # pyro's, inside netcal
-        ts.fit(np.asarray(probs_calib, np.float64), np.asarray(labels_calib))
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            ts.fit(np.asarray(probs_calib, np.float64), np.asarray(labels_calib))
+        # netcal prints that a class is absent from the labels: one shared temperature needs
+        # no sample of every class (a small calib split rarely has them all); other lines pass
+        sys.stdout.write("".join(line for line in said.getvalue().splitlines(keepends=True)
+                                 if not line.startswith(_ABSENT_CLASS)))
         inverse = float(np.ravel(ts.temperature)[0])
         failed = "" if math.isfinite(inverse) else (
             f"netcal's maximum-likelihood fit gave 1/T = {inverse} (not a finite number); T is "
