@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -417,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # e.g. which figures were skipped
     # matplotlib's PDF font subsetting logs each pruned font table ("GPOS pruned") at INFO
     logging.getLogger("fontTools").setLevel(logging.WARNING)
+    formatwarning, warnings.formatwarning = warnings.formatwarning, _warning_line
     try:
         return args.handle(args) or 0
     except UserError as exc:
@@ -426,6 +428,16 @@ def main(argv: list[str] | None = None) -> int:
         print("uqbench: interrupted; finished cache entries are kept, rerun to resume",
               file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = formatwarning
+
+
+def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  line: str | None = None) -> str:
+    """A warning as a user reads it: its kind and message, without the source line that
+    raised it (which names uqbench's code, not what the user gave)."""
+    kind = "warning" if category is UserWarning else category.__name__
+    return f"{kind}: {message}\n"
 
 
 if __name__ == "__main__":   # python -m uqbench.cli works as python -m uqbench does

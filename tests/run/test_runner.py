@@ -456,3 +456,34 @@ def test_no_function_of_the_cli_is_over_60_lines() -> None:
     long = {n.name: n.end_lineno - n.lineno + 1 for n in ast.walk(tree)
             if isinstance(n, ast.FunctionDef) and n.end_lineno - n.lineno + 1 > 60}
     assert not long, f"split these into a parser builder and a handler per subcommand: {long}"
+
+
+def test_the_cli_prints_a_warning_as_its_kind_and_message(monkeypatch, capsys) -> None:
+    """A warning raised under `uqbench` reads "warning: ..." (a UserWarning) or "KIND: ...",
+    without the source line of uqbench's code; Python's format is back after the command."""
+    import dataclasses
+    import sys
+    import warnings
+
+    from uqbench import cli
+    from uqbench.results.conformal_risk import ConformalNote
+
+    def handle(args) -> int:
+        warnings.warn("the calib split is small", stacklevel=1)
+        warnings.warn("alpha=0.05 not reachable", ConformalNote, stacklevel=1)
+        return 0
+
+    before = warnings.formatwarning
+    monkeypatch.setitem(cli.COMMANDS, "list", dataclasses.replace(cli.COMMANDS["list"],
+                                                                  handle=handle))
+    def show(message, category, filename, lineno, file=None, line=None):  # Python's own,
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    with warnings.catch_warnings():  # which pytest replaces by its recorder
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        assert cli.main(["list", "scorers"]) == 0
+    err = capsys.readouterr().err
+    assert err == ("warning: the calib split is small\n"
+                   "ConformalNote: alpha=0.05 not reachable\n")
+    assert warnings.formatwarning is before
