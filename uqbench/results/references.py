@@ -146,7 +146,9 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
                 return np.concatenate([table[f"{d}/{role}"] for d in parts])
 
             row = _template(method, dom)
-            ks_id, ks_sh = (cat(refs.n_choices, r).tolist() for r in ("id", "shift"))
+            has_shift = all(f"{d}/shift" in refs.n_choices for d in parts)
+            ks_id, ks_sh = (cat(refs.n_choices, r).tolist() for r in ("id", "shift"
+                                                                      if has_shift else "id"))
             if method == CHANCE:
                 row["accuracy"] = chance_level(ks_id)
                 row["accuracy_lo"], row["accuracy_hi"] = chance_interval(ks_id)
@@ -154,7 +156,7 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
             else:
                 table = refs.options_only if method == OPTIONS_ONLY else refs.zero_shot
                 assert table is not None
-                c_id, c_sh = cat(table, "id"), cat(table, "shift")
+                c_id, c_sh = cat(table, "id"), cat(table, "shift" if has_shift else "id")
                 row["accuracy"], row["accuracy_lo"], row["accuracy_hi"] = _mean_ci(c_id, n_boot,
                                                                                    seed)
                 row["shift_accuracy"] = float(np.mean(c_sh)) if c_sh.size else float("nan")
@@ -163,9 +165,11 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
                 "forward_passes": float("nan"), "n_id": len(ks_id), "n_shift": len(ks_sh),
                 "seeds": 1, "protocol": protocol,
                 "split_hashes": ",".join(refs.hashes[f"{d}/{r}"] for d in parts
-                                         for r in ("id", "shift")),
+                                         for r in ("id", "shift") if f"{d}/{r}" in refs.hashes),
             })
-            rows.append(row)
+            # without a shift split (`uqbench.io.lmeval.NO_SHIFT`) the ID split stood in
+            rows.append(row if has_shift else {k: v for k, v in row.items()
+                                                if not k.startswith(("shift_", "n_shift"))})
     return rows
 
 
