@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
 import sys
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,11 +32,15 @@ from uqbench.core.plan import Method
 from uqbench.core.registry import import_plugin
 from uqbench.files.cache import PROTOCOL_VERSION, ArrayCache
 from uqbench.files.rundir import SCORE_FIELDS, score_key
-from uqbench.results.columns import COLUMNS as METRIC_COLUMNS
 from uqbench.results.conformal_risk import ConformalNote, conformal_risk_columns, seen_note
 from uqbench.results.evaluate import Scored, evaluate_cached
 from uqbench.results.recalibration import recalibrate_cached
-from uqbench.results.references import ReferenceInputs, learned_columns, reference_rows
+from uqbench.results.references import (
+    ReferenceInputs,
+    drop_shift,
+    learned_columns,
+    reference_rows,
+)
 from uqbench.stats.metrics import ECE_BINS
 from uqbench.stats.recalibration import CALIBRATORS
 
@@ -204,6 +207,7 @@ def _score_method(m: Method, dom: str, outs: Mapping[tuple[str, str, int], Outpu
     roles = (("id", id_outs, id_s), ("shift", sh_outs, sh_s))[:2 if has_shift else 1]
     if not has_shift:
         row = drop_shift(row)
+        arrays = {k: v for k, v in arrays.items() if k.split("|")[2:3] != ["shift"]}
     for role, os_, _ in roles:
         for f in ("route_entropy", "top1_mass", "disagreement", "experts", "labels"):
             if getattr(os_[0], f) is not None:
@@ -213,26 +217,6 @@ def _score_method(m: Method, dom: str, outs: Mapping[tuple[str, str, int], Outpu
         for f in SCORE_FIELDS:
             arrays[score_key(m.name, dom, role, f)] = getattr(sc, f)
     return row, arrays
-
-
-def shift_column(name: str) -> bool:
-    """Whether row key ``name`` is computed from a shifted split (ID against shift, or on the
-    shift alone): absent from a row whose domain has none."""
-    base = re.sub(r"_(std|lo|hi)$", "", name)
-    col = METRIC_COLUMNS.get(base)
-    return (col is not None and any(s == "shift" for s, _ in col.reads)) \
-        or base.startswith("shift_") or base == "n_shift"
-
-
-#: the columns a row without a shift split lacks (run.json ``skipped_columns``)
-NO_SHIFT_COLUMNS = (*(c.name for c in METRIC_COLUMNS.values()
-                      if any(s == "shift" for s, _ in c.reads)), "shift_avg_experts",
-                    "shift_cp_* and shift_rc_* (conformal coverage and risk control under shift)")
-
-
-def drop_shift(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` without its `shift_column` keys."""
-    return {k: v for k, v in row.items() if not shift_column(k)}
 
 
 def _init_worker(plugins: Sequence[str], threads: int | None) -> None:

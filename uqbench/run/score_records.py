@@ -49,8 +49,8 @@ from uqbench.io.lmeval import (
 from uqbench.io.recordset import RecordSet, new_folder, read_record_set
 from uqbench.reporting.models import FILES, markdown, model_table, write_models
 from uqbench.results.columns import skipped_columns
-from uqbench.results.references import zero_shot_skipped
-from uqbench.results.rows import NO_SHIFT_COLUMNS, check_workers, score_all, score_workers
+from uqbench.results.references import NO_SHIFT_COLUMNS, zero_shot_skipped
+from uqbench.results.rows import check_workers, score_all, score_workers
 from uqbench.run.folder import print_summary, write_run
 from uqbench.run.runner import RunResult, RunStats
 
