@@ -329,3 +329,21 @@ def test_models_are_named_as_people_know_them(tmp_path: Path, capsys) -> None:
     same = model_copy(tmp_path / "same", cache, 2)
     with pytest.raises(UserError, match=r"both hold model 'google/gemma-3-27b/loglik-per-char'"):
         load_models([base, same], domains=[DOMAIN], calib_fraction=CALIB)
+
+
+def test_several_sources_without_a_domain_score_each_task_alone(tmp_path: Path) -> None:
+    """No --domain with two models: each model's tasks alone (the same domains for both), no
+    shift split, and the absent shift columns' reason recorded once."""
+    from uqbench.io.lmeval import NO_SHIFT
+    from uqbench.run.score_records import load_models
+
+    a = model_copy(tmp_path / "a", None, None)
+    b = model_copy(tmp_path / "b", "org/b", 1)
+    rs = load_models([a, b], calib_fraction=CALIB)
+    assert set(rs.domains) == {"arc_challenge_local", "arc_easy_local"}
+    assert {p.model.name for p in rs.pairs} == {"tiny-llama", "org/b"}
+    assert not any(split.endswith("/shift") for _, split, _ in rs.outputs)
+    assert {(p, s) for p, s, _ in rs.outputs} == {
+        (p.name, f"{d}/{r}") for p in rs.pairs for d in rs.domains for r in ("id", "calib")}
+    rs.check()
+    assert NO_SHIFT in json.dumps(rs.meta)
