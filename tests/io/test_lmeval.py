@@ -1079,3 +1079,4 @@ def test_no_domain_scores_a_real_lm_eval_run_with_its_accuracy_and_no_shift(lmev
     for t in mc:  # over every question, the accuracy lm-eval logged
         assert checks[f"{t}/id"]["uqbench_all"] == pytest.approx(checks[f"{t}/id"]["lm_eval"])
     assert NO_SHIFT in (run / "report.html").read_text()
+    assert (run / "results.md").read_text().count(NO_SHIFT) == 1
