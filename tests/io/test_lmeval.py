@@ -971,16 +971,20 @@ def test_bf16_ties_are_broken_as_lm_eval_breaks_them(tmp_path: Path) -> None:
 
 
 def test_without_a_domain_the_known_pairs_are_named_and_auto_forms_them(tmp_path, capsys):
-    """No --domain: the error names the tasks found and the known ID -> shift pairs (ARC-Easy
-    -> Challenge); --domain auto scores them; tasks of no known pair are refused by auto."""
+    """No --domain: each task is scored alone and the known ID -> shift pairs (ARC-Easy ->
+    Challenge) are named with how to score them; --domain auto scores them; tasks of no known
+    pair are refused by auto."""
     from uqbench.core.errors import ConfigError
-    from uqbench.io.lmeval import known_pairs
+    from uqbench.io.lmeval import NO_SHIFT, known_pairs
     from uqbench.run.score_records import load_records
 
-    with pytest.raises(ConfigError, match=r"holds samples of arc_challenge_local, "
-                       r"arc_easy_local; --domain auto forms the known pairs "
-                       r"arc_easy_local=arc_easy_local:arc_challenge_local"):
-        load_records(MC)
+    alone = load_records(MC, calib_fraction=0.25)
+    assert alone.meta["lmeval"]["domains"] == {t: {"id": t, "shift": None, "calib": None}
+                                               for t in ("arc_challenge_local", "arc_easy_local")}
+    assert alone.meta["lmeval"]["no_shift"]["reason"] == NO_SHIFT
+    assert not any(split.endswith("/shift") for _, split, _ in alone.outputs)
+    assert "known ID -> shift pairs: arc_easy_local=arc_easy_local:arc_challenge_local; " \
+        "--domain auto scores them with the shift columns" in capsys.readouterr().out
     rs = load_records(MC, domains=["auto"], calib_fraction=0.25)
     assert rs.meta["lmeval"]["domains"] == {"arc_easy_local": {
         "id": "arc_easy_local", "shift": "arc_challenge_local", "calib": None}}
@@ -996,3 +1000,83 @@ def test_without_a_domain_the_known_pairs_are_named_and_auto_forms_them(tmp_path
     with pytest.raises(ConfigError, match=r"--domain auto: the tasks of .* \(winogrande_local\) "
                        r"form no known ID -> shift pair"):
         load_records(MI, domains=["auto"])
+
+
+def test_the_pairs_line_names_what_auto_forms_or_that_it_forms_none() -> None:
+    """`pairs_line`: the known pairs of the tasks as --domain would take them, and --domain
+    auto; or none, with the families it knows and how to pair by hand."""
+    from uqbench.io.lmeval import pairs_line
+
+    assert pairs_line(["mmlu_college_physics", "mmlu_high_school_physics", "arc_easy",
+                       "arc_challenge", "mmlu_anatomy"]) == (
+        "known ID -> shift pairs: mmlu_high_school_physics=mmlu_high_school_physics:"
+        "mmlu_college_physics arc_easy=arc_easy:arc_challenge; --domain auto scores them with "
+        "the shift columns")
+    line = pairs_line(["winogrande", "arc_challenge"])
+    assert line.startswith("known ID -> shift pairs: none among these tasks (ARC-Easy -> "
+                           "Challenge") and "--domain NAME=ID:SHIFT" in line
+
+
+def test_without_a_domain_other_tasks_are_left_out_by_name(tmp_path, capsys) -> None:
+    """No --domain on a folder with a generate_until task beside MC tasks: it is left out with
+    one line naming it and why (run.json lmeval.left_out); a folder of none but it is refused."""
+    from uqbench.core.errors import UserError
+    from uqbench.run.score_records import load_records
+
+    both = tmp_path / "both"
+    both.mkdir()
+    for part in (MC, GEN):
+        for f in part.iterdir():
+            (both / f.name).write_bytes(f.read_bytes())
+    rs = load_records(both, calib_fraction=0.25)
+    assert list(rs.meta["lmeval"]["left_out"]) == ["gsm8k_local"]
+    assert "generate_until" in rs.meta["lmeval"]["left_out"]["gsm8k_local"]
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("gsm8k_local: left out")]
+    assert set(rs.domains) == {"arc_challenge_local", "arc_easy_local"}
+    with pytest.raises(UserError, match="no single-answer multiple-choice task .*gsm8k_local"):
+        load_records(GEN)
+
+
+def test_no_domain_scores_a_real_lm_eval_run_with_its_accuracy_and_no_shift(lmeval_run,
+                                                                              tmp_path):
+    """`uqbench score` with no --domain on a real lm-eval run (plus a generate_until task): each
+    MC task alone, its ID accuracy lm-eval's own metric example for example; the shift columns
+    absent from every row, their reason once in run.json and in the report; the
+    generate_until task listed as left out."""
+    from uqbench import cli
+    from uqbench.io.lmeval import NO_SHIFT
+    from uqbench.results.references import shift_column
+
+    folder = tmp_path / "lm"
+    folder.mkdir()
+    for f in [*lmeval_run.results.parent.iterdir(), *GEN.iterdir()]:
+        if f.is_file():
+            (folder / f.name).write_bytes(f.read_bytes())
+    assert cli.main(["score", str(folder), "--out", str(tmp_path / "run"), "--calib-fraction",
+                     "0.25", "--scorers", "msp,entropy", "--bootstrap", "20"]) == 0
+    run = tmp_path / "run"
+    meta = json.loads((run / "run.json").read_text())
+    mc = sorted(set(lmeval.RUN_TASKS))
+    assert sorted(meta["lmeval"]["domains"]) == mc
+    assert list(meta["lmeval"]["left_out"]) == [lmeval.GEN_TASK]
+    assert meta["lmeval"]["no_shift"] == {"domains": mc, "reason": NO_SHIFT}
+    assert [c for c in meta["skipped_columns"] if c["reason"] == NO_SHIFT][0]["domains"] == mc
+    samples = {t: {r["doc_id"]: r for r in read_samples(p)} for t, p in lmeval_run.samples.items()}
+    rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    assert rows and not [k for r in rows for k in r if shift_column(k)]
+    checks = {c["split"]: c for c in meta["lmeval"]["accuracy"]}
+    with np.load(run / "scores.npz") as z:
+        for t in mc:
+            metric = checks[f"{t}/id"]["metric"]  # the lm-eval metric uqbench's accuracy is
+            row = next(r for r in rows if r["domain"] == t and r["scorer"] == "msp")
+            held = set(meta["lmeval"]["calib_held_out"]["doc_ids"][t])
+            theirs = [samples[t][i][metric] for i in sorted(samples[t]) if i not in held]
+            assert row["n_id"] == len(theirs) == 15
+            assert row["accuracy"] == pytest.approx(float(np.mean(theirs)), abs=1e-12)
+            assert f"model/loglik-per-char/msp|{t}|id|confidence" in z.files
+            assert not [k for k in z.files if f"|{t}|shift|" in k]
+    for t in mc:  # over every question, the accuracy lm-eval logged
+        assert checks[f"{t}/id"]["uqbench_all"] == pytest.approx(checks[f"{t}/id"]["lm_eval"])
+    assert NO_SHIFT in (run / "report.html").read_text()
+    assert (run / "results.md").read_text().count(NO_SHIFT) == 1

@@ -351,3 +351,21 @@ def test_one_models_tasks_in_several_folders_are_one_model(tmp_path: Path) -> No
     assert rs.meta["lmeval"]["accuracy"] == direct.meta["lmeval"]["accuracy"]
     assert model_sources(models_folder(tmp_path / "three")) == [
         tmp_path / "three" / n for n in ("org__noisy-a", "org__noisy-b", "tiny-llama")]
+
+
+def test_several_sources_without_a_domain_score_each_task_alone(tmp_path: Path) -> None:
+    """No --domain with two models: each model's tasks alone (the same domains for both), no
+    shift split, and the absent shift columns' reason recorded once."""
+    from uqbench.io.lmeval import NO_SHIFT
+    from uqbench.run.score_records import load_models
+
+    a = model_copy(tmp_path / "a", None, None)
+    b = model_copy(tmp_path / "b", "org/b", 1)
+    rs = load_models([a, b], calib_fraction=CALIB)
+    assert set(rs.domains) == {"arc_challenge_local", "arc_easy_local"}
+    assert {p.model.name for p in rs.pairs} == {"tiny-llama", "org/b"}
+    assert not any(split.endswith("/shift") for _, split, _ in rs.outputs)
+    assert {(p, s) for p, s, _ in rs.outputs} == {
+        (p.name, f"{d}/{r}") for p in rs.pairs for d in rs.domains for r in ("id", "calib")}
+    rs.check()
+    assert NO_SHIFT in json.dumps(rs.meta)

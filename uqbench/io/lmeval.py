@@ -67,12 +67,14 @@ GATES = {"none": "loglik", "chars": "loglik-per-char", "bytes": "loglik-per-byte
 
 @dataclass(frozen=True)
 class DomainTasks:
-    """One domain: the lm-eval task of its ID split, of its shifted split, and of its calib
-    split (None: hold out a fraction of the ID questions)."""
+    """One domain: the lm-eval task of its ID split, of its shifted split (None: no shift, as
+    ``uqbench score`` without ``--domain`` scores each task alone; the shift columns are then
+    absent, `NO_SHIFT` says why), and of its calib split (None: hold out a fraction of the ID
+    questions)."""
 
     name: str
     id: str
-    shift: str
+    shift: str | None
     calib: str | None = None
 
     @property
@@ -127,6 +129,49 @@ def known_pairs(tasks: Sequence[str]) -> list[DomainTasks]:
                 out.append(DomainTasks(re.sub(r"[=:\s]", "_", t), t, s))
                 break
     return out
+
+
+#: why a domain without a shift task has no shift columns (run.json, the tables, the report)
+NO_SHIFT = "no shift task: score with --domain NAME=ID:SHIFT to get them"
+
+
+def pairs_line(tasks: Sequence[str]) -> str:
+    """What `known_pairs` forms of ``tasks``, and how to score them (``--domain auto``)."""
+    pairs = known_pairs(tasks)
+    if not pairs:
+        return ("known ID -> shift pairs: none among these tasks (ARC-Easy -> Challenge, MMLU "
+                "high-school -> college subject, BBH logical deduction 3 -> 7 objects); pair "
+                "tasks with --domain NAME=ID:SHIFT for the shift columns")
+    return ("known ID -> shift pairs: " + " ".join(f"{d.name}={d.id}:{d.shift}" for d in pairs)
+            + "; --domain auto scores them with the shift columns")
+
+
+def alone(root: Path, runs: Sequence[str] = ()) -> tuple[list[DomainTasks], dict[str, str]]:
+    """Without ``--domain``: one shift-less domain per single-answer multiple-choice task under
+    ``root`` (named after it), and the tasks left out with why (another output type, `NOT_MC`,
+    or samples that are not one log-likelihood per choice); prints each left-out task and
+    `pairs_line`."""
+    tasks = task_names(root)
+    if not tasks:
+        raise UserError(f"no samples file under {root}: {_inventory(root)}; run lm-eval with "
+                        f"--log_samples --output_path {root}")
+    kept, left_out = [], {}
+    for t in tasks:
+        try:
+            src = find_source(root, [t], runs, named=True)
+            read_task(src.samples[t], t, src.delimiters.get(t, " "))
+        except UserError as exc:
+            left_out[t] = str(exc)
+            print(f"{t}: left out ({exc})", flush=True)
+            continue
+        kept.append(t)
+    if not kept:
+        raise UserError(f"no single-answer multiple-choice task under {root}: "
+                        + "; ".join(f"{t}: {why}" for t, why in left_out.items()))
+    print(f"no --domain: scoring {', '.join(kept)} each alone (ID, calib held out; "
+          f"{NO_SHIFT})", flush=True)
+    print(pairs_line(kept), flush=True)
+    return [DomainTasks(re.sub(r"[=:\s/]", "_", t), t, None) for t in kept], left_out
 
 
 def domains_from_yaml(path: Path) -> list[DomainTasks]:
@@ -796,17 +841,9 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
     (default: each task's newest; members: always their newest)."""
     if normalize != "auto" and normalize not in NORMALIZE:
         raise ConfigError(f"--normalize {normalize!r}; valid: auto, {', '.join(NORMALIZE)}")
+    left_out: dict[str, str] = {}
     if not domains:
-        tasks_ = task_names(Path(source))
-        pairs = known_pairs(tasks_)
-        raise ConfigError("give at least one --domain NAME=ID_TASK:SHIFT_TASK (or --domains "
-                          f"FILE.yaml); {source} holds samples of "
-                          f"{', '.join(tasks_) or 'no task'}" + (
-                              "; --domain auto forms the known pairs " + " ".join(
-                                  f"{d.name}={d.id}:{d.shift}" for d in pairs)
-                              if pairs else "; none of them is a known ID -> shift pair "
-                              "(ARC-Easy -> Challenge, MMLU high-school -> college subject, "
-                              "...): pair them with --domain"))
+        domains, left_out = alone(Path(source), runs)
     if len({d.name for d in domains}) < len(domains):
         raise ConfigError("two --domain entries share a name")
     if any(d.calib is None for d in domains) and not 0 < calib_fraction < 1:
@@ -882,8 +919,9 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
         else:
             id_rows, cal_rows, cal_task = np.arange(n_id), \
                 np.arange(len(main[d.calib].doc_ids)), d.calib
-        parts = {"id": (d.id, id_rows), "shift": (d.shift, np.arange(len(main[d.shift].doc_ids))),
-                 "calib": (cal_task, cal_rows)}
+        parts = {"id": (d.id, id_rows), "calib": (cal_task, cal_rows)}
+        if d.shift is not None:
+            parts["shift"] = (d.shift, np.arange(len(main[d.shift].doc_ids)))
         for role, (task, rows) in parts.items():
             split = f"{d.name}/{role}"
             outputs[pair_name, split, 0] = record(task, rows, d.name)
@@ -919,6 +957,10 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
             "accuracy": checks,
             "domains": {d.name: {"id": d.id, "shift": d.shift, "calib": d.calib}
                         for d in domains},
+            **({"no_shift": {"domains": [d.name for d in domains if d.shift is None],
+                             "reason": NO_SHIFT}} if any(d.shift is None for d in domains)
+               else {}),
+            **({"left_out": left_out} if left_out else {}),
             "calib_held_out": {"fraction": calib_fraction, "seed": seed, "doc_ids": held_out}
             if held_out else None,
             "labels": {t: {"from": "acc (multiple_input)" if main[t].multiple_input
@@ -932,5 +974,6 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
     return RecordSet([pair], outputs, 1, refs, 1000, None, meta)
 
 
-__all__ = ["NORMALIZE", "DomainTasks", "TaskSamples", "domains_from_yaml", "find_source",
-           "read_lmeval", "read_task", "run_models"]
+__all__ = ["NORMALIZE", "NO_SHIFT", "DomainTasks", "TaskSamples", "alone", "domains_from_yaml",
+           "find_source", "pairs_line", "read_lmeval", "read_task",
+           "run_models"]

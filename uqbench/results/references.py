@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +129,26 @@ def reference_inputs(suite: Any, *, seed: int = 0,
     return ReferenceInputs(domains, n_choices, correct, hashes, zero_shot)
 
 
+def shift_column(name: str) -> bool:
+    """Whether row key ``name`` is computed from a shifted split (ID against shift, or on the
+    shift alone): absent from a row whose domain has none."""
+    base = re.sub(r"_(std|lo|hi)$", "", name)
+    col = COLUMNS.get(base)
+    return (col is not None and any(s == "shift" for s, _ in col.reads)) \
+        or base.startswith("shift_") or base == "n_shift"
+
+
+#: the columns a row without a shift split lacks (run.json ``skipped_columns``)
+NO_SHIFT_COLUMNS = (*(c.name for c in COLUMNS.values()
+                      if any(s == "shift" for s, _ in c.reads)), "shift_avg_experts",
+                    "shift_cp_* and shift_rc_* (conformal coverage and risk control under shift)")
+
+
+def drop_shift(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` without its `shift_column` keys."""
+    return {k: v for k, v in row.items() if not shift_column(k)}
+
+
 def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
                    protocol: str = PROTOCOL_VERSION) -> list[dict[str, Any]]:
     """The ``chance``, ``options-only`` and ``zero-shot`` rows of every domain of ``refs`` and
@@ -146,7 +167,9 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
                 return np.concatenate([table[f"{d}/{role}"] for d in parts])
 
             row = _template(method, dom)
-            ks_id, ks_sh = (cat(refs.n_choices, r).tolist() for r in ("id", "shift"))
+            has_shift = all(f"{d}/shift" in refs.n_choices for d in parts)
+            ks_id, ks_sh = (cat(refs.n_choices, r).tolist() for r in ("id", "shift"
+                                                                      if has_shift else "id"))
             if method == CHANCE:
                 row["accuracy"] = chance_level(ks_id)
                 row["accuracy_lo"], row["accuracy_hi"] = chance_interval(ks_id)
@@ -154,7 +177,7 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
             else:
                 table = refs.options_only if method == OPTIONS_ONLY else refs.zero_shot
                 assert table is not None
-                c_id, c_sh = cat(table, "id"), cat(table, "shift")
+                c_id, c_sh = cat(table, "id"), cat(table, "shift" if has_shift else "id")
                 row["accuracy"], row["accuracy_lo"], row["accuracy_hi"] = _mean_ci(c_id, n_boot,
                                                                                    seed)
                 row["shift_accuracy"] = float(np.mean(c_sh)) if c_sh.size else float("nan")
@@ -163,9 +186,10 @@ def reference_rows(refs: ReferenceInputs, *, n_boot: int, seed: int = 0,
                 "forward_passes": float("nan"), "n_id": len(ks_id), "n_shift": len(ks_sh),
                 "seeds": 1, "protocol": protocol,
                 "split_hashes": ",".join(refs.hashes[f"{d}/{r}"] for d in parts
-                                         for r in ("id", "shift")),
+                                         for r in ("id", "shift") if f"{d}/{r}" in refs.hashes),
             })
-            rows.append(row)
+            # without a shift split (`uqbench.io.lmeval.NO_SHIFT`) the ID split stood in
+            rows.append(row if has_shift else drop_shift(row))
     return rows
 
 

@@ -35,7 +35,12 @@ from uqbench.files.rundir import SCORE_FIELDS, score_key
 from uqbench.results.conformal_risk import ConformalNote, conformal_risk_columns, seen_note
 from uqbench.results.evaluate import Scored, evaluate_cached
 from uqbench.results.recalibration import recalibrate_cached
-from uqbench.results.references import ReferenceInputs, learned_columns, reference_rows
+from uqbench.results.references import (
+    ReferenceInputs,
+    drop_shift,
+    learned_columns,
+    reference_rows,
+)
 from uqbench.stats.metrics import ECE_BINS
 from uqbench.stats.recalibration import CALIBRATORS
 
@@ -162,10 +167,14 @@ def _score_method(m: Method, dom: str, outs: Mapping[tuple[str, str, int], Outpu
     domains = list(refs.domains)
     parts = domains if dom == "pooled" else [dom]
 
+    # a domain without a shift split (`uqbench.io.lmeval.NO_SHIFT`): its ID split stands in
+    # for the shift so that every ID column is computed as with one; the shift columns are
+    # then dropped (`drop_shift`), not reported
+    has_shift = all(f"{d}/shift" in refs.hashes for d in parts)
     id_outs, sh_outs, cal_outs = (
         [Outputs.concat([outs[m.pair.name, f"{d}/{role}", r] for d in parts])
          for r in range(n_seeds)]
-        for role in ("id", "shift", "calib"))
+        for role in ("id", "shift" if has_shift else "id", "calib"))
     id_s, sh_s, cal_s = (Scored.of(m.scorer, o, timeout=scorer_timeout)
                          for o in (id_outs, sh_outs, cal_outs))
     metrics = evaluate_cached(cache, id_s, sh_s, n_bins=ECE_BINS, n_boot=n_boot, seed=0)
@@ -181,7 +190,7 @@ def _score_method(m: Method, dom: str, outs: Mapping[tuple[str, str, int], Outpu
         "n_id": id_outs[0].n, "n_shift": sh_outs[0].n, "n_calib": cal_outs[0].n,
         "seeds": n_seeds, "protocol": protocol,
         "split_hashes": ",".join(refs.hashes[f"{d}/{r}"] for d in parts
-                                 for r in ("id", "shift")),
+                                 for r in ("id", "shift") if f"{d}/{r}" in refs.hashes),
         "calib_hashes": ",".join(refs.hashes[f"{d}/calib"] for d in parts),
     }
     # conformal sets and selective risk control, fitted on calib
@@ -195,12 +204,16 @@ def _score_method(m: Method, dom: str, outs: Mapping[tuple[str, str, int], Outpu
     for kind in CALIBRATORS:
         arrays[score_key(m.name, dom, "id", f"confidence_{kind}")] = \
             recal_conf.confidence[kind]
-    for role, os_ in (("id", id_outs), ("shift", sh_outs)):
+    roles = (("id", id_outs, id_s), ("shift", sh_outs, sh_s))[:2 if has_shift else 1]
+    if not has_shift:
+        row = drop_shift(row)
+        arrays = {k: v for k, v in arrays.items() if k.split("|")[2:3] != ["shift"]}
+    for role, os_, _ in roles:
         for f in ("route_entropy", "top1_mass", "disagreement", "experts", "labels"):
             if getattr(os_[0], f) is not None:
                 arrays[score_key(m.pair.name, dom, role, f)] = np.stack(
                     [getattr(o, f) for o in os_], 1)
-    for role, sc in (("id", id_s), ("shift", sh_s)):
+    for role, _, sc in roles:
         for f in SCORE_FIELDS:
             arrays[score_key(m.name, dom, role, f)] = getattr(sc, f)
     return row, arrays

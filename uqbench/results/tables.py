@@ -355,7 +355,10 @@ def write_results(out_dir: Path, rows: Sequence[Mapping[str, Any]],
     atomic_write_text(paths["csv"], buf.getvalue())
     md = (f"# uqbench results: {_provenance(meta)}\n\n{__doc__.strip()}\n"
           "Cells: value [95% bootstrap CI] (mean over seeds when several). results.csv and "
-          "results.jsonl hold every column of every row.\n\n"
+          "results.jsonl hold every column of every row.\n\n" + "".join(
+              f"Not computed for {', '.join(c['domains'])}: {', '.join(c['columns'])} "
+              f"({c['reason']}).\n\n" for c in meta.get("skipped_columns", [])
+              if "domains" in c) +  # a domain without a shift split
           f"## {MODEL_TITLE}\n\n{model_table(rows, learned=learned)}\n\n"
           f"## {SCORER_TITLE}\n\n{scorer_table(rows)}\n" + _notes(rows))
     atomic_write_text(paths["md"], md)

@@ -37,6 +37,7 @@ from uqbench.files.rundir import RunFolder
 from uqbench.io.confidence import ReportedConfidence, read_confidence
 from uqbench.io.helm import is_helm, read_helm
 from uqbench.io.lmeval import (
+    NO_SHIFT,
     DomainTasks,
     domains_from_yaml,
     dump_files,
@@ -49,7 +50,7 @@ from uqbench.io.lmeval import (
 from uqbench.io.recordset import RecordSet, new_folder, read_record_set
 from uqbench.reporting.models import FILES, markdown, model_table, write_models
 from uqbench.results.columns import skipped_columns
-from uqbench.results.references import zero_shot_skipped
+from uqbench.results.references import NO_SHIFT_COLUMNS, zero_shot_skipped
 from uqbench.results.rows import check_workers, score_all, score_workers
 from uqbench.run.folder import print_summary, write_run
 from uqbench.run.runner import RunResult, RunStats
@@ -438,7 +439,11 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
         meta["references_skipped"] = skipped_refs
     fields = frozenset.intersection(*(o.available() for (_, split, _), o in rs.outputs.items()
                                       if not split.endswith("/train")))
-    if cols := skipped_columns(fields):
+    cols = skipped_columns(fields)
+    if no_shift := [d for d in rs.domains if f"{d}/shift" not in rs.refs.hashes]:
+        cols.append({"columns": list(NO_SHIFT_COLUMNS), "domains": no_shift,
+                     "reason": NO_SHIFT})
+    if cols:
         meta["skipped_columns"] = cols
         for c in cols:
             log.warning("columns not computed: %s: %s", ", ".join(c["columns"]), c["reason"])
