@@ -122,7 +122,7 @@ def reference_token_counts(source: str) -> Counter[str]:
 
 #: `reference_token_counts` summed over every MBPP reference (974, all splits) and every
 #: HumanEval prompt + canonical solution (164) of the data folder, tokens seen at least 3 times
-#: (``tests/data/test_codemc.py`` recomputes it from the real files).
+#: (``tests/data/mc/test_code.py`` recomputes it from the real files).
 SWAP_PRIOR: dict[str, int] = {
     "1": 1413, "test": 1144, "Add": 1077, "0": 1057, "Sub": 600, "Eq": 587, "Mult": 469, "2": 463,
     "Mod": 237, "Gt": 179, "-1": 159, "Lt": 156, "False": 155, "True": 148, "And": 131,
