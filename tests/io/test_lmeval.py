@@ -1031,6 +1031,7 @@ def test_without_a_domain_other_tasks_are_left_out_by_name(tmp_path, capsys) -> 
     rs = load_records(both, calib_fraction=0.25)
     assert list(rs.meta["lmeval"]["left_out"]) == ["gsm8k_local"]
     assert "generate_until" in rs.meta["lmeval"]["left_out"]["gsm8k_local"]
+    assert "--domain" not in rs.meta["lmeval"]["left_out"]["gsm8k_local"]  # none was given
     out = capsys.readouterr().out
     assert [line for line in out.splitlines() if line.startswith("gsm8k_local: left out")]
     assert set(rs.domains) == {"arc_challenge_local", "arc_easy_local"}

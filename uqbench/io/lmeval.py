@@ -161,8 +161,8 @@ def alone(root: Path, runs: Sequence[str] = ()) -> tuple[list[DomainTasks], dict
             src = find_source(root, [t], runs, named=True)
             read_task(src.samples[t], t, src.delimiters.get(t, " "))
         except UserError as exc:
-            left_out[t] = str(exc)
-            print(f"{t}: left out ({exc})", flush=True)
+            left_out[t] = str(exc).removesuffix(": drop it from --domain")  # none was given
+            print(f"{t}: left out ({left_out[t]})", flush=True)
             continue
         kept.append(t)
     if not kept:
