@@ -16,6 +16,8 @@ and cosine decay over ``--epochs``, through `baselines.train.train`; training is
   and non-padding tokens of ``logsumexp(router logits)^2``, added to the training loss;
 - ``slow-router-a=F``: the routers and ``lora_A`` train at ``F`` times lr (``lora_B`` and the
   head at lr);
+- ``slow-b=F``: ``lora_B`` trains at ``F`` times lr (the routers, ``lora_A`` and the head
+  at lr);
 - ``no-down-proj``: no adapter on ``down_proj``, the linear whose input carries the largest
   outliers.
 
@@ -40,7 +42,7 @@ from torch import Tensor, nn
 
 from benchmarks import emit
 
-CANDIDATES = ("none", "first-token", "z-loss", "slow-router-a", "no-down-proj")
+CANDIDATES = ("none", "first-token", "z-loss", "slow-router-a", "slow-b", "no-down-proj")
 #: the linears of a Llama-type block without down_proj
 NO_DOWN = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj")
 
@@ -83,14 +85,15 @@ def _z_loss(layers: list[Any], coef: float, lb_coef: float) -> Any:
     return _patched(moe, "load_balance_loss", loss)
 
 
-def _slow_router_a(model: nn.Module, factor: float) -> Any:
-    """AdamW with the routers and ``lora_A`` in their own group at ``factor`` times lr."""
+def _slow(model: nn.Module, factor: float, parts: tuple[str, ...]) -> Any:
+    """AdamW with the adapter parameters whose names hold one of ``parts`` in their own group
+    at ``factor`` times lr."""
     names = {id(p): n for n, p in model.named_parameters()}
     adamw = torch.optim.AdamW
 
     def make(groups: list[dict[str, Any]], **kw: Any) -> torch.optim.Optimizer:
         first, rest = groups[0], list(groups[1:])
-        slow = [p for p in first["params"] if "router" in names[id(p)] or "lora_A" in names[id(p)]]
+        slow = [p for p in first["params"] if any(k in names[id(p)] for k in parts)]
         fast = [p for p in first["params"] if not any(p is q for q in slow)]
         return adamw([{"params": fast, "lr": first["lr"]},
                       {"params": slow, "lr": first["lr"] * factor}, *rest], **kw)
@@ -192,7 +195,9 @@ def run(backbone: str, candidate: str, *, top: int, lr: float, records: int, bat
         elif name == "z-loss":
             stack.enter_context(_z_loss(layers, float(arg or 1e-3), adapter.lb_coef))
         elif name == "slow-router-a":
-            stack.enter_context(_slow_router_a(model, float(arg or 0.1)))
+            stack.enter_context(_slow(model, float(arg or 0.1), ("router", "lora_A")))
+        elif name == "slow-b":
+            stack.enter_context(_slow(model, float(arg or 0.1), ("lora_B",)))
         try:
             train.train(model, chosen, cfg, progress=False)
         except _Stop:
