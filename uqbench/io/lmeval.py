@@ -146,20 +146,23 @@ def pairs_line(tasks: Sequence[str]) -> str:
             + "; --domain auto scores them with the shift columns")
 
 
-def alone(root: Path, runs: Sequence[str] = ()) -> tuple[list[DomainTasks], dict[str, str]]:
+def alone(root: Path, runs: Sequence[str] = ()
+          ) -> tuple[list[DomainTasks], dict[str, str], dict[Path, TaskSamples]]:
     """Without ``--domain``: one shift-less domain per single-answer multiple-choice task under
-    ``root`` (named after it), and the tasks left out with why (another output type, `NOT_MC`,
-    or samples that are not one log-likelihood per choice); prints each left-out task and
+    ``root`` (named after it), the tasks left out with why (another output type, `NOT_MC`,
+    or samples that are not one log-likelihood per choice), and the samples read to tell them
+    apart, by file (so that scoring does not read them again); prints each left-out task and
     `pairs_line`."""
     tasks = task_names(root)
     if not tasks:
         raise UserError(f"no samples file under {root}: {_inventory(root)}; run lm-eval with "
                         f"--log_samples --output_path {root}")
-    kept, left_out = [], {}
+    kept, left_out, read = [], {}, {}
     for t in tasks:
         try:
             src = find_source(root, [t], runs, named=True)
-            read_task(src.samples[t], t, src.delimiters.get(t, " "))
+            path = src.samples[t]
+            read[path] = read_task(path, t, src.delimiters.get(t, " "))
         except UserError as exc:
             left_out[t] = str(exc).removesuffix(": drop it from --domain")  # none was given
             print(f"{t}: left out ({left_out[t]})", flush=True)
@@ -171,7 +174,7 @@ def alone(root: Path, runs: Sequence[str] = ()) -> tuple[list[DomainTasks], dict
     print(f"no --domain: scoring {', '.join(kept)} each alone (ID, calib held out; "
           f"{NO_SHIFT})", flush=True)
     print(pairs_line(kept), flush=True)
-    return [DomainTasks(re.sub(r"[=:\s/]", "_", t), t, None) for t in kept], left_out
+    return [DomainTasks(re.sub(r"[=:\s/]", "_", t), t, None) for t in kept], left_out, read
 
 
 def domains_from_yaml(path: Path) -> list[DomainTasks]:
@@ -842,8 +845,9 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
     if normalize != "auto" and normalize not in NORMALIZE:
         raise ConfigError(f"--normalize {normalize!r}; valid: auto, {', '.join(NORMALIZE)}")
     left_out: dict[str, str] = {}
+    known: dict[Path, TaskSamples] = {}  # samples `alone` read already
     if not domains:
-        domains, left_out = alone(Path(source), runs)
+        domains, left_out, known = alone(Path(source), runs)
     if len({d.name for d in domains}) < len(domains):
         raise ConfigError("two --domain entries share a name")
     if any(d.calib is None for d in domains) and not 0 < calib_fraction < 1:
@@ -862,8 +866,8 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
                 print(f"{t}: {len(other) + 1} runs under {src.root}; reading "
                       f"{src.samples[t].name} ({how}; others: {', '.join(other)}; choose with "
                       "--run DATE)", flush=True)
-    read = [{t: read_task(s.samples[t], t, s.delimiters.get(t, " ")) for t in tasks}
-            for s in srcs]
+    read = [{t: known.get(s.samples[t]) or read_task(s.samples[t], t, s.delimiters.get(t, " "))
+             for t in tasks} for s in srcs]
     main = read[0]
     for s, r in zip(srcs[1:], read[1:], strict=False):
         for t in tasks:

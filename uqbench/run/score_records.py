@@ -216,8 +216,9 @@ def model_sources(source: Path) -> list[Path]:
         return [source]
     subs = [d for d in sorted(source.iterdir()) if d.is_dir() and (
         holds_records(d) or next(d.rglob("samples_*.json*"), None) is not None)]
-    if len(subs) > 1 and not any(map(holds_records, subs)) \
-            and len(set().union(*map(run_models, subs))) == 1 and all(map(run_models, subs)):
+    models = [run_models(d) for d in subs] if len(subs) > 1 and not any(
+        map(holds_records, subs)) else []
+    if models and all(models) and len(set().union(*models)) == 1:
         return [source]  # one model's tasks in several folders (e.g. TASK/MODEL/ per run)
     return subs if len(subs) > 1 else [source]
 
