@@ -212,7 +212,7 @@ class TorchEngine:
 
         def write(tmp: Path) -> None:
             t = time.perf_counter()
-            model = self._fresh(spec, seed)
+            model = self.fresh_model(spec, seed)
             records = [r for s in train_splits for r in s.records]
             with _out_of_memory(f"training {spec.name}@{seed}",
                                "a profile with a smaller batch_size, or more GPUs (accelerate "
@@ -232,7 +232,8 @@ class TorchEngine:
         self._models[key] = (model, checkpoint.adapter_hash(path))
         return self._models[key]
 
-    def _fresh(self, spec: ModelSpec, seed: int) -> Any:
+    def fresh_model(self, spec: ModelSpec, seed: int) -> Any:
+        """The untrained model of ``spec`` on this engine's backbone, seeded by ``seed``."""
         targets, top, mode = self.prof.target_modules, self.prof.top_layers, self.head_mode()
         if spec.kind == "moe":
             return heads.make_moe(self.backbone(), moe.MoELoRAConfig(

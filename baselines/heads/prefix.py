@@ -29,10 +29,10 @@ class PrefixCache:
         self.max_bytes = int(max_mb * 2 ** 20)
         self.bytes = 0
         self.hits = self.misses = 0
-        self._items: OrderedDict[tuple[str, int, bytes], Tensor] = OrderedDict()
+        self.entries: OrderedDict[tuple[str, int, bytes], Tensor] = OrderedDict()
 
     def clear(self) -> None:
-        self._items.clear()
+        self.entries.clear()
         self.bytes = self.hits = self.misses = 0
 
     def states(self, model: HeadedModel, start: int, ids: Tensor, mask: Tensor,
@@ -46,9 +46,9 @@ class PrefixCache:
             if token_types is not None:
                 row += b"|" + token_types[i, :n].cpu().numpy().tobytes()
             keys.append((ident, start, row))
-        found = {k: self._items[k] for k in keys if k in self._items}
+        found = {k: self.entries[k] for k in keys if k in self.entries}
         for k in found:
-            self._items.move_to_end(k)
+            self.entries.move_to_end(k)
         fresh = {k: self._alone(model, start, ids[i:i + 1, :lengths[i]],
                                 None if token_types is None else token_types[i:i + 1, :lengths[i]])
                  for i, k in enumerate(keys) if k not in found}
@@ -77,10 +77,10 @@ class PrefixCache:
         return h[0].clone()
 
     def _put(self, key: tuple[str, int, bytes], value: Tensor) -> None:
-        self._items[key] = value
+        self.entries[key] = value
         self.bytes += value.numel() * value.element_size()
-        while self.bytes > self.max_bytes and len(self._items) > 1:
-            _, old = self._items.popitem(last=False)
+        while self.bytes > self.max_bytes and len(self.entries) > 1:
+            _, old = self.entries.popitem(last=False)
             self.bytes -= old.numel() * old.element_size()
 
 

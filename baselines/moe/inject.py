@@ -235,7 +235,7 @@ def load_balance_loss(model: nn.Module) -> Tensor:
 
 
 def _switch_fused(layers: list[MoELoRALinear]) -> Tensor | None:
-    """The mean Switch loss of layers whose last forward took :class:`_TopKStep` on one batch
+    """The mean Switch loss of layers whose last forward took :class:`TopKStep` on one batch
     (:class:`SwitchLoss`; None if they did not)."""
     pending = [layer._fast_aux for layer in layers]
     first = pending[0]

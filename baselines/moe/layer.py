@@ -1,6 +1,6 @@
 """The MoE-LoRA layer (`MoELoRALinear`, FlyLoRA's `FlyLoRALinear`): routing, the expert mixture
 as one rank-``N*r`` matmul pair, CARE's Gram-block disagreement, dropout, and the hand-written
-training step of the common path (`_TopKStep`) beside the autograd reference."""
+training step of the common path (`TopKStep`) beside the autograd reference."""
 from __future__ import annotations
 
 import math
@@ -100,7 +100,8 @@ def _keep_mask(h: Tensor, p: float, draws: MaskDraws | None = None) -> Tensor | 
     return bits >= _scalar(thr - 32768, bits)                             # P = 1 - thr/2^16
 
 
-_SCALARS: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
+#: the 0-dim tensors `_scalar` made, by (value, dtype, device)
+SCALARS: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
 
 
 def _scalar(value: float, like: Tensor) -> Tensor | float:
@@ -113,9 +114,9 @@ def _scalar(value: float, like: Tensor) -> Tensor | float:
     if torch.compiler.is_compiling():
         return value
     key = (value, like.dtype, like.device)
-    if key not in _SCALARS:
-        _SCALARS[key] = torch.tensor(value, dtype=like.dtype, device=like.device)
-    return _SCALARS[key]
+    if key not in SCALARS:
+        SCALARS[key] = torch.tensor(value, dtype=like.dtype, device=like.device)
+    return SCALARS[key]
 
 
 def dropout_scale(p: float) -> float:
@@ -144,7 +145,7 @@ def trainable_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
-class _TopKStep(torch.autograd.Function):
+class TopKStep(torch.autograd.Function):
     """The common training forward of :class:`MoELoRALinear` (fixed top-k gate, the Switch
     loss's inputs, dropout folded in) with a hand-written backward: a fraction of the ops
     autograd records for :meth:`MoELoRALinear._forward_reference`, which stays the tested
@@ -264,7 +265,7 @@ def _expert_columns(N: int, r: int, device: torch.device) -> Tensor:
 
 
 class _Views(NamedTuple):
-    """Parameter views :class:`_TopKStep` multiplies by."""
+    """Parameter views :class:`TopKStep` multiplies by."""
     w: Tensor                 # (O, E) frozen base weight
     wt: Tensor                # (E, O)
     bias: Tensor | None       # (O,)
@@ -287,7 +288,7 @@ class MoELoRALinear(nn.Module):
     ``depth`` (the layer's block index over the last one, in [0, 1]).
     """
 
-    #: training forwards of the common layer take :class:`_TopKStep` (False: always the
+    #: training forwards of the common layer take :class:`TopKStep` (False: always the
     #: autograd reference, :meth:`_forward_reference`)
     fast_path: bool = True
     #: how the dropout's keep masks are drawn: None, by :func:`fast_dropout` from torch's
@@ -343,7 +344,7 @@ class MoELoRALinear(nn.Module):
         self._fast_aux: tuple[Tensor, Tensor, Tensor, Tensor | None] | None = None
         self._views_cache: tuple[tuple[Any, ...], _Views] | None = None
         self._block_sums: dict[tuple[Any, ...], Tensor] = {}
-        #: whether the last forward took :class:`_TopKStep` (benchmarks report it)
+        #: whether the last forward took :class:`TopKStep` (benchmarks report it)
         self.took_fast_step = False
 
     def extra_repr(self) -> str:
@@ -400,7 +401,7 @@ class MoELoRALinear(nn.Module):
             [self.router.weight, self.lora_A.reshape(-1, self.in_features)]))
 
     def _views(self) -> _Views:
-        """The matrices :class:`_TopKStep` multiplies by, as views of the parameters, made once
+        """The matrices :class:`TopKStep` multiplies by, as views of the parameters, made once
         while the parameters keep their storage (an optimiser updates them in place)."""
         base = self.base_layer
         params = (base.weight, base.bias, self.router.weight, self.lora_A, self.lora_B)
@@ -433,7 +434,7 @@ class MoELoRALinear(nn.Module):
         return self._block_sums[key]
 
     def _fast(self, x: Tensor) -> bool:
-        """Whether this forward takes :class:`_TopKStep`: a training forward of the common
+        """Whether this forward takes :class:`TopKStep`: a training forward of the common
         layer (moe-lora/mixlora, TopK gate, plain frozen nn.Linear base, no statistics)."""
         base = self.base_layer
         return (self.fast_path and torch.is_grad_enabled() and not self.record
@@ -469,8 +470,8 @@ class MoELoRALinear(nn.Module):
         h = x.reshape(-1, self.in_features)                               # (T, E)
         keep = (_keep_mask(h, self.dropout.p, self.mask_draws) if self.dropout.training
                 else None)
-        y, logits, probs, w = _TopKStep.apply(h, self.lora_A, self.lora_B, self.router.weight,
-                                              self, keep)
+        y, logits, probs, w = TopKStep.apply(h, self.lora_A, self.lora_B, self.router.weight,
+                                             self, keep)
         self._aux_args, self._fast_aux = None, (logits, probs, w, self.token_mask)
         self.last_stats = None
         return y.view(*lead, self.out_features)

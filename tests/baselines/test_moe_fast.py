@@ -1,4 +1,4 @@
-"""The hand-written training step (`baselines.moe.layer._TopKStep`) against the autograd
+"""The hand-written training step (`baselines.moe.layer.TopKStep`) against the autograd
 reference."""
 
 from __future__ import annotations
@@ -297,13 +297,13 @@ def test_fast_step_takes_no_op_deterministic_mode_replaces_on_cuda(monkeypatch, 
         return {(op, o) for op, o in ops.seen
                 if (op, o) in DETERMINISTIC_DETOURS or (op, None) in DETERMINISTIC_DETOURS}
 
-    from baselines.moe.layer import _TopKStep
+    from baselines.moe.layer import TopKStep
 
     model = inject(tiny_llama().to(dtype), MoELoRAConfig(n_experts=4, rank=2, top_k=2)).train()
     b = batch()
     set_token_mask(model, b["attention_mask"].bool())
-    calls, apply = [], _TopKStep.apply
-    monkeypatch.setattr(_TopKStep, "apply", lambda *a: calls.append(1) or apply(*a))
+    calls, apply = [], TopKStep.apply
+    monkeypatch.setattr(TopKStep, "apply", lambda *a: calls.append(1) or apply(*a))
     def step():
         return (model(**b).last_hidden_state.float().pow(2).mean()
                 + 0.01 * load_balance_loss(model)).backward()

@@ -100,7 +100,7 @@ def test_cached_prefix_keeps_the_backbone_dtype(encoder: Backbone) -> None:
         model(model.encode(recs[:2], 64))
         cached = model(model.encode(recs, 64))
         assert PREFIX_CACHE.hits > 0
-        assert {v.dtype for v in PREFIX_CACHE._items.values()} == {torch.bfloat16}
+        assert {v.dtype for v in PREFIX_CACHE.entries.values()} == {torch.bfloat16}
         start, model.prefix_start = model.prefix_start, 0
         full = model(model.encode(recs, 64))
         model.prefix_start = start
@@ -147,7 +147,7 @@ def test_prefix_cache_is_bounded_lru() -> None:
     cache = PrefixCache(max_mb=3 * 4 / 2 ** 20)   # room for three float32 values
     for i in range(5):
         cache._put(("m", 1, bytes([i])), torch.zeros(1))
-    assert cache.bytes == 12 and [k[2] for k in cache._items] == [bytes([2]), bytes([3]),
+    assert cache.bytes == 12 and [k[2] for k in cache.entries] == [bytes([2]), bytes([3]),
                                                                 bytes([4])]
 
 

@@ -76,7 +76,8 @@ _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
-_PROBE_MARK = "uqbench-probe: "
+#: the prefix of the line in which `PROBE` reports to the host
+PROBE_MARK = "uqbench-probe: "
 #: the OS limits the set-up code applies, in order
 _RLIMITS = ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC",
             "RLIMIT_CORE")
@@ -84,7 +85,7 @@ _RLIMITS = ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_
 _CGROUP_LIMIT = "pids_cgroup"
 # What `Sandbox.protections` runs: it reports what the child actually got (its limits, whether
 # PR_SET_NO_NEW_PRIVS is set, its network namespace and cgroup, whether sockets are refused).
-_PROBE = rf'''
+PROBE = rf'''
 import json, os, resource, sys
 got = {{"limits": {{n: list(resource.getrlimit(getattr(resource, n))) for n in {_RLIMITS!r}}}}}
 try:
@@ -109,7 +110,7 @@ except PermissionError:
     got["sockets_refused"] = True
 except OSError:
     got["sockets_refused"] = None
-sys.stderr.write("\n{_PROBE_MARK}" + json.dumps(got) + "\n")
+sys.stderr.write("\n{PROBE_MARK}" + json.dumps(got) + "\n")
 '''
 _STDERR_TAIL = 2000
 #: numbers the temporary folders and cgroups ``uqbench-<pid>-<n>`` of every sandbox in this
@@ -299,12 +300,12 @@ class Sandbox:
         """
         if self._probe is None:
             timeout = max(self.timeout_s, 30.0)  # a tiny run: no load makes it miss this
-            res = self.run(_PROBE, timeout_s=timeout)
+            res = self.run(PROBE, timeout_s=timeout)
             got: dict[str, Any] = {}
             for ln in res.stderr_tail.splitlines():
-                if ln.startswith(_PROBE_MARK):
+                if ln.startswith(PROBE_MARK):
                     try:
-                        got = json.loads(ln[len(_PROBE_MARK):])
+                        got = json.loads(ln[len(PROBE_MARK):])
                     except ValueError:
                         got = {}
             try:
@@ -387,7 +388,7 @@ class Sandbox:
         limits = [(getattr(resource, name), val, (LIMIT_MARK + name + "\n").encode())
                   for name, val in limits_s.items()]
         # a pids cgroup was wanted (root with a writable one): not getting into it is a failed
-        # limit too, whether it could not be made (`_make_cgroup`) or joined
+        # limit too, whether it could not be made (`make_cgroup`) or joined
         cg_mark = (LIMIT_MARK + _CGROUP_LIMIT + "\n").encode() if self._cg_root else None
         isolate = self.isolate_network and sys.platform == "linux"
         is_root = self._is_root
@@ -422,7 +423,7 @@ class Sandbox:
 
         return fn
 
-    def _make_cgroup(self, tag: str, extra: int = 0) -> str | None:
+    def make_cgroup(self, tag: str, extra: int = 0) -> str | None:
         """A pids cgroup for ``max_processes`` (+ ``extra``: a session's server) processes."""
         if self._cg_root is None:
             return None
@@ -452,7 +453,7 @@ class Sandbox:
         with open(os.path.join(root, "solution.py"), "w", encoding="utf-8") as f:
             f.write(code)
         nonce = "uqbench-done-" + os.urandom(8).hex()
-        cgroup = self._make_cgroup(tag)
+        cgroup = self.make_cgroup(tag)
         with open(os.path.join(root, "stderr"), "wb") as err:
             start = time.monotonic()
             proc = subprocess.Popen(
@@ -645,7 +646,7 @@ class SandboxSession:
         with open(os.path.join(self._root, "server.py"), "w", encoding="utf-8") as f:
             f.write(_SERVER)
         os.mkdir(os.path.join(self._root, "run"), 0o700)
-        self._cgroup = sb._make_cgroup(tag, extra=1)  # + the server
+        self._cgroup = sb.make_cgroup(tag, extra=1)  # + the server
         limits = {k: v for k, v in sb._limits(sb.timeout_s).items() if k not in _CHILD_RLIMITS}
         cmd = sb._cmd(os.path.join(self._root, "server.py"), self._root,
                       "1" if sb.python_guards else "0")
