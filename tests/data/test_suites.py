@@ -135,7 +135,7 @@ def test_pooled_is_deterministic(pooled: tuple[SP.Suite, Path, Path]) -> None:
 def test_pooled_warm_cache_builds_nothing(pooled: tuple[SP.Suite, Path, Path],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # (fails, correctly, if a loader's or builder's version constant is bumped while it runs:
-    # the versions are part of the cache key; see tests/data/test_fingerprints.py)
+    # the versions are part of the cache key; see tests/data/suites/test_cache.py)
     suite, cache, d = pooled
     monkeypatch.setattr(S.SplitMaker, "make_split", _NoBuild())
     warm = S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False)

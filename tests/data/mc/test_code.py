@@ -379,10 +379,10 @@ def _same_both_ways(problems: list, seed: int = 0) -> dict:
 
 
 def test_session_path_builds_what_the_process_path_builds(sandbox_ok) -> None:
-    """The fingerprint problems (tests/data/test_fingerprints.py), the ones above, and one whose
+    """The fingerprint problems (tests/data/suites/test_cache.py), the ones above, and one whose
     mutants loop forever (``i += 1`` -> ``i += 0``...): stopped in both paths, as "timeout"."""
-    from tests.data.test_fingerprints import ADD as FP_ADD
-    from tests.data.test_fingerprints import DOUBLE
+    from tests.data.suites.test_cache import ADD as FP_ADD
+    from tests.data.suites.test_cache import DOUBLE
 
     problems = [mbpp_problem(FP_ADD), humaneval_problem(DOUBLE), mbpp_problem(ADD),
                 mbpp_problem(COUNT), humaneval_problem(HUMANEVAL_LIKE), mbpp_problem(LOOP)]
