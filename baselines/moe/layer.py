@@ -172,7 +172,7 @@ class TopKStep(torch.autograd.Function):
     def forward(ctx: Any, h: Tensor, lora_A: Tensor, lora_B: Tensor, router_w: Tensor,
                 layer: MoELoRALinear, keep: Tensor | None
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        v = layer._views()
+        v = layer.step_views()
         y = torch.mm(h, v.wt) if v.bias is None else torch.addmm(v.bias, h, v.wt)  # (T, O)
         base_dtype, h_base = h.dtype, h
         mixed = v.a.dtype != base_dtype
@@ -214,7 +214,7 @@ class TopKStep(torch.autograd.Function):
                  _: Any) -> tuple[Tensor | None, ...]:
         h, hd_t, keep, z, u, probs, w, w_col = ctx.saved_tensors
         layer, scale = ctx.layer, ctx.scale
-        v = layer._views()
+        v = layer.step_views()
         N, r = layer.n_experts, layer.rank
         need_h, need_a, need_b, need_r = ctx.needs_input_grad[:4]
         mixed = ctx.mixed                             # a 16-bit base, a float32 adapter
@@ -352,7 +352,7 @@ class MoELoRALinear(nn.Module):
                 f"rank={self.rank}, scaling={self.scaling:g}, gate={self.gate}")
 
     @property
-    def _aux(self) -> Tensor | None:
+    def last_aux(self) -> Tensor | None:
         """This variant's auxiliary loss of the last forward (None if its input had no
         tokens; NaN if every token was masked), computed when first read: a forward whose loss
         nobody reads (inference) skips it."""
@@ -361,12 +361,22 @@ class MoELoRALinear(nn.Module):
             self._aux_args = (probs, w > 0, valid_tokens(mask, probs.device), None)
             self._fast_aux = None
         if self._aux_args is not None:
-            self._aux_value, self._aux_args = self._aux_loss(*self._aux_args), None
+            self._aux_value, self._aux_args = self.aux_loss(*self._aux_args), None
         return self._aux_value
 
-    @_aux.setter
-    def _aux(self, value: Tensor | None) -> None:
+    @last_aux.setter
+    def last_aux(self, value: Tensor | None) -> None:
         self._aux_value, self._aux_args, self._fast_aux = value, None, None
+
+    @property
+    def forward_state(self) -> tuple[Any, ...]:
+        """The layer's state of its last forward (auxiliary-loss value, its inputs, statistics),
+        as `forward_state_kept` saves and puts back; for it, tests and diagnostics."""
+        return self._aux_value, self._aux_args, self._fast_aux, self.last_stats
+
+    @forward_state.setter
+    def forward_state(self, state: tuple[Any, ...]) -> None:
+        self._aux_value, self._aux_args, self._fast_aux, self.last_stats = state
 
     def _derived(self, name: str, params: tuple[Tensor, ...], make: Any) -> Tensor:
         """``make()``, a tensor derived from ``params``; cached until one of them changes
@@ -400,7 +410,7 @@ class MoELoRALinear(nn.Module):
         return self._derived("router_a", (self.router.weight, self.lora_A), lambda: torch.cat(
             [self.router.weight, self.lora_A.reshape(-1, self.in_features)]))
 
-    def _views(self) -> _Views:
+    def step_views(self) -> _Views:
         """The matrices :class:`TopKStep` multiplies by, as views of the parameters, made once
         while the parameters keep their storage (an optimiser updates them in place)."""
         base = self.base_layer
@@ -433,7 +443,7 @@ class MoELoRALinear(nn.Module):
             self._block_sums[key] = ind.contiguous().T
         return self._block_sums[key]
 
-    def _fast(self, x: Tensor) -> bool:
+    def takes_fast_step(self, x: Tensor) -> bool:
         """Whether this forward takes :class:`TopKStep`: a training forward of the common
         layer (moe-lora/mixlora, TopK gate, plain frozen nn.Linear base, no statistics)."""
         base = self.base_layer
@@ -464,7 +474,7 @@ class MoELoRALinear(nn.Module):
             raise ValueError(f"token mask of shape {tuple(self.token_mask.shape)} does not "
                              f"match this input's {tuple(lead)}: call set_token_mask(model, "
                              "mask) with the current batch's mask, or None")
-        self.took_fast_step = self._fast(x)
+        self.took_fast_step = self.takes_fast_step(x)
         if not self.took_fast_step:
             return self._forward_reference(x)
         h = x.reshape(-1, self.in_features)                               # (T, E)
@@ -514,7 +524,7 @@ class MoELoRALinear(nn.Module):
         probs = F.softmax(logits.to(cdt), dim=-1)                         # (T, N)
         p_task = None
         if self.task_routed:
-            probs, p_task = self._hmora_route(probs, h, lead, valid)
+            probs, p_task = self.hmora_route(probs, h, lead, valid)
         # (T, N, r) codes; HydraLoRA: every head reads the one shared A h (a broadcast view)
         z3 = z.unsqueeze(1).expand(T, N, r) if self.shared_a else z.view(T, N, r)
 
@@ -553,7 +563,7 @@ class MoELoRALinear(nn.Module):
             self.last_stats = None
         return y
 
-    def _hmora_route(self, p_token: Tensor, h: Tensor, lead: torch.Size, valid: Tensor | None
+    def hmora_route(self, p_token: Tensor, h: Tensor, lead: torch.Size, valid: Tensor | None
                      ) -> tuple[Tensor, Tensor]:
         """HMoRA: ``p = (1 - a_l) p_token + a_l p_task``, ``a_l = sigmoid(alpha_logit)``; the
         task router reads the masked mean of the sequence's inputs (sequences: the last
@@ -568,7 +578,7 @@ class MoELoRALinear(nn.Module):
         a = torch.sigmoid(self.alpha_logit).to(p_token.dtype)
         return (1 - a) * p_token + a * p_task.repeat_interleave(L, 0), p_task
 
-    def _aux_loss(self, probs: Tensor, mask: Tensor, valid: Tensor | None,
+    def aux_loss(self, probs: Tensor, mask: Tensor, valid: Tensor | None,
                   p_task: Tensor | None) -> Tensor | None:
         """This variant's auxiliary loss (`Variant.aux_loss`) over the non-masked tokens (None
         if the input had no tokens; NaN if all were masked)."""

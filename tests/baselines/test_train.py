@@ -546,11 +546,11 @@ def test_gradient_checkpointing_trains_as_without_and_keeps_less(kind: str, mode
         # the backward's recompute leaves the layers' state of the step's forward (replaced,
         # it would hold every recomputed block's graph, and their activations, to the end)
         logits = m0(batch)
-        state = [(m._fast_aux, m._aux_args) for m in moe_layers(m0.backbone)]
-        assert any(f is not None or a is not None for f, a in state)
+        state = [m.forward_state for m in moe_layers(m0.backbone)]
+        assert any(f is not None or a is not None for _, a, f, _ in state)
         torch.nn.functional.cross_entropy(logits, labels).backward()
-        assert all(f is m._fast_aux and a is m._aux_args
-                   for (f, a), m in zip(state, moe_layers(m0.backbone), strict=False))
+        assert all(x is y for s, m in zip(state, moe_layers(m0.backbone), strict=False)
+                   for x, y in zip(s, m.forward_state, strict=True))
     assert kept < plain
     for other in ({"cuda_graph": True}, {"compile": "on"}):
         with pytest.raises(ConfigError, match="TrainConfig.grad_checkpoint=True is invalid"):
