@@ -55,7 +55,7 @@ class PrefixCache:
         self.hits += len(keys) - len(fresh)
         self.misses += len(fresh)
         for k, v in fresh.items():
-            self._put(k, v)
+            self.put(k, v)
         found.update(fresh)
         out = torch.zeros(ids.shape[0], ids.shape[1], int(model.identity["hidden_size"]),
                           device=ids.device, dtype=model.backbone.dtype)
@@ -76,7 +76,9 @@ class PrefixCache:
                             torch.ones_like(ids), 0, start)                     # (1, L, H)
         return h[0].clone()
 
-    def _put(self, key: tuple[str, int, bytes], value: Tensor) -> None:
+    def put(self, key: tuple[str, int, bytes], value: Tensor) -> None:
+        """Keep ``value`` under ``key``, dropping the least recently used entries past
+        ``max_bytes`` (the newest stays)."""
         self.entries[key] = value
         self.bytes += value.numel() * value.element_size()
         while self.bytes > self.max_bytes and len(self.entries) > 1:
