@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -270,7 +271,7 @@ def test_a_run_outside_its_pids_cgroup_is_reported(tmp_path, monkeypatch) -> Non
     made) has no process cap there: `limits_failed` and `protections` say so (the cgroup is
     pretended where there is none: the child is forked from this process)."""
     box = Sandbox(timeout_s=60.0)
-    box._cg_root = str(tmp_path)
+    box.cgroup_root = str(tmp_path)
     monkeypatch.setattr(box, "make_cgroup", lambda tag: str(tmp_path / "gone"))  # join fails
     res = box.run("pass\n")
     assert res.passed and res.limits_failed == ("pids_cgroup",)
@@ -450,7 +451,7 @@ def test_session_child_gets_every_limit(sb: Sandbox, session) -> None:
     res = session.run(PROBE, timeout_s=30.0)
     line = next(ln for ln in res.stderr_tail.splitlines() if ln.startswith(PROBE_MARK))
     got = json.loads(line[len(PROBE_MARK):])
-    assert {k: tuple(v) for k, v in got["limits"].items()} == sb._limits(30.0)
+    assert {k: tuple(v) for k, v in got["limits"].items()} == sb.os_limits(30.0)
     assert got["no_new_privs"] and got["sockets_refused"]
     assert got["net_ns"] != os.readlink("/proc/self/ns/net")
     if sb.protections()["process_limit"] == "pids_cgroup":
@@ -490,7 +491,7 @@ def test_session_leaves_nothing_and_reports_failed_limits(monkeypatch) -> None:
     with box.session() as s:
         assert s.run("pass\n").limits_failed == ("RLIMIT_NOFILE",)
         assert s.run("assert False\n").limits_failed == ("RLIMIT_NOFILE",)
-        made = [s._root] + ([s._cgroup] if s._cgroup else [])
+        made = [s.root] + ([s.cgroup] if s.cgroup else [])
         assert all(os.path.isdir(p) for p in made)
     assert not any(os.path.exists(p) for p in made)  # its folder and its cgroup
     monkeypatch.undo()
@@ -501,7 +502,7 @@ def test_session_leaves_nothing_and_reports_failed_limits(monkeypatch) -> None:
 def test_session_server_death_is_an_error_not_a_verdict() -> None:
     with Sandbox(timeout_s=60.0).session() as s:
         assert s.run("pass\n").passed
-        s._proc.kill()
+        os.kill(s.server_pid, signal.SIGKILL)
         with pytest.raises(RuntimeError, match="sandbox session server failed"):
             s.run("pass\n")
     with pytest.raises(ValueError, match="positive"):

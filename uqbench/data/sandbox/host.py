@@ -242,7 +242,8 @@ class Sandbox:
         self.hash_seed = hash_seed
         self.site_packages = bool(site_packages)
         self._is_root = os.geteuid() == 0
-        self._cg_root = _pids_cgroup_root()
+        #: where per-run pids cgroups are made (None: no pids cgroup), found at construction
+        self.cgroup_root = _pids_cgroup_root()
         self._probe: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # picklable, e.g. into a process pool
@@ -314,7 +315,7 @@ class Sandbox:
                 parent_ns = None
             ok, failed = ["wall_timeout_killpg"], {}
             found = got.get("limits", {})
-            for name, want in self._limits(timeout).items():
+            for name, want in self.os_limits(timeout).items():
                 have = found.get(name)
                 if name in res.limits_failed:
                     failed[name] = f"setrlimit failed (limit found: {have})"
@@ -333,7 +334,7 @@ class Sandbox:
                 failed["no_new_privs"] = ("not set" if got.get("no_new_privs") is False
                                           else "could not be read")
             net = bool(got.get("net_ns") and parent_ns and got["net_ns"] != parent_ns)
-            cg = bool(self._cg_root and got.get("cgroup"))
+            cg = bool(self.cgroup_root and got.get("cgroup"))
             nproc = "RLIMIT_NPROC" in ok and not self._is_root
             self._probe = {
                 "running_as_root": self._is_root,
@@ -372,7 +373,7 @@ class Sandbox:
             env["PYTHONHASHSEED"] = str(int(self.hash_seed))
         return env
 
-    def _limits(self, timeout: float) -> dict[str, tuple[int, int]]:
+    def os_limits(self, timeout: float) -> dict[str, tuple[int, int]]:
         """(soft, hard) of each OS limit in `_RLIMITS` for a run of ``timeout`` seconds."""
         mem = self.memory_mb * 1024 * 1024
         cpu = math.ceil(timeout) + 1
@@ -389,7 +390,7 @@ class Sandbox:
                   for name, val in limits_s.items()]
         # a pids cgroup was wanted (root with a writable one): not getting into it is a failed
         # limit too, whether it could not be made (`make_cgroup`) or joined
-        cg_mark = (LIMIT_MARK + _CGROUP_LIMIT + "\n").encode() if self._cg_root else None
+        cg_mark = (LIMIT_MARK + _CGROUP_LIMIT + "\n").encode() if self.cgroup_root else None
         isolate = self.isolate_network and sys.platform == "linux"
         is_root = self._is_root
         libc = _get_libc() if sys.platform == "linux" else None
@@ -425,9 +426,9 @@ class Sandbox:
 
     def make_cgroup(self, tag: str, extra: int = 0) -> str | None:
         """A pids cgroup for ``max_processes`` (+ ``extra``: a session's server) processes."""
-        if self._cg_root is None:
+        if self.cgroup_root is None:
             return None
-        path = os.path.join(self._cg_root, tag)
+        path = os.path.join(self.cgroup_root, tag)
         try:
             os.mkdir(path)
             with open(os.path.join(path, "pids.max"), "w") as f:
@@ -473,7 +474,7 @@ class Sandbox:
                 # preexec_fn: only async-signal-safe-ish syscalls (setrlimit, unshare, prctl,
                 # one write); the sandbox's own callers are single-threaded (run_many needs no
                 # threads), see the class docstring.
-                preexec_fn=self._preexec(cgroup, self._limits(timeout)),
+                preexec_fn=self._preexec(cgroup, self.os_limits(timeout)),
             )  # noqa: PLW1509
         pidfd = None
         if hasattr(os, "pidfd_open"):
@@ -565,6 +566,22 @@ class SandboxSession:
         self._cgroup: str | None = None
         self._failed: tuple[str, ...] | None = None  # limits the server's set-up could not set
 
+    @property
+    def root(self) -> str:
+        """The session's folder ("" while no server runs); for tests and diagnostics."""
+        return self._root
+
+    @property
+    def cgroup(self) -> str | None:
+        """The session's pids cgroup (None without one); for tests and diagnostics."""
+        return self._cgroup
+
+    @property
+    def server_pid(self) -> int | None:
+        """The process id of the session's server (None while none runs); for tests and
+        diagnostics."""
+        return None if self._proc is None else self._proc.pid
+
     def __enter__(self) -> SandboxSession:  # noqa: PYI034 (typing.Self needs Python 3.11)
         return self
 
@@ -586,7 +603,7 @@ class SandboxSession:
         open(os.path.join(d, "stderr"), "wb").close()  # never the last program's
         nonce = "uqbench-done-" + os.urandom(8).hex()
         wall = SESSION_WALL_FACTOR * budget + SESSION_WALL_SLACK_S
-        limits = [(k, *v) for k, v in self.sandbox._limits(budget).items()
+        limits = [(k, *v) for k, v in self.sandbox.os_limits(budget).items()
                   if k in _CHILD_RLIMITS]
         status, late, elapsed, cpu = self._ask((nonce, budget, wall, limits),
                                                wall + _SERVER_GRACE_S)
@@ -647,7 +664,7 @@ class SandboxSession:
             f.write(_SERVER)
         os.mkdir(os.path.join(self._root, "run"), 0o700)
         self._cgroup = sb.make_cgroup(tag, extra=1)  # + the server
-        limits = {k: v for k, v in sb._limits(sb.timeout_s).items() if k not in _CHILD_RLIMITS}
+        limits = {k: v for k, v in sb.os_limits(sb.timeout_s).items() if k not in _CHILD_RLIMITS}
         cmd = sb._cmd(os.path.join(self._root, "server.py"), self._root,
                       "1" if sb.python_guards else "0")
         with open(os.path.join(self._root, "stderr"), "wb") as err:
