@@ -197,8 +197,8 @@ def from_model(model: nn.Module, tokenizer: Any, *, name: str, kind: Kind | None
                     identity=make_identity(model, name))
 
 
-def _placement(device: torch.device | str | None, dtype: torch.dtype | None
-               ) -> tuple[torch.dtype, dict[str, Any]]:
+def device_placement(device: torch.device | str | None, dtype: torch.dtype | None
+                     ) -> tuple[torch.dtype, dict[str, Any]]:
     """dtype and ``from_pretrained`` placement kwargs for a target device."""
     dev = torch.device(device) if device is not None else torch.device("cpu")
     if dev.type != "cuda":
@@ -225,7 +225,7 @@ def _load_dir_or_hub(source: str, name: str, *, dtype: torch.dtype | None, local
                      device: torch.device | str | None = None) -> Backbone:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
-    dtype, place = _placement(device, dtype)
+    dtype, place = device_placement(device, dtype)
     try:
         config = AutoConfig.from_pretrained(source, local_files_only=local)
         kind: Kind = "decoder" if is_decoder_config(config) else "encoder"

@@ -198,7 +198,7 @@ class TorchEngine:
             "data": sorted(s.hash for s in train_splits), "seed": seed,
         }
         if spec.kind not in ("moe", "lora", "dora", "adalora"):  # a variant: key by its preset
-            material["adapter_config"] = self._variant_config(spec, seed).to_dict()
+            material["adapter_config"] = self.variant_preset(spec, seed).to_dict()
         else:
             material["target_modules"] = p.target_modules
             if p.top_layers is not None:  # a run adapting every block has no entry
@@ -212,7 +212,7 @@ class TorchEngine:
 
         def write(tmp: Path) -> None:
             t = time.perf_counter()
-            model = self._fresh(spec, seed)
+            model = self.fresh_model(spec, seed)
             records = [r for s in train_splits for r in s.records]
             with _out_of_memory(f"training {spec.name}@{seed}",
                                "a profile with a smaller batch_size, or more GPUs (accelerate "
@@ -232,7 +232,8 @@ class TorchEngine:
         self._models[key] = (model, checkpoint.adapter_hash(path))
         return self._models[key]
 
-    def _fresh(self, spec: ModelSpec, seed: int) -> Any:
+    def fresh_model(self, spec: ModelSpec, seed: int) -> Any:
+        """The untrained model of ``spec`` on this engine's backbone, seeded by ``seed``."""
         targets, top, mode = self.prof.target_modules, self.prof.top_layers, self.head_mode()
         if spec.kind == "moe":
             return heads.make_moe(self.backbone(), moe.MoELoRAConfig(
@@ -240,10 +241,10 @@ class TorchEngine:
         if spec.kind in ("lora", "dora", "adalora"):
             return dense.make_dense(self.backbone(), kind=spec.kind, seed=seed, mode=mode,
                                     target_modules=targets, top_layers=top)
-        return heads.make_moe(self.backbone(), self._variant_config(spec, seed), seed=seed,
+        return heads.make_moe(self.backbone(), self.variant_preset(spec, seed), seed=seed,
                               mode=mode)
 
-    def _variant_config(self, spec: ModelSpec, seed: int) -> Any:
+    def variant_preset(self, spec: ModelSpec, seed: int) -> Any:
         """A variant's preset (its experts, targets, gate, loss) on the profile's blocks."""
         return replace(variant_config(spec.kind, seed=seed), top_layers=self.prof.top_layers)
 

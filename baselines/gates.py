@@ -365,9 +365,11 @@ class RandomK:
         if device.type == "cpu":
             hist = torch.tensor(self.histogram, dtype=torch.float64)
             return torch.multinomial(hist, n, replacement=True, generator=self._gen) + 1
-        return self._draw_inverse_cdf(n, device)
+        return self.draw_inverse_cdf(n, device)
 
-    def _draw_inverse_cdf(self, n: int, device: torch.device) -> Tensor:
+    def draw_inverse_cdf(self, n: int, device: torch.device) -> Tensor:
+        """(n,) int64 draws of ``k`` by inverse CDF with a generator of ``device`` (seeded by
+        ``seed``), as `draw` takes them on an accelerator."""
         if device not in self._dev:
             cdf = torch.tensor(self.histogram, dtype=torch.float64).cumsum(0)
             self._dev[device] = (torch.Generator(device).manual_seed(self.seed),

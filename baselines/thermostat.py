@@ -127,8 +127,8 @@ class _StopForward(Exception):
     """Raised by a hook to end a forward once the layer being calibrated has run."""
 
 
-def _bisect(f: Callable[[float], float], budget: float, lo: float, hi: float, tol: float,
-            max_iter: int, expand_hi: bool) -> tuple[float, float, int, bool]:
+def bisect_budget(f: Callable[[float], float], budget: float, lo: float, hi: float, tol: float,
+                  max_iter: int, expand_hi: bool) -> tuple[float, float, int, bool]:
     """Bisection for ``f(x) = budget`` with ``f`` non-decreasing (in practice); returns the
     evaluated ``x`` closest to the budget: (x, f(x), evaluations, met). Guards: the closest
     point seen is kept, so a non-monotone blip can cost precision but never a wrong report."""
@@ -207,7 +207,7 @@ def calibrate(model: nn.Module, batches: Iterable[Any], budget: float = 4.0,
             seen[x] = mean_k(model, batches, forward)
             return seen[x][0]
 
-        x, _, n, met = _bisect(f, budget, lo, hi, tol, max_iter, expand_hi)
+        x, _, n, met = bisect_budget(f, budget, lo, hi, tol, max_iter, expand_hi)
         set_gate(model, gate_factory(x))
         achieved, per = seen[x]   # measured at x during the search: no pass to repeat it
         return CalibrationResult(x, achieved, budget, n, False, met, per)
@@ -219,7 +219,7 @@ def calibrate(model: nn.Module, batches: Iterable[Any], budget: float = 4.0,
             set_gate(model, [gate_factory(v) for v in xs[:i] + [x] + xs[i + 1:]])
             return float(measure_k(model, batches, forward, only_layer=i)[i].double().mean())
 
-        xs[i], _, n, met = _bisect(f_layer, budget, lo, hi, tol, max_iter, expand_hi)
+        xs[i], _, n, met = bisect_budget(f_layer, budget, lo, hi, tol, max_iter, expand_hi)
         total += n
         all_met &= met
     set_gate(model, [gate_factory(v) for v in xs])

@@ -216,7 +216,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     the first compiles nothing; its log is `TrainResult.compile`. Losses and gradients equal
     the eager ones within float tolerance (tests/baselines/test_compile.py); off, nothing
     changes. With ``config.cuda_graph`` the step's forward and backward on the same static
-    shapes are replayed as CUDA graphs (`_GraphSteps`), the optimizer eager.
+    shapes are replayed as CUDA graphs (`GraphSteps`), the optimizer eager.
     """
     from baselines import dense
 
@@ -231,7 +231,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     groups = [g for g in groups if g["params"]]
 
     world = distributed.world()
-    graphs = _GraphSteps(model.device, world) if config.cuda_graph else None   # or refused
+    graphs = GraphSteps(model.device, world) if config.cuda_graph else None   # or refused
     steps_per_epoch = math.ceil(len(records) / config.batch_size)
     total = steps_per_epoch * config.epochs
     if dense.is_adalora(model):
@@ -262,7 +262,7 @@ def train(model: MultipleChoiceModel, records: Sequence[MCRecord], config: Train
     try:
         with torch.random.fork_rng(devices=_devices(model)), \
                 deterministic_training(model.device), \
-                _compiled(model, compiled) as compile_log, \
+                compile_context(model, compiled) as compile_log, \
                 checkpointed(model, config.grad_checkpoint):
             torch.manual_seed(config.seed)
             gen = torch.Generator().manual_seed(config.seed)
@@ -573,7 +573,7 @@ class _StepLog:
         return out
 
 
-class _GraphSteps:
+class GraphSteps:
     """The training step's forward and backward replayed as CUDA graphs, one per batch shape
     (`TrainConfig.cuda_graph`; the shapes are `static_shapes`'). A shape's first `GRAPH_WARMUP`
     steps run eagerly on a side stream (capture needs warmed-up kernels and autograd state), the
@@ -690,7 +690,7 @@ class _CompileLog:
 
 
 @contextmanager
-def _compiled(model: MultipleChoiceModel, on: bool) -> Iterator[_CompileLog | None]:
+def compile_context(model: MultipleChoiceModel, on: bool) -> Iterator[_CompileLog | None]:
     """Within the block, each transformer block's ``forward`` is ``torch.compile``d (static
     shapes); the eager forwards are restored after (inference passes run eagerly). The MoE-LoRA
     layers take their autograd path while compiled: the hand-written step is an eager

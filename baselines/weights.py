@@ -65,10 +65,10 @@ def gguf_folder(gguf: Path, cache_dir: str | os.PathLike[str] | None = None) -> 
     cache = DirCache(root)
     found = cache.get("backbones", material)
     return found if found is not None else cache.build("backbones", material,
-                                                       lambda tmp: _convert_gguf(gguf, tmp))
+                                                       lambda tmp: convert_gguf(gguf, tmp))
 
 
-def _convert_gguf(gguf: Path, out: Path) -> None:
+def convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantise ``gguf`` with transformers and save it as a Hugging Face folder in ``out``."""
     import importlib.util
 
@@ -158,7 +158,7 @@ def installed_files(package: str, accept: Callable[[Any], bool], *, what: str,
     return found
 
 
-def _locate_mpnet_parts() -> dict[str, Path | None]:
+def locate_mpnet_parts() -> dict[str, Path | None]:
     """Package name -> its installed zip part (None when the package or its file is missing)."""
     found: dict[str, Path | None] = {}
     for i, package in enumerate(MPNET_PACKAGES, start=1):
@@ -177,7 +177,7 @@ def mpnet_parts() -> list[Path]:
 
     Raises `ConfigError` naming the missing packages and the pip command that installs them.
     """
-    found = _locate_mpnet_parts()
+    found = locate_mpnet_parts()
     missing = tuple(p for p in MPNET_PACKAGES if found.get(p) is None)
     if missing:
         raise ConfigError(
@@ -195,7 +195,7 @@ def _mpnet_mismatch(digest: str, why: str) -> ConfigError:
         f"damaged or not version {MPNET_VERSION}. Reinstall them: `{mpnet_install(force=True)}`")
 
 
-def _unpack_mpnet(parts: list[Path], out: Path) -> None:
+def unpack_mpnet(parts: list[Path], out: Path) -> None:
     """Join the zip parts, unpack the model folder into ``out`` and check the weights' sha256
     (before anything is published or loaded)."""
 
@@ -260,7 +260,7 @@ def mpnet_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     for _ in range(2):
         folder = cache.get("backbones", material)   # re-hashes every file against DONE
         if folder is None:
-            folder = cache.build("backbones", material, lambda tmp: _unpack_mpnet(parts, tmp))
+            folder = cache.build("backbones", material, lambda tmp: unpack_mpnet(parts, tmp))
         stamp = json.loads((folder / "DONE").read_text())["files"]
         digest = stamp.get("model.safetensors", "")
         if digest == MPNET_SHA256:

@@ -139,15 +139,16 @@ def _train_seconds(model: Any, records: list[Any], batch: int, max_length: int,
     return time.perf_counter() - t, res.steps
 
 
-def _seconds_per_step(model: Any, records: list[Any], batch: int, max_length: int,
-                      grad_checkpoint: bool = False) -> float:
+def seconds_per_step(model: Any, records: list[Any], batch: int, max_length: int,
+                     grad_checkpoint: bool = False) -> float:
+    """Wall seconds of one training step of ``model`` on ``records``."""
     seconds, steps = _train_seconds(model, records, batch, max_length,
                                     grad_checkpoint=grad_checkpoint)
     return seconds / steps
 
 
-def _product_seconds(shapes: list[tuple[int, int]], tokens: int, rank: int,
-                     device: torch.device, dtype: torch.dtype, repeats: int = 5) -> float:
+def product_seconds(shapes: list[tuple[int, int]], tokens: int, rank: int,
+                    device: torch.device, dtype: torch.dtype, repeats: int = 5) -> float:
     """Seconds of the six products of a rank-``rank`` adapter on every (in, out) linear of
     ``shapes`` at ``tokens`` tokens, each timed alone (median of ``repeats``): the forward's
     codes and output, and the backward's input gradient of the output product, the two weight
@@ -174,7 +175,7 @@ def _product_seconds(shapes: list[tuple[int, int]], tokens: int, rank: int,
     return total
 
 
-def _graph_fields(kind: str, model: Any, batch: int, max_length: int) -> dict[str, float]:
+def graph_fields(kind: str, model: Any, batch: int, max_length: int) -> dict[str, float]:
     """The graph path's marginal step (see the module doc) and its first `STEPS` steps, then
     the marginal step with TensorFloat-32 matmuls."""
     records = synthetic_records(batch * GRAPH_STEPS, max_length)
@@ -198,22 +199,23 @@ def run() -> Iterator[dict[str, Any]]:
 
     if torch.cuda.is_available() or "UQBENCH_BENCH_BACKBONE" in os.environ:
         name, bb = step_backbone()
-        yield _ratio_line(name, bb)
+        yield ratio_line(name, bb)
         return
     tiny = load_backbone("tiny-llama")
-    yield _ratio_line("tiny-llama", tiny)
-    yield _ratio_line("tiny-llama", tiny, n_experts=4)
+    yield ratio_line("tiny-llama", tiny)
+    yield ratio_line("tiny-llama", tiny, n_experts=4)
     try:
         check_backbone("smollm2")
     except ConfigError as e:
         warnings.warn(f"train_step: no SmolLM2 line: {e}", stacklevel=1)
         yield {"benchmark": "train_step_moe_vs_lora", "backbone": "smollm2", "skipped": str(e)}
         return
-    yield _ratio_line("smollm2", load_backbone("smollm2"), *CPU_SHAPE)
+    yield ratio_line("smollm2", load_backbone("smollm2"), *CPU_SHAPE)
 
 
-def _ratio_line(name: str, bb: Any, batch: int = BATCH, max_length: int = MAX_LENGTH,
-                steps: int = STEPS, n_experts: int = 16) -> dict[str, Any]:
+def ratio_line(name: str, bb: Any, batch: int = BATCH, max_length: int = MAX_LENGTH,
+               steps: int = STEPS, n_experts: int = 16) -> dict[str, Any]:
+    """The line of backbone ``bb``: MoE-LoRA and LoRA seconds per step and their ratio."""
     from baselines.dense import make_dense
     from baselines.heads import make_moe
     from baselines.moe import MoELoRAConfig, moe_layers
@@ -225,20 +227,20 @@ def _ratio_line(name: str, bb: Any, batch: int = BATCH, max_length: int = MAX_LE
     rounds: dict[str, list[float]] = {"moe": [], "lora": []}
     for _ in range(ROUNDS):
         for key, model in (("moe", moe), ("lora", lora)):
-            rounds[key].append(_seconds_per_step(model, records, batch, max_length))
+            rounds[key].append(seconds_per_step(model, records, batch, max_length))
     s = {key: median(times) for key, times in rounds.items()}
-    s["moe_ckpt"] = _seconds_per_step(moe, records, batch, max_length, grad_checkpoint=True)
+    s["moe_ckpt"] = seconds_per_step(moe, records, batch, max_length, grad_checkpoint=True)
     dev = next(moe.parameters()).device
     layers = moe_layers(moe.backbone)
     shapes = [(layer.in_features, layer.out_features) for layer in layers]
     adapter_dtype = layers[0].lora_A.dtype
-    extra = (_product_seconds(shapes, batch * max_length, cfg.n_experts * cfg.rank, dev,
-                              adapter_dtype)
-             - _product_seconds(shapes, batch * max_length, cfg.rank, dev, adapter_dtype))
+    extra = (product_seconds(shapes, batch * max_length, cfg.n_experts * cfg.rank, dev,
+                             adapter_dtype)
+             - product_seconds(shapes, batch * max_length, cfg.rank, dev, adapter_dtype))
     graph: dict[str, Any] = {}
     if dev.type == "cuda":
-        graph = {**_graph_fields("moe", moe, batch, max_length),
-                 **_graph_fields("lora", lora, batch, max_length)}
+        graph = {**graph_fields("moe", moe, batch, max_length),
+                 **graph_fields("lora", lora, batch, max_length)}
         graph.update(graph_ratio=round(graph["moe_graph_s_per_step"]
                                        / graph["lora_graph_s_per_step"], 3),
                      moe_graph_steps_per_s=round(1 / graph["moe_graph_s_per_step"], 1),

@@ -137,7 +137,8 @@ def execute(cmd: Sequence[str], limit: float, *, env: dict[str, str] | None = No
     return json.loads(lines[-1]), None
 
 
-def _worker(step: str, conf: dict[str, Any]) -> list[str]:
+def worker_command(step: str, conf: dict[str, Any]) -> list[str]:
+    """The Python arguments that run ``step`` with ``conf`` in a worker process."""
     return ["-m", "benchmarks.gpu_check", "--worker", step, "--config", json.dumps(conf)]
 
 
@@ -167,7 +168,7 @@ def _link_cache(src: Path, dst: Path, kinds: Sequence[str]) -> None:
             shutil.copytree(src / kind, dst / kind, copy_function=link, dirs_exist_ok=True)
 
 
-def _missing(backbone: str) -> str | None:
+def missing_backbone(backbone: str) -> str | None:
     """Why ``backbone`` cannot be loaded here (not installed: with the pip command), or None."""
     from baselines.backbones import check_backbone
     from uqbench.core.errors import ConfigError
@@ -179,7 +180,8 @@ def _missing(backbone: str) -> str | None:
     return None
 
 
-def _free_gb() -> float:
+def free_gb() -> float:
+    """Free memory of the current GPU, in GiB."""
     import torch
 
     return torch.cuda.mem_get_info()[0] / 2**30
@@ -193,10 +195,10 @@ def _needs_gb(params: float) -> float:
 def _why_not(backbone: str, gpu: bool) -> str | None:
     """Why a step on ``backbone`` cannot run here: not installed, or (GPU) too little free
     memory for it; None when it can."""
-    why = _missing(backbone)
+    why = missing_backbone(backbone)
     need = _needs_gb(PARAMS.get(backbone, 0.0))
-    if why is None and gpu and need > _free_gb():
-        why = f"{backbone} needs about {need:.0f} GiB of GPU memory, {_free_gb():.1f} GiB free"
+    if why is None and gpu and need > free_gb():
+        why = f"{backbone} needs about {need:.0f} GiB of GPU memory, {free_gb():.1f} GiB free"
     return why
 
 
@@ -262,9 +264,9 @@ def run_step(name: str, conf: dict[str, Any] | None, skip: str | None, gpu: bool
     limit = min(LIMITS[name][0 if gpu else 1], max_seconds or math.inf)
     t = time.perf_counter()
     if name == "accelerate":
-        result, why = _accelerate(conf, limit)
+        result, why = run_accelerate(conf, limit)
     else:
-        result, why = execute([sys.executable, *_worker(name, conf)], limit, env=env)
+        result, why = execute([sys.executable, *worker_command(name, conf)], limit, env=env)
     row["seconds"] = round(time.perf_counter() - t, 1)
     if result is None:
         row.update(status="failed", reason=why)
@@ -277,7 +279,7 @@ def run_step(name: str, conf: dict[str, Any] | None, skip: str | None, gpu: bool
     return row
 
 
-def _accelerate(conf: dict[str, Any], limit: float) -> tuple[dict[str, Any] | None, str | None]:
+def run_accelerate(conf: dict[str, Any], limit: float) -> tuple[dict[str, Any] | None, str | None]:
     """2 processes train and report; 1 process on their adapters (splits, backbone and models
     linked from their cache, passes and calibration redone) must report the same numbers."""
     t0 = time.perf_counter()
@@ -285,13 +287,13 @@ def _accelerate(conf: dict[str, Any], limit: float) -> tuple[dict[str, Any] | No
     two = {**conf, "out": str(root / "two"), "cache": str(root / "cache2")}
     _link_cache(shared, Path(two["cache"]), ("splits", "backbones"))
     env = {**_env(), **({"OMP_NUM_THREADS": "1"} if conf["threads"] == 1 else {})}
-    result, why = execute(launch_2(_worker("accelerate", two)), limit, env=env)
+    result, why = execute(launch_2(worker_command("accelerate", two)), limit, env=env)
     if result is None:
         return None, f"2-process launch: {why}"
     one = {**conf, "out": str(root / "one"), "cache": str(root / "cache1"),
            "reference": two["out"]}
     _link_cache(Path(two["cache"]), Path(one["cache"]), ("splits", "backbones", "models"))
-    ref, why = execute([sys.executable, *_worker("accelerate", one)],
+    ref, why = execute([sys.executable, *worker_command("accelerate", one)],
                        max(1.0, limit - (time.perf_counter() - t0)), env=env)
     if ref is None:
         return None, f"1-process reference: {why}"

@@ -63,7 +63,7 @@ def _distances(x: NDArray[np.float64], mean: NDArray[Any],
 
 Fit = Callable[[NDArray[np.float64], NDArray[np.str_]], Any]
 #: the last fit of each fitting function, with the training arrays it was fitted on
-_FITS: dict[Fit, tuple[tuple[NDArray[Any], NDArray[Any] | None], Any]] = {}
+FITS: dict[Fit, tuple[tuple[NDArray[Any], NDArray[Any] | None], Any]] = {}
 
 
 def _fitted(outputs: Outputs, *fits: Fit) -> tuple[NDArray[np.float64], list[Any]]:
@@ -79,10 +79,10 @@ def _fitted(outputs: Outputs, *fits: Fit) -> tuple[NDArray[np.float64], list[Any
     train = (outputs.train_features, outputs.train_domain)
     got = []
     for fit in fits:
-        last = _FITS.get(fit)
+        last = FITS.get(fit)
         if last is None or last[0][0] is not train[0] or last[0][1] is not train[1]:
             last = (train, fit(train[0].astype(np.float64), np.asarray(train[1])))
-            _FITS[fit] = last
+            FITS[fit] = last
         got.append(last[1])
     return outputs.features.astype(np.float64), got
 

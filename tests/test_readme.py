@@ -25,7 +25,7 @@ def _body(path: Path) -> str:
     ("@register_variant(", lambda: _body(ROOT / "tests" / "support" / "example_variant.py")),
     ("@register_backbone(", lambda: _body(ROOT / "tests" / "support" / "example_backbone.py")),
     ("@register_column(", lambda: _body(ROOT / "tests" / "support" / "example_column.py")),
-    ("@register_source(", lambda: __import__("tests.data.test_data_registry",
+    ("@register_source(", lambda: __import__("tests.data.sources.test_api",
                                               fromlist=["PLUGIN"]).PLUGIN.lstrip("\n")),
 ])
 def test_readme_examples_are_the_tested_code(marker: str, tested) -> None:

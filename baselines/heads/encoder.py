@@ -120,7 +120,7 @@ class BiEncoder(EncoderHead):
                 features = pooled.detach().float()
             embs.append(F.normalize(model.dropout(pooled).float(), dim=-1))
             stats.append([layer.last_stats for layer in layers])
-            aux.append([layer._aux for layer in layers])
+            aux.append([layer.last_aux for layer in layers])
         width = batch["attention_mask"].shape[1]
         for i, layer in enumerate(layers):
             sq, so = stats[0][i], stats[1][i]
@@ -128,7 +128,7 @@ class BiEncoder(EncoderHead):
                 k: torch.cat([F.pad(sq[k], (0, width - sq[k].shape[1])),
                               F.pad(so[k], (0, width - so[k].shape[1]))]) for k in sq}
             terms = [t for a in aux if (t := a[i]) is not None]
-            layer._aux = torch.stack(terms).mean() if terms else None
+            layer.last_aux = torch.stack(terms).mean() if terms else None
         q = embs[0].repeat_interleave(n_choices, dim=0, output_size=embs[1].shape[0])  # (S, H)
         assert model.logit_scale is not None and features is not None
         scores = model.logit_scale.exp() * (q * embs[1]).sum(-1)          # (S,)

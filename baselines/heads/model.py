@@ -110,7 +110,8 @@ class MultipleChoiceModel(nn.Module):
         blocks = [int(m.group(1)) for n in names if (m := re.match(r"encoder\.layer\.(\d+)\.", n))]
         return min(blocks) if names and len(blocks) == len(names) else 0
 
-    def _prefix_modules(self) -> list[nn.Module]:
+    def prefix_modules(self) -> list[nn.Module]:
+        """The modules of the frozen prefix: the embeddings and the first `prefix_start` blocks."""
         bert = self.backbone
         return [bert.embeddings, *bert.encoder.layer[:self.prefix_start]]
 
@@ -120,14 +121,14 @@ class MultipleChoiceModel(nn.Module):
         samples dropout where training did (`mc_dropout_on`), so it reads the cached states too."""
         super().train(mode)
         if self.prefix_start:
-            for m in self._prefix_modules():
+            for m in self.prefix_modules():
                 m.eval()
         return self
 
     def mc_dropout_on(self) -> None:
         """MC-dropout: every ``nn.Dropout`` that training samples in train mode (all but those of
         a frozen prefix, which trains in eval mode), everything else as it is (eval)."""
-        frozen = {id(m) for p in self._prefix_modules() for m in p.modules()} \
+        frozen = {id(m) for p in self.prefix_modules() for m in p.modules()} \
             if self.prefix_start else set()
         for m in self.modules():
             if isinstance(m, nn.Dropout) and id(m) not in frozen:
@@ -138,7 +139,7 @@ class MultipleChoiceModel(nn.Module):
         """Last hidden states (S, L, H) of the encoder backbone; the frozen prefix's states come
         from `PREFIX_CACHE` when no module of it is in training mode."""
         start = self.prefix_start
-        if not start or any(m.training for p in self._prefix_modules() for m in p.modules()):
+        if not start or any(m.training for p in self.prefix_modules() for m in p.modules()):
             extra = {} if token_types is None else {"token_type_ids": token_types}
             att = encoder_attention_mask(self.backbone.config, mask)
             return self.backbone(input_ids=ids, attention_mask=att, **extra).last_hidden_state

@@ -29,10 +29,10 @@ class PrefixCache:
         self.max_bytes = int(max_mb * 2 ** 20)
         self.bytes = 0
         self.hits = self.misses = 0
-        self._items: OrderedDict[tuple[str, int, bytes], Tensor] = OrderedDict()
+        self.entries: OrderedDict[tuple[str, int, bytes], Tensor] = OrderedDict()
 
     def clear(self) -> None:
-        self._items.clear()
+        self.entries.clear()
         self.bytes = self.hits = self.misses = 0
 
     def states(self, model: HeadedModel, start: int, ids: Tensor, mask: Tensor,
@@ -46,16 +46,16 @@ class PrefixCache:
             if token_types is not None:
                 row += b"|" + token_types[i, :n].cpu().numpy().tobytes()
             keys.append((ident, start, row))
-        found = {k: self._items[k] for k in keys if k in self._items}
+        found = {k: self.entries[k] for k in keys if k in self.entries}
         for k in found:
-            self._items.move_to_end(k)
+            self.entries.move_to_end(k)
         fresh = {k: self._alone(model, start, ids[i:i + 1, :lengths[i]],
                                 None if token_types is None else token_types[i:i + 1, :lengths[i]])
                  for i, k in enumerate(keys) if k not in found}
         self.hits += len(keys) - len(fresh)
         self.misses += len(fresh)
         for k, v in fresh.items():
-            self._put(k, v)
+            self.put(k, v)
         found.update(fresh)
         out = torch.zeros(ids.shape[0], ids.shape[1], int(model.identity["hidden_size"]),
                           device=ids.device, dtype=model.backbone.dtype)
@@ -76,11 +76,13 @@ class PrefixCache:
                             torch.ones_like(ids), 0, start)                     # (1, L, H)
         return h[0].clone()
 
-    def _put(self, key: tuple[str, int, bytes], value: Tensor) -> None:
-        self._items[key] = value
+    def put(self, key: tuple[str, int, bytes], value: Tensor) -> None:
+        """Keep ``value`` under ``key``, dropping the least recently used entries past
+        ``max_bytes`` (the newest stays)."""
+        self.entries[key] = value
         self.bytes += value.numel() * value.element_size()
-        while self.bytes > self.max_bytes and len(self._items) > 1:
-            _, old = self._items.popitem(last=False)
+        while self.bytes > self.max_bytes and len(self.entries) > 1:
+            _, old = self.entries.popitem(last=False)
             self.bytes -= old.numel() * old.element_size()
 
 

@@ -195,7 +195,7 @@ def forget_aux(model: nn.Module) -> None:
     backward: kept, they hold that step's autograd graph, whose gradient accumulators run on the
     CUDA stream that made them (a CUDA graph capture of the next step fails on that)."""
     for layer in _layers_or_raise(model, "forget_aux"):
-        layer._aux = None
+        layer.last_aux = None
 
 
 @contextmanager
@@ -206,12 +206,12 @@ def forward_state_kept(model: nn.Module) -> Iterator[None]:
     hold each recomputed block's autograd graph until the step ends, and with it the
     activations the checkpoint frees."""
     layers = moe_layers(model)
-    saved = [(m._aux_value, m._aux_args, m._fast_aux, m.last_stats) for m in layers]
+    saved = [m.forward_state for m in layers]
     try:
         yield
     finally:
-        for m, (value, args, fast, stats) in zip(layers, saved, strict=False):
-            m._aux_value, m._aux_args, m._fast_aux, m.last_stats = value, args, fast, stats
+        for m, state in zip(layers, saved, strict=False):
+            m.forward_state = state
 
 
 def load_balance_loss(model: nn.Module) -> Tensor:
@@ -221,13 +221,13 @@ def load_balance_loss(model: nn.Module) -> Tensor:
     ``f_i`` the share of admitted (token, expert) slots routed to expert i (so ``sum f = 1`` for
     any k) and ``P_i`` the mean router probability of expert i, both over non-masked tokens.
     Equals 1 under perfectly uniform routing; gradients flow through ``P`` only. LoRAMoE, DynMoLE
-    and HMoRA use their own (``MoELoRALinear._aux_loss``).
+    and HMoRA use their own (``MoELoRALinear.aux_loss``).
     """
     layers = _layers_or_raise(model, "load_balance_loss")
     fused = _switch_fused(layers)
     if fused is not None:
         return fused
-    terms = [layer._aux for layer in layers if layer._aux is not None]
+    terms = [layer.last_aux for layer in layers if layer.last_aux is not None]
     if not terms:
         raise ValueError("load_balance_loss: no forward has run since injection (or its input "
                          "had no tokens); run a forward first")
@@ -235,7 +235,7 @@ def load_balance_loss(model: nn.Module) -> Tensor:
 
 
 def _switch_fused(layers: list[MoELoRALinear]) -> Tensor | None:
-    """The mean Switch loss of layers whose last forward took :class:`_TopKStep` on one batch
+    """The mean Switch loss of layers whose last forward took :class:`TopKStep` on one batch
     (:class:`SwitchLoss`; None if they did not)."""
     pending = [layer._fast_aux for layer in layers]
     first = pending[0]

@@ -1,6 +1,6 @@
 """The MoE-LoRA layer (`MoELoRALinear`, FlyLoRA's `FlyLoRALinear`): routing, the expert mixture
 as one rank-``N*r`` matmul pair, CARE's Gram-block disagreement, dropout, and the hand-written
-training step of the common path (`_TopKStep`) beside the autograd reference."""
+training step of the common path (`TopKStep`) beside the autograd reference."""
 from __future__ import annotations
 
 import math
@@ -100,7 +100,8 @@ def _keep_mask(h: Tensor, p: float, draws: MaskDraws | None = None) -> Tensor | 
     return bits >= _scalar(thr - 32768, bits)                             # P = 1 - thr/2^16
 
 
-_SCALARS: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
+#: the 0-dim tensors `_scalar` made, by (value, dtype, device)
+SCALARS: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
 
 
 def _scalar(value: float, like: Tensor) -> Tensor | float:
@@ -113,9 +114,9 @@ def _scalar(value: float, like: Tensor) -> Tensor | float:
     if torch.compiler.is_compiling():
         return value
     key = (value, like.dtype, like.device)
-    if key not in _SCALARS:
-        _SCALARS[key] = torch.tensor(value, dtype=like.dtype, device=like.device)
-    return _SCALARS[key]
+    if key not in SCALARS:
+        SCALARS[key] = torch.tensor(value, dtype=like.dtype, device=like.device)
+    return SCALARS[key]
 
 
 def dropout_scale(p: float) -> float:
@@ -144,7 +145,7 @@ def trainable_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
-class _TopKStep(torch.autograd.Function):
+class TopKStep(torch.autograd.Function):
     """The common training forward of :class:`MoELoRALinear` (fixed top-k gate, the Switch
     loss's inputs, dropout folded in) with a hand-written backward: a fraction of the ops
     autograd records for :meth:`MoELoRALinear._forward_reference`, which stays the tested
@@ -171,7 +172,7 @@ class _TopKStep(torch.autograd.Function):
     def forward(ctx: Any, h: Tensor, lora_A: Tensor, lora_B: Tensor, router_w: Tensor,
                 layer: MoELoRALinear, keep: Tensor | None
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        v = layer._views()
+        v = layer.step_views()
         y = torch.mm(h, v.wt) if v.bias is None else torch.addmm(v.bias, h, v.wt)  # (T, O)
         base_dtype, h_base = h.dtype, h
         mixed = v.a.dtype != base_dtype
@@ -213,7 +214,7 @@ class _TopKStep(torch.autograd.Function):
                  _: Any) -> tuple[Tensor | None, ...]:
         h, hd_t, keep, z, u, probs, w, w_col = ctx.saved_tensors
         layer, scale = ctx.layer, ctx.scale
-        v = layer._views()
+        v = layer.step_views()
         N, r = layer.n_experts, layer.rank
         need_h, need_a, need_b, need_r = ctx.needs_input_grad[:4]
         mixed = ctx.mixed                             # a 16-bit base, a float32 adapter
@@ -264,7 +265,7 @@ def _expert_columns(N: int, r: int, device: torch.device) -> Tensor:
 
 
 class _Views(NamedTuple):
-    """Parameter views :class:`_TopKStep` multiplies by."""
+    """Parameter views :class:`TopKStep` multiplies by."""
     w: Tensor                 # (O, E) frozen base weight
     wt: Tensor                # (E, O)
     bias: Tensor | None       # (O,)
@@ -287,7 +288,7 @@ class MoELoRALinear(nn.Module):
     ``depth`` (the layer's block index over the last one, in [0, 1]).
     """
 
-    #: training forwards of the common layer take :class:`_TopKStep` (False: always the
+    #: training forwards of the common layer take :class:`TopKStep` (False: always the
     #: autograd reference, :meth:`_forward_reference`)
     fast_path: bool = True
     #: how the dropout's keep masks are drawn: None, by :func:`fast_dropout` from torch's
@@ -343,7 +344,7 @@ class MoELoRALinear(nn.Module):
         self._fast_aux: tuple[Tensor, Tensor, Tensor, Tensor | None] | None = None
         self._views_cache: tuple[tuple[Any, ...], _Views] | None = None
         self._block_sums: dict[tuple[Any, ...], Tensor] = {}
-        #: whether the last forward took :class:`_TopKStep` (benchmarks report it)
+        #: whether the last forward took :class:`TopKStep` (benchmarks report it)
         self.took_fast_step = False
 
     def extra_repr(self) -> str:
@@ -351,7 +352,7 @@ class MoELoRALinear(nn.Module):
                 f"rank={self.rank}, scaling={self.scaling:g}, gate={self.gate}")
 
     @property
-    def _aux(self) -> Tensor | None:
+    def last_aux(self) -> Tensor | None:
         """This variant's auxiliary loss of the last forward (None if its input had no
         tokens; NaN if every token was masked), computed when first read: a forward whose loss
         nobody reads (inference) skips it."""
@@ -360,12 +361,22 @@ class MoELoRALinear(nn.Module):
             self._aux_args = (probs, w > 0, valid_tokens(mask, probs.device), None)
             self._fast_aux = None
         if self._aux_args is not None:
-            self._aux_value, self._aux_args = self._aux_loss(*self._aux_args), None
+            self._aux_value, self._aux_args = self.aux_loss(*self._aux_args), None
         return self._aux_value
 
-    @_aux.setter
-    def _aux(self, value: Tensor | None) -> None:
+    @last_aux.setter
+    def last_aux(self, value: Tensor | None) -> None:
         self._aux_value, self._aux_args, self._fast_aux = value, None, None
+
+    @property
+    def forward_state(self) -> tuple[Any, ...]:
+        """The layer's state of its last forward (auxiliary-loss value, its inputs, statistics),
+        as `forward_state_kept` saves and puts back; for it, tests and diagnostics."""
+        return self._aux_value, self._aux_args, self._fast_aux, self.last_stats
+
+    @forward_state.setter
+    def forward_state(self, state: tuple[Any, ...]) -> None:
+        self._aux_value, self._aux_args, self._fast_aux, self.last_stats = state
 
     def _derived(self, name: str, params: tuple[Tensor, ...], make: Any) -> Tensor:
         """``make()``, a tensor derived from ``params``; cached until one of them changes
@@ -399,8 +410,8 @@ class MoELoRALinear(nn.Module):
         return self._derived("router_a", (self.router.weight, self.lora_A), lambda: torch.cat(
             [self.router.weight, self.lora_A.reshape(-1, self.in_features)]))
 
-    def _views(self) -> _Views:
-        """The matrices :class:`_TopKStep` multiplies by, as views of the parameters, made once
+    def step_views(self) -> _Views:
+        """The matrices :class:`TopKStep` multiplies by, as views of the parameters, made once
         while the parameters keep their storage (an optimiser updates them in place)."""
         base = self.base_layer
         params = (base.weight, base.bias, self.router.weight, self.lora_A, self.lora_B)
@@ -432,8 +443,8 @@ class MoELoRALinear(nn.Module):
             self._block_sums[key] = ind.contiguous().T
         return self._block_sums[key]
 
-    def _fast(self, x: Tensor) -> bool:
-        """Whether this forward takes :class:`_TopKStep`: a training forward of the common
+    def takes_fast_step(self, x: Tensor) -> bool:
+        """Whether this forward takes :class:`TopKStep`: a training forward of the common
         layer (moe-lora/mixlora, TopK gate, plain frozen nn.Linear base, no statistics)."""
         base = self.base_layer
         return (self.fast_path and torch.is_grad_enabled() and not self.record
@@ -463,14 +474,14 @@ class MoELoRALinear(nn.Module):
             raise ValueError(f"token mask of shape {tuple(self.token_mask.shape)} does not "
                              f"match this input's {tuple(lead)}: call set_token_mask(model, "
                              "mask) with the current batch's mask, or None")
-        self.took_fast_step = self._fast(x)
+        self.took_fast_step = self.takes_fast_step(x)
         if not self.took_fast_step:
             return self._forward_reference(x)
         h = x.reshape(-1, self.in_features)                               # (T, E)
         keep = (_keep_mask(h, self.dropout.p, self.mask_draws) if self.dropout.training
                 else None)
-        y, logits, probs, w = _TopKStep.apply(h, self.lora_A, self.lora_B, self.router.weight,
-                                              self, keep)
+        y, logits, probs, w = TopKStep.apply(h, self.lora_A, self.lora_B, self.router.weight,
+                                             self, keep)
         self._aux_args, self._fast_aux = None, (logits, probs, w, self.token_mask)
         self.last_stats = None
         return y.view(*lead, self.out_features)
@@ -513,7 +524,7 @@ class MoELoRALinear(nn.Module):
         probs = F.softmax(logits.to(cdt), dim=-1)                         # (T, N)
         p_task = None
         if self.task_routed:
-            probs, p_task = self._hmora_route(probs, h, lead, valid)
+            probs, p_task = self.hmora_route(probs, h, lead, valid)
         # (T, N, r) codes; HydraLoRA: every head reads the one shared A h (a broadcast view)
         z3 = z.unsqueeze(1).expand(T, N, r) if self.shared_a else z.view(T, N, r)
 
@@ -552,7 +563,7 @@ class MoELoRALinear(nn.Module):
             self.last_stats = None
         return y
 
-    def _hmora_route(self, p_token: Tensor, h: Tensor, lead: torch.Size, valid: Tensor | None
+    def hmora_route(self, p_token: Tensor, h: Tensor, lead: torch.Size, valid: Tensor | None
                      ) -> tuple[Tensor, Tensor]:
         """HMoRA: ``p = (1 - a_l) p_token + a_l p_task``, ``a_l = sigmoid(alpha_logit)``; the
         task router reads the masked mean of the sequence's inputs (sequences: the last
@@ -567,7 +578,7 @@ class MoELoRALinear(nn.Module):
         a = torch.sigmoid(self.alpha_logit).to(p_token.dtype)
         return (1 - a) * p_token + a * p_task.repeat_interleave(L, 0), p_task
 
-    def _aux_loss(self, probs: Tensor, mask: Tensor, valid: Tensor | None,
+    def aux_loss(self, probs: Tensor, mask: Tensor, valid: Tensor | None,
                   p_task: Tensor | None) -> Tensor | None:
         """This variant's auxiliary loss (`Variant.aux_loss`) over the non-masked tokens (None
         if the input had no tokens; NaN if all were masked)."""

@@ -184,12 +184,12 @@ def test_unknown_architecture_lists_its_linears() -> None:
 
 def test_gpu_placement_is_bf16_with_device_map() -> None:
     """The GPU code path without a GPU: bfloat16 and a device_map (CPU: float32, no map)."""
-    from baselines.backbones import _placement
+    from baselines.backbones import device_placement
 
-    assert _placement(None, None) == (torch.float32, {})
-    assert _placement("cpu", None) == (torch.float32, {})
-    assert _placement("cuda:0", None) == (torch.bfloat16, {"device_map": "auto"})
-    assert _placement("cuda:0", torch.float16) == (torch.float16, {"device_map": "auto"})
+    assert device_placement(None, None) == (torch.float32, {})
+    assert device_placement("cpu", None) == (torch.float32, {})
+    assert device_placement("cuda:0", None) == (torch.bfloat16, {"device_map": "auto"})
+    assert device_placement("cuda:0", torch.float16) == (torch.float16, {"device_map": "auto"})
 
 
 def test_architecture_is_checked_from_config_alone_before_any_data_work(tmp_path, capsys,

@@ -14,7 +14,7 @@ from baselines.moe import MoELoRAConfig, load_balance_loss
 from baselines.train import (
     LENGTH_BUCKET,
     TrainConfig,
-    _compiled,
+    compile_context,
     static_shapes,
     train,
     transformer_blocks,
@@ -72,7 +72,7 @@ def test_compiled_blocks_restored_after_training() -> None:
     blocks[1].forward = hooked                     # as accelerate's hooks set it
     layers = moe_layers(model.backbone)
     layers[0].fast_path = False                    # a layer's own choice is kept
-    with _compiled(model, True):
+    with compile_context(model, True):
         assert all(type(b.forward).__name__ != "method" for b in blocks)
         assert not any(layer.fast_path for layer in layers)
     assert "forward" not in blocks[0].__dict__ and blocks[1].__dict__["forward"] is hooked
@@ -105,7 +105,7 @@ def test_compiled_training_equals_eager_and_compiles_once(heavy_compute) -> None
         model.train()
         batch = _padded(model, recs[:5], 8, 64) if compiled else model.encode(recs[:5], 64)
         labels = torch.tensor([r.answer for r in recs[:5]])
-        with torch.random.fork_rng(), _compiled(model, compiled):
+        with torch.random.fork_rng(), compile_context(model, compiled):
             torch.manual_seed(0)
             logits = model(batch)[:5]
             (F.cross_entropy(logits, labels) + load_balance_loss(model.backbone)).backward()
@@ -175,7 +175,7 @@ def test_compiled_dropout_stays_in_the_graph_and_draws_as_eager_rand(heavy_compu
             torch.nn.init.normal_(layer.lora_B, std=0.1)
             layer.mask_draws = draws
         batch = _padded(model, recs, 8, 64)        # the same shapes, hence the same draws
-        with torch.random.fork_rng(), _compiled(model, compiled) as log, \
+        with torch.random.fork_rng(), compile_context(model, compiled) as log, \
                 torch._inductor.config.patch(fallback_random=True):
             torch.manual_seed(0)
             logits = model(batch)[:5]
@@ -229,13 +229,13 @@ def test_blocks_share_their_graphs_whatever_the_depth(heavy_compute, monkeypatch
     frames = {}
     for layers in (2, 5):
         torch._dynamo.reset()
-        monkeypatch.setattr(layer, "_SCALARS", {})  # as in a fresh process
+        monkeypatch.setattr(layer, "SCALARS", {})  # as in a fresh process
         model = make_moe(tiny_backbone("decoder", layers=layers),
                          replace(MOE, dropout=0.05), mode="letters").train()
         batch = _padded(model, recs, 4, 64)
         for step in range(2):
             seen = counters["frames"]["ok"]
-            with _compiled(model, True) as log:
+            with compile_context(model, True) as log:
                 model(batch).sum().backward()
             frames[layers, step] = counters["frames"]["ok"] - seen
             assert log.to_json()["graph_breaks"] == 0

@@ -52,7 +52,7 @@ def backbones(smollm2_cold: tuple[Any, list[str], Path], heavy_compute: None) ->
 
 
 def build(adapter: str, bb: Any) -> Any:
-    """The model the runner builds for ``adapter`` (`baselines.engine.TorchEngine._fresh`)
+    """The model the runner builds for ``adapter`` (`baselines.engine.TorchEngine.fresh_model`)
     on every linear of the top `TOP_LAYERS` blocks, letters head."""
     from baselines.dense import make_dense
     from baselines.heads import make_moe

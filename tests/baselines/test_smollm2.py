@@ -44,7 +44,7 @@ def smollm2(smollm2_cold):
     first, parsed, cache = smollm2_cold                    # dequantised the GGUF file
     converted = []
     with pytest.MonkeyPatch.context() as mp:               # the cached Hugging Face folder
-        mp.setattr(B, "_convert_gguf", lambda *a: converted.append(a))
+        mp.setattr(B, "convert_gguf", lambda *a: converted.append(a))
         again = load_backbone("smollm2", cache_dir=cache)
     return first, again, converted, cache, parsed
 

@@ -9,7 +9,7 @@ from transformers import BertConfig, BertModel
 from baselines.gates import Care, EntropyK, NucleusOnly, RandomK, TopK
 from baselines.moe import MoELoRAConfig, get_gates, inject, moe_layers, set_gate
 from baselines.thermostat import (
-    _bisect,
+    bisect_budget,
     calibrate,
     calibrate_entropy_k,
     care_k_histogram,
@@ -139,10 +139,10 @@ def test_bisect_guards_non_monotone_blips() -> None:
     def f(x: float) -> float:
         return 9.0 if 0.45 < x < 0.55 else float(int(x * 8) + 1)
 
-    x, v, n, met = _bisect(f, 4.0, 1e-6, 1.0, 0.05, 30, False)
+    x, v, n, met = bisect_budget(f, 4.0, 1e-6, 1.0, 0.05, 30, False)
     assert v == f(x) and n <= 30
     assert met and v == 4.0
-    x, v, n, met = _bisect(lambda t: 2.0 if t < 0.5 else 6.0, 4.0, 1e-6, 1.0, 0.05, 30, False)
+    x, v, n, met = bisect_budget(lambda t: 2.0 if t < 0.5 else 6.0, 4.0, 1e-6, 1.0, 0.05, 30, False)
     assert not met and v in (2.0, 6.0) and n < 30   # a jump: no tau gives 4
 
 

@@ -11,7 +11,7 @@ from baselines.backbones import tiny_backbone
 from baselines.gates import Care, TopK
 from baselines.heads import make_moe
 from baselines.moe import MoELoRAConfig, get_gates, moe_layers, set_gate
-from baselines.train import TrainConfig, _GraphSteps, batch_order, train
+from baselines.train import GraphSteps, TrainConfig, batch_order, train
 from tests.support.data import SMALL_MOE, toy_records
 from uqbench.core.errors import ConfigError
 
@@ -197,8 +197,8 @@ def test_adapters_on_a_bfloat16_backbone_train_in_float32(monkeypatch) -> None:
     assert {p.dtype for p in params.values()} == {torch.float32}
     assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}
     steps = []
-    apply = moe_layer._TopKStep.apply
-    monkeypatch.setattr(moe_layer._TopKStep, "apply",
+    apply = moe_layer.TopKStep.apply
+    monkeypatch.setattr(moe_layer.TopKStep, "apply",
                         lambda *a: steps.append(1) or apply(*a))
     before = {n: p.detach().clone() for n, p in params.items()}
     train(model, toy_records(8), TrainConfig(epochs=1, batch_size=8, lr=1e-5, warmup_ratio=0.0,
@@ -319,8 +319,8 @@ def test_non_finite_loss_raises_at_the_next_read(monkeypatch) -> None:
     assert len(calls) == 3   # read after step 3 (index 2), not at the end of the 10 steps
 
 
-class _FakeGraphs(_GraphSteps):
-    """`baselines.train._GraphSteps` on the CPU: no stream, and a "graph" that is the captured
+class _FakeGraphs(GraphSteps):
+    """`baselines.train.GraphSteps` on the CPU: no stream, and a "graph" that is the captured
     step itself, re-run on each replay from the static buffers it was captured with (what a
     replay's kernels read). Capturing runs nothing, as on a GPU."""
 
@@ -358,7 +358,7 @@ def test_graph_steps_train_as_the_eager_loop(monkeypatch) -> None:
     cfg = TrainConfig(epochs=3, batch_size=9, max_length=32, warmup_ratio=0.0, lr=1e-2)
     moe = replace(SMALL_MOE, dropout=0.0)
     made: list[_FakeGraphs] = []
-    monkeypatch.setattr(train_mod, "_GraphSteps",
+    monkeypatch.setattr(train_mod, "GraphSteps",
                         lambda device, world: made.append(_FakeGraphs(device, world)) or made[-1])
     zeroed: list[bool] = []
     zero_grad = torch.optim.AdamW.zero_grad
@@ -464,7 +464,7 @@ def test_the_step_benchmark_times_the_graph_path_and_restores_the_precision(monk
     from baselines import train as train_mod
     from benchmarks import bench_train_step as bench
 
-    monkeypatch.setattr(train_mod, "_GraphSteps", _FakeGraphs)
+    monkeypatch.setattr(train_mod, "GraphSteps", _FakeGraphs)
     monkeypatch.setattr(bench, "STEPS", 2)
     monkeypatch.setattr(bench, "GRAPH_STEPS", 4)
     seen = []
@@ -472,7 +472,7 @@ def test_the_step_benchmark_times_the_graph_path_and_restores_the_precision(monk
     monkeypatch.setattr(train_mod, "train", lambda *a, **k: seen.append(
         (a[2].cuda_graph, torch.get_float32_matmul_precision())) or real_train(*a, **k))
     before = torch.get_float32_matmul_precision()
-    out = bench._graph_fields("moe", make_moe(tiny_backbone("decoder"), SMALL_MOE), 2, 16)
+    out = bench.graph_fields("moe", make_moe(tiny_backbone("decoder"), SMALL_MOE), 2, 16)
     assert set(out) == {"moe_graph_s_per_step", "moe_graph_tf32_s_per_step",
                         "moe_graph_first_s"}
     assert all(isinstance(v, float) for v in out.values())
@@ -496,10 +496,10 @@ def test_the_step_benchmark_alternates_the_models_and_takes_the_median_of_its_ro
         order.append(kind + ("_ckpt" if grad_checkpoint else ""))
         return 0.5 if grad_checkpoint else times[kind][sum(o == kind for o in order) - 1]
 
-    monkeypatch.setattr(bench, "_seconds_per_step", seconds)
-    monkeypatch.setattr(bench, "_product_seconds",
+    monkeypatch.setattr(bench, "seconds_per_step", seconds)
+    monkeypatch.setattr(bench, "product_seconds",
                         lambda shapes, tokens, rank, *_: {128: 0.03, 8: 0.01}[rank])
-    line = bench._ratio_line("tiny-llama", tiny_backbone("decoder"), 2, 16, 1)
+    line = bench.ratio_line("tiny-llama", tiny_backbone("decoder"), 2, 16, 1)
     assert order == ["moe", "lora"] * bench.ROUNDS + ["moe_ckpt"]
     assert (line["moe_s_per_step"], line["lora_s_per_step"]) == (0.2, 0.1)
     assert line["ratio"] == 2.0 and line["met"] is False
@@ -546,11 +546,11 @@ def test_gradient_checkpointing_trains_as_without_and_keeps_less(kind: str, mode
         # the backward's recompute leaves the layers' state of the step's forward (replaced,
         # it would hold every recomputed block's graph, and their activations, to the end)
         logits = m0(batch)
-        state = [(m._fast_aux, m._aux_args) for m in moe_layers(m0.backbone)]
-        assert any(f is not None or a is not None for f, a in state)
+        state = [m.forward_state for m in moe_layers(m0.backbone)]
+        assert any(f is not None or a is not None for _, a, f, _ in state)
         torch.nn.functional.cross_entropy(logits, labels).backward()
-        assert all(f is m._fast_aux and a is m._aux_args
-                   for (f, a), m in zip(state, moe_layers(m0.backbone), strict=False))
+        assert all(x is y for s, m in zip(state, moe_layers(m0.backbone), strict=False)
+                   for x, y in zip(s, m.forward_state, strict=True))
     assert kept < plain
     for other in ({"cuda_graph": True}, {"compile": "on"}):
         with pytest.raises(ConfigError, match="TrainConfig.grad_checkpoint=True is invalid"):
@@ -674,7 +674,7 @@ def test_a_run_whose_training_goes_non_finite_writes_no_model(tmp_path, monkeypa
     suite = SimpleNamespace(role=lambda role: [split])
     e = eng.TorchEngine("tiny-llama", get_profile("smoke"), suite, tmp_path, RunStats(),
                         progress=False)
-    fresh = e._fresh
+    fresh = e.fresh_model
 
     def poisoned(spec, seed):   # one weight of the backbone at infinity: the loss is NaN
         model = fresh(spec, seed)
@@ -682,7 +682,7 @@ def test_a_run_whose_training_goes_non_finite_writes_no_model(tmp_path, monkeypa
             model.backbone.get_input_embeddings().weight[:] = float("inf")
         return model
 
-    monkeypatch.setattr(e, "_fresh", poisoned)
+    monkeypatch.setattr(e, "fresh_model", poisoned)
     with pytest.raises(NonFiniteLoss, match=r"loss is nan at step 0; every trained layer") as err:
         e.model(MOE, 0)
     assert "backbone tiny-llama" in err.value.setting and "lr 0.001" in err.value.setting

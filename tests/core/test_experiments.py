@@ -52,12 +52,12 @@ def test_ablation_scores_with_care_and_the_concentration_only_read_out() -> None
 def test_every_claim_belongs_to_an_experiment(tmp_path: Path) -> None:
     """A single experiment's report lists the claims of its section: every section must be an
     experiment's name, or its claims would be reported by ``paper`` only."""
-    from uqbench.reporting.paper import _Run, claims
+    from uqbench.reporting.paper import PaperRun, claims
 
     (tmp_path / "results.jsonl").write_text(json.dumps(
         {"method": "x/y/z", "model": "x", "gate": "y", "scorer": "z", "domain": "pooled"}) + "\n")
     np.savez(tmp_path / "scores.npz", unused=np.zeros(1))
-    sections = {c.section for c in claims(_Run(tmp_path))}
+    sections = {c.section for c in claims(PaperRun(tmp_path))}
     assert sections == set(EXPERIMENTS.names()) - {"paper"}
 
 

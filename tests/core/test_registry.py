@@ -53,7 +53,7 @@ def test_every_extension_point_keeps_one_contract(what, capsys):
 
     module, attr = EXTENSION_POINTS[what]
     reg = getattr(importlib.import_module(module), attr)
-    assert reg._group == f"uqbench.{what}"
+    assert reg.entry_point_group == f"uqbench.{what}"
     names = reg.names()
     assert main(["list", what]) == 0
     assert capsys.readouterr().out.split() == names

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -270,20 +271,20 @@ def test_a_run_outside_its_pids_cgroup_is_reported(tmp_path, monkeypatch) -> Non
     made) has no process cap there: `limits_failed` and `protections` say so (the cgroup is
     pretended where there is none: the child is forked from this process)."""
     box = Sandbox(timeout_s=60.0)
-    box._cg_root = str(tmp_path)
-    monkeypatch.setattr(box, "_make_cgroup", lambda tag: str(tmp_path / "gone"))  # join fails
+    box.cgroup_root = str(tmp_path)
+    monkeypatch.setattr(box, "make_cgroup", lambda tag: str(tmp_path / "gone"))  # join fails
     res = box.run("pass\n")
     assert res.passed and res.limits_failed == ("pids_cgroup",)
     assert "uqbench-sandbox" not in res.stderr_tail
     assert box.protections()["os_limits_failed"]["pids_cgroup"].startswith("could not put")
-    monkeypatch.setattr(box, "_make_cgroup", lambda tag: None)  # could not be made
+    monkeypatch.setattr(box, "make_cgroup", lambda tag: None)  # could not be made
     assert box.run("pass\n").limits_failed == ("pids_cgroup",)
 
 
 def test_code_mc_build_records_runs_without_a_limit(monkeypatch) -> None:
     """A code MC build whose sandboxed runs go without an OS limit counts them per limit in its
-    stats, the split recipe sums them (`suites._BuildStats`), and every run using the split warns
-    and lists them in run.json ``fallbacks`` (`uqbench.data.suites.build._record_unlimited`)."""
+    stats, the split recipe sums them (`suites.BuildStats`), and every run using the split warns
+    and lists them in run.json ``fallbacks`` (`uqbench.data.suites.build.record_unlimited`)."""
     from uqbench.core.errors import FallbackWarning, reset_fallbacks
     from uqbench.data.mc.code import code_mc
     from uqbench.data.records import Split
@@ -299,19 +300,19 @@ def test_code_mc_build_records_runs_without_a_limit(monkeypatch) -> None:
     rec, stats = code_mc(mbpp_problem(add), seed=0, sandbox=Sandbox(timeout_s=5.0, workers=1))
     assert rec is not None
     assert stats["limits_failed"] == {"RLIMIT_NOFILE": stats["mutants_tried"] + 1}  # + reference
-    agg = S._BuildStats(get_source("mbpp"))
+    agg = S.BuildStats(get_source("mbpp"))
     agg.add(rec, stats)
     recipe = {"builder_stats": agg.result()}
     assert recipe["builder_stats"]["sandbox_limits_failed"] == stats["limits_failed"]
     record = reset_fallbacks()
     with pytest.warns(FallbackWarning, match="RLIMIT_NOFILE"):
-        S._record_unlimited(Split("code", "id", (rec,), recipe), "pooled: code/id")
+        S.record_unlimited(Split("code", "id", (rec,), recipe), "pooled: code/id")
     assert [(r["what"], r["where"]) for r in record] == [("sandbox limits", "pooled: code/id")]
     assert f"{stats['mutants_tried'] + 1} without RLIMIT_NOFILE" in record[0]["reason"]
     reset_fallbacks()
-    empty = S._BuildStats(get_source("mbpp")).result()
-    S._record_unlimited(Split("code", "id", (rec,), {"builder_stats": empty}),
-                        "pooled: code/id")
+    empty = S.BuildStats(get_source("mbpp")).result()
+    S.record_unlimited(Split("code", "id", (rec,), {"builder_stats": empty}),
+                       "pooled: code/id")
     assert record == []  # every limit enforced: nothing recorded
 
 
@@ -445,12 +446,12 @@ def test_session_child_gets_every_limit(sb: Sandbox, session) -> None:
     time limit, its own network namespace, its pids cgroup (as root) and NoNewPrivs."""
     import json
 
-    from uqbench.data.sandbox.host import _PROBE, _PROBE_MARK
+    from uqbench.data.sandbox.host import PROBE, PROBE_MARK
 
-    res = session.run(_PROBE, timeout_s=30.0)
-    line = next(ln for ln in res.stderr_tail.splitlines() if ln.startswith(_PROBE_MARK))
-    got = json.loads(line[len(_PROBE_MARK):])
-    assert {k: tuple(v) for k, v in got["limits"].items()} == sb._limits(30.0)
+    res = session.run(PROBE, timeout_s=30.0)
+    line = next(ln for ln in res.stderr_tail.splitlines() if ln.startswith(PROBE_MARK))
+    got = json.loads(line[len(PROBE_MARK):])
+    assert {k: tuple(v) for k, v in got["limits"].items()} == sb.os_limits(30.0)
     assert got["no_new_privs"] and got["sockets_refused"]
     assert got["net_ns"] != os.readlink("/proc/self/ns/net")
     if sb.protections()["process_limit"] == "pids_cgroup":
@@ -490,7 +491,7 @@ def test_session_leaves_nothing_and_reports_failed_limits(monkeypatch) -> None:
     with box.session() as s:
         assert s.run("pass\n").limits_failed == ("RLIMIT_NOFILE",)
         assert s.run("assert False\n").limits_failed == ("RLIMIT_NOFILE",)
-        made = [s._root] + ([s._cgroup] if s._cgroup else [])
+        made = [s.root] + ([s.cgroup] if s.cgroup else [])
         assert all(os.path.isdir(p) for p in made)
     assert not any(os.path.exists(p) for p in made)  # its folder and its cgroup
     monkeypatch.undo()
@@ -501,7 +502,7 @@ def test_session_leaves_nothing_and_reports_failed_limits(monkeypatch) -> None:
 def test_session_server_death_is_an_error_not_a_verdict() -> None:
     with Sandbox(timeout_s=60.0).session() as s:
         assert s.run("pass\n").passed
-        s._proc.kill()
+        os.kill(s.server_pid, signal.SIGKILL)
         with pytest.raises(RuntimeError, match="sandbox session server failed"):
             s.run("pass\n")
     with pytest.raises(ValueError, match="positive"):

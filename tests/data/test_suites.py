@@ -27,7 +27,7 @@ CAPS = {"train": SMOKE.train_cap, "calib": SMOKE.calib_cap, "id": SMOKE.id_cap,
 
 
 class _NoBuild:
-    """Patch for `_SplitMaker.make_split` that fails the test if anything is built."""
+    """Patch for `SplitMaker.make_split` that fails the test if anything is built."""
 
     def __call__(self, *a, **k):
         raise AssertionError("a split was built although it should come from the cache")
@@ -35,13 +35,13 @@ class _NoBuild:
 
 def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     built: list[str] = []
-    orig = S._SplitMaker.make_split
+    orig = S.SplitMaker.make_split
 
     def spy(self, domain, role, rs, start):
         built.append(f"{domain}/{role}")
         return orig(self, domain, role, rs, start)
 
-    monkeypatch.setattr(S._SplitMaker, "make_split", spy)
+    monkeypatch.setattr(S.SplitMaker, "make_split", spy)
     return built
 
 
@@ -135,9 +135,9 @@ def test_pooled_is_deterministic(pooled: tuple[SP.Suite, Path, Path]) -> None:
 def test_pooled_warm_cache_builds_nothing(pooled: tuple[SP.Suite, Path, Path],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # (fails, correctly, if a loader's or builder's version constant is bumped while it runs:
-    # the versions are part of the cache key; see tests/data/test_fingerprints.py)
+    # the versions are part of the cache key; see tests/data/suites/test_cache.py)
     suite, cache, d = pooled
-    monkeypatch.setattr(S._SplitMaker, "make_split", _NoBuild())
+    monkeypatch.setattr(S.SplitMaker, "make_split", _NoBuild())
     warm = S.build_suite("pooled", "smoke", data_dir=d, cache_dir=cache, progress=False)
     assert {k: s.hash for k, s in warm.splits.items()} == \
         {k: s.hash for k, s in suite.splits.items()}
@@ -367,7 +367,7 @@ def test_bad_suite_files(tmp_path: Path, data: object, match: str,
 
     p = tmp_path / "bad.yaml"
     p.write_text(yaml.safe_dump(data))
-    monkeypatch.setattr(S._SplitMaker, "make_split", _NoBuild())
+    monkeypatch.setattr(S.SplitMaker, "make_split", _NoBuild())
     with pytest.raises(ConfigError, match=match) as e:
         S.build_suite(str(p), "smoke", data_dir=tmp_path, progress=False)
     assert str(p) in str(e.value)
@@ -401,7 +401,7 @@ def test_missing_file_fails_before_any_split_is_built(real_data: Path, tmp_path:
         "piqa": {"train": {"source": "piqa", "split": "test", "half": 0},
                  "id": {"source": "piqa", "split": "test", "half": 1},
                  "shift": {"source": "siqa", "split": "test"}}}})
-    monkeypatch.setattr(S._SplitMaker, "make_split", _NoBuild())
+    monkeypatch.setattr(S.SplitMaker, "make_split", _NoBuild())
     with pytest.raises(DataError, match=r"piqa/llm-foundry_piqa_val\.jsonl.*UQBENCH_DATA"):
         S.build_suite(spec, "smoke", data_dir=d, progress=False)
 

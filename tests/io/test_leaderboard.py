@@ -17,7 +17,7 @@ import pytest
 
 from tests.support import lmeval
 from uqbench.core.errors import UserError
-from uqbench.io.lmeval import DomainTasks, _array_items, read_lmeval, read_task
+from uqbench.io.lmeval import DomainTasks, array_items, read_lmeval, read_task
 
 MC = lmeval.COMMITTED / "mc"
 VC = lmeval.COMMITTED / "vc"
@@ -163,14 +163,14 @@ def test_json_array_is_decoded_element_by_element(tmp_path: Path) -> None:
     it starts on; a truncated array is refused naming where."""
     items = old_rows(samples(MC, "arc_easy_local"))
     text = json.dumps(items, indent=2)
-    got = list(_array_items(tmp_path, io.StringIO(text), chunk=64))
+    got = list(array_items(tmp_path, io.StringIO(text), chunk=64))
     assert [d for _, d in got] == items
     starts = [i + 2 for i, line in enumerate(text.splitlines()[1:]) if line == "  {"]
     assert [line for line, _ in got] == starts
     with pytest.raises(UserError, match=rf"line {starts[-1]}: not JSON"):
-        list(_array_items(tmp_path, io.StringIO(text[:-40]), chunk=64))
+        list(array_items(tmp_path, io.StringIO(text[:-40]), chunk=64))
     with pytest.raises(UserError, match="ends without its closing"):
-        list(_array_items(tmp_path, io.StringIO(text[:-1]), chunk=64))
+        list(array_items(tmp_path, io.StringIO(text[:-1]), chunk=64))
 
 
 # -- v1: details_harness|<task>|<n>_<date>.parquet ----------------------------------------------

@@ -1,7 +1,7 @@
 """``report.html`` (every run folder, `uqbench.reporting.html`), its answers
 (`uqbench.reporting.answers`), the two table levels (`uqbench.results.tables`) and ``uqbench
 compare`` (`uqbench.reporting.compare`) on run folders scored from synthetic records
-(`tests.io.test_records.record_set`, seconds), and the report of the real smoke run in a real
+(`tests.io.test_recordset.record_set`, seconds), and the report of the real smoke run in a real
 browser (headless Chromium, slow tier)."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import slow_fixture
-from tests.io.test_records import record_set
+from tests.io.test_recordset import record_set
 from uqbench.cli import main
 from uqbench.core.errors import UserError
 from uqbench.files.rundir import read_run

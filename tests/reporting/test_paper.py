@@ -15,11 +15,11 @@ from uqbench.reporting.paper import (
     FAILS,
     HOLDS,
     INCONCLUSIVE,
-    _greater,
-    _Run,
-    _within,
+    PaperRun,
     claims,
     matched_budget,
+    verdict_greater,
+    verdict_within,
     write_paper_report,
 )
 from uqbench.stats import metrics as M
@@ -98,16 +98,16 @@ def _write_rows(run_dir: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _by_text(run_dir: Path) -> dict[str, tuple[str, str]]:
-    return {c.text: (c.verdict, c.ours) for c in claims(_Run(run_dir))}
+    return {c.text: (c.verdict, c.ours) for c in claims(PaperRun(run_dir))}
 
 
 def test_verdict_rules_by_hand() -> None:
-    assert _greater((0.1, 0.02, 0.2)) == HOLDS
-    assert _greater((-0.1, -0.2, -0.01)) == FAILS
-    assert _greater((0.0, -0.01, 0.01)) == INCONCLUSIVE
-    assert _within((0.0, -0.005, 0.008), 0.01) == HOLDS
-    assert _within((0.05, 0.02, 0.08), 0.01) == FAILS
-    assert _within((0.0, -0.02, 0.005), 0.01) == INCONCLUSIVE
+    assert verdict_greater((0.1, 0.02, 0.2)) == HOLDS
+    assert verdict_greater((-0.1, -0.2, -0.01)) == FAILS
+    assert verdict_greater((0.0, -0.01, 0.01)) == INCONCLUSIVE
+    assert verdict_within((0.0, -0.005, 0.008), 0.01) == HOLDS
+    assert verdict_within((0.05, 0.02, 0.08), 0.01) == FAILS
+    assert verdict_within((0.0, -0.02, 0.005), 0.01) == INCONCLUSIVE
 
 
 def test_ood_claims_follow_the_paired_bootstrap(run_dir: Path) -> None:
@@ -207,7 +207,7 @@ def test_a_match_above_4_experts_fails_only_if_care_at_b4_is_less_accurate(
 def test_report_file_counts_every_claim(run_dir: Path) -> None:
     path = write_paper_report(run_dir)
     text = path.read_text()
-    cs = claims(_Run(run_dir))
+    cs = claims(PaperRun(run_dir))
     assert text.count("\n| ") == len(cs) + 1  # header + one row per claim
     n_hold = sum(c.verdict == HOLDS for c in cs)
     n_fail = sum(c.verdict == FAILS for c in cs)
@@ -241,7 +241,7 @@ def test_claims_resting_on_a_model_at_chance_are_not_evidence(run_dir: Path) -> 
     domain's chance level (the ``chance`` row); its verdict is kept, the annotation beside it."""
     from uqbench.reporting.paper import AT_CHANCE
 
-    assert not any(c.note for c in claims(_Run(run_dir)))  # no chance rows: nothing to mark
+    assert not any(c.note for c in claims(PaperRun(run_dir)))  # no chance rows: nothing to mark
     rows = _rows(run_dir)
     for r in rows:
         if r["method"] == CARE and r["domain"] in ("pooled", "science"):
@@ -253,7 +253,7 @@ def test_claims_resting_on_a_model_at_chance_are_not_evidence(run_dir: Path) -> 
                      "domain": dom, "accuracy": level, "accuracy_lo": level - 0.1,
                      "accuracy_hi": level + 0.1, "ece": float("nan")})
     _write_rows(run_dir, rows)
-    by = {c.text: c for c in claims(_Run(run_dir))}
+    by = {c.text: c for c in claims(PaperRun(run_dir))}
     for text in ("CARE's OOD-AUROC beats MoE top-4 + MSP", "CARE's OOD-AUROC beats MC-dropout",
                  "raw ECE comparable between CARE and MSP (|Δ| ≤ 0.03)",
                  ("one global τ spends more experts on harder domains (Spearman ρ of experts vs "
@@ -301,7 +301,7 @@ def test_care_beats_every_single_pass_moe_baseline(heavy_compute, run_dir: Path)
     assert verdict == INCONCLUSIVE and ours.endswith("not measured: flylora/native/entropy")
     assert ours.count("vs ") == 4
     _add(run_dir, {UQ_SINGLE_PASS[-1]: _arrays(rng, None)})
-    claim = next(c for c in claims(_Run(run_dir)) if c.text == EVERY)
+    claim = next(c for c in claims(PaperRun(run_dir)) if c.text == EVERY)
     assert claim.verdict == HOLDS and claim.section == "uq"
     assert set(claim.rests_on) == {(m, "pooled") for m in (CARE, *UQ_SINGLE_PASS)}
     # the report says, next to that claim, that the baselines are simplified re-implementations
@@ -331,7 +331,7 @@ def test_disagreement_claim_scores_nucleus_only_by_the_concentration_read_out(
     rng = np.random.default_rng(2)
     _add(run_dir, {"moe-lora/nucleus-only/care": _arrays(rng, 8.0),  # would make it fail
                    f"moe-lora/nucleus-only/{CONCENTRATION}": _arrays(rng, None)})
-    claim = next(c for c in claims(_Run(run_dir)) if c.text.startswith("disagreement term "
+    claim = next(c for c in claims(PaperRun(run_dir)) if c.text.startswith("disagreement term "
                                                                       "raises OOD-AUROC"))
     assert "concentration-only read-out, w = 0" in claim.text and "w = 0.5" in claim.text
     assert claim.verdict == HOLDS
@@ -340,7 +340,7 @@ def test_disagreement_claim_scores_nucleus_only_by_the_concentration_read_out(
 
 
 def test_a_single_experiments_report_has_its_own_claims_only(run_dir: Path) -> None:
-    everything = claims(_Run(run_dir))
+    everything = claims(PaperRun(run_dir))
     text = write_paper_report(run_dir, "ablation").read_text()
     n_ablation = sum(c.section == "ablation" for c in everything)
     assert n_ablation == 5 and text.count("\n| ablation |") == n_ablation
@@ -359,11 +359,11 @@ def test_paired_verdicts_pool_every_seed(run_dir: Path) -> None:
     """scores.npz holds (N, seeds) arrays; a paired difference resamples examples (the same for
     every seed) and pools the seeds. Seed 0 alone would say the τ=0.8 CARE is 10 points more
     accurate than τ=0.4; seed 1 reverses it exactly, so pooled Δ = 0 with a CI of width 0."""
-    from uqbench.reporting.paper import _paired
+    from uqbench.reporting.paper import paired_interval
 
-    run = _Run(run_dir)
+    run = PaperRun(run_dir)
     hi, lo = "moe-lora/care-tau0.8/care", "moe-lora/care-tau0.4/care"
-    seed0 = _paired(run, hi, lo, "accuracy")
+    seed0 = paired_interval(run, hi, lo, "accuracy")
     assert seed0[0] == pytest.approx(0.10)
     c_hi, c_lo = (run.arrays[f"{m}|pooled|id|correct"] for m in (hi, lo))
     for m in (hi, lo):
@@ -372,7 +372,7 @@ def test_paired_verdicts_pool_every_seed(run_dir: Path) -> None:
             run.arrays[f"{m}|pooled|{k}"] = np.stack([a, a], 1)
     run.arrays[f"{hi}|pooled|id|correct"] = np.stack([c_hi, c_lo], 1)   # seed 1 reversed
     run.arrays[f"{lo}|pooled|id|correct"] = np.stack([c_lo, c_hi], 1)
-    assert _paired(run, hi, lo, "accuracy") == pytest.approx((0.0, 0.0, 0.0, 0))
+    assert paired_interval(run, hi, lo, "accuracy") == pytest.approx((0.0, 0.0, 0.0, 0))
     assert run.a(hi, "id", "correct").shape == (N, 2)
 
 
@@ -382,20 +382,20 @@ def test_gain_of_a_fifth_expert_against_disagreement(run_dir: Path, where: str |
     """Figure "mechanism" (c) as a claim: a 5th expert turns 30 wrong top-4 answers right, all
     among the examples of high (or low) top-4 disagreement: the gain above the median is
     30 / 100 = 30 pts and 0 below, a difference of ±30 pts."""
-    from uqbench.reporting.paper import _gain_with_disagreement
+    from uqbench.reporting.paper import gain_with_disagreement
 
-    run = _Run(run_dir)
+    run = PaperRun(run_dir)
     c4 = run.arrays[f"{MSP}|pooled|id|correct"].astype(bool)
     dis = np.random.default_rng(1).permutation(N).astype(float)
     if where is None:
-        assert "not measured" in _gain_with_disagreement(run).ours
+        assert "not measured" in gain_with_disagreement(run).ours
         return
     pool = np.flatnonzero(~c4 & ((dis >= N / 2) if where == "high" else (dis < N / 2)))
     c5 = c4.copy()
     c5[pool[:30]] = True
     run.arrays.update({"moe-lora/top5/msp|pooled|id|correct": c5,
                        "moe-lora/top4|pooled|id|disagreement": dis})
-    c = _gain_with_disagreement(run)
+    c = gain_with_disagreement(run)
     assert c.verdict == verdict
     assert f"Δ = {'+' if where == 'high' else '-'}30.000 pts" in c.ours
     assert "(200 examples)" in c.ours  # the fixture has no shifted disagreement: ID only
@@ -406,9 +406,9 @@ def test_undefined_bootstrap_resamples_are_counted_warned_and_recorded(run_dir: 
     "above" half and an undefined statistic. Those resamples (counted by hand, with the same
     draws) are left out of the CI, warned about, recorded and shown in the claim."""
     from uqbench.core.errors import FallbackWarning, reset_fallbacks
-    from uqbench.reporting.paper import N_BOOT, _gain_with_disagreement
+    from uqbench.reporting.paper import N_BOOT, gain_with_disagreement
 
-    run = _Run(run_dir)
+    run = PaperRun(run_dir)
     dis = np.zeros(N)
     dis[7] = 1.0
     run.arrays.update({"moe-lora/top5/msp|pooled|id|correct": ~run.a(MSP, "id", "correct"),
@@ -418,7 +418,7 @@ def test_undefined_bootstrap_resamples_are_counted_warned_and_recorded(run_dir: 
     assert 0 < missing < N_BOOT
     record = reset_fallbacks()
     with pytest.warns(FallbackWarning, match=f"{missing} of {N_BOOT} resamples gave NaN"):
-        c = _gain_with_disagreement(run)
+        c = gain_with_disagreement(run)
     assert f"({missing} of {N_BOOT} resamples undefined, left out of the CI)" in c.ours
     assert [(r["what"], r["where"]) for r in record] == [("paper claim bootstrap", c.text)]
     reset_fallbacks()
@@ -478,7 +478,7 @@ def test_claims_resting_on_a_model_no_better_than_zero_shot_are_not_evidence(
                  "domain": "science", "accuracy": 0.25, "accuracy_lo": 0.15,
                  "accuracy_hi": 0.35, "ece": float("nan")})
     _write_rows(run_dir, rows)
-    by = {c.text: c for c in claims(_Run(run_dir))}
+    by = {c.text: c for c in claims(PaperRun(run_dir))}
     assert by["CARE's OOD-AUROC beats MoE top-4 + MSP"].note == NOT_LEARNED
     assert by["mean experts rises monotonically with τ (point estimates)"].note == ""
     allocation = ("one global τ spends more experts on harder domains (Spearman ρ of experts vs "

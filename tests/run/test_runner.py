@@ -203,7 +203,7 @@ def test_fallbacks_go_to_run_json_on_every_run_and_are_reset_per_run(env, cold, 
     assert json.loads((cold.out / "run.json").read_text())["fallbacks"] == []
     monkeypatch.setattr(netcal.scaling.TemperatureScaling, "temperature",
                         property(lambda self: np.array([np.nan])))
-    monkeypatch.setattr(R, "_code_hash", lambda: "test: failed temperature fits")
+    monkeypatch.setattr(R, "fits_code_hash", lambda: "test: failed temperature fits")
     n_rows = sum(r["method"] not in ("chance", "options-only") for r in cold.rows)
     for _ in ("fits", "cached"):
         with pytest.warns(FallbackWarning, match="temperature scaling fit"):

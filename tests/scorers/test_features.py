@@ -189,7 +189,7 @@ def test_a_models_splits_share_one_fit_and_other_training_arrays_get_their_own(m
         (p, d, role) for p in "pq" for d in "xy" for role in ("train", "id", "shift"))})
     fits = []
     monkeypatch.setattr(F, "ledoit_wolf", lambda xc: fits.append(1) or lw_numpy(xc))
-    monkeypatch.setattr(F, "_FITS", {})
+    monkeypatch.setattr(F, "FITS", {})
     scored = {k: [get_scorer(s)(o) for s in ("mahalanobis", "rmd")]
               for k, o in outs.items() if not k[1].endswith("/train")}
     assert len(fits) == 2 * 2   # per model: the one Gaussian and the per-domain one
@@ -198,7 +198,7 @@ def test_a_models_splits_share_one_fit_and_other_training_arrays_get_their_own(m
         x = outs[p, split, 0].features.astype(np.float64)
         np.testing.assert_allclose(got[0], mahalanobis(x, t.mean(0), lw_numpy(t - t.mean(0))),
                                    rtol=1e-10)
-        monkeypatch.setattr(F, "_FITS", {})
+        monkeypatch.setattr(F, "FITS", {})
         np.testing.assert_array_equal(got[1], get_scorer("rmd")(outs[p, split, 0]))
 
 

@@ -75,11 +75,11 @@ def test_temperature_scaling_keeps_every_prediction_and_the_accuracy(case):
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pyro's, inside netcal
 def test_the_bound_is_applied_as_netcal_applies_a_temperature():
-    """A fit held at `T_MAX` is applied by `_rescale` (netcal has no public setter): it must be
+    """A fit held at `T_MAX` is applied by `rescaled` (netcal has no public setter): it must be
     netcal's own transform for a factor netcal fitted, and softmax(log p / T_MAX) by hand."""
     import netcal.scaling
 
-    from uqbench.stats.recalibration import _rescale
+    from uqbench.stats.recalibration import rescaled
 
     z, y = _calibrated(500, seed=8)
     p = _softmax(2 * z)
@@ -87,9 +87,9 @@ def test_the_bound_is_applied_as_netcal_applies_a_temperature():
         ts = netcal.scaling.TemperatureScaling()
         ts.fit(x, labels)
         inverse = float(np.ravel(ts.temperature)[0])
-        np.testing.assert_allclose(_rescale(x, inverse), ts.transform(x).reshape(x.shape),
+        np.testing.assert_allclose(rescaled(x, inverse), ts.transform(x).reshape(x.shape),
                                    rtol=1e-14, atol=0)
-    np.testing.assert_allclose(_rescale(p, 1 / T_MAX), _softmax(np.log(p) / T_MAX), rtol=1e-12)
+    np.testing.assert_allclose(rescaled(p, 1 / T_MAX), _softmax(np.log(p) / T_MAX), rtol=1e-12)
 
 
 def test_a_failed_temperature_fit_warns_and_is_recorded_every_run(tmp_path, monkeypatch):

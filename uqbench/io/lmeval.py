@@ -265,7 +265,7 @@ def _json_samples(path: Path, f: TextIO) -> Iterator[tuple[int, dict[str, Any]]]
             first = f.read(1)
         f.seek(0)
         if first == "[":
-            yield from _array_items(path, f)
+            yield from array_items(path, f)
             return
         for i, raw in enumerate(f, 1):
             if not raw.strip():
@@ -280,8 +280,8 @@ def _json_samples(path: Path, f: TextIO) -> Iterator[tuple[int, dict[str, Any]]]
 _SKIP = re.compile(r"[\s,]*")
 
 
-def _array_items(path: Path, f: TextIO, chunk: int = 1 << 20
-                 ) -> Iterator[tuple[int, dict[str, Any]]]:
+def array_items(path: Path, f: TextIO, chunk: int = 1 << 20
+                ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line it starts on, element) of each element of a file holding one JSON array, as
     lm-eval <= 0.4.2 wrote samples (``json.dumps(samples, indent=2)``), decoded one element at
     a time from chunks of the file (memory: the largest element, not the file)."""

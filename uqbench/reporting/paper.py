@@ -97,7 +97,9 @@ def _pooled(*methods: str) -> tuple[tuple[str, str], ...]:
     return tuple((m, "pooled") for m in methods)
 
 
-class _Run:
+class PaperRun:
+    """One run's rows and score arrays, as the claims read them."""
+
     def __init__(self, run_dir: Path) -> None:
         run = read_run(run_dir)  # results.jsonl and scores.npz, or a UserError naming them
         self.rows, self.arrays = run.rows, run.arrays
@@ -138,7 +140,7 @@ PAIRED_METRICS = ("accuracy", "ece", "sel_acc_80", "shift_accuracy", "shift_sel_
                   "ood_auroc")
 
 
-def _paired_value(run: _Run, method: str, metric: str, i: NDArray[np.intp],
+def _paired_value(run: PaperRun, method: str, metric: str, i: NDArray[np.intp],
                   j: NDArray[np.intp]) -> float:
     """``metric`` of ``method`` on the resampled ID examples ``i`` and shifted examples ``j``,
     every seed's column pooled."""
@@ -147,7 +149,7 @@ def _paired_value(run: _Run, method: str, metric: str, i: NDArray[np.intp],
                  for split, field in col.reads))
 
 
-def _paired(run: _Run, a: str, b: str, metric: str, seed: int = 0) -> M.PairedInterval:
+def paired_interval(run: PaperRun, a: str, b: str, metric: str, seed: int = 0) -> M.PairedInterval:
     """Point and 95% CI of metric(a) − metric(b) under a shared bootstrap of examples. Every
     seed counts: a resample draws examples (the same for every seed and both methods), and the
     metric is computed on those examples pooled over the seeds; ID and shifted examples are
@@ -158,11 +160,13 @@ def _paired(run: _Run, a: str, b: str, metric: str, seed: int = 0) -> M.PairedIn
                       f"{metric}: {a} − {b}", seed)
 
 
-def _greater(d: Sequence[float]) -> str:
+def verdict_greater(d: Sequence[float]) -> str:
+    """`HOLDS` if the CI ``d`` is above 0, `FAILS` if below, else `INCONCLUSIVE`."""
     return HOLDS if d[1] > 0 else FAILS if d[2] < 0 else INCONCLUSIVE
 
 
-def _within(d: Sequence[float], m: float) -> str:
+def verdict_within(d: Sequence[float], m: float) -> str:
+    """`HOLDS` if the CI ``d`` lies within ±``m``, `FAILS` if beyond it, else `INCONCLUSIVE`."""
     return HOLDS if -m <= d[1] and d[2] <= m else FAILS if d[1] > m or d[2] < -m else INCONCLUSIVE
 
 
@@ -174,7 +178,7 @@ def _fmt_diff(d: M.PairedInterval, pct: bool = False) -> str:
     return f"Δ = {d[0] * s:+.3f}{unit} [{d[1] * s:+.3f}, {d[2] * s:+.3f}]{dropped}"
 
 
-def _v(run: _Run, method: str, col: str, pct: bool = False) -> str:
+def _v(run: PaperRun, method: str, col: str, pct: bool = False) -> str:
     r = run.row(method)
     s = 100.0 if pct else 1.0
     lo, hi = r.get(f"{col}_lo"), r.get(f"{col}_hi")
@@ -203,13 +207,13 @@ class Compare:
     def methods(self) -> tuple[str, ...]:
         return (self.a, self.b)
 
-    def judge(self, run: _Run) -> list[Claim]:
+    def judge(self, run: PaperRun) -> list[Claim]:
         a, b = self.a, self.b
         if not (run.has(a) and run.has(b)):
             return [Claim(self.section, self.text, self.paper,
                           f"not measured ({a} or {b} missing)", INCONCLUSIVE)]
-        d = _paired(run, a, b, self.metric)
-        verdict = _greater(d) if self.margin is None else _within(d, self.margin)
+        d = paired_interval(run, a, b, self.metric)
+        verdict = verdict_greater(d) if self.margin is None else verdict_within(d, self.margin)
         return [Claim(self.section, self.text, self.paper,
                       f"{_v(run, a, self.metric, self.pct)} vs {_v(run, b, self.metric, self.pct)}"
                       f"; {_fmt_diff(d, self.pct)}", verdict, _pooled(a, b))]
@@ -232,7 +236,7 @@ class BeatsEach:
     def methods(self) -> tuple[str, ...]:
         return (self.a, *self.others)
 
-    def judge(self, run: _Run) -> list[Claim]:
+    def judge(self, run: PaperRun) -> list[Claim]:
         a, metric = self.a, self.metric
         missing = [b for b in self.others if not run.has(b)]
         have = [b for b in self.others if run.has(b)]
@@ -242,8 +246,8 @@ class BeatsEach:
                           f"not measured ({', '.join(absent)} missing)", INCONCLUSIVE)]
         parts, verdicts = [], []
         for b in have:
-            d = _paired(run, a, b, metric)
-            verdicts.append(_greater(d))
+            d = paired_interval(run, a, b, metric)
+            verdicts.append(verdict_greater(d))
             parts.append(f"vs {b}: {_v(run, b, metric)}, {_fmt_diff(d)}")
         ours = f"{_v(run, a, metric)}; " + "; ".join(parts)
         if missing:
@@ -260,10 +264,10 @@ class Trend:
     are the methods it reads, as `fnmatch` patterns (``*`` for a family of gates or scorers)."""
 
     section: str
-    rule: Callable[[_Run], list[Claim]]
+    rule: Callable[[PaperRun], list[Claim]]
     methods: tuple[str, ...]
 
-    def judge(self, run: _Run) -> list[Claim]:
+    def judge(self, run: PaperRun) -> list[Claim]:
         return self.rule(run)
 
 
@@ -271,13 +275,13 @@ _ABL = "moe-lora/{}/care"
 _PP = 0.01  # one percentage point
 
 
-def claims(run: _Run) -> list[Claim]:
+def claims(run: PaperRun) -> list[Claim]:
     """Every claim of `CLAIMS`, judged on ``run``, marked where it rests on a model at chance
     or on one no better than its zero-shot backbone."""
     return _mark_not_evidence(run, [c for spec in CLAIMS for c in spec.judge(run)])
 
 
-def _mark_not_evidence(run: _Run, cs: list[Claim]) -> list[Claim]:
+def _mark_not_evidence(run: PaperRun, cs: list[Claim]) -> list[Claim]:
     """Mark every claim resting on a (method, domain) whose ID accuracy CI includes chance
     (`AT_CHANCE`) or whose learned column's CI does not lie above 0 (`NOT_LEARNED`)."""
     marks = [(AT_CHANCE, {(f["method"], f["domain"]) for f in at_chance(run.rows)}),
@@ -286,12 +290,12 @@ def _mark_not_evidence(run: _Run, cs: list[Claim]) -> list[Claim]:
                                       if flagged.intersection(c.rests_on))) for c in cs]
 
 
-def _pooled_rows(run: _Run, pattern: str) -> list[dict[str, Any]]:
+def _pooled_rows(run: PaperRun, pattern: str) -> list[dict[str, Any]]:
     """The pooled rows of the methods that match ``pattern`` (`fnmatch`, e.g. `TAU_GATES`)."""
     return [r for r in run.rows if r["domain"] == "pooled" and fnmatchcase(r["method"], pattern)]
 
 
-def _thermostat(run: _Run) -> list[Claim]:
+def _thermostat(run: PaperRun) -> list[Claim]:
     rows = sorted(_pooled_rows(run, TAU_GATES), key=lambda r: float(r["gate"][len("care-tau"):]))
     if len(rows) < 2:
         return [Claim("thermostat", "mean experts rises with τ", "1.54 → 3.96", "not measured",
@@ -304,10 +308,10 @@ def _thermostat(run: _Run) -> list[Claim]:
     text = "accuracy rises with τ (highest vs lowest τ, paired)"
     hi, lo = rows[-1]["method"], rows[0]["method"]
     if run.has(hi) and run.has(lo):
-        d = _paired(run, hi, lo, "accuracy")
+        d = paired_interval(run, hi, lo, "accuracy")
         points = ", ".join(f"{a * 100:.1f}" for a in acc)
         rises = Claim("thermostat", text, "46.6 → 53.7", f"{points}; "
-                      f"τ={taus[-1]} − τ={taus[0]}: {_fmt_diff(d, pct=True)}", _greater(d),
+                      f"τ={taus[-1]} − τ={taus[0]}: {_fmt_diff(d, pct=True)}", verdict_greater(d),
                       _pooled(hi, lo))
     else:
         rises = Claim("thermostat", text, "46.6 → 53.7", f"not measured ({hi} or {lo} missing)",
@@ -346,7 +350,7 @@ def matched_budget(experts: Sequence[float], accuracy: Sequence[float],
     return None
 
 
-def _matching_budget(run: _Run) -> Claim:
+def _matching_budget(run: PaperRun) -> Claim:
     text, paper = "CARE reaches fixed-4 accuracy with fewer experts", "3.5 experts (12% fewer)"
     care = sorted((r["avg_experts"], r["accuracy"]) for r in _pooled_rows(run, BUDGET_GATES))
     fixed4 = _pooled_rows(run, "*/top4/msp")
@@ -365,10 +369,10 @@ def _matching_budget(run: _Run) -> Claim:
                 "interpolated)")
         if not run.has(CARE_B4) or not run.has(MSP4):
             return Claim("frontier", text, paper, ours, INCONCLUSIVE, rests)
-        d = _paired(run, MSP4, CARE_B4, "accuracy")
+        d = paired_interval(run, MSP4, CARE_B4, "accuracy")
         return Claim("frontier", text, paper,
                      f"{ours}; fixed top-4 − CARE at B=4: {_fmt_diff(d, pct=True)}",
-                     FAILS if _greater(d) == HOLDS else INCONCLUSIVE, rests)
+                     FAILS if verdict_greater(d) == HOLDS else INCONCLUSIVE, rests)
     most, least = ("", "") if exact else ("≤ ", "≥ ")  # not exact: the lowest budget matches
     ours = (f"{most}{match:.2f} experts ({least}{(4 - match) / 4 * 100:.0f}% fewer; point "
             "estimates, interpolated)")
@@ -377,13 +381,13 @@ def _matching_budget(run: _Run) -> Claim:
     low = f"moe-lora/top{max(1, int(match))}/msp"
     if match >= 3.95 or not run.has(low) or not run.has(MSP4):
         return Claim("frontier", text, paper, ours, INCONCLUSIVE, rests)
-    d = _paired(run, MSP4, low, "accuracy")
+    d = paired_interval(run, MSP4, low, "accuracy")
     return Claim("frontier", text, paper,
                  f"{ours}; fixed top-4 − {low.split('/')[1]}: {_fmt_diff(d, pct=True)}",
-                 HOLDS if _greater(d) == HOLDS else INCONCLUSIVE, rests + _pooled(low))
+                 HOLDS if verdict_greater(d) == HOLDS else INCONCLUSIVE, rests + _pooled(low))
 
 
-def _gain_with_disagreement(run: _Run, seed: int = 0) -> Claim:
+def gain_with_disagreement(run: PaperRun, seed: int = 0) -> Claim:
     """Figure "mechanism" (c) as a paired claim: per example (ID and shifted pooled, as the
     figure), the gain of a 5th expert is ``correct(top-5) - correct(top-4)``; the statistic is its
     mean on the examples whose top-4 disagreement is above the median minus its mean on the rest
@@ -420,10 +424,10 @@ def _gain_with_disagreement(run: _Run, seed: int = 0) -> Claim:
     d = _bootstrap(lambda i: float(np.subtract(*halves(i))), (n,), text, seed)
     ours = (f"gain {above * 100:+.2f} pts above vs {below * 100:+.2f} pts below the median "
             f"({n} examples); {_fmt_diff(d, pct=True)}")
-    return Claim("frontier", text, paper, ours, _greater(d), _pooled(MSP4, top5))
+    return Claim("frontier", text, paper, ours, verdict_greater(d), _pooled(MSP4, top5))
 
 
-def _wblend(run: _Run) -> Claim:
+def _wblend(run: PaperRun) -> Claim:
     wrows = _pooled_rows(run, W_SCORERS)
     rows = sorted((float(r["scorer"][len("care_w"):]), r["ood_auroc"]) for r in wrows)
     if len(rows) < 3:
@@ -436,7 +440,7 @@ def _wblend(run: _Run) -> Claim:
                  HOLDS if 0 < best[0] < 1 else FAILS, _pooled(*(r["method"] for r in wrows)))
 
 
-def _allocation(run: _Run) -> Claim:
+def _allocation(run: PaperRun) -> Claim:
     text = "one global τ spends more experts on harder domains (Spearman ρ of experts vs error)"
     rows = [r for r in run.rows if r["method"] == CARE and r["domain"] != "pooled"]
     if len(rows) < 3:
@@ -481,7 +485,7 @@ CLAIMS: tuple[Compare | BeatsEach | Trend, ...] = (
             "accuracy", pct=True),
     Trend("frontier", lambda run: [_matching_budget(run)],
           (BUDGET_GATES, CARE_B4, MSP4, "moe-lora/top[123]/msp")),
-    Trend("frontier", lambda run: [_gain_with_disagreement(run)], (MSP4, TOP5)),
+    Trend("frontier", lambda run: [gain_with_disagreement(run)], (MSP4, TOP5)),
     Compare("kmax", "accuracy saturates by k_max = 6 (|acc(12) − acc(6)| ≤ 1 pt)",
             "53.7 vs 53.6", "moe-lora/care-kmax12/care", "moe-lora/care-kmax6/care", "accuracy",
             margin=_PP, pct=True),
@@ -513,7 +517,7 @@ def write_paper_report(run_dir: str | Path, experiment: str | None = None) -> Pa
     if experiment not in EXPERIMENTS:
         raise UserError(f"unknown experiment {experiment!r}; valid: "
                         f"{', '.join(EXPERIMENTS.names())}")
-    run = _Run(run_dir)
+    run = PaperRun(run_dir)
     cs = claims(run)
     if experiment != "paper":
         cs = [c for c in cs if c.section == experiment]

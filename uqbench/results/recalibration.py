@@ -114,7 +114,8 @@ def columns(rec: Recalibrated, correct: NDArray[Any], *, n_bins: int = M.ECE_BIN
 
 
 @cache
-def _code_hash() -> str:
+def fits_code_hash() -> str:
+    """Hash of the code the cached recalibration columns depend on, netcal's version included."""
     try:
         version = metadata.version("netcal")
     except metadata.PackageNotFoundError:
@@ -160,7 +161,7 @@ def recalibrate_cached(cache: ArrayCache | None, scorer: Scorer, calib: Sequence
         for a in (calib_confidence, test_confidence, test_correct):
             h.update(np.ascontiguousarray(a).tobytes() + str(a.shape).encode())
         material = {"scores": h.hexdigest(), "msp": _uses_msp(scorer), "options": options,
-                    "code": _code_hash()}
+                    "code": fits_code_hash()}
         got, _ = cache.get_or_compute("recalibrate", material, compute)
     row = {k: float(v) for k, v in got.items() if np.ndim(v) == 0}
     rec = Recalibrated({k: np.asarray(got[f"confidence_{k}"]) for k in CALIBRATORS},

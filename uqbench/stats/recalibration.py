@@ -81,7 +81,7 @@ def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
     with 1/T < 1/`T_MAX` is held at the bound (the constrained optimum, see the module doc),
     and a fit that is not a finite number -- a failed fit -- is also held there, with the reason
     returned: `uqbench.results.recalibration.recalibrate_cached` warns and records it in run.json
-    ``fallbacks``. A held fit is applied by `_rescale` (netcal has no public setter for its
+    ``fallbacks``. A held fit is applied by `rescaled` (netcal has no public setter for its
     fitted factor). A choice of probability 0 (a padded choice of a pooled row whose domains
     have fewer options) stays at 0; the fit sees it at netcal's epsilon (~1e-16), negligible
     unless T is in the hundreds.
@@ -108,7 +108,7 @@ def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
             scaled = np.asarray(ts.transform(np.asarray(probs, np.float64)), np.float64)
         else:
             inverse = 1.0 / T_MAX
-            scaled = _rescale(np.asarray(probs, np.float64), inverse)
+            scaled = rescaled(np.asarray(probs, np.float64), inverse)
     if np.ndim(probs) == 2 and np.shape(probs)[1] == 2 and scaled.ndim == 1:
         scaled = np.stack([1.0 - scaled, scaled], axis=1)  # netcal's binary form: P(choice 1)
     scaled = scaled.reshape(np.shape(probs))
@@ -119,7 +119,7 @@ def temperature_scaling(probs_calib: NDArray[Any], labels_calib: NDArray[Any],
     return 1.0 / inverse, scaled, failed
 
 
-def _rescale(probs: NDArray[np.float64], inverse: float) -> NDArray[np.float64]:
+def rescaled(probs: NDArray[np.float64], inverse: float) -> NDArray[np.float64]:
     """netcal's temperature-scaling transform with the factor ``inverse`` = 1/T, in its float64
     arithmetic (probabilities clipped to [eps, 1 - eps]; the softmax shifted by its maximum and
     multiplied by the reciprocal of its sum): equal to ``TemperatureScaling.transform`` to the

@@ -19,7 +19,7 @@ from uqbench.data.sandbox import Sandbox
 from uqbench.data.seeds import derive_seed
 from uqbench.data.sources import Item, load_source
 from uqbench.data.sources.code import humaneval_problem, mbpp_problem
-from uqbench.data.suites.build import _mp_context, make_record
+from uqbench.data.suites.build import make_record, worker_context
 
 
 def mbpp_mc(raw: dict, **kw: Any) -> tuple[MCRecord | None, dict]:
@@ -36,7 +36,7 @@ def _make_all(source: str, split: str, items: list[Item], seed: int, workers: in
     if workers <= 1:
         return [make_record(source, split, it, seed, "code") for it in items]
     n = len(items)
-    with cf.ProcessPoolExecutor(workers, mp_context=_mp_context()) as ex:
+    with cf.ProcessPoolExecutor(workers, mp_context=worker_context()) as ex:
         return list(ex.map(make_record, [source] * n, [split] * n, items, [seed] * n,
                            ["code"] * n))
 
@@ -281,14 +281,14 @@ def test_no_mutation_writes_none_or_floor_division_for_a_product() -> None:
 
 
 def test_shrinking_and_growing_edits_alternate_within_a_tier() -> None:
-    """`_alternate_signs`: by tier, an edit that shrinks the character 3-gram set, then one
+    """`alternate_signs`: by tier, an edit that shrinks the character 3-gram set, then one
     that grows it, ...; the rest of each sign's order kept."""
-    from uqbench.data.mc.code import _alternate_signs
+    from uqbench.data.mc.code import alternate_signs
     from uqbench.data.mc.mutations import Mutation
 
     m = [Mutation("k", i, "v", 1, tier=t) for i, t in enumerate([1, 0, 0, 0, 0, 1])]
     delta = {m[0]: -1, m[1]: 2, m[2]: 3, m[3]: -2, m[4]: 0, m[5]: 5}
-    assert _alternate_signs(m, delta) == [m[3], m[1], m[2], m[4], m[0], m[5]]
+    assert alternate_signs(m, delta) == [m[3], m[1], m[2], m[4], m[0], m[5]]
 
 
 def test_swap_prior_is_the_references_token_counts(real_data: Path) -> None:
@@ -379,10 +379,10 @@ def _same_both_ways(problems: list, seed: int = 0) -> dict:
 
 
 def test_session_path_builds_what_the_process_path_builds(sandbox_ok) -> None:
-    """The fingerprint problems (tests/data/test_fingerprints.py), the ones above, and one whose
+    """The fingerprint problems (tests/data/suites/test_cache.py), the ones above, and one whose
     mutants loop forever (``i += 1`` -> ``i += 0``...): stopped in both paths, as "timeout"."""
-    from tests.data.test_fingerprints import ADD as FP_ADD
-    from tests.data.test_fingerprints import DOUBLE
+    from tests.data.suites.test_cache import ADD as FP_ADD
+    from tests.data.suites.test_cache import DOUBLE
 
     problems = [mbpp_problem(FP_ADD), humaneval_problem(DOUBLE), mbpp_problem(ADD),
                 mbpp_problem(COUNT), humaneval_problem(HUMANEVAL_LIKE), mbpp_problem(LOOP)]

@@ -199,7 +199,7 @@ def order_mutations(muts: Sequence[Mutation], rng: Any) -> list[Mutation]:
     return ordered
 
 
-def _alternate_signs(muts: Sequence[Mutation], delta: dict[Mutation, int]) -> list[Mutation]:
+def alternate_signs(muts: Sequence[Mutation], delta: dict[Mutation, int]) -> list[Mutation]:
     """Within each tier, alternate mutations that shrink the set of character 3-grams with those
     that grow it (order kept otherwise), so that both kinds are among the first tried."""
     out: list[Mutation] = []
@@ -296,7 +296,7 @@ def _build(p: CodeProblem, *, seed: int, sb: Sandbox | SandboxSession, scheme: s
             texts[key] = apply_mutations(tree, ms)
         return texts[key]
 
-    muts = _alternate_signs(muts, {m: len(char_ngrams(text_of([m]))) - ref_grams for m in muts})
+    muts = alternate_signs(muts, {m: len(char_ngrams(text_of([m]))) - ref_grams for m in muts})
     muts = balance_directions(muts, rng)
     anc = ancestry(tree)
     seen = {ref_text}

@@ -76,7 +76,8 @@ _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
-_PROBE_MARK = "uqbench-probe: "
+#: the prefix of the line in which `PROBE` reports to the host
+PROBE_MARK = "uqbench-probe: "
 #: the OS limits the set-up code applies, in order
 _RLIMITS = ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC",
             "RLIMIT_CORE")
@@ -84,7 +85,7 @@ _RLIMITS = ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_
 _CGROUP_LIMIT = "pids_cgroup"
 # What `Sandbox.protections` runs: it reports what the child actually got (its limits, whether
 # PR_SET_NO_NEW_PRIVS is set, its network namespace and cgroup, whether sockets are refused).
-_PROBE = rf'''
+PROBE = rf'''
 import json, os, resource, sys
 got = {{"limits": {{n: list(resource.getrlimit(getattr(resource, n))) for n in {_RLIMITS!r}}}}}
 try:
@@ -109,7 +110,7 @@ except PermissionError:
     got["sockets_refused"] = True
 except OSError:
     got["sockets_refused"] = None
-sys.stderr.write("\n{_PROBE_MARK}" + json.dumps(got) + "\n")
+sys.stderr.write("\n{PROBE_MARK}" + json.dumps(got) + "\n")
 '''
 _STDERR_TAIL = 2000
 #: numbers the temporary folders and cgroups ``uqbench-<pid>-<n>`` of every sandbox in this
@@ -241,7 +242,8 @@ class Sandbox:
         self.hash_seed = hash_seed
         self.site_packages = bool(site_packages)
         self._is_root = os.geteuid() == 0
-        self._cg_root = _pids_cgroup_root()
+        #: where per-run pids cgroups are made (None: no pids cgroup), found at construction
+        self.cgroup_root = _pids_cgroup_root()
         self._probe: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # picklable, e.g. into a process pool
@@ -299,12 +301,12 @@ class Sandbox:
         """
         if self._probe is None:
             timeout = max(self.timeout_s, 30.0)  # a tiny run: no load makes it miss this
-            res = self.run(_PROBE, timeout_s=timeout)
+            res = self.run(PROBE, timeout_s=timeout)
             got: dict[str, Any] = {}
             for ln in res.stderr_tail.splitlines():
-                if ln.startswith(_PROBE_MARK):
+                if ln.startswith(PROBE_MARK):
                     try:
-                        got = json.loads(ln[len(_PROBE_MARK):])
+                        got = json.loads(ln[len(PROBE_MARK):])
                     except ValueError:
                         got = {}
             try:
@@ -313,7 +315,7 @@ class Sandbox:
                 parent_ns = None
             ok, failed = ["wall_timeout_killpg"], {}
             found = got.get("limits", {})
-            for name, want in self._limits(timeout).items():
+            for name, want in self.os_limits(timeout).items():
                 have = found.get(name)
                 if name in res.limits_failed:
                     failed[name] = f"setrlimit failed (limit found: {have})"
@@ -332,7 +334,7 @@ class Sandbox:
                 failed["no_new_privs"] = ("not set" if got.get("no_new_privs") is False
                                           else "could not be read")
             net = bool(got.get("net_ns") and parent_ns and got["net_ns"] != parent_ns)
-            cg = bool(self._cg_root and got.get("cgroup"))
+            cg = bool(self.cgroup_root and got.get("cgroup"))
             nproc = "RLIMIT_NPROC" in ok and not self._is_root
             self._probe = {
                 "running_as_root": self._is_root,
@@ -371,7 +373,7 @@ class Sandbox:
             env["PYTHONHASHSEED"] = str(int(self.hash_seed))
         return env
 
-    def _limits(self, timeout: float) -> dict[str, tuple[int, int]]:
+    def os_limits(self, timeout: float) -> dict[str, tuple[int, int]]:
         """(soft, hard) of each OS limit in `_RLIMITS` for a run of ``timeout`` seconds."""
         mem = self.memory_mb * 1024 * 1024
         cpu = math.ceil(timeout) + 1
@@ -387,8 +389,8 @@ class Sandbox:
         limits = [(getattr(resource, name), val, (LIMIT_MARK + name + "\n").encode())
                   for name, val in limits_s.items()]
         # a pids cgroup was wanted (root with a writable one): not getting into it is a failed
-        # limit too, whether it could not be made (`_make_cgroup`) or joined
-        cg_mark = (LIMIT_MARK + _CGROUP_LIMIT + "\n").encode() if self._cg_root else None
+        # limit too, whether it could not be made (`make_cgroup`) or joined
+        cg_mark = (LIMIT_MARK + _CGROUP_LIMIT + "\n").encode() if self.cgroup_root else None
         isolate = self.isolate_network and sys.platform == "linux"
         is_root = self._is_root
         libc = _get_libc() if sys.platform == "linux" else None
@@ -422,11 +424,11 @@ class Sandbox:
 
         return fn
 
-    def _make_cgroup(self, tag: str, extra: int = 0) -> str | None:
+    def make_cgroup(self, tag: str, extra: int = 0) -> str | None:
         """A pids cgroup for ``max_processes`` (+ ``extra``: a session's server) processes."""
-        if self._cg_root is None:
+        if self.cgroup_root is None:
             return None
-        path = os.path.join(self._cg_root, tag)
+        path = os.path.join(self.cgroup_root, tag)
         try:
             os.mkdir(path)
             with open(os.path.join(path, "pids.max"), "w") as f:
@@ -452,7 +454,7 @@ class Sandbox:
         with open(os.path.join(root, "solution.py"), "w", encoding="utf-8") as f:
             f.write(code)
         nonce = "uqbench-done-" + os.urandom(8).hex()
-        cgroup = self._make_cgroup(tag)
+        cgroup = self.make_cgroup(tag)
         with open(os.path.join(root, "stderr"), "wb") as err:
             start = time.monotonic()
             proc = subprocess.Popen(
@@ -472,7 +474,7 @@ class Sandbox:
                 # preexec_fn: only async-signal-safe-ish syscalls (setrlimit, unshare, prctl,
                 # one write); the sandbox's own callers are single-threaded (run_many needs no
                 # threads), see the class docstring.
-                preexec_fn=self._preexec(cgroup, self._limits(timeout)),
+                preexec_fn=self._preexec(cgroup, self.os_limits(timeout)),
             )  # noqa: PLW1509
         pidfd = None
         if hasattr(os, "pidfd_open"):
@@ -564,6 +566,22 @@ class SandboxSession:
         self._cgroup: str | None = None
         self._failed: tuple[str, ...] | None = None  # limits the server's set-up could not set
 
+    @property
+    def root(self) -> str:
+        """The session's folder ("" while no server runs); for tests and diagnostics."""
+        return self._root
+
+    @property
+    def cgroup(self) -> str | None:
+        """The session's pids cgroup (None without one); for tests and diagnostics."""
+        return self._cgroup
+
+    @property
+    def server_pid(self) -> int | None:
+        """The process id of the session's server (None while none runs); for tests and
+        diagnostics."""
+        return None if self._proc is None else self._proc.pid
+
     def __enter__(self) -> SandboxSession:  # noqa: PYI034 (typing.Self needs Python 3.11)
         return self
 
@@ -585,7 +603,7 @@ class SandboxSession:
         open(os.path.join(d, "stderr"), "wb").close()  # never the last program's
         nonce = "uqbench-done-" + os.urandom(8).hex()
         wall = SESSION_WALL_FACTOR * budget + SESSION_WALL_SLACK_S
-        limits = [(k, *v) for k, v in self.sandbox._limits(budget).items()
+        limits = [(k, *v) for k, v in self.sandbox.os_limits(budget).items()
                   if k in _CHILD_RLIMITS]
         status, late, elapsed, cpu = self._ask((nonce, budget, wall, limits),
                                                wall + _SERVER_GRACE_S)
@@ -645,8 +663,8 @@ class SandboxSession:
         with open(os.path.join(self._root, "server.py"), "w", encoding="utf-8") as f:
             f.write(_SERVER)
         os.mkdir(os.path.join(self._root, "run"), 0o700)
-        self._cgroup = sb._make_cgroup(tag, extra=1)  # + the server
-        limits = {k: v for k, v in sb._limits(sb.timeout_s).items() if k not in _CHILD_RLIMITS}
+        self._cgroup = sb.make_cgroup(tag, extra=1)  # + the server
+        limits = {k: v for k, v in sb.os_limits(sb.timeout_s).items() if k not in _CHILD_RLIMITS}
         cmd = sb._cmd(os.path.join(self._root, "server.py"), self._root,
                       "1" if sb.python_guards else "0")
         with open(os.path.join(self._root, "stderr"), "wb") as err:

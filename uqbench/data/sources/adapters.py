@@ -1,7 +1,7 @@
 """Commonsense and science multiple choice: ARC, OpenBookQA, Social IQa, WinoGrande, BoolQ
 (LLM-Adapters json) and PIQA, BoolQ with passage (llm-foundry jsonl).
 
-Parsing notes (checked against the data, see tests/data/test_loaders.py):
+Parsing notes (checked against the data, see tests/data/sources/test_adapters.py):
 
 * ARC / OpenBookQA / SIQA come from the LLM-Adapters json (``"...question: Q\\n\\nAnswer1: a
   Answer2: b ...\\n\\nAnswer format: answer1/.../answerK"``). The options are cut at the

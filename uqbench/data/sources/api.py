@@ -387,7 +387,7 @@ def load_source(name: str, split: str, *, data_dir: str | Path | None = None,
             root / f, f, lambda i, obj: source.parse(source, split, i, obj), stream)]
         # positions run start, start + 2, ...: the numbering the splits were first built with;
         # only their order matters, and GSM8K's record RNG id (`math.gsm8k_problem`), so
-        # renumbering them changes the GSM8K records (tests/data/test_fingerprints.py)
+        # renumbering them changes the GSM8K records (tests/data/suites/test_cache.py)
         start = len(items)
         items.extend(dataclasses.replace(it, position=start + 2 * k) for k, it in enumerate(part))
     return Loaded(name, split, tuple(items), files, "local")

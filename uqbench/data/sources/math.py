@@ -253,7 +253,7 @@ def _svamp_question(raw: Mapping[str, Any]) -> str:
     return f"{body}{sep} {str(raw['sQuestion']).strip()}".strip()
 
 
-def _equation_hints(equation: str) -> list[float]:
+def equation_hints(equation: str) -> list[float]:
     """Plausible wrong answers from a word-problem equation: its sub-results, then operands.
 
     ``"X=((22.0-14.0)/4.0)"`` -> ``[8.0, 22.0, 14.0, 4.0]`` (the full result is left out).
@@ -299,7 +299,7 @@ def word_problem(src: Source, split: str, item: Item) -> NumericProblem:
         q, gold, eq = _svamp_question(raw), float(raw["lSolutions"]), raw.get("Equation")
     else:  # MAWPS
         q, gold, eq = str(raw["original_text"]), float(raw["ans"]), raw.get("equation")
-    hints = tuple((h, "hint") for h in _equation_hints(str(eq or "")) if h != gold)
+    hints = tuple((h, "hint") for h in equation_hints(str(eq or "")) if h != gold)
     return NumericProblem(item.id, src.name, q, gold, hints)
 
 

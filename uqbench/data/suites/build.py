@@ -133,7 +133,7 @@ class _Pool:
     info: dict[str, Any]
 
 
-class _SplitMaker:
+class SplitMaker:
     """Makes one suite's splits (one instance per `build_suite` call): a role's `pool`, then
     `take` from it, then the `Split` (`make_split`)."""
 
@@ -156,7 +156,7 @@ class _SplitMaker:
     def executor(self) -> cf.ProcessPoolExecutor:
         """One pool of `N_WORKERS` processes for the whole build (started on first use)."""
         if self._executor is None:
-            self._executor = cf.ProcessPoolExecutor(N_WORKERS, mp_context=_mp_context())
+            self._executor = cf.ProcessPoolExecutor(N_WORKERS, mp_context=worker_context())
         return self._executor
 
     def close(self) -> None:
@@ -266,7 +266,7 @@ class _SplitMaker:
                          f"{time.perf_counter() - t0:.1f}s")
             cursors[key] = int(split.recipe["selection"]["stop"])
             out[role] = split
-            _record_unlimited(split, f"{self.spec.name}: {dom.name}/{role}")
+            record_unlimited(split, f"{self.spec.name}: {dom.name}/{role}")
         return {r: out[r] for r in ROLES}
 
     def make_split(self, domain: str, role: str, rs: RoleSpec, start: int) -> Split:
@@ -313,7 +313,7 @@ class _SplitMaker:
                     for it in items[start:stop] if it.record is not None], stop, {}
         want = len(items) - start if cap is None else cap
         chosen: list[tuple[Item, MCRecord]] = []
-        agg = _BuildStats(src)
+        agg = BuildStats(src)
         pos = start
         t0 = time.perf_counter()
         while len(chosen) < want and pos < len(items):
@@ -345,7 +345,7 @@ class _SplitMaker:
         return chosen, pos, agg.result()
 
 
-class _BuildStats:
+class BuildStats:
     """Sums builder statistics (code: mutants; math: distractor methods) over a split."""
 
     def __init__(self, source: Source) -> None:
@@ -416,7 +416,7 @@ def _distractor_methods(meta: Mapping[str, Any]) -> list[str]:
     return []
 
 
-def _record_unlimited(split: Split, where: str) -> None:
+def record_unlimited(split: Split, where: str) -> None:
     """Sandboxed builder runs (code MC) that went without an OS limit (`uqbench.data.sandbox`),
     from the split's recipe: warned and listed in run.json ``fallbacks`` on every run that uses
     the split, a cached one too (the recipe's ``builder_stats`` keep the counts)."""
@@ -429,7 +429,7 @@ def _record_unlimited(split: Split, where: str) -> None:
                         "fully limited machine's")
 
 
-def _mp_context() -> multiprocessing.context.BaseContext:
+def worker_context() -> multiprocessing.context.BaseContext:
     """"fork" on Linux: works from any caller (a script without a ``__main__`` guard, code piped
     on stdin), and the workers only run Python and sandbox subprocesses. "spawn" elsewhere."""
     if sys.platform.startswith("linux"):
@@ -497,7 +497,7 @@ def build_suite(name_or_path: str | Path | SuiteSpec, profile: Profile | str, *,
     caps.update(spec.caps)
     root = resolve_data_dir(data_dir)
     cache = cache_dir if isinstance(cache_dir, SplitCache) else SplitCache(cache_dir)
-    maker = _SplitMaker(spec, caps, seed, root, verify, cache, progress, hub_loader)
+    maker = SplitMaker(spec, caps, seed, root, verify, cache, progress, hub_loader)
     # everything that can fail cheaply fails here, before any split is built
     dom_files = {dom.name: {f: h for role in ROLES for f, h in maker.files(dom.roles[role]).items()}
                  for dom in spec.domains}

@@ -8,7 +8,7 @@ of every source file of the domain (a changed source file never hits an old entr
 (shared loading machinery), each source family's ``VERSION`` and each built source's
 ``versions`` (`uqbench.data.suites.build.builder_info`: ``BUILD_ITEM_VERSION``, ``MATH_MC_VERSION``,
 ``CODE_MC_VERSION``, ``SANDBOX_VERSION``). An edit that changes what a loader or builder
-returns must bump its constant by hand; tests/data/test_fingerprints.py fails until it does, while
+returns must bump its constant by hand; tests/data/suites/test_cache.py fails until it does, while
 an edit that changes nothing (a comment, a refactoring) keeps every cached split -- notably the
 sandbox-verified code splits, which are slow to rebuild.
 

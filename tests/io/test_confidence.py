@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.io.test_records import DENSE, DOMAINS, record_set
+from tests.io.test_recordset import DENSE, DOMAINS, record_set
 from uqbench.core.errors import ConfigError, UserError
 from uqbench.core.outputs import Outputs
 from uqbench.core.probs import softmax

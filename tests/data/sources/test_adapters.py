@@ -14,7 +14,7 @@ from uqbench.core.errors import ConfigError, DataError
 from uqbench.data import sources as L
 from uqbench.data.records import MCRecord
 from uqbench.data.sources.adapters import parse_adapters_choices
-from uqbench.data.sources.math import _equation_hints
+from uqbench.data.sources.math import equation_hints
 from uqbench.data.sources.mmlu import MMLU_GROUPS, mmlu_subjects
 from uqbench.data.suites.build import make_record
 
@@ -370,6 +370,6 @@ def test_unlisted_file_needs_opt_out(tmp_path: Path) -> None:
 
 
 def test_equation_hints() -> None:
-    assert _equation_hints("X=((22.0-14.0)/4.0)") == [8.0, 22.0, 14.0, 4.0]
-    assert _equation_hints("( 76.0 - 25.0 )") == [76.0, 25.0]
-    assert _equation_hints("x = import os") == []
+    assert equation_hints("X=((22.0-14.0)/4.0)") == [8.0, 22.0, 14.0, 4.0]
+    assert equation_hints("( 76.0 - 25.0 )") == [76.0, 25.0]
+    assert equation_hints("x = import os") == []

@@ -1,4 +1,4 @@
-"""The hand-written training step (`baselines.moe.layer._TopKStep`) against the autograd
+"""The hand-written training step (`baselines.moe.layer.TopKStep`) against the autograd
 reference."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_fast_step_on_a_bfloat16_base_equals_reference(variant: str) -> None:
         layer.lora_B.normal_(0, 0.1)
     assert {p.dtype for p in layer.parameters() if p.requires_grad} == {torch.float32}
     x, gy = torch.randn(T, E, dtype=torch.bfloat16), torch.randn(T, O)
-    assert layer._fast(x)
+    assert layer.takes_fast_step(x)
     out = {}
     for fast in (True, False):
         layer.fast_path = fast
@@ -84,7 +84,7 @@ def test_fast_step_on_a_bfloat16_base_equals_reference(variant: str) -> None:
         xi = x.clone().requires_grad_(True)
         torch.manual_seed(5)
         y = layer(xi)
-        ((y.float() * gy).sum() + layer._aux).backward()
+        ((y.float() * gy).sum() + layer.last_aux).backward()
         out[fast] = y.detach(), xi.grad, {n: p.grad for n, p in layer.named_parameters()
                                           if p.grad is not None}
     (y, gx, grads), (y_ref, gx_ref, grads_ref) = out[True], out[False]
@@ -123,7 +123,7 @@ def test_no_cpu_tensor_reaches_a_device_op(dtype) -> None:
     for fast in (True, False):
         layer.fast_path = fast
         with mode:
-            (layer(x).float().sum() + layer._aux).backward()
+            (layer(x).float().sum() + layer.last_aux).backward()
     layer.eval()
     record_stats(layer, True)
     with mode, torch.no_grad():
@@ -137,22 +137,23 @@ def test_fast_step_only_where_it_applies() -> None:
     make A_stack and B_stack^T column-major views."""
     model = inject(tiny_llama(), MoELoRAConfig(n_experts=4, rank=2, top_k=2)).train()
     layer = moe_layers(model)[0]
-    assert layer._fast(torch.zeros(2, 32))
+    assert layer.takes_fast_step(torch.zeros(2, 32))
     set_gate(model, Care(0.5, k_max=4))
-    assert not layer._fast(torch.zeros(2, 32))
+    assert not layer.takes_fast_step(torch.zeros(2, 32))
     set_gate(model, TopK(2))
     record_stats(model, True)
-    assert not layer._fast(torch.zeros(2, 32))
+    assert not layer.takes_fast_step(torch.zeros(2, 32))
     record_stats(model, False)
     with torch.no_grad():
-        assert not layer._fast(torch.zeros(2, 32))
+        assert not layer.takes_fast_step(torch.zeros(2, 32))
     assert layer.lora_B.shape == (4, layer.out_features, 2)
     model(**batch()).last_hidden_state.pow(2).mean().backward()
     assert layer.lora_B.grad.stride() == layer.lora_B.stride()
     assert layer.lora_A.grad.stride() == layer.lora_A.stride()
-    views = layer._views()
-    for m in (views.a, views.b_rows):   # (N*r, E) and (N*r, O), column-major, no copy
-        assert m.stride(0) == 1 and m._base is not None
+    views = layer.step_views()
+    # (N*r, E) and (N*r, O), column-major, no copy
+    for m, p in ((views.a, layer.lora_A), (views.b_rows, layer.lora_B)):
+        assert m.stride(0) == 1 and m.data_ptr() == p.data_ptr()
 
 
 def _syncs(fn) -> int:
@@ -189,7 +190,7 @@ def test_random_k_accelerator_draws() -> None:
     """The accelerator draw (inverse CDF with a generator of the device; run here on the CPU)
     follows the histogram and is reproducible from the seed."""
     cpu = torch.device("cpu")
-    ks = [RandomK((0.2, 0.0, 0.8), seed=4)._draw_inverse_cdf(20000, cpu) for _ in range(2)]
+    ks = [RandomK((0.2, 0.0, 0.8), seed=4).draw_inverse_cdf(20000, cpu) for _ in range(2)]
     assert torch.equal(ks[0], ks[1]) and ks[0].dtype == torch.int64
     freq = torch.bincount(ks[0], minlength=4)[1:].double() / ks[0].numel()
     torch.testing.assert_close(freq, torch.tensor([0.2, 0.0, 0.8], dtype=torch.float64),
@@ -297,13 +298,13 @@ def test_fast_step_takes_no_op_deterministic_mode_replaces_on_cuda(monkeypatch, 
         return {(op, o) for op, o in ops.seen
                 if (op, o) in DETERMINISTIC_DETOURS or (op, None) in DETERMINISTIC_DETOURS}
 
-    from baselines.moe.layer import _TopKStep
+    from baselines.moe.layer import TopKStep
 
     model = inject(tiny_llama().to(dtype), MoELoRAConfig(n_experts=4, rank=2, top_k=2)).train()
     b = batch()
     set_token_mask(model, b["attention_mask"].bool())
-    calls, apply = [], _TopKStep.apply
-    monkeypatch.setattr(_TopKStep, "apply", lambda *a: calls.append(1) or apply(*a))
+    calls, apply = [], TopKStep.apply
+    monkeypatch.setattr(TopKStep, "apply", lambda *a: calls.append(1) or apply(*a))
     def step():
         return (model(**b).last_hidden_state.float().pow(2).mean()
                 + 0.01 * load_balance_loss(model)).backward()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import builtin_scorers
-from tests.io.test_records import record_set
+from tests.io.test_recordset import record_set
 from uqbench.core.errors import ConfigError, FallbackWarning, PluginError
 from uqbench.core.scorer import Scorer, register_scorer
 from uqbench.results.rows import check_workers, score_workers

@@ -3,7 +3,7 @@ to the version constant that keys the split cache (`uqbench.data.suites.cache`).
 
 A fingerprint that changes while its version does not means cached splits would be reused
 although the code now builds different ones: the test fails until the version is bumped and the
-fingerprint updated (``python -m tests.data.test_fingerprints --update`` rewrites
+fingerprint updated (``python -m tests.data.suites.test_cache --update`` rewrites
 tests/support/fixtures/builder_fingerprints.json after the bump). The code builders run the
 sandbox (slow tier); the others take well under a second.
 """
@@ -28,7 +28,7 @@ from uqbench.data.sources.api import LOADER_VERSION
 from uqbench.data.suites import build as S
 from uqbench.data.suites import spec as SP
 
-FINGERPRINTS = Path(__file__).parents[1] / "support" / "fixtures" / "builder_fingerprints.json"
+FINGERPRINTS = Path(__file__).parents[2] / "support" / "fixtures" / "builder_fingerprints.json"
 
 # -- the fixed tiny inputs ---------------------------------------------------------------------
 
@@ -208,7 +208,7 @@ def check(name: str, root: Path, stored: dict[str, dict[str, str]]) -> None:
     """Fail when ``name``'s output changed and its version did not (or the file is stale)."""
     now = fingerprint(name, root)
     old = stored.get(name)
-    update = "python -m tests.data.test_fingerprints --update"
+    update = "python -m tests.data.suites.test_cache --update"
     if old is None:
         pytest.fail(f"no fingerprint for builder {name}; run {update}")
     if now["sha256"] != old["sha256"] and now["version"] == old["version"]:
