@@ -19,7 +19,14 @@ and cosine decay over ``--epochs``, through `baselines.train.train`; training is
 - ``slow-b=F``: ``lora_B`` trains at ``F`` times lr (the routers, ``lora_A`` and the head
   at lr);
 - ``no-down-proj``: no adapter on ``down_proj``, the linear whose input carries the largest
-  outliers.
+  outliers;
+- ``fan-in``: each linear's router and ``lora_A`` train at lr times the backbone's hidden size
+  over the linear's input width (LoRA+'s and muP's ``1/n`` for the weights that read an
+  ``n``-wide input under Adam: q/k/v/o/gate/up_proj keep lr, down_proj gets hidden/intermediate);
+- ``input-l1``: each linear's router and ``lora_A`` train at lr times the median over the
+  adapted linears of their input's mean per-token L1 norm over this linear's (at most 1), measured
+  on the first training batch before any update: under Adam each weight moves by about lr a
+  step, so a logit or code moves by about lr times the input's L1 norm.
 
 Each line gives, per step (the step's forward, before its update; maxima over the adapted
 linears): the training loss, the largest |router logit| and |expert code| ``A h`` and
@@ -42,7 +49,8 @@ from torch import Tensor, nn
 
 from benchmarks import emit
 
-CANDIDATES = ("none", "first-token", "z-loss", "slow-router-a", "slow-b", "no-down-proj")
+CANDIDATES = ("none", "first-token", "z-loss", "slow-router-a", "slow-b", "no-down-proj",
+              "fan-in", "input-l1")
 #: the linears of a Llama-type block without down_proj
 NO_DOWN = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj")
 
@@ -98,6 +106,43 @@ def _slow(model: nn.Module, factor: float, parts: tuple[str, ...]) -> Any:
         return adamw([{"params": fast, "lr": first["lr"]},
                       {"params": slow, "lr": first["lr"] * factor}, *rest], **kw)
     return _patched(torch.optim, "AdamW", make)
+
+
+def _per_linear(model: nn.Module, layers: list[Any], factors: list[float]) -> Any:
+    """AdamW with each layer's router and ``lora_A`` in a group of its own at its factor
+    times lr (the rest as the training loop groups them)."""
+    adamw = torch.optim.AdamW
+
+    def make(groups: list[dict[str, Any]], **kw: Any) -> torch.optim.Optimizer:
+        first, rest = groups[0], list(groups[1:])
+        own = [[m.router.weight, m.lora_A] for m in layers]
+        taken = {id(p) for ps in own for p in ps}
+        others = [p for p in first["params"] if id(p) not in taken]
+        return adamw([{"params": others, "lr": first["lr"]},
+                      *({"params": ps, "lr": first["lr"] * f}
+                        for ps, f in zip(own, factors, strict=True)),
+                      *rest], **kw)
+    return _patched(torch.optim, "AdamW", make)
+
+
+@torch.no_grad()
+def _input_l1(model: Any, layers: list[Any], records: list[Any], max_length: int) -> list[float]:
+    """Each layer's input's mean per-token L1 norm over the real tokens of ``records``."""
+    sums: dict[int, float] = {}
+
+    def hook(m: Any, inp: tuple[Tensor, ...], out: Tensor) -> None:
+        h = inp[0].reshape(-1, m.in_features).float()
+        keep = m.token_mask.reshape(-1) if m.token_mask is not None else slice(None)
+        sums[id(m)] = float(h[keep].abs().sum(-1).mean())
+    handles = [m.register_forward_hook(hook) for m in layers]
+    try:
+        model.eval()
+        model(model.encode(records, max_length))
+    finally:
+        for h in handles:
+            h.remove()
+        model.train()
+    return [sums[id(m)] for m in layers]
 
 
 class _Watch:
@@ -187,6 +232,7 @@ def run(backbone: str, candidate: str, *, top: int, lr: float, records: int, bat
 
     cfg = train.TrainConfig(lr=lr, epochs=epochs, batch_size=batch, max_length=max_length, seed=0)
     t0, error = time.perf_counter(), None
+    factors: list[float] | None = None     # per-linear lr factors of the router and lora_A
     with ExitStack() as stack:
         stack.enter_context(_patched(train, "per_example_ce", ce))
         stack.enter_context(_patched(train, "grad_norms", gn))
@@ -198,6 +244,15 @@ def run(backbone: str, candidate: str, *, top: int, lr: float, records: int, bat
             stack.enter_context(_slow(model, float(arg or 0.1), ("router", "lora_A")))
         elif name == "slow-b":
             stack.enter_context(_slow(model, float(arg or 0.1), ("lora_B",)))
+        elif name == "fan-in":
+            hidden = bb.model.config.hidden_size
+            factors = [hidden / m.in_features for m in layers]
+        elif name == "input-l1":
+            l1 = _input_l1(model, layers, chosen[:batch], max_length)
+            mid = sorted(l1)[len(l1) // 2]
+            factors = [min(1.0, mid / v) for v in l1]
+        if factors is not None:
+            stack.enter_context(_per_linear(model, layers, factors))
         try:
             train.train(model, chosen, cfg, progress=False)
         except _Stop:
@@ -215,6 +270,7 @@ def run(backbone: str, candidate: str, *, top: int, lr: float, records: int, bat
             "seconds": round(time.perf_counter() - t0, 1), "error": error,
             **{k: [r[k] for r in rows] for k in (rows[0] if rows else {})},
             "grad_norm": norms[:len(rows)],
+            "lr_factors": None if factors is None else [round(f, 4) for f in factors],
             "max_loss": max((r["loss"] for r in rows), default=None),
             "max_router_logit": max((max(r["logit_first"], r["logit_other"]) for r in rows),
                                     default=None)}

@@ -82,15 +82,23 @@ def test_the_candidates_each_change_their_one_thing(real_data):
                           "steps": 4, "max_length": 64, "data_dir": str(real_data),
                           "cache_dir": "", "out": None, "bb": bb}
     lines = {c: run("tiny-llama", c, **kw) for c in
-             ("none", "first-token", "z-loss=1e-3", "slow-router-a=0.1", "no-down-proj")}
+             ("none", "first-token", "z-loss=1e-3", "slow-router-a=0.1", "slow-b=0.1",
+              "no-down-proj", "fan-in", "input-l1")}
     for c, line in lines.items():
         assert line["steps"] == 4 and len(line["loss"]) == 4 and len(line["grad_norm"]) == 4, c
         assert all(math.isfinite(x) for x in line["loss"]), c
-        assert line["delta_other"][0] == 0.0 and line["delta_other"][2] > 0.0, c  # B starts at 0
+        assert line["delta_other"][0] == 0.0, c  # B starts at 0
+        # (a tenth of lr on B leaves its output below the line's rounding for these steps)
+        assert c == "slow-b=0.1" or line["delta_other"][2] > 0.0, c
     assert lines["none"]["delta_first"][3] > 0.0
     assert lines["first-token"]["delta_first"] == [0.0] * 4
     # the same first forward (same seed, no update yet), then each its own updates
-    for c in ("first-token", "z-loss=1e-3", "slow-router-a=0.1"):
+    for c in ("first-token", "z-loss=1e-3", "slow-router-a=0.1", "slow-b=0.1"):
         assert lines[c]["loss"][0] == lines["none"]["loss"][0], c
         assert lines[c]["loss"][1:] != lines["none"]["loss"][1:], c
     assert lines["no-down-proj"]["targets"] == "no down_proj"
+    # tiny-llama's down_proj reads an input twice the hidden width: half the lr; the others lr
+    assert sorted(set(lines["fan-in"]["lr_factors"])) == [0.5, 1.0]
+    l1 = lines["input-l1"]["lr_factors"]
+    assert max(l1) == 1.0 and min(l1) < 1.0 and len(l1) == len(lines["fan-in"]["lr_factors"])
+    assert lines["none"]["lr_factors"] is None
