@@ -355,6 +355,10 @@ def test_a_base_and_its_adapter_in_lm_evals_own_layout_are_named_by_their_folder
     (tmp_path / "x.json").write_text("{}")
     assert apart([dumps[0], tmp_path / "x.json"]) == ["results", "x"]
     assert apart([base, base]) is None
+    # lm-eval 0.4.13 names an adapter run's subfolder after peft=: the sanitised local paths
+    assert apart([Path("/o/__ckpt__SmolLM2"), Path("/o/__ckpt__SmolLM2-lora")]) == [
+        "SmolLM2", "SmolLM2-lora"]
+    assert apart([Path("/a/__x__m"), Path("/b/__y__m")]) == ["a", "b"]
 
 
 def test_one_models_tasks_in_several_folders_are_one_model(tmp_path: Path) -> None:

@@ -290,12 +290,14 @@ def apart(sources: Sequence[Path]) -> list[str] | None:
     leaf up, that differs between all of them (a file by its stem). lm-eval names its
     ``--output_path`` subfolder after ``pretrained=``, so a base and its adapter written to
     ``gemma-base/`` and ``gemma-lofit/`` are ``gemma-base/<org>__<model>/`` and
-    ``gemma-lofit/<org>__<model>/``: named ``gemma-base`` and ``gemma-lofit``. None when no
-    part tells them apart."""
+    ``gemma-lofit/<org>__<model>/``: named ``gemma-base`` and ``gemma-lofit``. A local
+    ``pretrained=`` makes that subfolder lm-eval's sanitised path (``__ckpt__my-model``): named
+    by its last part (``my-model``). None when no part tells them apart."""
     paths = [p.resolve() for p in sources]
     parts = [[p.stem if p.is_file() else p.name, *(a.name for a in p.parents)] for p in paths]
     for depth in range(min(map(len, parts))):
-        names = [ps[depth] for ps in parts]
+        names = [ps[depth].rsplit("__", 1)[-1] if ps[depth].startswith("__") else ps[depth]
+                 for ps in parts]
         if all(names) and len(set(names)) == len(names):
             return names
     return None
