@@ -338,7 +338,8 @@ def test_a_base_and_its_adapter_in_lm_evals_own_layout_are_named_by_their_folder
     ``simple_evaluate`` dumps that are both ``results.json``, they are named by the nearest
     folders that differ (``base``, ``lofit``), not refused as two runs of one model."""
     from tests.io.test_lmeval import dump_of
-    from uqbench.run.score_records import apart, load_models
+    from uqbench.reporting.html import render_report
+    from uqbench.run.score_records import ScoreConfig, apart, load_models, score
 
     base = model_copy(tmp_path / "cli" / "base" / "tiny-llama", None, None)
     lofit = model_copy(tmp_path / "cli" / "lofit" / "tiny-llama", None, 1)
@@ -352,6 +353,10 @@ def test_a_base_and_its_adapter_in_lm_evals_own_layout_are_named_by_their_folder
         rs = load_models(sources, domains=[DOMAIN], calib_fraction=CALIB)
         assert [p.name for p in rs.pairs] == ["base/loglik-per-char", "lofit/loglik-per-char"]
         assert "named by their folders: base, lofit" in capsys.readouterr().out
+    out = tmp_path / "o"
+    score(rs, ScoreConfig(out=out, scorers=("msp",), figures=False, bootstrap=20))
+    page = render_report(out)
+    assert "<h1>uqbench: base, lofit scored from lm-eval 0.4.13</h1>" in page
     (tmp_path / "x.json").write_text("{}")
     assert apart([dumps[0], tmp_path / "x.json"]) == ["results", "x"]
     assert apart([base, base]) is None
