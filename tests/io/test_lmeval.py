@@ -810,6 +810,22 @@ def test_a_simple_evaluate_dump_reads_as_its_samples_files(tmp_path: Path) -> No
             c["lm_eval"] for c in ref.meta["lmeval"]["accuracy"]]
 
 
+def test_a_dump_of_two_tasks_without_a_domain_scores_each_its_own_samples(
+        tmp_path: Path) -> None:
+    """No --domain on one `simple_evaluate` dump holding both tasks: each task's domain holds
+    that task's records (the samples files' own), not the other task's from the same file."""
+    from uqbench.run.score_records import load_models
+
+    ref = load_models([MC], calib_fraction=0.25)
+    rs = load_models([dump_of(MC, tmp_path / "lm" / "results.json")], calib_fraction=0.25)
+    assert set(rs.outputs) == set(ref.outputs)
+    for key, o in ref.outputs.items():
+        np.testing.assert_array_equal(rs.outputs[key].ids, o.ids)
+        np.testing.assert_array_equal(rs.outputs[key].logits, o.logits)
+    assert [(c["split"], c["task"]) for c in rs.meta["lmeval"]["accuracy"]] == [
+        ("arc_challenge_local/id", "arc_challenge_local"), ("arc_easy_local/id", "arc_easy_local")]
+
+
 def test_dumps_of_two_models_in_one_folder_are_two_models(tmp_path: Path) -> None:
     from uqbench.run.score_records import load_models
 

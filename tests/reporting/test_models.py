@@ -331,6 +331,41 @@ def test_models_are_named_as_people_know_them(tmp_path: Path, capsys) -> None:
         load_models([base, same], domains=[DOMAIN], calib_fraction=CALIB)
 
 
+def test_a_base_and_its_adapter_in_lm_evals_own_layout_are_named_by_their_folders(
+        tmp_path: Path, capsys) -> None:
+    """lm-eval names its ``--output_path`` subfolder after ``pretrained=``, so a base and its
+    adapter are ``base/<model>/`` and ``lofit/<model>/``; given as those inner folders, or as
+    ``simple_evaluate`` dumps that are both ``results.json``, they are named by the nearest
+    folders that differ (``base``, ``lofit``), not refused as two runs of one model."""
+    from tests.io.test_lmeval import dump_of
+    from uqbench.reporting.html import render_report
+    from uqbench.run.score_records import ScoreConfig, apart, load_models, score
+
+    base = model_copy(tmp_path / "cli" / "base" / "tiny-llama", None, None)
+    lofit = model_copy(tmp_path / "cli" / "lofit" / "tiny-llama", None, 1)
+    res = next(lofit.glob("results_*.json"))
+    doc = json.loads(res.read_text())
+    doc["config"]["model_args"]["peft"] = "/adapters/lofit"
+    res.write_text(json.dumps(doc))
+    dumps = [dump_of(d, tmp_path / "se" / n / "results.json")
+             for n, d in (("base", base), ("lofit", lofit))]
+    for sources in ([base, lofit], dumps):
+        rs = load_models(sources, domains=[DOMAIN], calib_fraction=CALIB)
+        assert [p.name for p in rs.pairs] == ["base/loglik-per-char", "lofit/loglik-per-char"]
+        assert "named by their folders: base, lofit" in capsys.readouterr().out
+    out = tmp_path / "o"
+    score(rs, ScoreConfig(out=out, scorers=("msp",), figures=False, bootstrap=20))
+    page = render_report(out)
+    assert "<h1>uqbench: base, lofit scored from lm-eval 0.4.13</h1>" in page
+    (tmp_path / "x.json").write_text("{}")
+    assert apart([dumps[0], tmp_path / "x.json"]) == ["results", "x"]
+    assert apart([base, base]) is None
+    # lm-eval 0.4.13 names an adapter run's subfolder after peft=: the sanitised local paths
+    assert apart([Path("/o/__ckpt__SmolLM2"), Path("/o/__ckpt__SmolLM2-lora")]) == [
+        "SmolLM2", "SmolLM2-lora"]
+    assert apart([Path("/a/__x__m"), Path("/b/__y__m")]) == ["a", "b"]
+
+
 def test_one_models_tasks_in_several_folders_are_one_model(tmp_path: Path) -> None:
     """lm-eval run once per task into ``TASK/<org>__<model>/`` (as published task folders
     often are): the folders whose results files all name one model are that model's source,

@@ -147,12 +147,12 @@ def pairs_line(tasks: Sequence[str]) -> str:
 
 
 def alone(root: Path, runs: Sequence[str] = ()
-          ) -> tuple[list[DomainTasks], dict[str, str], dict[Path, TaskSamples]]:
+          ) -> tuple[list[DomainTasks], dict[str, str], dict[tuple[Path, str], TaskSamples]]:
     """Without ``--domain``: one shift-less domain per single-answer multiple-choice task under
     ``root`` (named after it), the tasks left out with why (another output type, `NOT_MC`,
     or samples that are not one log-likelihood per choice), and the samples read to tell them
-    apart, by file (so that scoring does not read them again); prints each left-out task and
-    `pairs_line`."""
+    apart, by file and task (a `simple_evaluate` dump holds several tasks), so that scoring
+    does not read them again; prints each left-out task and `pairs_line`."""
     tasks = task_names(root)
     if not tasks:
         raise UserError(f"no samples file under {root}: {_inventory(root)}; run lm-eval with "
@@ -162,7 +162,7 @@ def alone(root: Path, runs: Sequence[str] = ()
         try:
             src = find_source(root, [t], runs, named=True)
             path = src.samples[t]
-            read[path] = read_task(path, t, src.delimiters.get(t, " "))
+            read[path, t] = read_task(path, t, src.delimiters.get(t, " "))
         except UserError as exc:
             left_out[t] = str(exc).removesuffix(": drop it from --domain")  # none was given
             print(f"{t}: left out ({left_out[t]})", flush=True)
@@ -845,7 +845,7 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
     if normalize != "auto" and normalize not in NORMALIZE:
         raise ConfigError(f"--normalize {normalize!r}; valid: auto, {', '.join(NORMALIZE)}")
     left_out: dict[str, str] = {}
-    known: dict[Path, TaskSamples] = {}  # samples `alone` read already
+    known: dict[tuple[Path, str], TaskSamples] = {}  # samples `alone` read already
     if not domains:
         domains, left_out, known = alone(Path(source), runs)
     if len({d.name for d in domains}) < len(domains):
@@ -866,7 +866,7 @@ def read_lmeval(domains: Sequence[DomainTasks], source: Path, *, members: Sequen
                 print(f"{t}: {len(other) + 1} runs under {src.root}; reading "
                       f"{src.samples[t].name} ({how}; others: {', '.join(other)}; choose with "
                       "--run DATE)", flush=True)
-    read = [{t: known.get(s.samples[t]) or read_task(s.samples[t], t, s.delimiters.get(t, " "))
+    read = [{t: known.get((s.samples[t], t)) or read_task(s.samples[t], t, s.delimiters.get(t, " "))
              for t in tasks} for s in srcs]
     main = read[0]
     for s, r in zip(srcs[1:], read[1:], strict=False):

@@ -185,12 +185,13 @@ def _paper_claims(path: Path) -> dict[str, Any] | None:
 
 def lmeval_sources(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Each lm-eval source of a scored run (run.json ``lmeval``, or each model's under
-    ``models``): its pair (None for one source), model, lm-eval's version, the tasks and the
-    metric of each domain, and the accuracy check (lm-eval's logged value beside uqbench's)."""
+    ``models``): its pair (None for one source), model, name (its pair's, as the tables name
+    it: a renamed source's new name), lm-eval's version, the tasks and the metric of each
+    domain, and the accuracy check (lm-eval's logged value beside uqbench's)."""
     items = [(None, meta)] if "lmeval" in meta else [
         (pair, m) for pair, m in (meta.get("models") or {}).items() if "lmeval" in m]
     return [{"pair": pair, "model": m["lmeval"].get("model"),
-             "name": m["lmeval"].get("named") or (pair or "").rsplit("/", 1)[0] or None,
+             "name": (pair or "").rsplit("/", 1)[0] or m["lmeval"].get("named") or None,
              "version": m["lmeval"].get("lm_eval_version"),
              "domains": m["lmeval"].get("domains") or {},
              "metric": m["lmeval"].get("metric") or {},

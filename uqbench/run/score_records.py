@@ -272,8 +272,8 @@ def name_apart(loaded: Sequence[tuple[Path, RecordSet]]) -> list[tuple[Path, Rec
         args = [_model_args(loaded[k][1]) for k in ks]
         if len(ks) < 2 or None in args or len(set(args)) < len(args):
             continue
-        folders = [loaded[k][0].resolve().name for k in ks]
-        if len(set(folders)) < len(folders):
+        folders = apart([loaded[k][0] for k in ks])
+        if folders is None:
             continue
         for k, folder in zip(ks, folders, strict=False):
             src, rs = loaded[k]
@@ -283,6 +283,24 @@ def name_apart(loaded: Sequence[tuple[Path, RecordSet]]) -> list[tuple[Path, Rec
               f"the same base) share the name; named by their folders: {', '.join(folders)} "
               "(give --model-name once per source to choose)", flush=True)
     return out
+
+
+def apart(sources: Sequence[Path]) -> list[str] | None:
+    """A name per source that tells them apart: the nearest part of their paths, from the
+    leaf up, that differs between all of them (a file by its stem). lm-eval names its
+    ``--output_path`` subfolder after ``pretrained=``, so a base and its adapter written to
+    ``gemma-base/`` and ``gemma-lofit/`` are ``gemma-base/<org>__<model>/`` and
+    ``gemma-lofit/<org>__<model>/``: named ``gemma-base`` and ``gemma-lofit``. A local
+    ``pretrained=`` makes that subfolder lm-eval's sanitised path (``__ckpt__my-model``): named
+    by its last part (``my-model``). None when no part tells them apart."""
+    paths = [p.resolve() for p in sources]
+    parts = [[p.stem if p.is_file() else p.name, *(a.name for a in p.parents)] for p in paths]
+    for depth in range(min(map(len, parts))):
+        names = [ps[depth].rsplit("__", 1)[-1] if ps[depth].startswith("__") else ps[depth]
+                 for ps in parts]
+        if all(names) and len(set(names)) == len(names):
+            return names
+    return None
 
 
 def renamed(rs: RecordSet, model: str, why: str) -> RecordSet:
