@@ -170,7 +170,7 @@ def test_a_row_draws_its_resamples_once_and_equals_one_bootstrap_per_column(chun
     from uqbench.stats.metrics import bootstrap
 
     monkeypatch.setattr(bootstrap, "CHUNK_ELEMENTS", chunk)
-    monkeypatch.setattr(E, "_INTERVALS", {})
+    monkeypatch.setattr(E, "INTERVALS", {})
     rng = np.random.default_rng(7)
 
     def scored(n: int) -> Scored:
@@ -183,17 +183,17 @@ def test_a_row_draws_its_resamples_once_and_equals_one_bootstrap_per_column(chun
 
     id_, shift = scored(60), scored(45)
     calls = []
-    draw = bootstrap._draw_indices
-    monkeypatch.setattr(bootstrap, "_draw_indices",
+    draw = bootstrap.draw_indices
+    monkeypatch.setattr(bootstrap, "draw_indices",
                         lambda rng, sizes, k: calls.append(tuple(sizes)) or draw(rng, sizes, k))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", M.UndefinedMetricWarning)
         row = evaluate(id_, shift, n_boot=40, seed=3)
     # once per row and kind of column (not once per column), a chunk of resamples at a time
     assert sorted(set(calls)) == [(60,), (60, 45)]
-    assert calls.count((60,)) == -(-40 // bootstrap._chunk(60))
-    assert calls.count((60, 45)) == -(-40 // bootstrap._chunk(105))
-    monkeypatch.setattr(bootstrap, "_draw_indices", draw)
+    assert calls.count((60,)) == -(-40 // bootstrap.chunk_rows(60))
+    assert calls.count((60, 45)) == -(-40 // bootstrap.chunk_rows(105))
+    monkeypatch.setattr(bootstrap, "draw_indices", draw)
     splits = {"id": id_, "shift": shift}
     checked = 0
     for name, col in COLUMNS.items():

@@ -45,7 +45,7 @@ def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_pat
                                                                          monkeypatch) -> None:
     import uqbench.results.conformal_risk as T
 
-    monkeypatch.setattr(T, "_WARNED", set())
+    monkeypatch.setattr(T, "WARNED", set())
     cal, id_, sh = _scored(16, 1), _scored(30, 2), _scored(30, 3)  # the smoke profile's calib
     arrays: dict = {}
     with pytest.warns(UserWarning, match="alpha=0.05 not reachable: 16 calibration questions"):
@@ -60,7 +60,7 @@ def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_pat
         warnings.simplefilter("always")
         conformal_risk_columns(None, cal, id_, sh, n_boot=50)
     assert not seen  # once per reason and process, not once per row
-    monkeypatch.setattr(T, "_WARNED", set())  # another process: a cached row warns too
+    monkeypatch.setattr(T, "WARNED", set())  # another process: a cached row warns too
     with pytest.warns(UserWarning, match="alpha=0.05 not reachable"):
         again = conformal_risk_columns(ArrayCache(tmp_path), cal, id_, sh, n_boot=50)
     assert json.dumps(again) == json.dumps(row)

@@ -852,11 +852,11 @@ def test_paired_difference_resamples_the_same_examples_on_both_sides():
 def test_resample_indices_are_the_draws_of_one_call_per_resample_and_set(sizes):
     # the bootstraps draw a chunk of resamples in one call: the indices must be those of
     # drawing each resample's sets in turn, and leave the generator where those calls leave it
-    from uqbench.stats.metrics.bootstrap import _draw_indices
+    from uqbench.stats.metrics.bootstrap import draw_indices
 
     got_rng, want_rng = np.random.default_rng(5), np.random.default_rng(5)
     for k in (1, 6, 2):
-        got = _draw_indices(got_rng, sizes, k)
+        got = draw_indices(got_rng, sizes, k)
         want = [[want_rng.integers(0, n, size=n) for n in sizes] for _ in range(k)]
         assert [g.shape for g in got] == [(k, n) for n in sizes]
         for j in range(len(sizes)):

@@ -46,7 +46,7 @@ from uqbench.stats import risk as R
 FIGURE_SCORES = ("lac", "aps_rand", "raps_rand")
 SPLITS = (("", "id"), ("shift_", "shift"))
 #: Reasons for empty cells already warned about in this process.
-_WARNED: set[str] = set()
+WARNED: set[str] = set()
 
 
 class ConformalNote(UserWarning):
@@ -55,8 +55,8 @@ class ConformalNote(UserWarning):
 
 def seen_note(msg: str) -> bool:
     """Whether this process warned the note ``msg`` already; marks it warned."""
-    seen = msg in _WARNED
-    _WARNED.add(msg)
+    seen = msg in WARNED
+    WARNED.add(msg)
     return seen
 
 

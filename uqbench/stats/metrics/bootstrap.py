@@ -177,24 +177,26 @@ CHUNK_ELEMENTS = 1 << 20
 MIN_CHUNK_ROWS = 64
 
 
-def _chunk(n_examples: int) -> int:
+def chunk_rows(n_examples: int) -> int:
     """Resamples per chunk for a resample of ``n_examples`` indices."""
     rows = CHUNK_ELEMENTS // max(n_examples, 1)
     return rows if rows >= MIN_CHUNK_ROWS else 1
 
 
-def _draw_indices(rng: np.random.Generator, sizes: Sequence[int], k: int
-                  ) -> tuple[IntArray, ...]:
+def draw_indices(rng: np.random.Generator, sizes: Sequence[int], k: int
+                 ) -> tuple[IntArray, ...]:
     """``k`` resamples' indices, a (k, n) array for each set of ``sizes`` examples: the draws
-    of one resample after another, each drawing every set in turn. One call draws them all,
-    with an upper bound per index for several sets: the same stream as a call per resample
-    and set (numpy's bounded draws take whole words of the generator, one index after
-    another, whatever the call)."""
+    of one resample after another, each drawing every set in turn. One bounded draw per
+    resample and set gives the same stream as one call for them all (numpy's bounded draws
+    take whole words of the generator, one index after another, whatever the call), and
+    scalar bounds are many times faster than an array of bounds."""
     if len(sizes) == 1:
         return (rng.integers(0, sizes[0], size=(k, sizes[0])),)
-    bounds = np.concatenate([np.full(n, n) for n in sizes])
-    rows = rng.integers(0, np.tile(bounds, k)).reshape(k, len(bounds))
-    return tuple(np.split(rows, np.cumsum(sizes)[:-1], axis=1))
+    out = tuple(np.empty((k, n), dtype=np.int64) for n in sizes)
+    for row in range(k):
+        for idx, n in zip(out, sizes, strict=True):
+            idx[row] = rng.integers(0, n, size=n)
+    return out
 
 
 def _draws(rng: np.random.Generator, sizes: Sequence[int], rows: Callable[..., Any] | None,
@@ -202,11 +204,11 @@ def _draws(rng: np.random.Generator, sizes: Sequence[int], rows: Callable[..., A
     """``k ->`` the statistics of the next resamples (at most ``k``), for `_percentile_interval`:
     ``rows`` of a chunk of them, given their (k', n) indices (a `Resampled` metric's way), or,
     without ``rows``, ``one`` of the next resample's (n,) indices. Either way the indices are
-    those of drawing one resample after another (`_draw_indices`)."""
+    those of drawing one resample after another (`draw_indices`)."""
     if rows is not None:
-        chunk = _chunk(sum(sizes))
-        return lambda k: rows(*_draw_indices(rng, sizes, min(k, chunk)))
-    return lambda k: one(*(idx[0] for idx in _draw_indices(rng, sizes, 1)))
+        chunk = chunk_rows(sum(sizes))
+        return lambda k: rows(*draw_indices(rng, sizes, min(k, chunk)))
+    return lambda k: one(*(idx[0] for idx in draw_indices(rng, sizes, 1)))
 
 
 def _percentile_interval(
@@ -456,13 +458,13 @@ def bootstrap_cis(
             live.append((k, one_by_one))
     if live:
         rng = np.random.default_rng(seed)
-        chunk = _chunk(sum(sizes))
+        chunk = chunk_rows(sum(sizes))
         with warnings.catch_warnings():
             # Undefined resamples are counted below and reported once, not once per resample.
             warnings.simplefilter("ignore", UndefinedMetricWarning)
             done = 0
             while done < n_resamples:
-                idx = _draw_indices(rng, sizes, min(chunk, n_resamples - done))
+                idx = draw_indices(rng, sizes, min(chunk, n_resamples - done))
                 for k, f in live:
                     stats[k][done:done + len(idx[0])] = np.asarray(
                         f(*idx), dtype=np.float64).reshape(len(idx[0]), -1)
