@@ -337,3 +337,18 @@ def test_a_registered_column_is_computed_with_a_ci_and_shown(gap_column, tmp_pat
                           level="model")(np.mean)
     with pytest.raises(ValueError, match="not added by register_column"):
         C.unregister_column("ece")
+
+
+def test_recalibrated_eces_share_one_draw_bit_for_bit_as_one_bootstrap_each() -> None:
+    # the calibrators' ECE intervals come from one draw of the resamples: each must be bit for
+    # bit the interval of bootstrapping that calibrator's ECE alone with the same seed
+    from uqbench.results import recalibration as RC
+
+    rng = np.random.default_rng(3)
+    conf = {k: rng.random((70, 2)).round(2) for k in RC.CALIBRATORS}
+    correct = rng.random((70, 2)) < 0.6
+    row = RC.columns(RC.Recalibrated(conf, np.array([1.0, 1.5])), correct, n_boot=60, seed=5)
+    ece = M.seed_mean(lambda c, ok: M.expected_calibration_error(c, ok, n_bins=M.ECE_BINS))
+    for kind in RC.CALIBRATORS:
+        _, lo, hi = M.bootstrap_ci(ece, conf[kind], correct, n_resamples=60, seed=5)
+        assert (row[f"ece_{kind}_lo"], row[f"ece_{kind}_hi"]) == (lo, hi), kind
