@@ -7,7 +7,8 @@ A model is a model/gate pair; its row is the results row of its ``scorer`` metho
 models' records hold the same questions in the same order (`uqbench.run.score_records.
 merge_models`), so example i is one question for every model: each resample draws one set of
 question indices for both sides (`uqbench.stats.metrics.paired_difference`, as ``uqbench
-compare`` pairs runs; ID and shifted questions independently for OOD-AUROC). A difference is
+compare`` pairs runs; ID and shifted questions independently for OOD-AUROC), each model's side
+resampled once per column (`uqbench.stats.metrics.resample_side`). A difference is
 ``model − best``: its CI excluding 0 says the model is worse than the best on these questions.
 
 Writes ``models.md``, ``models.csv`` and ``models.json`` into the run folder; ``report.html``
