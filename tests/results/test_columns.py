@@ -170,7 +170,7 @@ def test_a_row_draws_its_resamples_once_and_equals_one_bootstrap_per_column(chun
     from uqbench.stats.metrics import bootstrap
 
     monkeypatch.setattr(bootstrap, "CHUNK_ELEMENTS", chunk)
-    monkeypatch.setattr(E, "_INTERVALS", {})
+    monkeypatch.setattr(E, "INTERVALS", {})
     rng = np.random.default_rng(7)
 
     def scored(n: int) -> Scored:
@@ -183,17 +183,17 @@ def test_a_row_draws_its_resamples_once_and_equals_one_bootstrap_per_column(chun
 
     id_, shift = scored(60), scored(45)
     calls = []
-    draw = bootstrap._draw_indices
-    monkeypatch.setattr(bootstrap, "_draw_indices",
+    draw = bootstrap.draw_indices
+    monkeypatch.setattr(bootstrap, "draw_indices",
                         lambda rng, sizes, k: calls.append(tuple(sizes)) or draw(rng, sizes, k))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", M.UndefinedMetricWarning)
         row = evaluate(id_, shift, n_boot=40, seed=3)
     # once per row and kind of column (not once per column), a chunk of resamples at a time
     assert sorted(set(calls)) == [(60,), (60, 45)]
-    assert calls.count((60,)) == -(-40 // bootstrap._chunk(60))
-    assert calls.count((60, 45)) == -(-40 // bootstrap._chunk(105))
-    monkeypatch.setattr(bootstrap, "_draw_indices", draw)
+    assert calls.count((60,)) == -(-40 // bootstrap.chunk_rows(60))
+    assert calls.count((60, 45)) == -(-40 // bootstrap.chunk_rows(105))
+    monkeypatch.setattr(bootstrap, "draw_indices", draw)
     splits = {"id": id_, "shift": shift}
     checked = 0
     for name, col in COLUMNS.items():
@@ -337,3 +337,18 @@ def test_a_registered_column_is_computed_with_a_ci_and_shown(gap_column, tmp_pat
                           level="model")(np.mean)
     with pytest.raises(ValueError, match="not added by register_column"):
         C.unregister_column("ece")
+
+
+def test_recalibrated_eces_share_one_draw_bit_for_bit_as_one_bootstrap_each() -> None:
+    # the calibrators' ECE intervals come from one draw of the resamples: each must be bit for
+    # bit the interval of bootstrapping that calibrator's ECE alone with the same seed
+    from uqbench.results import recalibration as RC
+
+    rng = np.random.default_rng(3)
+    conf = {k: rng.random((70, 2)).round(2) for k in RC.CALIBRATORS}
+    correct = rng.random((70, 2)) < 0.6
+    row = RC.columns(RC.Recalibrated(conf, np.array([1.0, 1.5])), correct, n_boot=60, seed=5)
+    ece = M.seed_mean(lambda c, ok: M.expected_calibration_error(c, ok, n_bins=M.ECE_BINS))
+    for kind in RC.CALIBRATORS:
+        _, lo, hi = M.bootstrap_ci(ece, conf[kind], correct, n_resamples=60, seed=5)
+        assert (row[f"ece_{kind}_lo"], row[f"ece_{kind}_hi"]) == (lo, hi), kind

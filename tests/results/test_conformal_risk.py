@@ -1,6 +1,7 @@
 """The conformal and risk-control columns of a results row (`uqbench.results.conformal_risk`)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
@@ -45,7 +46,7 @@ def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_pat
                                                                          monkeypatch) -> None:
     import uqbench.results.conformal_risk as T
 
-    monkeypatch.setattr(T, "_WARNED", set())
+    monkeypatch.setattr(T, "WARNED", set())
     cal, id_, sh = _scored(16, 1), _scored(30, 2), _scored(30, 3)  # the smoke profile's calib
     arrays: dict = {}
     with pytest.warns(UserWarning, match="alpha=0.05 not reachable: 16 calibration questions"):
@@ -60,7 +61,7 @@ def test_too_small_calib_gives_reason_cells_and_warns_from_the_cache_too(tmp_pat
         warnings.simplefilter("always")
         conformal_risk_columns(None, cal, id_, sh, n_boot=50)
     assert not seen  # once per reason and process, not once per row
-    monkeypatch.setattr(T, "_WARNED", set())  # another process: a cached row warns too
+    monkeypatch.setattr(T, "WARNED", set())  # another process: a cached row warns too
     with pytest.warns(UserWarning, match="alpha=0.05 not reachable"):
         again = conformal_risk_columns(ArrayCache(tmp_path), cal, id_, sh, n_boot=50)
     assert json.dumps(again) == json.dumps(row)
@@ -122,3 +123,51 @@ def test_pooled_row_adds_per_domain_quantiles() -> None:
     assert not any(k.startswith("cpd_") for k in compute(cal, id_, sh, n_boot=50)[0])
     with pytest.raises(ValueError, match=r"no calib questions of \['c'\]"):
         compute(cal, id_, sh, n_boot=50, groups={**dom, "shift": np.repeat(["a", "c"], 20)})
+
+
+def _interval(boots: list) -> tuple[float, float]:
+    """The 95% interval of the seed mean of per-seed (B,) resampled statistics."""
+    b = np.mean(boots, axis=0)
+    lo, hi = np.quantile(b[np.isfinite(b)], [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+@pytest.mark.parametrize("chunk", [1, 37, 1 << 20])
+def test_intervals_are_those_of_the_dense_count_matrix_bit_for_bit(monkeypatch, chunk) -> None:
+    # the columns resample the test questions a chunk at a time and count equal questions
+    # once, holding no (B, N) matrix: their intervals must be bit for bit those of the (B, N)
+    # resample counts of one draw of all B resamples (what the columns computed before)
+    from uqbench.stats import risk as R
+    from uqbench.stats.metrics import bootstrap
+
+    def informative(n: int, seed: int) -> Scored:  # uncertainties that rank errors last
+        s = _scored(n, seed, seeds=2)
+        noise = np.random.default_rng(seed).random(s.correct.shape)
+        return dataclasses.replace(s, uncertainty=np.round(noise + (1 - s.correct), 1))
+
+    monkeypatch.setattr(bootstrap, "CHUNK_ELEMENTS", chunk)
+    cal, id_, sh = informative(200, 1), informative(50, 2), informative(40, 3)
+    row, _ = compute(cal, id_, sh, n_boot=100, seed=4)
+    assert math.isfinite(row["rc_50_risk"]) and math.isfinite(row["shift_rc_50_risk_lo"])
+    tests = {"id": id_, "shift": sh}
+    dense = {r: C.resample_counts(np.random.default_rng(4).integers(
+        0, len(t.correct), size=(100, len(t.correct))), len(t.correct)) for r, t in tests.items()}
+    lac = C.SCORES["lac"]  # not randomised: no uniform draws to repeat here
+    for prefix, role in (("", "id"), ("shift_", "shift")):
+        t, w = tests[role], dense[role]
+        boots, cov, risk = [], [], []
+        for s in range(2):
+            q = C.conformal_quantile(C.true_label_scores(lac, cal.probs[:, s], cal.labels[:, s]),
+                                     0.1)
+            sets = C.prediction_sets(lac, t.probs[:, s], q)
+            boots.append(C.set_statistics(C.covered(sets, t.labels[:, s]), sets.sum(axis=1), w))
+            thr = R.ltt_threshold(cal.uncertainty[:, s], cal.correct[:, s], 0.5).threshold
+            acc = (t.uncertainty[:, s] <= thr).astype(np.float64)
+            cov.append(C.coverage(acc, w))
+            risk.append(R.selective_risk(acc, t.correct[:, s], w))
+        for k, stat in enumerate(("cov", "size", "ssc")):
+            got = (row[f"{prefix}cp_lac_10_{stat}_lo"], row[f"{prefix}cp_lac_10_{stat}_hi"])
+            assert got == _interval([b[k] for b in boots]), (prefix, stat)
+        for stat, want in (("coverage", cov), ("risk", risk)):
+            got = (row[f"{prefix}rc_50_{stat}_lo"], row[f"{prefix}rc_50_{stat}_hi"])
+            assert got == _interval(want), (prefix, stat)

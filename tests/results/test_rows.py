@@ -89,10 +89,10 @@ def test_workers_write_the_serial_files_warnings_and_fallbacks_and_share_the_cac
     names = (*builtin_scorers(), "sw_fallback")
     # as in a fresh process: conformal notes are warned once per process, and an interval
     # memoised by an earlier test would warn nothing
-    for module, name, empty in ((CR, "_WARNED", set), (EV, "_INTERVALS", dict)):
+    for module, name, empty in ((CR, "WARNED", set), (EV, "INTERVALS", dict)):
         monkeypatch.setattr(module, name, empty())
     serial, serial_w = _score(tmp_path / "serial", plugin, 1, names)
-    monkeypatch.setattr(CR, "_WARNED", set())
+    monkeypatch.setattr(CR, "WARNED", set())
     par, par_w = _score(tmp_path / "par", plugin, 2, names, cache_dir=tmp_path / "cache")
     assert (serial["score_workers"], par["score_workers"]) == (1, 2)
     for f in FILES:

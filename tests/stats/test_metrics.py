@@ -852,11 +852,11 @@ def test_paired_difference_resamples_the_same_examples_on_both_sides():
 def test_resample_indices_are_the_draws_of_one_call_per_resample_and_set(sizes):
     # the bootstraps draw a chunk of resamples in one call: the indices must be those of
     # drawing each resample's sets in turn, and leave the generator where those calls leave it
-    from uqbench.stats.metrics.bootstrap import _draw_indices
+    from uqbench.stats.metrics.bootstrap import draw_indices
 
     got_rng, want_rng = np.random.default_rng(5), np.random.default_rng(5)
     for k in (1, 6, 2):
-        got = _draw_indices(got_rng, sizes, k)
+        got = draw_indices(got_rng, sizes, k)
         want = [[want_rng.integers(0, n, size=n) for n in sizes] for _ in range(k)]
         assert [g.shape for g in got] == [(k, n) for n in sizes]
         for j in range(len(sizes)):
@@ -1092,3 +1092,27 @@ def test_sel_acc_10_is_helms_selective_acc_at_10(n):
     conf, correct = _untied(n, seed=n)
     assert helm_selective_accuracy(1.0 - conf, correct) == pytest.approx(
         _cal_get_selective_stats(conf, correct)[1], abs=1e-12)
+
+
+def test_a_side_resampled_once_pairs_bit_for_bit_as_paired_difference():
+    # model tables compare every model with the best: the best side is resampled once
+    # (resample_side) and paired with each other side, bit for bit paired_difference's result
+    from uqbench.stats import metrics as M
+
+    rng = np.random.default_rng(2)
+    ok = rng.random((40, 2)) < 0.6
+    u, *others = (rng.random((40, 2)).round(1) for _ in range(3))
+    sh = rng.random((25, 2))
+    auroc = M.Resampled(M.ood_auroc, M.auroc_resampler)
+    for metric, side, two in ((M.resampled_selective_accuracy(0.8), [u, ok], False),
+                              (np.mean, [u], False), (auroc, [u, sh], True)):
+        f = M.seed_mean(metric)
+        base = M.resample_side(f, side, two_sample=two, n_resamples=80, seed=1)
+        for o in others:
+            mine = [o, *side[1:]]
+            got = M.paired_interval(base, M.resample_side(f, mine, two_sample=two,
+                                                          n_resamples=80, seed=1))
+            assert got == M.paired_difference(f, side, mine, two_sample=two, n_resamples=80,
+                                              seed=1)
+    with pytest.raises(ValueError, match="resamples of the same examples"):
+        M.paired_interval(base, M.resample_side(np.mean, [u[:30]], n_resamples=80, seed=1))

@@ -7,7 +7,8 @@ A model is a model/gate pair; its row is the results row of its ``scorer`` metho
 models' records hold the same questions in the same order (`uqbench.run.score_records.
 merge_models`), so example i is one question for every model: each resample draws one set of
 question indices for both sides (`uqbench.stats.metrics.paired_difference`, as ``uqbench
-compare`` pairs runs; ID and shifted questions independently for OOD-AUROC). A difference is
+compare`` pairs runs; ID and shifted questions independently for OOD-AUROC), each model's side
+resampled once per column (`uqbench.stats.metrics.resample_side`). A difference is
 ``model − best``: its CI excluding 0 says the model is worse than the best on these questions.
 
 Writes ``models.md``, ``models.csv`` and ``models.json`` into the run folder; ``report.html``
@@ -103,22 +104,28 @@ def model_table(run: RunFolder, *, scorer: str = "msp", n_boot: int = 1000, seed
     by = {(r["method"], r["domain"]): r for r in rows}
     cols = [c for c in columns if any(c in r for r in rows)]
     cells: dict[str, dict[str, dict[str, ModelCell]]] = {}
+
+    def side(method: str, dom: str, col: Column) -> M.ResampledSide | None:
+        """The column's paired-bootstrap side of ``method`` (`M.resample_side`)."""
+        inputs = inputs_of(run, method, dom, col)
+        return None if inputs is None else M.resample_side(
+            M.seed_mean(col.bound()), inputs, two_sample=col.two_sample, n_resamples=n_boot,
+            seed=seed)
+
     for dom in domains_of(rows):
         table: dict[str, dict[str, ModelCell]] = {m: {} for m in methods}
         for c in cols:
             col = COLUMNS[c]
             vals = {m: _num((by.get((meth, dom)) or {}).get(c)) for m, meth in methods.items()}
             best = _best(vals, col)
-            base = inputs_of(run, methods[best], dom, col) if best is not None else None
+            base = side(methods[best], dom, col) if best is not None else None
             for m, meth in methods.items():
                 row = by.get((meth, dom)) or {}
                 diff = None
                 if best is not None and m != best and vals[m] is not None and base is not None:
-                    mine = inputs_of(run, meth, dom, col)
-                    if mine is not None:
-                        diff = M.paired_difference(M.seed_mean(col.bound()), base, mine,
-                                                   two_sample=col.two_sample,
-                                                   n_resamples=n_boot, seed=seed)
+                    mine = side(meth, dom, col)
+                    if mine is not None:  # the paired bootstrap, the best side resampled once
+                        diff = M.paired_interval(base, mine)
                 table[m][c] = ModelCell(vals[m], _num(row.get(f"{c}_lo")),
                                         _num(row.get(f"{c}_hi")), m == best, diff)
         cells[dom] = table

@@ -26,8 +26,8 @@ import itertools
 import math
 import sys
 import warnings
-from collections.abc import MutableMapping
-from functools import cache, lru_cache
+from collections.abc import Callable, MutableMapping
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -41,12 +41,13 @@ from uqbench.results.evaluate import Scored
 from uqbench.stats import conformal as C
 from uqbench.stats import metrics as M
 from uqbench.stats import risk as R
+from uqbench.stats.metrics import bootstrap
 
 #: Scores whose true-label scores go to ``scores.npz`` for the coverage figure.
 FIGURE_SCORES = ("lac", "aps_rand", "raps_rand")
 SPLITS = (("", "id"), ("shift_", "shift"))
 #: Reasons for empty cells already warned about in this process.
-_WARNED: set[str] = set()
+WARNED: set[str] = set()
 
 
 class ConformalNote(UserWarning):
@@ -55,8 +56,8 @@ class ConformalNote(UserWarning):
 
 def seen_note(msg: str) -> bool:
     """Whether this process warned the note ``msg`` already; marks it warned."""
-    seen = msg in _WARNED
-    _WARNED.add(msg)
+    seen = msg in WARNED
+    WARNED.add(msg)
     return seen
 
 
@@ -64,13 +65,48 @@ def _pct(x: float) -> str:
     return f"{round(x * 100):02d}"
 
 
-@lru_cache(maxsize=2)  # the ID and shift splits: shared by both halves and every scorer
-def _resamples(n: int, n_boot: int, seed: int) -> NDArray[np.float64]:
-    """(B, N) counts of each question in B bootstrap resamples of N question indices
-    (`uqbench.stats.conformal.resample_counts`), read-only."""
-    counts = C.resample_counts(np.random.default_rng(seed).integers(0, n, size=(n_boot, n)), n)
-    counts.flags.writeable = False
-    return counts
+def _resampled(n: int, n_boot: int, seed: int, entries: list[tuple[NDArray[np.integer],
+               Callable[[NDArray[np.integer], NDArray[np.float64]], tuple[Any, ...]]]]
+               ) -> list[tuple[NDArray[np.float64], ...]]:
+    """Each entry's statistics on ``n_boot`` bootstrap resamples of the ``n`` test questions,
+    (B,) arrays: an entry is ``(code, stat)``, ``code`` (n,) a small integer that tells the
+    questions apart wherever ``stat`` could, and ``stat(codes, counts)`` the statistics given
+    the codes of some questions and (B', U) resample counts of each of them
+    (`uqbench.stats.conformal.resample_counts`).
+
+    The resamples are those of ``np.random.default_rng(seed)``: `M.draw_indices`, a chunk at
+    a time. The questions are counted by their row of codes (all entries'), distinct rows once:
+    every statistic here is a ratio of integer-valued sums over the resample, which are exact,
+    hence bitwise the same, whichever questions of a row carry the count. No (B, n) matrix is
+    held: at most `bootstrap.CHUNK_ELEMENTS` counts (and a chunk of indices) at once."""
+    _, first, row = np.unique(np.column_stack([code for code, _ in entries]), axis=0,
+                              return_index=True, return_inverse=True)
+    row = row.reshape(-1)
+    codes = [code[first] for code, _ in entries]
+    rng = np.random.default_rng(seed)
+    block, draw = max(1, bootstrap.CHUNK_ELEMENTS // len(first)), M.chunk_rows(n)
+    parts: list[list[tuple[Any, ...]]] = [[] for _ in entries]
+    for start in range(0, n_boot, block):
+        counts = np.concatenate([
+            C.resample_counts(row[M.draw_indices(rng, [n], min(draw, n_boot - at))[0]],
+                              len(first))
+            for at in range(start, min(start + block, n_boot), draw)])
+        for got, code, (_, stat) in zip(parts, codes, entries, strict=True):
+            got.append(stat(code, counts))
+    return [tuple(np.concatenate(column) for column in zip(*got, strict=True))
+            for got in parts]
+
+
+def _set_stats(code: NDArray[np.integer], counts: NDArray[np.float64]) -> tuple[Any, ...]:
+    """`C.set_statistics` of the questions whose code is ``2 * size + covered``."""
+    return C.set_statistics(code & 1, code >> 1, counts)
+
+
+def _risk_stats(right: NDArray[np.float64], code: NDArray[np.integer],
+                counts: NDArray[np.float64]) -> tuple[Any, ...]:
+    """(coverage, `R.selective_risk`) of the questions whose code is ``2 * k + accepted``,
+    ``right[k]`` their correctness."""
+    return C.coverage(code & 1, counts), R.selective_risk(code & 1, right[code >> 1], counts)
 
 
 def _summarise(row: dict[str, Any], name: str, points: list[float],
@@ -85,6 +121,27 @@ def _summarise(row: dict[str, Any], name: str, points: list[float],
 
 def _empty(row: dict[str, Any], name: str) -> None:
     row[name] = row[f"{name}_std"] = row[f"{name}_lo"] = row[f"{name}_hi"] = math.nan
+
+
+#: per split: the columns still to summarise (their names, None for one left empty, and each
+#: seed's point statistics) and the `_resampled` entries of their seeds, in the same order
+Pending = dict[str, tuple[list[tuple[tuple[str | None, ...], list[tuple[Any, ...]]]],
+                          list[tuple[NDArray[np.integer], Any]]]]
+
+
+def _summarise_pending(row: dict[str, Any], pending: Pending, tests: dict[str, Scored], *,
+                       n_boot: int, seed: int) -> None:
+    """`_summarise` every pending column of each split, from one pass over its resamples; the
+    columns hold their place in ``row`` (`_empty` until then)."""
+    for role, (todo, entries) in pending.items():
+        if not todo:
+            continue
+        boots = iter(_resampled(len(tests[role].correct), n_boot, seed, entries))
+        for names, points in todo:
+            per_seed = [next(boots) for _ in points]
+            for k, name in enumerate(names):
+                if name is not None:
+                    _summarise(row, name, [p[k] for p in points], [b[k] for b in per_seed])
 
 
 def _check_probs(*splits: tuple[str, Scored]) -> None:
@@ -122,7 +179,7 @@ def conformal_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, s
     _check_probs(("calib", cal), ("ID", id_), ("shift", shift))
     tests = {"id": id_, "shift": shift}
     n_seeds = cal.probs.shape[1]  # type: ignore[union-attr]
-    resamples = {role: _resamples(len(s.correct), n_boot, seed) for role, s in tests.items()}
+    pending: Pending = {role: ([], []) for role in tests}
     row: dict[str, Any] = {}
     notes: list[str] = []
     arrays: dict[str, list[NDArray[np.float64]]] = {}
@@ -153,20 +210,20 @@ def conformal_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, s
                         _empty(row, f"{prefix}{col}_{stat}")
                 continue
             for prefix, role in SPLITS:
-                w = resamples[role]
-                stats: dict[str, tuple[list[float], list[NDArray[np.float64]]]] = {
-                    k: ([], []) for k in ("cov", "size", "ssc")}
+                names = tuple(f"{prefix}{col}_{k}" for k in ("cov", "size", "ssc"))
+                points = []
                 for s in range(n_seeds):
                     sets = C.prediction_sets(score, probs[role][:, s],  # type: ignore[index]
                                              qhat[s][role], draws[s][role])
                     covered = C.covered(sets, labels[role][:, s])  # type: ignore[index]
                     size = sets.sum(axis=1)
-                    for k, point, boot in zip(stats, C.set_statistics(covered, size),
-                                              C.set_statistics(covered, size, w), strict=False):
-                        stats[k][0].append(point)
-                        stats[k][1].append(boot)
-                for k, (points, boots) in stats.items():
-                    _summarise(row, f"{prefix}{col}_{k}", points, boots)
+                    points.append(C.set_statistics(covered, size))
+                    pending[role][1].append(((2 * size + covered).astype(np.int32),
+                                             _set_stats))
+                pending[role][0].append((names, points))
+                for cell in names:
+                    _empty(row, cell)
+    _summarise_pending(row, pending, tests, n_boot=n_boot, seed=seed)
     row["cp_note"] = " | ".join(notes)
     return row, {k: np.stack(v, axis=1) for k, v in arrays.items()}
 
@@ -176,10 +233,13 @@ def risk_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: 
     """The ``rc_*`` and ``risk_at_*`` columns and ``rc_note``. Reads only the uncertainties
     and correctness."""
     tests = {"id": id_, "shift": shift}
-    resamples = {role: _resamples(len(s.correct), n_boot, seed) for role, s in tests.items()}
+    pending: Pending = {role: ([], []) for role in tests}
     row: dict[str, Any] = {}
     notes: list[str] = []
     n_seeds = cal.uncertainty.shape[1]
+    # each seed's correctness values and which of them each question has, per split
+    right = {role: [np.unique(t.correct[:, s], return_inverse=True) for s in range(n_seeds)]
+             for role, t in tests.items()}
     for target in R.TARGETS:
         try:
             thr = [R.ltt_threshold(cal.uncertainty[:, s], cal.correct[:, s], target)
@@ -191,23 +251,25 @@ def risk_columns(cal: Scored, id_: Scored, shift: Scored, *, n_boot: int, seed: 
                     _empty(row, f"{prefix}rc_{_pct(target)}_{stat}")
             continue
         for prefix, role in SPLITS:
-            sc, w = tests[role], resamples[role]
-            cov: tuple[list[float], list[NDArray[np.float64]]] = ([], [])
-            risk: tuple[list[float], list[NDArray[np.float64]]] = ([], [])
+            sc = tests[role]
+            points = []
             for s in range(n_seeds):
                 acc = (sc.uncertainty[:, s] <= thr[s].threshold).astype(np.float64)
-                cov[0].append(C.coverage(acc))
-                cov[1].append(C.coverage(acc, w))
-                risk[0].append(R.selective_risk(acc, sc.correct[:, s]))  # type: ignore[arg-type]
-                risk[1].append(R.selective_risk(acc, sc.correct[:, s], w))  # type: ignore[arg-type]
+                points.append((C.coverage(acc),
+                               R.selective_risk(acc, sc.correct[:, s])))  # type: ignore[arg-type]
+                values, which = right[role][s]
+                pending[role][1].append(((acc + 2 * which).astype(np.int32),
+                                         partial(_risk_stats, values)))
             name = f"{prefix}rc_{_pct(target)}"
-            _summarise(row, f"{name}_coverage", *cov)
-            if any(math.isnan(v) for v in risk[0]):
+            _empty(row, f"{name}_coverage")
+            _empty(row, f"{name}_risk")
+            undefined = any(math.isnan(p[1]) for p in points)
+            if undefined:
                 notes.append(f"{name}_risk: no {role} question accepted at the calib threshold "
                              "(coverage 0), the realised risk is undefined")
-                _empty(row, f"{name}_risk")
-            else:
-                _summarise(row, f"{name}_risk", *risk)
+            pending[role][0].append(((f"{name}_coverage", None if undefined else f"{name}_risk"),
+                                     points))
+    _summarise_pending(row, pending, tests, n_boot=n_boot, seed=seed)
     for name, col in columns.RISK_AT.items():
         row[name], row[f"{name}_std"] = M.per_seed(col.bound(), tests["id"].uncertainty,
                                                   tests["id"].correct)

@@ -84,7 +84,7 @@ class Scored:
 
 #: bootstrap intervals of this process by content: methods of one model that share a
 #: predictive distribution (msp, entropy, energy, margin) share their accuracy and ECE intervals
-_INTERVALS: dict[str, tuple[Any, Any]] = {}
+INTERVALS: dict[str, tuple[Any, Any]] = {}
 
 
 def _interval_key(name: str, arrays: Sequence[NDArray[Any]], two_sample: bool,
@@ -104,15 +104,15 @@ def _cis(wanted: Sequence[tuple[str, Callable[..., Any], Sequence[NDArray[Any]]]
     content (`_interval_key`)."""
     opts = {**options, "n_boot": n_boot, "seed": seed}
     keys = {name: _interval_key(name, arrays, two_sample, opts) for name, _, arrays in wanted}
-    todo = [(name, fn, arrays) for name, fn, arrays in wanted if keys[name] not in _INTERVALS]
-    if len(_INTERVALS) + len(todo) > 4096:
-        _INTERVALS.clear()
+    todo = [(name, fn, arrays) for name, fn, arrays in wanted if keys[name] not in INTERVALS]
+    if len(INTERVALS) + len(todo) > 4096:
+        INTERVALS.clear()
         todo = list(wanted)
     got = M.bootstrap_cis([(M.seed_mean(fn), arrays) for _, fn, arrays in todo],
                           two_sample=two_sample, n_resamples=n_boot, seed=seed)
     for (name, _, _), (_, lo, hi) in zip(todo, got, strict=False):
-        _INTERVALS[keys[name]] = (lo, hi)
-    return {name: _INTERVALS[keys[name]] for name, _, _ in wanted}
+        INTERVALS[keys[name]] = (lo, hi)
+    return {name: INTERVALS[keys[name]] for name, _, _ in wanted}
 
 
 def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: int = 1000,

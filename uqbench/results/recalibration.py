@@ -104,11 +104,14 @@ def columns(rec: Recalibrated, correct: NDArray[Any], *, n_bins: int = M.ECE_BIN
     ece = M.Resampled(partial(M.expected_calibration_error, n_bins=n_bins),
                       partial(M.calibration_resampler, n_bins=n_bins))
     row: dict[str, float] = {}
-    for kind in CALIBRATORS:
-        name, arrays = f"ece_{kind}", (rec.confidence[kind], correct.astype(bool))
-        row[name], row[f"{name}_std"] = M.per_seed(ece, *arrays)
-        _, row[f"{name}_lo"], row[f"{name}_hi"] = M.bootstrap_ci(
-            M.seed_mean(ece), *arrays, n_resamples=n_boot, seed=seed)
+    arrays = {kind: (rec.confidence[kind], correct.astype(bool)) for kind in CALIBRATORS}
+    # one draw of the resamples for every calibrator: bit for bit a bootstrap_ci each
+    cis = M.bootstrap_cis([(M.seed_mean(ece), a) for a in arrays.values()],
+                          n_resamples=n_boot, seed=seed)
+    for (kind, a), (_, lo, hi) in zip(arrays.items(), cis, strict=True):
+        name = f"ece_{kind}"
+        row[name], row[f"{name}_std"] = M.per_seed(ece, *a)
+        row[f"{name}_lo"], row[f"{name}_hi"] = lo, hi
     row["ts_temperature"], row["ts_temperature_std"] = M.mean_std(list(rec.temperature))
     return row
 

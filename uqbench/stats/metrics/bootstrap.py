@@ -177,24 +177,26 @@ CHUNK_ELEMENTS = 1 << 20
 MIN_CHUNK_ROWS = 64
 
 
-def _chunk(n_examples: int) -> int:
+def chunk_rows(n_examples: int) -> int:
     """Resamples per chunk for a resample of ``n_examples`` indices."""
     rows = CHUNK_ELEMENTS // max(n_examples, 1)
     return rows if rows >= MIN_CHUNK_ROWS else 1
 
 
-def _draw_indices(rng: np.random.Generator, sizes: Sequence[int], k: int
-                  ) -> tuple[IntArray, ...]:
+def draw_indices(rng: np.random.Generator, sizes: Sequence[int], k: int
+                 ) -> tuple[IntArray, ...]:
     """``k`` resamples' indices, a (k, n) array for each set of ``sizes`` examples: the draws
-    of one resample after another, each drawing every set in turn. One call draws them all,
-    with an upper bound per index for several sets: the same stream as a call per resample
-    and set (numpy's bounded draws take whole words of the generator, one index after
-    another, whatever the call)."""
+    of one resample after another, each drawing every set in turn. One bounded draw per
+    resample and set gives the same stream as one call for them all (numpy's bounded draws
+    take whole words of the generator, one index after another, whatever the call), and
+    scalar bounds are many times faster than an array of bounds."""
     if len(sizes) == 1:
         return (rng.integers(0, sizes[0], size=(k, sizes[0])),)
-    bounds = np.concatenate([np.full(n, n) for n in sizes])
-    rows = rng.integers(0, np.tile(bounds, k)).reshape(k, len(bounds))
-    return tuple(np.split(rows, np.cumsum(sizes)[:-1], axis=1))
+    out = tuple(np.empty((k, n), dtype=np.int64) for n in sizes)
+    for row in range(k):
+        for idx, n in zip(out, sizes, strict=True):
+            idx[row] = rng.integers(0, n, size=n)
+    return out
 
 
 def _draws(rng: np.random.Generator, sizes: Sequence[int], rows: Callable[..., Any] | None,
@@ -202,11 +204,11 @@ def _draws(rng: np.random.Generator, sizes: Sequence[int], rows: Callable[..., A
     """``k ->`` the statistics of the next resamples (at most ``k``), for `_percentile_interval`:
     ``rows`` of a chunk of them, given their (k', n) indices (a `Resampled` metric's way), or,
     without ``rows``, ``one`` of the next resample's (n,) indices. Either way the indices are
-    those of drawing one resample after another (`_draw_indices`)."""
+    those of drawing one resample after another (`draw_indices`)."""
     if rows is not None:
-        chunk = _chunk(sum(sizes))
-        return lambda k: rows(*_draw_indices(rng, sizes, min(k, chunk)))
-    return lambda k: one(*(idx[0] for idx in _draw_indices(rng, sizes, 1)))
+        chunk = chunk_rows(sum(sizes))
+        return lambda k: rows(*draw_indices(rng, sizes, min(k, chunk)))
+    return lambda k: one(*(idx[0] for idx in draw_indices(rng, sizes, 1)))
 
 
 def _percentile_interval(
@@ -456,13 +458,13 @@ def bootstrap_cis(
             live.append((k, one_by_one))
     if live:
         rng = np.random.default_rng(seed)
-        chunk = _chunk(sum(sizes))
+        chunk = chunk_rows(sum(sizes))
         with warnings.catch_warnings():
             # Undefined resamples are counted below and reported once, not once per resample.
             warnings.simplefilter("ignore", UndefinedMetricWarning)
             done = 0
             while done < n_resamples:
-                idx = _draw_indices(rng, sizes, min(chunk, n_resamples - done))
+                idx = draw_indices(rng, sizes, min(chunk, n_resamples - done))
                 for k, f in live:
                     stats[k][done:done + len(idx[0])] = np.asarray(
                         f(*idx), dtype=np.float64).reshape(len(idx[0]), -1)
@@ -531,24 +533,72 @@ def paired_difference(
         raise ValueError(f"two_sample needs two arrays per side (e.g. ID and shifted); got "
                          f"{len(lengths)}")
 
-    def diff(*idx: NDArray[np.intp]) -> float:
-        pick = idx if two_sample else idx * len(lengths)
-        va, vb = (metric(*(x[i] for x, i in zip(side, pick, strict=False))) for side in sides)
-        return float(vb - va)
-
     if not two_sample and len(set(lengths)) > 1:
         raise ValueError(f"the arrays of one side must hold the same examples to be resampled "
                          f"jointly; got lengths {lengths} (two_sample=True for ID vs shifted)")
     _check_bootstrap_options(n_resamples, level)
+    side_a, side_b = (resample_side(metric, side, two_sample=two_sample,
+                                    n_resamples=n_resamples, seed=seed) for side in sides)
+    return paired_interval(side_a, side_b, level=level)
+
+
+class ResampledSide(NamedTuple):
+    """One side of a paired bootstrap (`resample_side`): the metric on all examples and on
+    each resample, and what was resampled (the sizes of the sets of examples, the seed)."""
+
+    point: float
+    stats: FloatArray  # (B,)
+    sizes: tuple[int, ...]
+    seed: int
+
+
+def resample_side(metric: Callable[..., float], arrays: Sequence[ArrayLike], *,
+                  two_sample: bool = False, n_resamples: int = 1000, seed: int = 0
+                  ) -> ResampledSide:
+    """``metric(*arrays)`` and its value on each resample of :func:`paired_difference` (the
+    indices of ``seed``, drawn as :func:`bootstrap_ci` or, ``two_sample``,
+    :func:`bootstrap_ci_two_sample` draws them): a side compared with several others
+    (`paired_interval`) is resampled once. NaN resamples are kept (the interval drops them)."""
+    arrs = _resampleable(tuple(arrays), [f"arrays[{i}]" for i in range(len(arrays))])
+    lengths = [len(x) for x in arrs]
+    if two_sample and len(arrs) != 2:
+        raise ValueError(f"two_sample needs two arrays (e.g. ID and shifted); got {len(arrs)}")
+    if not two_sample and len(set(lengths)) > 1:
+        raise ValueError(f"the arrays must hold the same examples to be resampled jointly; got "
+                         f"lengths {lengths} (two_sample=True for ID vs shifted)")
+    _check_bootstrap_options(n_resamples, 0.95)
     sizes = lengths if two_sample else lengths[:1]
-    rows: Callable[..., Any] | None = None
-    if isinstance(metric, Resampled):   # each side's chunk of resamples in one call
-        stat_a, stat_b = (metric.resampler(*side) for side in sides)
-        def rows(*idx):
-            return stat_b(*idx) - stat_a(*idx)
-    draws = _draws(np.random.default_rng(seed), sizes, rows, diff)
-    point = diff(*(np.arange(n) for n in sizes))
-    return _percentile_interval(point, draws, n_resamples, level)  # type: ignore[no-any-return]
+
+    def one(*idx: IntArray) -> float:
+        pick = idx if two_sample else idx * len(arrs)
+        return float(metric(*(x[i] for x, i in zip(arrs, pick, strict=True))))
+
+    draws = _draws(np.random.default_rng(seed), sizes,
+                   metric.resampler(*arrs) if isinstance(metric, Resampled) else None, one)
+    stats = np.empty(n_resamples)
+    with warnings.catch_warnings():
+        # Undefined resamples are counted by the interval and reported once there.
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        done = 0
+        while done < n_resamples:
+            got = np.asarray(draws(n_resamples - done), dtype=np.float64).reshape(-1)
+            stats[done:done + len(got)] = got
+            done += len(got)
+    return ResampledSide(one(*(np.arange(n) for n in sizes)), stats, tuple(sizes), seed)
+
+
+def paired_interval(a: ResampledSide, b: ResampledSide, *, level: float = 0.95
+                    ) -> tuple[float, float, float]:
+    """``b.point - a.point`` and the percentile interval of the resamples' differences: what
+    :func:`paired_difference` returns for the two sides' arrays, bit for bit, from each side's
+    `resample_side` (the same sizes, seed and number of resamples)."""
+    if (a.sizes, a.seed, len(a.stats)) != (b.sizes, b.seed, len(b.stats)):
+        raise ValueError(f"paired sides must be resamples of the same examples: sizes, seed and "
+                         f"resamples {(a.sizes, a.seed, len(a.stats))} and "
+                         f"{(b.sizes, b.seed, len(b.stats))}")
+    diffs = b.stats - a.stats
+    return _percentile_interval(  # type: ignore[no-any-return]
+        float(b.point - a.point), lambda k: diffs[len(diffs) - k:], len(diffs), level)
 
 
 class PairedInterval(NamedTuple):
