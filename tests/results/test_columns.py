@@ -171,6 +171,7 @@ def test_a_row_draws_its_resamples_once_and_equals_one_bootstrap_per_column(chun
 
     monkeypatch.setattr(bootstrap, "CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(E, "INTERVALS", {})
+    monkeypatch.setattr(bootstrap, "MEMO_ELEMENTS", 0)   # every chunk drawn when it is used
     rng = np.random.default_rng(7)
 
     def scored(n: int) -> Scored:

@@ -195,3 +195,59 @@ def test_a_run_scored_by_workers_writes_the_files_of_one_process(tmp_path, real_
     assert json.loads((tmp_path / "par" / "run.json").read_text())["score_workers"] == 2
     for f in FILES:
         assert (tmp_path / "serial" / f).read_bytes() == (tmp_path / "par" / f).read_bytes(), f
+
+
+def one_domain(rs):
+    """``rs`` cut to its first domain."""
+    import dataclasses
+
+    d = rs.domains[0]
+
+    def mine(split: str) -> bool:
+        return split.split("/")[0] == d
+
+    refs = rs.refs
+    refs = dataclasses.replace(
+        refs, domains=(d,), n_choices={k: v for k, v in refs.n_choices.items() if mine(k)},
+        options_only={k: v for k, v in refs.options_only.items() if mine(k)},
+        hashes={k: v for k, v in refs.hashes.items() if mine(k)})
+    return dataclasses.replace(rs, outputs={k: o for k, o in rs.outputs.items() if mine(k[1])},
+                               refs=refs)
+
+
+def test_pooled_over_one_domain_is_that_domain_scored_once(tmp_path, monkeypatch):
+    import numpy as np
+
+    from uqbench.results import rows as R
+
+    rs = one_domain(record_set(2))
+    calls = []
+    evaluate = R.evaluate_cached
+    monkeypatch.setattr(R, "evaluate_cached", lambda *a, **k: calls.append(1) or evaluate(*a, **k))
+    score(rs, ScoreConfig(out=tmp_path / "run", scorers=("msp", "entropy"), figures=False,
+                          score_workers=1))
+    rows = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text()
+            .splitlines()]
+    methods = [r for r in rows
+               if r["domain"] == rs.domains[0] and r["scorer"] in ("msp", "entropy")]
+    assert len(calls) == len(methods) == 4   # 2 pairs x 2 scorers, once each
+    pooled = {r["method"]: r for r in rows if r["domain"] == "pooled"}
+    for r in methods:
+        assert {**r, "domain": "pooled"} == pooled[r["method"]]
+    with np.load(tmp_path / "run" / "scores.npz") as z:
+        keys = [k for k in z.files if k.split("|")[1] == rs.domains[0]]
+        assert keys and sorted(k for k in z.files if k.split("|")[1] == "pooled") == sorted(
+            k.replace(f"|{rs.domains[0]}|", "|pooled|") for k in keys)
+        for k in keys:
+            np.testing.assert_array_equal(z[k], z[k.replace(f"|{rs.domains[0]}|", "|pooled|")])
+
+
+@pytest.mark.slow   # starts worker processes
+def test_workers_score_one_domain_as_one_process(tmp_path):
+    rs = one_domain(record_set(2))
+    for workers in (1, 2):
+        score(rs, ScoreConfig(out=tmp_path / str(workers), scorers=("msp", "entropy"),
+                              figures=False, score_workers=workers))
+    assert json.loads((tmp_path / "2" / "run.json").read_text())["score_workers"] == 2
+    for f in FILES:
+        assert (tmp_path / "1" / f).read_bytes() == (tmp_path / "2" / f).read_bytes(), f

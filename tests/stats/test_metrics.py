@@ -864,6 +864,31 @@ def test_resample_indices_are_the_draws_of_one_call_per_resample_and_set(sizes):
     assert got_rng.integers(0, 2**62) == want_rng.integers(0, 2**62)
 
 
+@pytest.mark.parametrize("memo", [0, 1 << 20])   # drawn chunk by chunk; drawn once and kept
+def test_index_chunks_are_the_draws_of_one_generator_kept_or_not(memo, monkeypatch):
+    from uqbench.stats.metrics import bootstrap
+    from uqbench.stats.metrics.bootstrap import draw_indices, index_chunks
+
+    monkeypatch.setattr(bootstrap, "MEMO_ELEMENTS", memo)
+    monkeypatch.setattr(bootstrap, "DRAWN", type(bootstrap.DRAWN)())
+    sizes, n, chunk = (37, 11), 23, 5
+    want = draw_indices(np.random.default_rng(9), sizes, n)
+    for _ in range(2):   # the second time from the memo, where it is kept
+        got = list(index_chunks(9, sizes, n, chunk))
+        assert [len(c[0]) for c in got] == [5, 5, 5, 5, 3]
+        for j in range(len(sizes)):
+            np.testing.assert_array_equal(np.concatenate([c[j] for c in got]), want[j])
+    assert len(bootstrap.DRAWN) == (1 if memo else 0)
+    if memo:
+        with pytest.raises(ValueError, match="read-only"):
+            got[0][0][0, 0] = 1   # kept indices cannot be changed by a caller
+        # other draws push the oldest out: what is kept stays within the budget
+        monkeypatch.setattr(bootstrap, "MEMO_ELEMENTS", 2 * 10 * 40)
+        for seed in range(3):
+            list(index_chunks(seed, (40,), 10, 4))
+        assert list(bootstrap.DRAWN) == [(1, (40,), 10), (2, (40,), 10)]
+
+
 def test_paired_difference_two_sample_and_bad_input():
     from uqbench.stats.metrics import paired_difference
 

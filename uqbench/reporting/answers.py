@@ -30,6 +30,7 @@ from typing import Any
 
 from uqbench.files.rundir import RunFolder
 from uqbench.results.columns import COLUMNS, CONFORMAL_COVERAGE, CP_ALPHA, Column, inputs_of
+from uqbench.results.evaluate import column_side
 from uqbench.results.references import trained
 from uqbench.results.tables import (
     chance_reasons,
@@ -105,8 +106,7 @@ def _vs_msp(q: Question, run: RunFolder, best: Mapping[str, Any], msp: Mapping[s
     a, b = (inputs_of(run, m["method"], best["domain"], q.column) for m in (msp, best))
     if a is None or b is None:
         return None, "no per-example arrays in scores.npz to pair"
-    d = M.paired_difference(M.seed_mean(q.column.bound()), a, b,
-                            two_sample=q.column.two_sample, n_resamples=n_boot)
+    d = M.paired_interval(*(column_side(q.column, x, n_boot=n_boot) for x in (a, b)))
     if d == (0.0, 0.0, 0.0):
         return d, "same predictive distribution as MSP"
     better = d[1] > 0 if q.higher_is_better else d[2] < 0

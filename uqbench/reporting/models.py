@@ -29,6 +29,7 @@ from uqbench.core.errors import UserError
 from uqbench.files.cache import atomic_write_text
 from uqbench.files.rundir import RunFolder
 from uqbench.results.columns import COLUMNS, Column, inputs_of
+from uqbench.results.evaluate import column_side
 from uqbench.results.tables import (
     MODEL_COLUMNS,
     digits_of,
@@ -106,11 +107,9 @@ def model_table(run: RunFolder, *, scorer: str = "msp", n_boot: int = 1000, seed
     cells: dict[str, dict[str, dict[str, ModelCell]]] = {}
 
     def side(method: str, dom: str, col: Column) -> M.ResampledSide | None:
-        """The column's paired-bootstrap side of ``method`` (`M.resample_side`)."""
+        """The column's paired-bootstrap side of ``method`` (`column_side`)."""
         inputs = inputs_of(run, method, dom, col)
-        return None if inputs is None else M.resample_side(
-            M.seed_mean(col.bound()), inputs, two_sample=col.two_sample, n_resamples=n_boot,
-            seed=seed)
+        return None if inputs is None else column_side(col, inputs, n_boot=n_boot, seed=seed)
 
     for dom in domains_of(rows):
         table: dict[str, dict[str, ModelCell]] = {m: {} for m in methods}

@@ -74,7 +74,7 @@ def _resampled(n: int, n_boot: int, seed: int, entries: list[tuple[NDArray[np.in
     the codes of some questions and (B', U) resample counts of each of them
     (`uqbench.stats.conformal.resample_counts`).
 
-    The resamples are those of ``np.random.default_rng(seed)``: `M.draw_indices`, a chunk at
+    The resamples are those of ``np.random.default_rng(seed)``: `M.index_chunks`, a chunk at
     a time. The questions are counted by their row of codes (all entries'), distinct rows once:
     every statistic here is a ratio of integer-valued sums over the resample, which are exact,
     hence bitwise the same, whichever questions of a row carry the count. No (B, n) matrix is
@@ -83,16 +83,22 @@ def _resampled(n: int, n_boot: int, seed: int, entries: list[tuple[NDArray[np.in
                               return_index=True, return_inverse=True)
     row = row.reshape(-1)
     codes = [code[first] for code, _ in entries]
-    rng = np.random.default_rng(seed)
-    block, draw = max(1, bootstrap.CHUNK_ELEMENTS // len(first)), M.chunk_rows(n)
+    block = max(1, bootstrap.CHUNK_ELEMENTS // len(first))
     parts: list[list[tuple[Any, ...]]] = [[] for _ in entries]
-    for start in range(0, n_boot, block):
-        counts = np.concatenate([
-            C.resample_counts(row[M.draw_indices(rng, [n], min(draw, n_boot - at))[0]],
-                              len(first))
-            for at in range(start, min(start + block, n_boot), draw)])
+    pending: list[NDArray[np.float64]] = []
+
+    def flush() -> None:
+        counts = np.concatenate(pending)
+        pending.clear()
         for got, code, (_, stat) in zip(parts, codes, entries, strict=True):
             got.append(stat(code, counts))
+
+    for idx in M.index_chunks(seed, [n], n_boot, M.chunk_rows(n)):
+        if pending and sum(map(len, pending)) + len(idx[0]) > block:
+            flush()
+        pending.append(C.resample_counts(row[idx[0]], len(first)))
+    if pending:
+        flush()
     return [tuple(np.concatenate(column) for column in zip(*got, strict=True))
             for got in parts]
 

@@ -85,6 +85,18 @@ class Scored:
 #: bootstrap intervals of this process by content: methods of one model that share a
 #: predictive distribution (msp, entropy, energy, margin) share their accuracy and ECE intervals
 INTERVALS: dict[str, tuple[Any, Any]] = {}
+#: the resamples' statistics behind this process's intervals, (B,) per column by content (the
+#: keys of `INTERVALS`): the paired bootstraps of the report read them (`column_side`)
+RESAMPLES: dict[str, NDArray[np.float64]] = {}
+#: the most entries `RESAMPLES` holds (then it starts again)
+RESAMPLE_ENTRIES = 16384
+
+
+def remember_resamples(new: dict[str, NDArray[np.float64]]) -> None:
+    """Add ``new`` to `RESAMPLES` (emptied first when they would not fit)."""
+    if len(RESAMPLES) + len(new) > RESAMPLE_ENTRIES:
+        RESAMPLES.clear()
+    RESAMPLES.update(new)
 
 
 def _interval_key(name: str, arrays: Sequence[NDArray[Any]], two_sample: bool,
@@ -108,11 +120,31 @@ def _cis(wanted: Sequence[tuple[str, Callable[..., Any], Sequence[NDArray[Any]]]
     if len(INTERVALS) + len(todo) > 4096:
         INTERVALS.clear()
         todo = list(wanted)
-    got = M.bootstrap_cis([(M.seed_mean(fn), arrays) for _, fn, arrays in todo],
-                          two_sample=two_sample, n_resamples=n_boot, seed=seed)
-    for (name, _, _), (_, lo, hi) in zip(todo, got, strict=False):
+    got = M.bootstrap_stats([(M.seed_mean(fn), arrays) for _, fn, arrays in todo],
+                            two_sample=two_sample, n_resamples=n_boot, seed=seed)
+    for (name, _, arrays), (point, stats) in zip(todo, got, strict=True):
+        _, lo, hi = M.percentile_bounds(point, stats)
         INTERVALS[keys[name]] = (lo, hi)
+        remember_resamples({_interval_key(column, arrays, two_sample, opts): stats[:, k]
+                            for k, column in enumerate(SELECTIVE if name == "selective"
+                                                       else [name])})
     return {name: INTERVALS[keys[name]] for name, _, _ in wanted}
+
+
+def column_side(col: columns.Column, arrays: Sequence[NDArray[Any]], *, n_boot: int,
+                seed: int = 0, n_bins: int = M.ECE_BINS) -> M.ResampledSide:
+    """``col``'s paired-bootstrap side on ``arrays`` (`M.resample_side`), its resamples read
+    from `RESAMPLES` where this process bootstrapped the same arrays for a results row (the
+    same draws, the same statistics), else resampled now."""
+    fn = M.seed_mean(col.bound(n_bins))
+    key = _interval_key(col.name, arrays, col.two_sample,
+                        {"n_bins": n_bins, "n_boot": n_boot, "seed": seed})
+    stats = RESAMPLES.get(key)
+    if stats is None:
+        return M.resample_side(fn, arrays, two_sample=col.two_sample, n_resamples=n_boot,
+                               seed=seed)
+    sizes = tuple(len(a) for a in arrays) if col.two_sample else (len(arrays[0]),)
+    return M.ResampledSide(float(fn(*arrays)), stats, sizes, seed)
 
 
 def evaluate(id_: Scored, shift: Scored, *, n_bins: int = M.ECE_BINS, n_boot: int = 1000,

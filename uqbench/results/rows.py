@@ -33,7 +33,12 @@ from uqbench.core.registry import import_plugin
 from uqbench.files.cache import PROTOCOL_VERSION, ArrayCache
 from uqbench.files.rundir import SCORE_FIELDS, score_key
 from uqbench.results.conformal_risk import ConformalNote, conformal_risk_columns, seen_note
-from uqbench.results.evaluate import Scored, evaluate_cached
+from uqbench.results.evaluate import (
+    RESAMPLES,
+    Scored,
+    evaluate_cached,
+    remember_resamples,
+)
 from uqbench.results.recalibration import recalibrate_cached
 from uqbench.results.references import (
     ReferenceInputs,
@@ -72,7 +77,7 @@ def score_workers(requested: int | str, ms: Sequence[Method],
     check_workers(requested)
     pairs = len(dict.fromkeys(m.pair.name for m in ms))
     domains = {split.split("/")[0] for _, split, _ in outs}   # split names: "domain/role"
-    groups = pairs * (len(domains) + 1)   # + pooled
+    groups = pairs * (len(domains) + (len(domains) > 1))   # + pooled, unless one domain
     if requested == "auto":
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
             else os.cpu_count() or 1
@@ -121,10 +126,13 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
     rows: Rows = []
     arrays: Arrays = {}
     domains = [*refs.domains, "pooled"]
+    # pooled over one domain is that domain: its rows are computed once (`as_domain`)
+    scored = list(refs.domains) if len(refs.domains) == 1 else domains
     if workers <= 1:
         for m in ms:
+            done = {dom: _score_method(m, dom, outs, *job) for dom in scored}
             for dom in domains:
-                r, a = _score_method(m, dom, outs, *job)
+                r, a = done.get(dom) or as_domain(*done[refs.domains[0]], dom)
                 rows.append(r)
                 arrays.update(a)
         return rows + reference_rows(refs, n_boot=n_boot, seed=0, protocol=protocol), arrays
@@ -133,14 +141,14 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
         groups.setdefault(m.pair.name, []).append(m)
     torch = sys.modules.get("torch")  # recalibration's netcal runs on torch: the same threads
     threads = torch.get_num_threads() if torch is not None else None
-    with ProcessPoolExecutor(min(workers, len(groups) * len(domains)),
+    with ProcessPoolExecutor(min(workers, len(groups) * len(scored)),
                              mp_context=get_context("spawn"), initializer=_init_worker,
                              initargs=(tuple(plugins), threads)) as ex:
         futures: dict[tuple[str, str], Future[Any]] = {   # the pooled (largest) tasks first
             (name, dom): ex.submit(_score_group, group, dom, {  # the records the task reads
                 k: o for k, o in outs.items() if k[0] == name and not k[1].endswith("/train")
                 and dom in ("pooled", k[1].split("/")[0])}, job)
-            for dom in domains[::-1] for name, group in groups.items()}
+            for dom in scored[::-1] for name, group in groups.items()}
         with warnings.catch_warnings(record=True) as ref_caught:  # re-emitted after the methods'
             warnings.simplefilter("always")
             refs_rows = reference_rows(refs, n_boot=n_boot, seed=0, protocol=protocol)
@@ -148,15 +156,30 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
         try:
             for m in ms:  # the serial order: rows, arrays, warnings and fallbacks
                 for dom in domains:
-                    # a worker's error is raised here, its remote traceback as the cause
-                    r, a, caught, fallbacks = futures[m.pair.name, dom].result()[at[id(m)]]
-                    _reemit(caught, fallbacks)
+                    if dom not in scored:
+                        r, a = as_domain(r, a, dom)   # the one domain's, just above
+                    else:  # a worker's error is raised here, its remote traceback as the cause
+                        done, resamples = futures[m.pair.name, dom].result()
+                        remember_resamples(resamples)   # for the report's paired bootstraps
+                        r, a, caught, fallbacks = done[at[id(m)]]
+                        _reemit(caught, fallbacks)
                     rows.append(r)
                     arrays.update(a)
         finally:  # after an error no task that has not started yet starts (none is left else)
             ex.shutdown(cancel_futures=True)
     _reemit([(w.category, str(w.message), w.filename, w.lineno) for w in ref_caught], [])
     return rows + refs_rows, arrays
+
+
+def as_domain(row: dict[str, Any], arrays: Arrays, domain: str
+              ) -> tuple[dict[str, Any], Arrays]:
+    """A method's row and arrays of one domain as those of ``domain``: ``pooled`` over a single
+    domain is that domain's questions, scored once."""
+    def key(k: str) -> str:
+        owner, _, role, name = k.rsplit("|", 3)
+        return score_key(owner, domain, role, name)
+
+    return {**row, "domain": domain}, {key(k): v for k, v in arrays.items()}
 
 
 def _score_method(m: Method, dom: str, outs: Mapping[tuple[str, str, int], Outputs],
@@ -230,9 +253,11 @@ def _init_worker(plugins: Sequence[str], threads: int | None) -> None:
 
 def _score_group(group: Sequence[Method], dom: str,
                  outs: Mapping[tuple[str, str, int], Outputs], job: tuple[Any, ...]
-                 ) -> list[Any]:
+                 ) -> tuple[list[Any], dict[str, np.ndarray]]:
     """In a worker: the row on ``dom`` of each method of one model/gate pair, with the warnings
-    it raised and the fallbacks it recorded (an error reaches the parent through its future)."""
+    it raised and the fallbacks it recorded (an error reaches the parent through its future);
+    and the resamples' statistics its intervals came from (`RESAMPLES`)."""
+    before = set(RESAMPLES)
     results: list[Any] = []
     for m in group:
         fallbacks = reset_fallbacks()
@@ -241,7 +266,7 @@ def _score_group(group: Sequence[Method], dom: str,
             r, a = _score_method(m, dom, outs, *job)
         results.append((r, a, [(w.category, str(w.message), w.filename, w.lineno)
                                for w in caught], list(fallbacks)))
-    return results
+    return results, {k: v for k, v in RESAMPLES.items() if k not in before}
 
 
 def _reemit(caught: Iterable[Caught], fallbacks: Sequence[dict[str, str]]) -> None:

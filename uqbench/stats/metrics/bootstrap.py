@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
@@ -199,16 +200,50 @@ def draw_indices(rng: np.random.Generator, sizes: Sequence[int], k: int
     return out
 
 
-def _draws(rng: np.random.Generator, sizes: Sequence[int], rows: Callable[..., Any] | None,
+#: the most index elements (resamples x examples, all sets) this process keeps drawn
+#: (`index_chunks`): a table of many models over the same questions draws them once
+MEMO_ELEMENTS = 1 << 25
+#: (seed, sizes, resamples) -> every resample's indices, oldest first (`index_chunks`)
+DRAWN: OrderedDict[tuple[int, tuple[int, ...], int], tuple[IntArray, ...]] = OrderedDict()
+
+
+def index_chunks(seed: int, sizes: Sequence[int], n_resamples: int, chunk: int
+                 ) -> Iterator[tuple[IntArray, ...]]:
+    """The indices of ``n_resamples`` resamples of ``np.random.default_rng(seed)``
+    (`draw_indices`), ``chunk`` resamples at a time ((k, n) arrays, read-only). Where they fit
+    in `MEMO_ELEMENTS` they are drawn once in this process and kept (the same numbers: drawing
+    them all at once or a chunk at a time is one stream); else drawn a chunk at a time."""
+    sizes = tuple(int(n) for n in sizes)
+    if n_resamples * sum(sizes) > MEMO_ELEMENTS:
+        rng = np.random.default_rng(seed)
+        for at in range(0, n_resamples, chunk):
+            yield draw_indices(rng, sizes, min(chunk, n_resamples - at))
+        return
+    key = (int(seed), sizes, int(n_resamples))
+    drawn = DRAWN.get(key)
+    if drawn is None:
+        drawn = draw_indices(np.random.default_rng(seed), sizes, n_resamples)
+        for idx in drawn:
+            idx.setflags(write=False)
+        DRAWN[key] = drawn
+        while sum(k[2] * sum(k[1]) for k in DRAWN) > MEMO_ELEMENTS:
+            DRAWN.popitem(last=False)
+    DRAWN.move_to_end(key)
+    for at in range(0, n_resamples, chunk):
+        yield tuple(idx[at:at + chunk] for idx in drawn)
+
+
+def _draws(seed: int, sizes: Sequence[int], n_resamples: int, rows: Callable[..., Any] | None,
            one: Callable[..., Any]) -> Callable[[int], Any]:
     """``k ->`` the statistics of the next resamples (at most ``k``), for `_percentile_interval`:
     ``rows`` of a chunk of them, given their (k', n) indices (a `Resampled` metric's way), or,
     without ``rows``, ``one`` of the next resample's (n,) indices. Either way the indices are
-    those of drawing one resample after another (`draw_indices`)."""
+    those of drawing one resample after another (`index_chunks`)."""
     if rows is not None:
-        chunk = chunk_rows(sum(sizes))
-        return lambda k: rows(*draw_indices(rng, sizes, min(k, chunk)))
-    return lambda k: one(*(idx[0] for idx in draw_indices(rng, sizes, 1)))
+        chunks = index_chunks(seed, sizes, n_resamples, chunk_rows(sum(sizes)))
+        return lambda k: rows(*next(chunks))
+    ones = index_chunks(seed, sizes, n_resamples, 1)
+    return lambda k: one(*(idx[0] for idx in next(ones)))
 
 
 def _percentile_interval(
@@ -330,7 +365,7 @@ def bootstrap_ci(
             "use bootstrap_ci_two_sample"
         )
     _check_bootstrap_options(n_resamples, level)
-    draws = _draws(np.random.default_rng(seed), lengths[:1],
+    draws = _draws(seed, lengths[:1], n_resamples,
                    metric.resampler(*arrs) if isinstance(metric, Resampled) else None,
                    lambda idx: _statistic(metric(*(a[idx] for a in arrs))))
     return _percentile_interval(_statistic(metric(*arrs)), draws, n_resamples, level)
@@ -383,7 +418,7 @@ def bootstrap_ci_two_sample(
     """
     arr_a, arr_b = _resampleable((a, b), ["a", "b"])
     _check_bootstrap_options(n_resamples, level)
-    draws = _draws(np.random.default_rng(seed), (len(arr_a), len(arr_b)),
+    draws = _draws(seed, (len(arr_a), len(arr_b)), n_resamples,
                    metric.resampler(arr_a, arr_b) if isinstance(metric, Resampled) else None,
                    lambda idx_a, idx_b: _statistic(metric(arr_a[idx_a], arr_b[idx_b])))
     return _percentile_interval(_statistic(metric(arr_a, arr_b)), draws, n_resamples, level)
@@ -420,6 +455,24 @@ def bootstrap_cis(
     >>> both[0] == bootstrap_ci(np.mean, correct, n_resamples=50)
     True
     """
+    out = []
+    for point, stats in bootstrap_stats(metrics, two_sample=two_sample, n_resamples=n_resamples,
+                                        level=level, seed=seed):
+        out.append(percentile_bounds(point, stats, level))  # a loop: warnings' stacklevel
+    return out
+
+
+def bootstrap_stats(
+    metrics: Sequence[tuple[Callable[..., Any], Sequence[ArrayLike]]],
+    *,
+    two_sample: bool = False,
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> list[tuple[Any, FloatArray]]:
+    """What :func:`bootstrap_cis` computes its intervals from: each metric's value on all
+    examples and its (n_resamples, K) statistics on the resamples (all NaN for a metric
+    undefined on the full data: nothing drawn). ``level`` is only checked."""
     if not metrics:
         return []
     _check_bootstrap_options(n_resamples, level)
@@ -457,26 +510,27 @@ def bootstrap_cis(
                 return [_statistic(metric(*(a[i] for a in arrs))) for i in idx[0]]
             live.append((k, one_by_one))
     if live:
-        rng = np.random.default_rng(seed)
-        chunk = chunk_rows(sum(sizes))
         with warnings.catch_warnings():
             # Undefined resamples are counted below and reported once, not once per resample.
             warnings.simplefilter("ignore", UndefinedMetricWarning)
             done = 0
-            while done < n_resamples:
-                idx = draw_indices(rng, sizes, min(chunk, n_resamples - done))
+            for idx in index_chunks(seed, sizes, n_resamples, chunk_rows(sum(sizes))):
                 for k, f in live:
                     stats[k][done:done + len(idx[0])] = np.asarray(
                         f(*idx), dtype=np.float64).reshape(len(idx[0]), -1)
                 done += len(idx[0])
-    out = []
-    for point, st in zip(points, stats, strict=False):
-        bounds = np.empty((st.shape[1], 2))
-        for j, p in enumerate(np.atleast_1d(point)):  # a loop: warnings' stacklevel
-            bounds[j] = _column_interval(p, st[:, j], level)
-        out.append((point, float(bounds[0, 0]), float(bounds[0, 1])) if np.ndim(point) == 0
-                   else (point, bounds[:, 0], bounds[:, 1]))
-    return out
+    return list(zip(points, stats, strict=True))
+
+
+def percentile_bounds(point: Any, stats: FloatArray, level: float = 0.95
+                      ) -> tuple[Any, Any, Any]:
+    """(point, low, high) of the percentile interval of a metric's (B, K) resample statistics
+    (`bootstrap_stats`), as :func:`bootstrap_cis` returns them."""
+    bounds = np.empty((stats.shape[1], 2))
+    for j, p in enumerate(np.atleast_1d(point)):  # a loop: warnings' stacklevel
+        bounds[j] = _column_interval(p, stats[:, j], level)
+    return ((point, float(bounds[0, 0]), float(bounds[0, 1])) if np.ndim(point) == 0
+            else (point, bounds[:, 0], bounds[:, 1]))
 
 
 def paired_difference(
@@ -573,7 +627,7 @@ def resample_side(metric: Callable[..., float], arrays: Sequence[ArrayLike], *,
         pick = idx if two_sample else idx * len(arrs)
         return float(metric(*(x[i] for x, i in zip(arrs, pick, strict=True))))
 
-    draws = _draws(np.random.default_rng(seed), sizes,
+    draws = _draws(seed, sizes, n_resamples,
                    metric.resampler(*arrs) if isinstance(metric, Resampled) else None, one)
     stats = np.empty(n_resamples)
     with warnings.catch_warnings():
@@ -660,7 +714,7 @@ def paired_bootstrap(
         dropped += math.isnan(value)
         return value
 
-    draws = _draws(np.random.default_rng(seed), sizes, None, counted)
+    draws = _draws(seed, sizes, n_resamples, None, counted)
     point = float(stat(*(np.arange(n) for n in sizes)))
     return PairedInterval(*_percentile_interval(point, draws, n_resamples, level), dropped)
 
