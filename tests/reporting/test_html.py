@@ -403,3 +403,10 @@ def test_the_smoke_runs_report_in_a_real_browser(smoke_run, browser, tmp_path) -
     # the README's picture: the summary, by one command
     shot = screenshot(run, tmp_path / "report.png", browser=browser)
     assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 10_000
+
+
+def test_a_run_without_figures_names_the_folder_within_the_run(tmp_path):
+    # the page is written before the run folder gets its name: no temporary path on it
+    score(record_set(1), ScoreConfig(out=tmp_path / "o", scorers=("msp",), figures=False))
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert "figures/ is missing: no figures" in page and ".tmp" not in page

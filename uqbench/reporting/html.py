@@ -210,7 +210,8 @@ def render_report(run_dir: str | Path) -> str:
     fig_dir = run.path / rundir.FIGURES
     groups, training, forests = figure_groups(fig_dir)
     if not fig_dir.is_dir():
-        problems[rundir.FIGURES] = (f"{fig_dir} is missing: no figures (a run with "
+        # named within the run folder: the report is written before the folder gets its name
+        problems[rundir.FIGURES] = (f"{rundir.FIGURES}/ is missing: no figures (a run with "
                                     "--no-figures, or interrupted); `uqbench plot RUN_DIR` draws "
                                     "them")
     splits = [{"name": k, "n": v.get("n", "–"), "hash": v.get("hash", "–"),
