@@ -430,8 +430,8 @@ def score(rs: RecordSet, cfg: ScoreConfig) -> RunResult:
     probe_scorers(scorers, timeout=cfg.scorer_timeout)
     n_boot = cfg.bootstrap or rs.bootstrap
     workers = score_workers(cfg.score_workers, ms, rs.outputs, n_boot)
-    with tempfile.TemporaryDirectory() as scratch:  # rows are memoised by content: with one
-        # domain, `pooled` holds the same examples and is read back, not bootstrapped twice
+    with tempfile.TemporaryDirectory() as scratch:  # rows are memoised by content: scorers
+        # of one predictive distribution share their recalibration and conformal columns
         rows, arrays = score_all(ms, rs.refs, rs.outputs, rs.seeds, n_boot,
                                  cache=ArrayCache(cfg.cache_dir or scratch),
                                  scorer_timeout=cfg.scorer_timeout, protocol=rs.protocol,
