@@ -5,6 +5,7 @@ message; a scorer that cannot be sent to a worker is scored in process, said so;
 reads every row from the shared cache."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import textwrap
@@ -164,9 +165,27 @@ def test_auto_scores_small_runs_in_process_and_caps_at_tasks_and_cores(tmp_path)
     ms, _ = plan_methods(rs, ScoreConfig(out=tmp_path / "x", scorers=("msp", "entropy")))
     assert score_workers("auto", ms, rs.outputs, 50) == 1  # 4 methods x 152 examples x 50
     cores = len(os.sched_getaffinity(0))
-    tasks = 2 * (2 + 1)  # 2 pairs x (science, math, pooled)
+    tasks = len(ms) * (2 + 1)  # 4 methods x (science, math, pooled)
     assert score_workers("auto", ms, rs.outputs, 10**6) == min(cores, tasks)
-    assert score_workers(8, ms, rs.outputs, 50) == tasks
+    assert score_workers(8, ms, rs.outputs, 50) == 8
+    assert score_workers(50, ms, rs.outputs, 50) == tasks
+
+
+def test_tasks_keep_a_pairs_methods_together_unless_workers_would_idle(tmp_path):
+    from uqbench.results.rows import task_groups
+
+    rs = record_set(1)
+    ms, _ = plan_methods(rs, ScoreConfig(out=tmp_path / "x", scorers=("msp", "entropy",
+                                                                        "margin")))
+    names = [[m.name for m in g] for g in task_groups(ms, 2, 3)]
+    assert names == [[m.name for m in ms if m.pair == p] for p in rs.pairs]
+    # one domain and one pair for 3 workers: its methods in turns over 3 tasks
+    one = [m for m in ms if m.pair == rs.pairs[1]]
+    assert [[m.scorer.name for m in g] for g in task_groups(one, 3, 1)] == [
+        ["msp"], ["entropy"], ["margin"]]
+    assert [[m.scorer.name for m in g] for g in task_groups(one, 2, 1)] == [
+        ["msp", "margin"], ["entropy"]]
+    assert sum(map(len, task_groups(one, 9, 1))) == 3
     for bad in (0, -1, "4", 1.5, True):
         with pytest.raises(ConfigError, match="--score-workers"):
             check_workers(bad)
@@ -199,8 +218,6 @@ def test_a_run_scored_by_workers_writes_the_files_of_one_process(tmp_path, real_
 
 def one_domain(rs):
     """``rs`` cut to its first domain."""
-    import dataclasses
-
     d = rs.domains[0]
 
     def mine(split: str) -> bool:
@@ -245,9 +262,10 @@ def test_pooled_over_one_domain_is_that_domain_scored_once(tmp_path, monkeypatch
 @pytest.mark.slow   # starts worker processes
 def test_workers_score_one_domain_as_one_process(tmp_path):
     rs = one_domain(record_set(2))
-    for workers in (1, 2):
+    rs = dataclasses.replace(rs, pairs=rs.pairs[1:])   # one pair: its methods split over tasks
+    for workers in (1, 3):
         score(rs, ScoreConfig(out=tmp_path / str(workers), scorers=("msp", "entropy"),
                               figures=False, score_workers=workers))
-    assert json.loads((tmp_path / "2" / "run.json").read_text())["score_workers"] == 2
+    assert json.loads((tmp_path / "3" / "run.json").read_text())["score_workers"] == 2
     for f in FILES:
-        assert (tmp_path / "1" / f).read_bytes() == (tmp_path / "2" / f).read_bytes(), f
+        assert (tmp_path / "1" / f).read_bytes() == (tmp_path / "3" / f).read_bytes(), f

@@ -4,7 +4,8 @@ per-example arrays the figures and verdicts read (``scores.npz``).
 
 Methods are scored in worker processes (`score_workers`), one task per model/gate pair and
 domain (``pooled`` included), so that the pair's scorers share the bootstrap intervals memoised
-in their process (`uqbench.results.evaluate`). Every interval is seeded on its own, so the rows and
+in their process (`uqbench.results.evaluate`); a pair's methods are split over several tasks
+where there are fewer pairs than workers (`task_groups`). Every interval is seeded on its own, so the rows and
 arrays are those of the serial path, bit for bit; the workers' warnings are re-emitted here, and
 their `record_fallback` entries recorded here, in the serial order."""
 from __future__ import annotations
@@ -71,13 +72,13 @@ def check_workers(requested: int | str) -> None:
 def score_workers(requested: int | str, ms: Sequence[Method],
                   outs: Mapping[tuple[str, str, int], Outputs], n_boot: int) -> int:
     """The number of worker processes `score_all` should use: ``requested`` (``"auto"``:
-    the cores this process may use (``os.sched_getaffinity``), at most one per task (model/gate
-    pair and domain), and 1 below `AUTO_MIN_WORK`; 1 = in this process), or 1 with a warning
-    and a run.json ``fallbacks`` entry when a scorer cannot be sent to another process."""
+    the cores this process may use (``os.sched_getaffinity``), at most one per method and
+    domain, and 1 below `AUTO_MIN_WORK`; 1 = in this process), or 1 with a warning and a
+    run.json ``fallbacks`` entry when a scorer cannot be sent to another process."""
     check_workers(requested)
     pairs = len(dict.fromkeys(m.pair.name for m in ms))
     domains = {split.split("/")[0] for _, split, _ in outs}   # split names: "domain/role"
-    groups = pairs * (len(domains) + (len(domains) > 1))   # + pooled, unless one domain
+    groups = len(ms) * (len(domains) + (len(domains) > 1))   # + pooled, unless one domain
     if requested == "auto":
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
             else os.cpu_count() or 1
@@ -136,32 +137,31 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
                 rows.append(r)
                 arrays.update(a)
         return rows + reference_rows(refs, n_boot=n_boot, seed=0, protocol=protocol), arrays
-    groups: dict[str, list[Method]] = {}
-    for m in ms:
-        groups.setdefault(m.pair.name, []).append(m)
+    groups = task_groups(ms, workers, len(scored))
     torch = sys.modules.get("torch")  # recalibration's netcal runs on torch: the same threads
     threads = torch.get_num_threads() if torch is not None else None
     with ProcessPoolExecutor(min(workers, len(groups) * len(scored)),
                              mp_context=get_context("spawn"), initializer=_init_worker,
                              initargs=(tuple(plugins), threads)) as ex:
-        futures: dict[tuple[str, str], Future[Any]] = {   # the pooled (largest) tasks first
-            (name, dom): ex.submit(_score_group, group, dom, {  # the records the task reads
-                k: o for k, o in outs.items() if k[0] == name and not k[1].endswith("/train")
-                and dom in ("pooled", k[1].split("/")[0])}, job)
-            for dom in scored[::-1] for name, group in groups.items()}
+        futures: dict[tuple[int, str], Future[Any]] = {   # the pooled (largest) tasks first
+            (g, dom): ex.submit(_score_group, group, dom, {  # the records the task reads
+                k: o for k, o in outs.items() if k[0] == group[0].pair.name
+                and not k[1].endswith("/train") and dom in ("pooled", k[1].split("/")[0])}, job)
+            for dom in scored[::-1] for g, group in enumerate(groups)}
         with warnings.catch_warnings(record=True) as ref_caught:  # re-emitted after the methods'
             warnings.simplefilter("always")
             refs_rows = reference_rows(refs, n_boot=n_boot, seed=0, protocol=protocol)
-        at = {id(m): i for name, group in groups.items() for i, m in enumerate(group)}
+        at = {id(m): (g, i) for g, group in enumerate(groups) for i, m in enumerate(group)}
         try:
             for m in ms:  # the serial order: rows, arrays, warnings and fallbacks
                 for dom in domains:
                     if dom not in scored:
                         r, a = as_domain(r, a, dom)   # the one domain's, just above
                     else:  # a worker's error is raised here, its remote traceback as the cause
-                        done, resamples = futures[m.pair.name, dom].result()
+                        g, i = at[id(m)]
+                        done, resamples = futures[g, dom].result()
                         remember_resamples(resamples)   # for the report's paired bootstraps
-                        r, a, caught, fallbacks = done[at[id(m)]]
+                        r, a, caught, fallbacks = done[i]
                         _reemit(caught, fallbacks)
                     rows.append(r)
                     arrays.update(a)
@@ -169,6 +169,17 @@ def score_all(ms: Sequence[Method], refs: ReferenceInputs,
             ex.shutdown(cancel_futures=True)
     _reemit([(w.category, str(w.message), w.filename, w.lineno) for w in ref_caught], [])
     return rows + refs_rows, arrays
+
+
+def task_groups(ms: Sequence[Method], workers: int, domains: int) -> list[list[Method]]:
+    """The methods of each worker task (with each domain): those of one model/gate pair, which
+    then share the model's intervals (`uqbench.results.evaluate.INTERVALS`), split in turns
+    into as many parts as it takes for every worker to have a task."""
+    pairs: dict[str, list[Method]] = {}
+    for m in ms:
+        pairs.setdefault(m.pair.name, []).append(m)
+    parts = -(-workers // max(len(pairs) * domains, 1))
+    return [group[k::parts] for group in pairs.values() for k in range(min(parts, len(group)))]
 
 
 def as_domain(row: dict[str, Any], arrays: Arrays, domain: str
