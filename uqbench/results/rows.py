@@ -3,9 +3,10 @@ reference rows, from the forward records of a run (or of records made elsewhere)
 per-example arrays the figures and verdicts read (``scores.npz``).
 
 Methods are scored in worker processes (`score_workers`), one task per model/gate pair and
-domain (``pooled`` included), so that the pair's scorers share the bootstrap intervals memoised
-in their process (`uqbench.results.evaluate`); a pair's methods are split over several tasks
-where there are fewer pairs than workers (`task_groups`). Every interval is seeded on its own, so the rows and
+domain (``pooled`` included, unless there is one domain: then it is that domain's rows), so
+that the pair's scorers share the bootstrap intervals memoised in their process
+(`uqbench.results.evaluate`); a pair's methods are split over several tasks where there are
+fewer pairs than workers (`task_groups`). Every interval is seeded on its own, so the rows and
 arrays are those of the serial path, bit for bit; the workers' warnings are re-emitted here, and
 their `record_fallback` entries recorded here, in the serial order."""
 from __future__ import annotations
@@ -265,7 +266,7 @@ def _init_worker(plugins: Sequence[str], threads: int | None) -> None:
 def _score_group(group: Sequence[Method], dom: str,
                  outs: Mapping[tuple[str, str, int], Outputs], job: tuple[Any, ...]
                  ) -> tuple[list[Any], dict[str, np.ndarray]]:
-    """In a worker: the row on ``dom`` of each method of one model/gate pair, with the warnings
+    """In a worker: the row on ``dom`` of each method of one task (`task_groups`), with the warnings
     it raised and the fallbacks it recorded (an error reaches the parent through its future);
     and the resamples' statistics its intervals came from (`RESAMPLES`)."""
     before = set(RESAMPLES)
