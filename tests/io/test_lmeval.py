@@ -1097,3 +1097,38 @@ def test_no_domain_scores_a_real_lm_eval_run_with_its_accuracy_and_no_shift(lmev
         assert checks[f"{t}/id"]["uqbench_all"] == pytest.approx(checks[f"{t}/id"]["lm_eval"])
     assert NO_SHIFT in (run / "report.html").read_text()
     assert (run / "results.md").read_text().count(NO_SHIFT) == 1
+
+
+@pytest.mark.parametrize(("blocks", "more"), [(0, 1), (0, 2), (1, -1), (1, 0), (1, 1), (2, 3)])
+def test_the_content_hash_is_that_of_every_samples_doc_id_label_and_hash_as_json(
+        blocks: int, more: int) -> None:
+    """The content hash keys caches: it stays the hash of ``json.dumps`` of every sample's
+    ``[doc_id, label, doc hash]``, however the samples fall into the blocks it is hashed in."""
+    import hashlib
+
+    from uqbench.io.lmeval import HASH_BLOCK, collect
+    from uqbench.io.samples import Parsed
+
+    hashes = ["h", "é\"\\\n\u2028", "", "0" * 64]
+    rows = [(i, i % 2, hashes[i % len(hashes)]) for i in range(blocks * HASH_BLOCK + more)]
+    parsed: list[tuple[int, Parsed]] = [(i + 1, (d, label, [-1.0, -2.0], ["a", "b"], h, False, {}))
+                                        for i, (d, label, h) in enumerate(rows)]
+    ts = collect(Path("samples_t.jsonl"), "t", "line", parsed)
+    assert ts.content_hash == hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("raw", ['{"a": 1}\n', '{"a": 1}', '{"a": [1, {"b": NaN}]}\n',
+                                 '{"a": 1}  \n', ' {"a": 1}\n', '\ufeff{"a": 1}\n', '{"a": 1}{}\n',
+                                 '{"a": 1} x\n', '{"a": \n', '[1]\n', '"x"\n', '{"a": 1}\r\n',
+                                 '{"a": "\\ud800"}\n', '{"a": 1, "a": 2}\n', '{"a": 1e400}\n'])
+def test_a_samples_line_is_read_as_json_loads_reads_it(raw: str) -> None:
+    """`loads`, the lines' reader, returns or refuses what `json.loads` does, with its error."""
+    from uqbench.io.lmeval import loads
+
+    def outcome(read):
+        try:
+            return "value", repr(read(raw))
+        except ValueError as exc:
+            return type(exc).__name__, str(exc)
+
+    assert outcome(loads) == outcome(json.loads)

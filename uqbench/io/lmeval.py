@@ -268,13 +268,30 @@ def _json_samples(path: Path, f: TextIO) -> Iterator[tuple[int, dict[str, Any]]]
             yield from array_items(path, f)
             return
         for i, raw in enumerate(f, 1):
-            if not raw.strip():
+            if raw.isspace():
                 continue
             try:
-                yield i, json.loads(raw)
+                yield i, loads(raw)
             except ValueError as exc:
                 raise fail(path, i, f"not JSON ({exc})", "the file is truncated or not a "
                            "samples file") from None
+
+
+_RAW_DECODE = json.JSONDecoder().raw_decode
+
+
+def loads(raw: str) -> Any:
+    """``json.loads(raw)``, without its checks around the value where ``raw`` is a JSON object
+    and a line end (which they accept): any other text is ``json.loads``'s, its errors too."""
+    if raw.startswith("{"):
+        try:
+            value, end = _RAW_DECODE(raw)
+        except ValueError:
+            pass
+        else:
+            if end == len(raw) or raw[end:] == "\n":
+                return value
+    return json.loads(raw)
 
 
 _SKIP = re.compile(r"[\s,]*")
@@ -354,6 +371,21 @@ def read_task(path: Path, task: str, delim: str = " ") -> TaskSamples:
     return collect(path, task, unit, parsed(), delim)
 
 
+#: how many samples `collect` hashes at once (memory: a block's rows and their JSON text)
+HASH_BLOCK = 1 << 12
+
+
+def _hash_rows(content: Any, rows: list[tuple[int, int, str]], sep: bytes) -> bytes:
+    """Add ``rows`` (then emptied) to ``content``, the hash of ``json.dumps`` of every sample's
+    ``[doc_id, label, doc hash]``: their part of that text, ``sep`` before it (nothing before
+    the first sample); returns what comes before the next rows."""
+    if not rows:
+        return sep
+    content.update(sep + json.dumps(rows)[1:-1].encode())
+    rows.clear()
+    return b", "
+
+
 def collect(path: Path, task: str, unit: str, samples: Iterable[tuple[int, Parsed]],
             delim: str = " ") -> TaskSamples:
     """The `TaskSamples` of one file's parsed samples (``unit`` numbered), its labels verified
@@ -361,7 +393,10 @@ def collect(path: Path, task: str, unit: str, samples: Iterable[tuple[int, Parse
     doc_ids, labels, lines, n_choices = (array("q") for _ in range(4))
     lls, chars, nbytes = array("d"), array("d"), array("d")
     metrics = {k: array("d") for k in NORMALIZE.values()}
+    acc, acc_norm, acc_bytes = metrics.values()
     content = hashlib.sha256(b"[")  # of json.dumps([[doc_id, label, doc hash], ...])
+    rows: list[tuple[int, int, str]] = []  # the samples not hashed yet, hashed a block at a time
+    sep = b""  # what comes before the next block in the hashed text
     first: tuple[int, bool] | None = None  # the first sample's line and multiple_input
     for i, (doc_id, label, ll, choices, h, multi, sample_metrics) in samples:
         if first is None:
@@ -374,18 +409,22 @@ def collect(path: Path, task: str, unit: str, samples: Iterable[tuple[int, Parse
         if "" in choices:
             raise fail(path, _at(unit, i), "an empty choice text", "length normalisation "
                        "divides by it; use --normalize none")
-        content.update(((", " if len(doc_ids) else "") + json.dumps([doc_id, label, h])).encode())
+        rows.append((doc_id, label, h))
+        if len(rows) == HASH_BLOCK:
+            sep = _hash_rows(content, rows, sep)
         doc_ids.append(doc_id)
         labels.append(label)
         lines.append(i)
         n_choices.append(len(ll))
         lls.extend(ll)
-        chars.extend(len(c) for c in choices)
-        nbytes.extend(len(c.encode()) for c in choices)
-        for k, v in metrics.items():
-            v.append(sample_metrics.get(k, math.nan))
+        chars.extend(map(len, choices))
+        nbytes.extend(map(len, map(str.encode, choices)))
+        acc.append(sample_metrics.get("acc", math.nan))
+        acc_norm.append(sample_metrics.get("acc_norm", math.nan))
+        acc_bytes.append(sample_metrics.get("acc_bytes", math.nan))
     if first is None:
         raise fail(path, None, "holds no samples", "rerun lm-eval with --log_samples")
+    _hash_rows(content, rows, sep)
     content.update(b"]")
     ids = np.frombuffer(doc_ids, dtype=np.int64)
     at = np.frombuffer(lines, dtype=np.int64)

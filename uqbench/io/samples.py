@@ -4,6 +4,7 @@ Leaderboard's details). A bad sample is a `UserError` naming the file, the line 
 fix."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -19,6 +20,10 @@ NORMALIZE = {"none": "acc", "chars": "acc_norm", "bytes": "acc_bytes"}
 
 #: lm-eval's ``date_id`` in file names (``:`` or ``-`` between hours, minutes and seconds)
 DATE = r"\d{4}-\d\d-\d\dT[\d:.-]+"
+
+#: the fields every sample has, in the order a missing one is named
+REQUIRED = ("doc_id", "target", "filtered_resps", "arguments")
+_REQUIRED = frozenset(REQUIRED)
 
 Parsed = tuple[int, int, list[float], list[str], str, bool, dict[str, float]]
 
@@ -54,11 +59,11 @@ def _multiple_input_label(path: Path, line: int | str, lls: list[float], acc: fl
 
 def check_lls(path: Path, line: int | str, lls: list[float], doc_id: object) -> None:
     """Refuse log-likelihoods no choice distribution can be made of."""
-    if not all(math.isfinite(x) for x in lls):
+    if not all(map(math.isfinite, lls)):
         raise fail(path, line, f"non-finite log-likelihood(s) {lls} (doc_id {doc_id})",
                    "the model produced NaN/inf: check its dtype and weights, and rerun lm-eval")
-    if min(lls) <= PAD_LOGIT:
-        raise fail(path, line, f"a log-likelihood {min(lls):g} at or below {PAD_LOGIT:g}, the "
+    if (low := min(lls)) <= PAD_LOGIT:
+        raise fail(path, line, f"a log-likelihood {low:g} at or below {PAD_LOGIT:g}, the "
                    "logit uqbench gives an absent choice", "check the model's outputs")
     if len(lls) < 2:
         raise fail(path, line, f"{len(lls)} choice (doc_id {doc_id}): nothing to choose "
@@ -69,17 +74,23 @@ def logged_metrics(path: Path, line: int | str, d: Mapping[str, Any]) -> dict[st
     """lm-eval's per-sample acc/acc_norm/acc_bytes of a sample (those it logged), each 0 or 1."""
     metrics: dict[str, float] = {}
     for k in NORMALIZE.values():
-        if d.get(k) is not None:
-            if isinstance(d[k], float) and 0 < d[k] < 1:
-                raise fail(path, line, f"`{k}` is {d[k]!r}: a probability, not a correctness "
+        if (v := d.get(k)) is not None:
+            if isinstance(v, float) and 0 < v < 1:
+                raise fail(path, line, f"`{k}` is {v!r}: a probability, not a correctness "
                            "(a truthfulqa_mc2-style task, whose acc is the probability mass "
                            "on several true answers)", "uqbench score reads single-answer "
                            "multiple choice (one gold choice); score truthfulqa_mc1 instead")
-            if d[k] not in (0, 1):
-                raise fail(path, line, f"`{k}` is {d[k]!r}, not 0 or 1",
+            if v not in (0, 1):
+                raise fail(path, line, f"`{k}` is {v!r}, not 0 or 1",
                            "give the file as it was written, unedited")
-            metrics[k] = float(d[k])
+            metrics[k] = float(v)
     return metrics
+
+
+@functools.cache
+def _gen_args(n: int) -> tuple[str, ...]:
+    """The keys of ``n`` choices' arguments in a sample of lm-eval >= 0.4.3."""
+    return tuple(f"gen_args_{i}" for i in range(n))
 
 
 def _number(x: object) -> bool:
@@ -93,15 +104,9 @@ def _number(x: object) -> bool:
     return isinstance(x, str)
 
 
-def parse_sample(path: Path, line: int | str, d: Mapping[str, Any], delim: str
-                 ) -> tuple[int, int, list[float], list[str], str, bool, dict[str, float]]:
-    """(doc_id, label, log-likelihoods, choice texts, the doc's hash, multiple_input, lm-eval's
-    per-sample metrics) of one sample."""
-    for key in ("doc_id", "target", "filtered_resps", "arguments"):
-        if key not in d:
-            raise fail(path, line, f"no `{key}` field", "give the samples file lm-eval wrote "
-                       "with --log_samples, unedited")
-    resps = d["filtered_resps"]
+def _lls(path: Path, line: int | str, resps: object) -> list[float]:
+    """The log-likelihoods of ``filtered_resps``, one (log-likelihood, is_greedy) pair per
+    choice: raises unless it holds that."""
     if not (isinstance(resps, list) and resps and all(
             isinstance(r, list) and len(r) == 2 for r in resps)):
         what = ("one number per document: this is a loglikelihood_rolling task (perplexity of "
@@ -113,31 +118,51 @@ def parse_sample(path: Path, line: int | str, d: Mapping[str, Any], delim: str
                    "multiple-choice tasks (output_type: multiple_choice) only: drop it from "
                    "--domain")
     try:
-        lls = [float(r[0]) for r in resps]
+        return [float(r[0]) for r in resps]
     except (TypeError, ValueError):
         raise fail(path, line, f"a log-likelihood in `filtered_resps` is not a number "
                    f"({resps!r:.80})", "give the samples file lm-eval wrote") from None
+
+
+def parse_sample(path: Path, line: int | str, d: Mapping[str, Any], delim: str
+                 ) -> tuple[int, int, list[float], list[str], str, bool, dict[str, float]]:
+    """(doc_id, label, log-likelihoods, choice texts, the doc's hash, multiple_input, lm-eval's
+    per-sample metrics) of one sample."""
+    if not d.keys() >= _REQUIRED:
+        key = next(k for k in REQUIRED if k not in d)
+        raise fail(path, line, f"no `{key}` field", "give the samples file lm-eval wrote "
+                   "with --log_samples, unedited")
+    resps = d["filtered_resps"]
+    try:  # one (log-likelihood, is_greedy) pair per choice, in one pass; else `_lls` says why not
+        lls = [float(r[0]) for r in resps if isinstance(r, list) and len(r) == 2]
+    except (TypeError, ValueError, OverflowError):
+        lls = []
+    if not (isinstance(resps, list) and resps and len(lls) == len(resps)):
+        lls = _lls(path, line, resps)
     check_lls(path, line, lls, d["doc_id"])
     args = d["arguments"]
     if isinstance(args, dict):  # lm-eval >= 0.4.3; a parquet copy holds None for absent choices
-        args = [a for a in (args.get(f"gen_args_{i}") for i in range(len(args))) if a]
-        args = [(a.get("arg_0"), a.get("arg_1")) for a in args]
-    pairs = [tuple(a) for a in args if isinstance(a, (list, tuple)) and len(a) == 2] \
-        if isinstance(args, list) else []  # lm-eval <= 0.4.2: [context, continuation] each
-    if len(pairs) != len(lls) or not all(isinstance(x, str) for p in pairs for x in p):
+        pairs = [(a.get("arg_0"), a.get("arg_1")) for a in map(args.get, _gen_args(len(args)))
+                 if a]
+    elif isinstance(args, list):  # lm-eval <= 0.4.2: [context, continuation] each
+        pairs = [tuple(a) for a in args if isinstance(a, (list, tuple)) and len(a) == 2]
+    else:
+        pairs = []
+    if len(pairs) != len(lls) or not all(
+            isinstance(c, str) and isinstance(x, str) for c, x in pairs):
         raise fail(path, line, f"{len(pairs)} arguments for {len(lls)} responses",
                    "give the samples file lm-eval wrote")
+    contexts, conts = zip(*pairs, strict=False)
     half = len(pairs) // 2
-    if d.get("acc_mutual_info") is not None or (len(pairs) % 2 == 0 and half and all(
-            c == "" for c, _ in pairs[half:]) and any(c for c, _ in pairs[:half])):
+    if d.get("acc_mutual_info") is not None or (len(pairs) % 2 == 0 and half and not any(
+            contexts[half:]) and any(contexts[:half])):
         raise fail(path, line, f"a task scored with acc_mutual_info: its {len(lls)} "
                    f"log-likelihoods are {half} conditional ones and {half} unconditional "
                    "ones (empty context), not one per choice",
                    "uqbench reads one log-likelihood per choice: drop acc_mutual_info from the "
                    "task's metric_list and rerun lm-eval")
     metrics = logged_metrics(path, line, d)
-    contexts, conts = zip(*pairs, strict=False)
-    multiple_input = len(set(conts)) == 1 and len(set(contexts)) > 1
+    multiple_input = conts.count(conts[0]) == len(conts) and len(set(contexts)) > 1
     choices = [c.removeprefix(delim) for c in conts]
     target = str(d["target"]).strip()
     if multiple_input:
