@@ -101,16 +101,21 @@ with contextlib.redirect_stdout(io.StringIO()):
     score(rs, ScoreConfig(out=root / "out", scorers=("msp", "entropy", "energy", "margin")))
 total = time.perf_counter() - t0
 phases = json.loads((root / "out" / "run.json").read_text())["seconds"]
+# this process and its workers: CPU seconds (user + system) and the largest peak RSS
+own, workers = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 print(json.dumps({"read_s": t_read, "scoring_s": phases["scoring"],
                   "figures_s": phases.get("figures"), "total_s": total,
                   "read_peak_rss_mb": rss_read, "models": len(rs.pairs),
-                  "figures": len(list((root / "out" / "figures").glob("*.png")))}))
+                  "figures": len(list((root / "out" / "figures").glob("*.png"))),
+                  "peak_rss_mb": max(own.ru_maxrss, workers.ru_maxrss) / 1024,
+                  "cpu_s": sum(u.ru_utime + u.ru_stime for u in (own, workers))}))
 """
 
 
 def _scale_run(root: Path, kind: str) -> dict[str, Any]:
-    """`SCALE_CHILD` on ``root``: its JSON line and its peak RSS (MiB, ``ru_maxrss``)."""
-    import resource
+    """`SCALE_CHILD` on ``root``: its JSON line, with its own peak RSS (MiB, ``ru_maxrss``, its
+    workers' included) and CPU seconds (user + system, its workers' included: on a shared
+    machine the wall time measures the others' load as well), whatever ran before it."""
     import subprocess
     import sys
 
@@ -118,13 +123,7 @@ def _scale_run(root: Path, kind: str) -> dict[str, Any]:
         [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", SCALE_CHILD, str(root), kind], env=env,
                          check=True, capture_output=True, text=True).stdout
-    child = json.loads(out.strip().splitlines()[-1])
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    child["peak_rss_mb"] = usage.ru_maxrss / 1024
-    # CPU seconds (user + system, every process it started): on a shared machine the wall
-    # time measures the others' load as well
-    child["cpu_s"] = usage.ru_utime + usage.ru_stime
-    return child
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def _scale_line(name: str, child: dict[str, Any], load: float, goal_s: float,
