@@ -455,27 +455,25 @@ def bootstrap_cis(
     >>> both[0] == bootstrap_ci(np.mean, correct, n_resamples=50)
     True
     """
+    if not metrics:
+        return []
+    _check_bootstrap_options(n_resamples, level)
     out = []
     for point, stats in bootstrap_stats(metrics, two_sample=two_sample, n_resamples=n_resamples,
-                                        level=level, seed=seed):
+                                        seed=seed):
         out.append(percentile_bounds(point, stats, level))  # a loop: warnings' stacklevel
     return out
 
 
-def bootstrap_stats(
-    metrics: Sequence[tuple[Callable[..., Any], Sequence[ArrayLike]]],
-    *,
-    two_sample: bool = False,
-    n_resamples: int = 1000,
-    level: float = 0.95,
-    seed: int = 0,
-) -> list[tuple[Any, FloatArray]]:
+def bootstrap_stats(metrics: Sequence[tuple[Callable[..., Any], Sequence[ArrayLike]]], *,
+                    two_sample: bool = False, n_resamples: int = 1000, seed: int = 0
+                    ) -> list[tuple[Any, FloatArray]]:
     """What :func:`bootstrap_cis` computes its intervals from: each metric's value on all
     examples and its (n_resamples, K) statistics on the resamples (all NaN for a metric
-    undefined on the full data: nothing drawn). ``level`` is only checked."""
+    undefined on the full data: nothing drawn)."""
     if not metrics:
         return []
-    _check_bootstrap_options(n_resamples, level)
+    _check_bootstrap_options(n_resamples, 0.95)
     names = ["a", "b"] if two_sample else None
     prepared = []
     for k, (metric, arrays) in enumerate(metrics):
